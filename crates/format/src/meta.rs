@@ -1,0 +1,126 @@
+//! Per-rank definitions stored as JSON: the file header (written at
+//! `MPI_Init`) and the trailer chunk (written at `MPI_Finalize`).
+//! Communicators are defined in the record stream instead (see
+//! [`crate::record::Code::DefComm`]), because they appear during the run.
+
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// One traced function: its name and the kind that fixes its payload layout.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FunctionDef {
+    pub name: String,
+    pub kind: String,
+}
+
+/// How the runtime read time.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TimerDef {
+    /// "tsc" (invariant TSC scaled to ns) or "monotonic" (CLOCK_MONOTONIC).
+    pub source: String,
+    /// TSC ticks per second, as calibrated at init (tsc only).
+    pub tsc_hz: Option<f64>,
+    /// Timer resolution in ns.
+    pub resolution_ns: f64,
+}
+
+/// The whole run, recorded by rank 0 only.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunInfo {
+    pub command_line: Vec<String>,
+    pub world_size: u32,
+    /// Wall-clock start, ns since the Unix epoch.
+    pub start_unix_ns: u64,
+    /// Effective configuration: every PMTRACE_* setting, defaults included.
+    pub config: BTreeMap<String, String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Header {
+    pub library_version: String,
+    pub mpi_library: String,
+    pub rank: u32,
+    pub world_size: u32,
+    pub hostname: String,
+    pub pid: u32,
+    pub timer: TimerDef,
+    /// Timer value (ns) when tracing started on this rank.
+    pub start_ns: u64,
+    /// Thread support level returned by MPI_Init(_thread).
+    pub thread_level: i32,
+    /// The MPI library's values of the special ranks and tags, which differ
+    /// between implementations.
+    pub constants: MpiConstants,
+    /// Indexed by function id (record code minus [`crate::record::FIRST_FUNCTION_CODE`]).
+    pub functions: Vec<FunctionDef>,
+    pub run: Option<RunInfo>,
+}
+
+impl Header {
+    /// A small valid header for tests.
+    pub fn example() -> Self {
+        Header {
+            library_version: "0.0.0-test".into(),
+            mpi_library: "test MPI".into(),
+            rank: 0,
+            world_size: 2,
+            hostname: "node0".into(),
+            pid: 42,
+            timer: TimerDef { source: "monotonic".into(), tsc_hz: None, resolution_ns: 1.0 },
+            start_ns: 1000,
+            thread_level: 0,
+            constants: MpiConstants::OPEN_MPI,
+            functions: vec![
+                FunctionDef { name: "MPI_Send".into(), kind: "send".into() },
+                FunctionDef { name: "MPI_Recv".into(), kind: "recv".into() },
+            ],
+            run: None,
+        }
+    }
+}
+
+/// Special values of the MPI library the trace was taken with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MpiConstants {
+    pub any_source: i32,
+    pub any_tag: i32,
+    pub proc_null: i32,
+    pub root: i32,
+    pub undefined: i32,
+}
+
+impl MpiConstants {
+    /// Open MPI's values (for tests).
+    pub const OPEN_MPI: MpiConstants =
+        MpiConstants { any_source: -1, any_tag: -1, proc_null: -2, root: -4, undefined: -32766 };
+}
+
+/// One application thread that recorded events.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ThreadDef {
+    pub index: u32,
+    /// OS thread id.
+    pub tid: u64,
+}
+
+/// Written at `MPI_Finalize` as the last chunk of a rank file.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Trailer {
+    /// Records written (calls and runtime records).
+    pub events: u64,
+    /// Payload bytes of all event chunks.
+    pub bytes: u64,
+    pub chunks: u64,
+    /// Times an application thread found both of its buffers full and waited.
+    pub buffer_waits: u64,
+    pub buffer_wait_ns: u64,
+    /// Events that could not be recorded (always counted, never hidden).
+    pub dropped: u64,
+    pub threads: Vec<ThreadDef>,
+    /// Timer value (ns) at the end of tracing.
+    pub end_ns: u64,
+    /// CLOCK_MONOTONIC at init and finalize, beside the timer's own values,
+    /// so a reader can rescale a TSC timer exactly.
+    pub monotonic_start_ns: u64,
+    pub monotonic_end_ns: u64,
+}
