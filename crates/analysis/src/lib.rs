@@ -1,1 +1,23 @@
+//! Everything the `pmtrace` command does with a trace after the run: read
+//! the rank files ([`Trace::open`]), resolve communicators across ranks
+//! ([`Comms`]), match point-to-point messages by MPI's FIFO rule
+//! ([`Messages`]), summarise them ([`Report`]) and write them out in other
+//! formats ([`export`]).
+//!
+//! ```text
+//!  rank files ─► read::Trace ─► matching::Messages ─► report::Report
+//!                    │                                  (JSON / text)
+//!                    └──────────► export::text
+//! ```
+//!
+//! Library code returns typed errors ([`ReadError`], [`ExportError`]); the
+//! CLI turns them into one line on stderr. There is no `unsafe` here.
 
+pub mod comm;
+pub mod error;
+pub mod fixture;
+pub mod read;
+
+pub use comm::{Comm, Comms};
+pub use error::ReadError;
+pub use read::{EventRef, Rank, Thread, Trace};

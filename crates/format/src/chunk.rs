@@ -6,6 +6,11 @@ pub const PAGE: usize = 4096;
 pub const CHUNK_HEADER_LEN: usize = 64;
 pub const CHUNK_MAGIC: &[u8; 4] = b"PMTC";
 
+/// The checksum a sealed chunk stores in `crc`: crc32 of `payload[..used]`.
+pub fn payload_crc(payload: &[u8]) -> u32 {
+    crc32fast::hash(payload)
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ChunkKind {
     Events = 1,

@@ -1,0 +1,908 @@
+//! Hand-built traces, for tests.
+//!
+//! [`TraceBuilder`] writes rank files the way the runtime does, through the
+//! format crate's own encoders: a file header, events chunks per thread
+//! (interleaved in the file, split where a record would not fit, list
+//! records continued with Continuation records), one empty spare chunk per
+//! thread, and a trailer. Tests describe calls with the decoder's own types
+//! ([`Payload`], [`Status`], [`CommDef`]) and absolute times; the builder
+//! works out gaps, operation ids, references and collective sequence codes.
+//!
+//! ```
+//! use pmtrace_analysis::fixture::{self, TraceBuilder};
+//! let mut tb = TraceBuilder::new(2);
+//! for r in 0..2 {
+//!     tb.rank(r).define_world_and_self(0);
+//! }
+//! tb.rank(0).thread(0).call("MPI_Send", 100, 150, fixture::send(1, 7, 0, 8));
+//! tb.rank(1).thread(0).call("MPI_Recv", 90, 200, fixture::recv(0, 7, 0, 8, fixture::status(0, 7, 8)));
+//! let dir = std::env::temp_dir().join(format!("pmtrace-doc-{}", std::process::id()));
+//! tb.write(&dir).unwrap();
+//! assert_eq!(pmtrace_analysis::Trace::open(&dir).unwrap().events(), 2);
+//! std::fs::remove_dir_all(&dir).unwrap();
+//! ```
+//!
+//! Misuse (an unknown function name, time going backwards, a payload that
+//! does not fit the function's kind) panics: this is test code.
+
+use std::collections::BTreeMap;
+use std::io;
+use std::path::Path;
+
+use pmtrace_format::chunk::{ChunkHeader, ChunkKind, ChunkState, CHUNK_HEADER_LEN, PAGE};
+use pmtrace_format::meta::{
+    FunctionDef, Header, MpiConstants, RunInfo, ThreadDef, TimerDef, Trailer,
+};
+use pmtrace_format::record::{
+    coll_seq_code, op_id, op_ref, put_head, put_members, Call, CommDef, Completion, Payload,
+    Record, CODE_BUFFER_WAIT, CODE_CONTINUATION, CODE_DEF_COMM, CODE_DEF_THREAD,
+    FIRST_FUNCTION_CODE, LIST_BATCH, MAX_LIST_RECORD, ST_BYTES, ST_CANCELLED, ST_EMPTY, ST_NONE,
+    ST_SOURCE, ST_TAG,
+};
+use pmtrace_format::varint::{put_i, put_u};
+use pmtrace_format::{encode_file_header, payload_crc, rank_file_name, Kind, Status};
+
+use crate::comm::{self_comm_id, WORLD_ID};
+
+/// The function table every fixture rank declares, by function id.
+pub const FUNCTIONS: &[(&str, Kind)] = &[
+    ("MPI_Init", Kind::Init),
+    ("MPI_Finalize", Kind::Finalize),
+    ("MPI_Comm_rank", Kind::Plain),
+    ("MPI_Send", Kind::Send),
+    ("MPI_Ssend", Kind::Send),
+    ("MPI_Isend", Kind::Isend),
+    ("MPI_Send_init", Kind::SendInit),
+    ("MPI_Recv", Kind::Recv),
+    ("MPI_Irecv", Kind::Irecv),
+    ("MPI_Recv_init", Kind::RecvInit),
+    ("MPI_Sendrecv", Kind::Sendrecv),
+    ("MPI_Probe", Kind::Probe),
+    ("MPI_Iprobe", Kind::Iprobe),
+    ("MPI_Mprobe", Kind::Mprobe),
+    ("MPI_Improbe", Kind::Improbe),
+    ("MPI_Mrecv", Kind::Mrecv),
+    ("MPI_Imrecv", Kind::Imrecv),
+    ("MPI_Start", Kind::Start),
+    ("MPI_Startall", Kind::Start),
+    ("MPI_Wait", Kind::Complete),
+    ("MPI_Waitall", Kind::Complete),
+    ("MPI_Test", Kind::Complete),
+    ("MPI_Cancel", Kind::Cancel),
+    ("MPI_Request_free", Kind::RequestFree),
+    ("MPI_Barrier", Kind::Coll),
+    ("MPI_Bcast", Kind::Coll),
+    ("MPI_Allreduce", Kind::Coll),
+    ("MPI_Ibarrier", Kind::Icoll),
+    ("MPI_Comm_split", Kind::CommNew),
+    ("MPI_Comm_free", Kind::CommFree),
+    ("MPI_Init_thread", Kind::InitThread),
+    ("MPI_Abort", Kind::Abort),
+    ("MPI_Pcontrol", Kind::Pcontrol),
+];
+
+fn function_id(name: &str) -> u32 {
+    FUNCTIONS
+        .iter()
+        .position(|(n, _)| *n == name)
+        .unwrap_or_else(|| panic!("fixture: {name} is not in fixture::FUNCTIONS")) as u32
+}
+
+/// A status with source, tag and byte count all written.
+pub fn status(source: i32, tag: i32, bytes: u64) -> Status {
+    Status {
+        source: Some(source),
+        tag: Some(tag),
+        bytes: Some(bytes),
+        ..Status::default()
+    }
+}
+
+/// The status of a completed operation that is not a receive.
+pub fn no_status() -> Status {
+    Status {
+        none: true,
+        ..Status::default()
+    }
+}
+
+/// The status of a test or probe that found nothing.
+pub fn empty_status() -> Status {
+    Status {
+        empty: true,
+        ..Status::default()
+    }
+}
+
+/// The status of a cancelled operation.
+pub fn cancelled_status() -> Status {
+    Status {
+        cancelled: true,
+        ..Status::default()
+    }
+}
+
+/// Payload of send, isend and send_init.
+pub fn send(peer: i32, tag: i32, comm: u32, bytes: u64) -> Payload {
+    Payload::Send {
+        peer,
+        tag,
+        comm,
+        bytes,
+        op: None,
+    }
+}
+
+/// Payload of a blocking receive.
+pub fn recv(src: i32, tag: i32, comm: u32, posted: u64, status: Status) -> Payload {
+    Payload::Recv {
+        src,
+        tag,
+        comm,
+        posted,
+        status: Some(status),
+        op: None,
+    }
+}
+
+/// Payload of irecv and recv_init.
+pub fn irecv(src: i32, tag: i32, comm: u32, posted: u64) -> Payload {
+    Payload::Recv {
+        src,
+        tag,
+        comm,
+        posted,
+        status: None,
+        op: None,
+    }
+}
+
+/// Payload of a completion call (wait, test and their -all/-any/-some forms).
+pub fn complete(items: &[(u64, Status)]) -> Payload {
+    Payload::Complete {
+        done: items
+            .iter()
+            .map(|&(op, status)| Completion {
+                op: Some(op),
+                status,
+            })
+            .collect(),
+    }
+}
+
+/// Payload of start/startall for the given persistent requests.
+pub fn start(inits: &[u64]) -> Payload {
+    Payload::Start {
+        started: inits.iter().map(|&i| (Some(i), 0)).collect(),
+    }
+}
+
+pub fn coll(comm: u32, root: i32, sent: u64, recvd: u64, seq: u64) -> Payload {
+    Payload::Coll {
+        comm,
+        root,
+        sent,
+        recvd,
+        seq,
+        op: None,
+    }
+}
+
+/// `MPI_COMM_WORLD` as world rank `rank` defines it: index 0, no member list.
+pub fn world_def(rank: u32, world_size: u32) -> CommDef {
+    CommDef {
+        index: 0,
+        global_id: WORLD_ID,
+        inter: false,
+        size: world_size,
+        rank,
+        remote_size: 0,
+        members: vec![],
+    }
+}
+
+/// `MPI_COMM_SELF` of world rank `rank`: index 1.
+pub fn self_def(rank: u32) -> CommDef {
+    CommDef {
+        index: 1,
+        global_id: self_comm_id(rank),
+        inter: false,
+        size: 1,
+        rank: 0,
+        remote_size: 0,
+        members: vec![],
+    }
+}
+
+/// A whole trace directory under construction.
+#[derive(Debug, Clone)]
+pub struct TraceBuilder {
+    world_size: u32,
+    constants: MpiConstants,
+    chunk_capacity: usize,
+    list_batch: usize,
+    ranks: BTreeMap<u32, RankBuilder>,
+}
+
+impl TraceBuilder {
+    /// A trace of `world_size` ranks with Open MPI's constants and one-page chunks.
+    pub fn new(world_size: u32) -> Self {
+        TraceBuilder {
+            world_size,
+            constants: MpiConstants::OPEN_MPI,
+            chunk_capacity: PAGE,
+            list_batch: LIST_BATCH,
+            ranks: BTreeMap::new(),
+        }
+    }
+
+    /// The MPI constants the headers declare (for ranks created afterwards).
+    pub fn constants(mut self, constants: MpiConstants) -> Self {
+        self.constants = constants;
+        self
+    }
+
+    /// Chunk size in bytes, a page multiple (for ranks created afterwards).
+    pub fn chunk_capacity(mut self, bytes: usize) -> Self {
+        assert!(
+            bytes >= PAGE && bytes.is_multiple_of(PAGE),
+            "fixture: chunk capacity must be a page multiple"
+        );
+        self.chunk_capacity = bytes;
+        self
+    }
+
+    /// Most list items per record part (for ranks created afterwards).
+    pub fn list_batch(mut self, n: usize) -> Self {
+        assert!((1..=LIST_BATCH).contains(&n));
+        self.list_batch = n;
+        self
+    }
+
+    pub fn world_size(&self) -> u32 {
+        self.world_size
+    }
+
+    /// Rank `rank`, created on first use.
+    pub fn rank(&mut self, rank: u32) -> &mut RankBuilder {
+        let (ws, constants, cap, batch) = (
+            self.world_size,
+            self.constants,
+            self.chunk_capacity,
+            self.list_batch,
+        );
+        self.ranks
+            .entry(rank)
+            .or_insert_with(|| RankBuilder::new(rank, ws, constants, cap, batch))
+    }
+
+    /// Creates `dir` (and parents) and writes every rank file into it.
+    pub fn write(&self, dir: &Path) -> io::Result<()> {
+        std::fs::create_dir_all(dir)?;
+        for (r, rb) in &self.ranks {
+            std::fs::write(dir.join(rank_file_name(*r)), rb.to_bytes())?;
+        }
+        Ok(())
+    }
+}
+
+/// One rank file under construction.
+#[derive(Debug, Clone)]
+pub struct RankBuilder {
+    header: Header,
+    chunk_capacity: usize,
+    list_batch: usize,
+    threads: BTreeMap<u32, ThreadBuilder>,
+    finalized: bool,
+}
+
+impl RankBuilder {
+    fn new(
+        rank: u32,
+        world_size: u32,
+        constants: MpiConstants,
+        chunk_capacity: usize,
+        list_batch: usize,
+    ) -> Self {
+        let header = Header {
+            library_version: "0.0.0-fixture".into(),
+            mpi_library: "fixture MPI".into(),
+            rank,
+            world_size,
+            hostname: format!("node{rank}"),
+            pid: 1000 + rank,
+            timer: TimerDef {
+                source: "monotonic".into(),
+                tsc_hz: None,
+                resolution_ns: 1.0,
+            },
+            start_ns: 0,
+            thread_level: 0,
+            constants,
+            functions: FUNCTIONS
+                .iter()
+                .map(|(n, k)| FunctionDef {
+                    name: (*n).into(),
+                    kind: k.name().into(),
+                })
+                .collect(),
+            run: (rank == 0).then(|| RunInfo {
+                command_line: vec!["./fixture".into()],
+                world_size,
+                start_unix_ns: 1_700_000_000_000_000_000,
+                config: BTreeMap::new(),
+            }),
+        };
+        RankBuilder {
+            header,
+            chunk_capacity,
+            list_batch,
+            threads: BTreeMap::new(),
+            finalized: true,
+        }
+    }
+
+    /// Thread `index`, created on first use.
+    pub fn thread(&mut self, index: u32) -> &mut ThreadBuilder {
+        let (cap, batch) = (self.chunk_capacity, self.list_batch);
+        self.threads
+            .entry(index)
+            .or_insert_with(|| ThreadBuilder::new(index, cap - CHUNK_HEADER_LEN, batch))
+    }
+
+    /// Defines `MPI_COMM_WORLD` (index 0) and `MPI_COMM_SELF` (index 1) on
+    /// thread 0 at time `t`.
+    pub fn define_world_and_self(&mut self, t: u64) -> &mut Self {
+        let (rank, ws) = (self.header.rank, self.header.world_size);
+        self.thread(0)
+            .def_comm(t, world_def(rank, ws))
+            .def_comm(t, self_def(rank));
+        self
+    }
+
+    /// The rank dies before `MPI_Finalize`: no trailer, and each thread's
+    /// last chunk stays open (unsealed).
+    pub fn unfinished(&mut self) -> &mut Self {
+        self.finalized = false;
+        self
+    }
+
+    /// The rank file's bytes.
+    pub fn to_bytes(&self) -> Vec<u8> {
+        let mut out = encode_file_header(&self.header);
+        let cap = self.chunk_capacity;
+        let push_chunk = |out: &mut Vec<u8>, h: ChunkHeader, payload: &[u8]| {
+            out.extend_from_slice(&h.encode());
+            out.extend_from_slice(payload);
+            out.resize(
+                out.len() + h.capacity as usize - CHUNK_HEADER_LEN - payload.len(),
+                0,
+            );
+        };
+        // Threads' chunks interleave in the file, as buffers of concurrent
+        // threads fill up; readers must sort them by seq.
+        let most = self
+            .threads
+            .values()
+            .map(|t| t.chunks.len())
+            .max()
+            .unwrap_or(0);
+        let (mut events, mut bytes, mut chunks) = (0u64, 0u64, 0u64);
+        for seq in 0..most {
+            for th in self.threads.values() {
+                let Some(c) = th.chunks.get(seq) else {
+                    continue;
+                };
+                let last = seq + 1 == th.chunks.len();
+                let sealed = self.finalized || !last;
+                let h = ChunkHeader {
+                    kind: ChunkKind::Events,
+                    thread: th.index,
+                    state: if sealed {
+                        ChunkState::Sealed
+                    } else {
+                        ChunkState::Open
+                    },
+                    capacity: cap as u64,
+                    used: if sealed { c.data.len() as u64 } else { 0 },
+                    base_ns: c.base_ns,
+                    seq: seq as u64,
+                    crc: if sealed { payload_crc(&c.data) } else { 0 },
+                };
+                push_chunk(&mut out, h, &c.data);
+                bytes += c.data.len() as u64;
+                chunks += 1;
+            }
+        }
+        if !self.finalized {
+            return out;
+        }
+        // The spare buffer of each thread, never filled.
+        for th in self.threads.values() {
+            let h = ChunkHeader {
+                kind: ChunkKind::Events,
+                thread: th.index,
+                state: ChunkState::Sealed,
+                capacity: cap as u64,
+                used: 0,
+                base_ns: 0,
+                seq: th.chunks.len() as u64,
+                crc: payload_crc(&[]),
+            };
+            push_chunk(&mut out, h, &[]);
+            chunks += 1;
+        }
+        for th in self.threads.values() {
+            events += th.records;
+        }
+        let end_ns = self
+            .threads
+            .values()
+            .map(|t| t.prev_end.unwrap_or(0))
+            .max()
+            .unwrap_or(0);
+        let trailer = Trailer {
+            events,
+            bytes,
+            chunks,
+            buffer_waits: 0,
+            buffer_wait_ns: 0,
+            dropped: 0,
+            threads: self
+                .threads
+                .values()
+                .map(|t| ThreadDef {
+                    index: t.index,
+                    tid: 5000 + u64::from(t.index),
+                })
+                .collect(),
+            end_ns,
+            monotonic_start_ns: 0,
+            monotonic_end_ns: end_ns,
+        };
+        let json = serde_json::to_vec(&trailer).expect("trailer serializes");
+        let h = ChunkHeader {
+            kind: ChunkKind::Trailer,
+            thread: 0,
+            state: ChunkState::Sealed,
+            capacity: (CHUNK_HEADER_LEN + json.len()).div_ceil(PAGE) as u64 * PAGE as u64,
+            used: json.len() as u64,
+            base_ns: 0,
+            seq: 0,
+            crc: payload_crc(&json),
+        };
+        push_chunk(&mut out, h, &json);
+        out
+    }
+}
+
+#[derive(Debug, Clone)]
+struct ChunkData {
+    base_ns: u64,
+    data: Vec<u8>,
+}
+
+/// One thread's record stream, encoded as it is added.
+#[derive(Debug, Clone)]
+pub struct ThreadBuilder {
+    index: u32,
+    payload_capacity: usize,
+    list_batch: usize,
+    prev_end: Option<u64>,
+    next_n: u64,
+    last_coll: Option<(u32, u64)>,
+    chunks: Vec<ChunkData>,
+    records: u64,
+}
+
+impl ThreadBuilder {
+    fn new(index: u32, payload_capacity: usize, list_batch: usize) -> Self {
+        ThreadBuilder {
+            index,
+            payload_capacity,
+            list_batch,
+            prev_end: None,
+            next_n: 1,
+            last_coll: None,
+            chunks: Vec::new(),
+            records: 0,
+        }
+    }
+
+    /// The id the next operation-creating record will get.
+    pub fn next_op(&self) -> u64 {
+        op_id(self.index, self.next_n)
+    }
+
+    /// A successful call of `func` from `t_start` to `t_end`.
+    pub fn call(&mut self, func: &str, t_start: u64, t_end: u64, payload: Payload) -> &mut Self {
+        self.call_rc(func, t_start, t_end, 0, payload)
+    }
+
+    /// A call that returned `rc`.
+    pub fn call_rc(
+        &mut self,
+        func: &str,
+        t_start: u64,
+        t_end: u64,
+        rc: i32,
+        payload: Payload,
+    ) -> &mut Self {
+        let id = function_id(func);
+        self.record(&Record::Call(Call {
+            func: id,
+            t_start,
+            t_end,
+            rc,
+            payload,
+        }));
+        self
+    }
+
+    pub fn def_comm(&mut self, t: u64, def: CommDef) -> &mut Self {
+        self.record(&Record::DefComm { t, def });
+        self
+    }
+
+    pub fn def_thread(&mut self, t: u64, tid: u64) -> &mut Self {
+        self.record(&Record::DefThread { t, tid });
+        self
+    }
+
+    pub fn buffer_wait(&mut self, t_start: u64, t_end: u64) -> &mut Self {
+        self.record(&Record::BufferWait { t_start, t_end });
+        self
+    }
+
+    /// Encodes any record; returns the ids of the operations it creates.
+    pub fn record(&mut self, rec: &Record) -> Vec<u64> {
+        let (t_start, t_end) = match rec {
+            Record::Call(c) => (c.t_start, c.t_end),
+            Record::BufferWait { t_start, t_end } => (*t_start, *t_end),
+            Record::DefComm { t, .. } | Record::DefThread { t, .. } => (*t, *t),
+        };
+        assert!(t_end >= t_start, "fixture: record ends before it starts");
+        let prev = *self.prev_end.get_or_insert(t_start);
+        assert!(
+            t_start >= prev,
+            "fixture: thread {} goes back in time at {t_start}",
+            self.index
+        );
+        let (gap, dur) = (t_start - prev, t_end - t_start);
+        self.prev_end = Some(t_end);
+        self.records += 1;
+        let mut created = Vec::new();
+        let mut head = Part::new();
+        let mut rest: Vec<Part> = Vec::new();
+        match rec {
+            Record::BufferWait { .. } => {
+                put_head(&mut head.buf, &mut head.pos, CODE_BUFFER_WAIT, gap, dur, 0)
+            }
+            Record::DefThread { tid, .. } => {
+                put_head(&mut head.buf, &mut head.pos, CODE_DEF_THREAD, gap, dur, 0);
+                head.u(*tid);
+            }
+            Record::DefComm { def, .. } => {
+                put_head(&mut head.buf, &mut head.pos, CODE_DEF_COMM, gap, dur, 0);
+                head.u(u64::from(def.index));
+                head.u(def.global_id);
+                head.u(u64::from(def.inter));
+                head.u(u64::from(def.size));
+                head.u(u64::from(def.rank));
+                head.u(u64::from(def.remote_size));
+                let mut prev = -1i64;
+                let mut batches = def.members.chunks(self.list_batch);
+                let first = batches.next().unwrap_or(&[]);
+                head.u(first.len() as u64);
+                put_members(&mut head.buf, &mut head.pos, &mut prev, first);
+                for batch in batches {
+                    let mut p = Part::continuation(batch.len());
+                    put_members(&mut p.buf, &mut p.pos, &mut prev, batch);
+                    rest.push(p);
+                }
+            }
+            Record::Call(c) => {
+                let kind = FUNCTIONS[c.func as usize].1;
+                put_head(
+                    &mut head.buf,
+                    &mut head.pos,
+                    FIRST_FUNCTION_CODE + u64::from(c.func),
+                    gap,
+                    dur,
+                    c.rc,
+                );
+                self.payload(
+                    kind,
+                    c.rc == 0,
+                    &c.payload,
+                    &mut head,
+                    &mut rest,
+                    &mut created,
+                );
+            }
+        }
+        // A record's gap counts from `prev`, so a chunk it opens has that
+        // base; a chunk opened by a continuation starts after the record.
+        self.place(head, prev);
+        for p in rest {
+            self.place(p, t_end);
+        }
+        created
+    }
+
+    fn take_id(&mut self) -> u64 {
+        let id = self.next_op();
+        self.next_n += 1;
+        id
+    }
+
+    fn reference(&self, id: Option<u64>) -> i64 {
+        op_ref(self.next_op(), id)
+    }
+
+    fn payload(
+        &mut self,
+        kind: Kind,
+        ok: bool,
+        payload: &Payload,
+        head: &mut Part,
+        rest: &mut Vec<Part>,
+        created: &mut Vec<u64>,
+    ) {
+        let mismatch = || -> Status {
+            panic!(
+                "fixture: payload {payload:?} does not fit kind {}",
+                kind.name()
+            )
+        };
+        match (kind, payload) {
+            (Kind::Plain | Kind::Init | Kind::Finalize, Payload::None) => {}
+            (Kind::InitThread, Payload::InitThread { required, provided }) => {
+                head.i(i64::from(*required));
+                head.i(i64::from(*provided));
+            }
+            (Kind::Abort, Payload::Abort { comm, code }) => {
+                head.u(u64::from(*comm));
+                head.i(i64::from(*code));
+            }
+            (Kind::Pcontrol, Payload::Pcontrol { level }) => head.i(i64::from(*level)),
+            (
+                Kind::Send | Kind::Isend | Kind::SendInit,
+                Payload::Send {
+                    peer,
+                    tag,
+                    comm,
+                    bytes,
+                    ..
+                },
+            ) => {
+                head.i(i64::from(*peer));
+                head.i(i64::from(*tag));
+                head.u(u64::from(*comm));
+                head.u(*bytes);
+                if kind != Kind::Send && ok {
+                    created.push(self.take_id());
+                }
+            }
+            (
+                Kind::Recv | Kind::Irecv | Kind::RecvInit,
+                Payload::Recv {
+                    src,
+                    tag,
+                    comm,
+                    posted,
+                    status,
+                    ..
+                },
+            ) => {
+                head.i(i64::from(*src));
+                head.i(i64::from(*tag));
+                head.u(u64::from(*comm));
+                head.u(*posted);
+                if kind == Kind::Recv {
+                    head.status(&status.unwrap_or_else(mismatch));
+                } else if ok {
+                    created.push(self.take_id());
+                }
+            }
+            (
+                Kind::Sendrecv,
+                Payload::Sendrecv {
+                    peer,
+                    stag,
+                    bytes,
+                    src,
+                    rtag,
+                    posted,
+                    comm,
+                    status,
+                },
+            ) => {
+                head.i(i64::from(*peer));
+                head.i(i64::from(*stag));
+                head.u(*bytes);
+                head.i(i64::from(*src));
+                head.i(i64::from(*rtag));
+                head.u(*posted);
+                head.u(u64::from(*comm));
+                head.status(status);
+            }
+            (
+                Kind::Probe | Kind::Iprobe | Kind::Mprobe | Kind::Improbe,
+                Payload::Probe {
+                    src,
+                    tag,
+                    comm,
+                    status,
+                    ..
+                },
+            ) => {
+                head.i(i64::from(*src));
+                head.i(i64::from(*tag));
+                head.u(u64::from(*comm));
+                head.status(status);
+                if matches!(kind, Kind::Mprobe | Kind::Improbe) && ok && !status.empty {
+                    created.push(self.take_id());
+                }
+            }
+            (
+                Kind::Mrecv | Kind::Imrecv,
+                Payload::Mrecv {
+                    msg,
+                    posted,
+                    status,
+                    ..
+                },
+            ) => {
+                head.i(self.reference(*msg));
+                head.u(*posted);
+                if kind == Kind::Mrecv {
+                    head.status(&status.unwrap_or_else(mismatch));
+                } else if ok {
+                    created.push(self.take_id());
+                }
+            }
+            (Kind::Start, Payload::Start { started }) => {
+                let mut batches = started.chunks(self.list_batch);
+                let first = batches.next().unwrap_or(&[]);
+                head.u(first.len() as u64);
+                for (init, _) in first {
+                    head.i(self.reference(*init));
+                    created.push(self.take_id());
+                }
+                for batch in batches {
+                    let mut p = Part::continuation(batch.len());
+                    for (init, _) in batch {
+                        p.i(self.reference(*init));
+                        created.push(self.take_id());
+                    }
+                    rest.push(p);
+                }
+            }
+            (Kind::Complete, Payload::Complete { done }) => {
+                let mut batches = done.chunks(self.list_batch);
+                let first = batches.next().unwrap_or(&[]);
+                head.u(first.len() as u64);
+                for c in first {
+                    head.i(self.reference(c.op));
+                    head.status(&c.status);
+                }
+                for batch in batches {
+                    let mut p = Part::continuation(batch.len());
+                    for c in batch {
+                        p.i(self.reference(c.op));
+                        p.status(&c.status);
+                    }
+                    rest.push(p);
+                }
+            }
+            (Kind::Cancel | Kind::RequestFree, Payload::OpRef { op }) => {
+                head.i(self.reference(*op))
+            }
+            (
+                Kind::Coll | Kind::Icoll,
+                Payload::Coll {
+                    comm,
+                    root,
+                    sent,
+                    recvd,
+                    seq,
+                    ..
+                },
+            ) => {
+                head.u(u64::from(*comm));
+                head.i(i64::from(*root));
+                head.u(*sent);
+                head.u(*recvd);
+                head.u(coll_seq_code(self.last_coll, *comm, *seq));
+                self.last_coll = Some((*comm, *seq));
+                if kind == Kind::Icoll && ok {
+                    created.push(self.take_id());
+                }
+            }
+            (Kind::CommNew, Payload::CommNew { parent, comm }) => {
+                head.u(parent.map_or(0, |p| u64::from(p) + 1));
+                head.u(comm.map_or(0, |c| u64::from(c) + 1));
+            }
+            (Kind::CommFree, Payload::CommFree { comm }) => head.u(u64::from(*comm)),
+            _ => {
+                mismatch();
+            }
+        }
+    }
+
+    /// Appends one record part, starting a new chunk (with time base
+    /// `base_ns`) if it does not fit in the current one.
+    fn place(&mut self, part: Part, base_ns: u64) {
+        let bytes = &part.buf[..part.pos];
+        assert!(
+            bytes.len() <= self.payload_capacity,
+            "fixture: record larger than a chunk"
+        );
+        let fits = self
+            .chunks
+            .last()
+            .is_some_and(|c| c.data.len() + bytes.len() <= self.payload_capacity);
+        if !fits {
+            self.chunks.push(ChunkData {
+                base_ns,
+                data: Vec::new(),
+            });
+        }
+        self.chunks
+            .last_mut()
+            .expect("a chunk")
+            .data
+            .extend_from_slice(bytes);
+    }
+}
+
+/// One record or continuation part being encoded.
+struct Part {
+    buf: Vec<u8>,
+    pos: usize,
+}
+
+impl Part {
+    fn new() -> Part {
+        Part {
+            buf: vec![0; MAX_LIST_RECORD],
+            pos: 0,
+        }
+    }
+
+    fn continuation(n: usize) -> Part {
+        let mut p = Part::new();
+        p.u(CODE_CONTINUATION << 1);
+        p.u(n as u64);
+        p
+    }
+
+    fn u(&mut self, v: u64) {
+        put_u(&mut self.buf, &mut self.pos, v);
+    }
+
+    fn i(&mut self, v: i64) {
+        put_i(&mut self.buf, &mut self.pos, v);
+    }
+
+    /// Writes exactly the fields the status holds.
+    fn status(&mut self, s: &Status) {
+        let flags = (s.source.is_some() as u64 * ST_SOURCE)
+            | (s.tag.is_some() as u64 * ST_TAG)
+            | (s.bytes.is_some() as u64 * ST_BYTES)
+            | (s.cancelled as u64 * ST_CANCELLED)
+            | (s.empty as u64 * ST_EMPTY)
+            | (s.none as u64 * ST_NONE);
+        self.u(flags);
+        if let Some(v) = s.source {
+            self.i(i64::from(v));
+        }
+        if let Some(v) = s.tag {
+            self.i(i64::from(v));
+        }
+        if let Some(v) = s.bytes {
+            self.u(v);
+        }
+    }
+}

@@ -1,0 +1,652 @@
+//! Reading a trace directory into memory.
+//!
+//! ```text
+//!  DIR/rank-NNNNN.pmt ──► header JSON ──► function kinds, MPI constants
+//!        │
+//!        └─► chunk walk: first chunk offset, then + capacity, to end of file
+//!              events chunk, sealed   crc32 of payload[..used] checked
+//!              events chunk, open     (the run died) scanned to the first zero byte
+//!              trailer chunk          meta::Trailer JSON; none = rank never finalized
+//!        │
+//!        └─► events chunks grouped by thread, sorted by seq, decoded by one
+//!            ThreadDecoder per thread (Continuation records extend the
+//!            previous record, even across a chunk boundary)
+//! ```
+//!
+//! Files are read with positioned reads, one chunk at a time, so memory
+//! follows the decoded records rather than the (mostly preallocated) files,
+//! and no length field is trusted before it is checked against the file.
+//!
+//! Anything that makes a trace unreadable is a [`ReadError`]; anything that
+//! only makes it partial (a rank that never finalized, an unsealed chunk
+//! that stops making sense) is kept as a warning on the [`Rank`].
+
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+
+use pmtrace_format::chunk::{ChunkHeader, ChunkKind, ChunkState, CHUNK_HEADER_LEN};
+use pmtrace_format::meta::{Header, MpiConstants, Trailer};
+use pmtrace_format::record::{Call, CommDef, Payload, Record, ThreadDecoder, CODE_CONTINUATION};
+use pmtrace_format::{decode_file_header, rank_file_name, FormatError, Kind, FILE_PREFIX_LEN};
+
+use crate::comm::{Comm, Comms};
+use crate::error::ReadError;
+
+/// Where one record lives: world rank, thread index, position in the
+/// thread's record list.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct EventRef {
+    pub rank: u32,
+    pub thread: u32,
+    pub index: usize,
+}
+
+/// The records of one application thread, in order.
+#[derive(Debug, Clone)]
+pub struct Thread {
+    /// The thread index of the chunk headers (and of operation ids).
+    pub index: u32,
+    /// OS thread id, from the thread's `DefThread` record or the trailer.
+    pub tid: Option<u64>,
+    pub records: Vec<Record>,
+}
+
+/// One rank's file, decoded.
+#[derive(Debug, Clone)]
+pub struct Rank {
+    pub rank: u32,
+    pub file_name: String,
+    /// Size of the rank file on disk.
+    pub file_bytes: u64,
+    /// Payload bytes of the events chunks (what the records take).
+    pub payload_bytes: u64,
+    /// Events chunks in the file, empty ones included.
+    pub chunks: u64,
+    pub header: Header,
+    /// Kind of each function of `header.functions`, by function id.
+    pub kinds: Vec<Kind>,
+    /// Written at `MPI_Finalize`; `None` if the rank never got there.
+    pub trailer: Option<Trailer>,
+    /// Threads sorted by index.
+    pub threads: Vec<Thread>,
+    /// Communicator definitions by rank-local index, each list in time
+    /// order (an index may be reused after `MPI_Comm_free`).
+    comms: BTreeMap<u32, Vec<(u64, CommDef)>>,
+    /// Things that make this rank's data partial, one line each.
+    pub warnings: Vec<String>,
+}
+
+impl Rank {
+    /// Whether the rank reached `MPI_Finalize` (its trailer was written).
+    pub fn complete(&self) -> bool {
+        self.trailer.is_some()
+    }
+
+    pub fn function_name(&self, func: u32) -> &str {
+        self.header
+            .functions
+            .get(func as usize)
+            .map_or("?", |f| f.name.as_str())
+    }
+
+    /// The kind of function `func`; the reader guarantees every decoded
+    /// call's `func` is in range.
+    pub fn kind(&self, func: u32) -> Kind {
+        self.kinds[func as usize]
+    }
+
+    /// The definition of communicator `index` in force at time `t`: the
+    /// latest one made at or before `t`, else the earliest one.
+    pub fn comm_at(&self, index: u32, t: u64) -> Option<&CommDef> {
+        let defs = self.comms.get(&index)?;
+        defs.iter()
+            .rev()
+            .find(|(td, _)| *td <= t)
+            .or(defs.first())
+            .map(|(_, d)| d)
+    }
+
+    /// Every communicator definition of this rank.
+    pub fn comm_defs(&self) -> impl Iterator<Item = &CommDef> {
+        self.comms.values().flatten().map(|(_, d)| d)
+    }
+
+    /// The records that are MPI calls.
+    pub fn calls(&self) -> impl Iterator<Item = (EventRef, &Call)> {
+        self.threads.iter().flat_map(move |th| {
+            th.records
+                .iter()
+                .enumerate()
+                .filter_map(move |(index, r)| match r {
+                    Record::Call(c) => Some((
+                        EventRef {
+                            rank: self.rank,
+                            thread: th.index,
+                            index,
+                        },
+                        c,
+                    )),
+                    _ => None,
+                })
+        })
+    }
+
+    /// Number of MPI calls recorded.
+    pub fn events(&self) -> u64 {
+        self.calls().count() as u64
+    }
+
+    pub fn thread(&self, index: u32) -> Option<&Thread> {
+        self.threads
+            .binary_search_by_key(&index, |t| t.index)
+            .ok()
+            .map(|i| &self.threads[i])
+    }
+}
+
+/// A whole trace directory, decoded, with communicators resolved.
+#[derive(Debug, Clone)]
+pub struct Trace {
+    pub dir: PathBuf,
+    pub world_size: u32,
+    /// Indexed by world rank.
+    pub ranks: Vec<Rank>,
+    pub comms: Comms,
+    /// Trace-wide problems that do not stop analysis (see also each
+    /// rank's `warnings`).
+    pub warnings: Vec<String>,
+}
+
+impl Trace {
+    /// Reads every rank file of `dir`. Ranks `0..world_size` must all be
+    /// present; a rank that never finalized is read as far as it got.
+    pub fn open(dir: impl AsRef<Path>) -> Result<Trace, ReadError> {
+        let dir = dir.as_ref().to_path_buf();
+        let files = rank_files(&dir)?;
+        let mut headers = Vec::with_capacity(files.len());
+        for (rank, path) in &files {
+            let file = RankFile::open(path, *rank)?;
+            let (header, first_chunk) = file.header()?;
+            if header.rank != *rank {
+                return Err(ReadError::corrupt(
+                    &file.name,
+                    format!("header says rank {}", header.rank),
+                ));
+            }
+            headers.push((file, header, first_chunk));
+        }
+        let world_size = headers[0].1.world_size;
+        for (file, header, _) in &headers {
+            if header.world_size != world_size {
+                return Err(ReadError::corrupt(
+                    &file.name,
+                    format!(
+                        "world size {} differs from rank 0's {world_size}",
+                        header.world_size
+                    ),
+                ));
+            }
+            if header.rank >= world_size {
+                return Err(ReadError::corrupt(
+                    &file.name,
+                    format!("rank beyond world size {world_size}"),
+                ));
+            }
+        }
+        if let Some(missing) = (0..world_size).find(|r| !files.contains_key(r)) {
+            return Err(ReadError::MissingRank {
+                dir,
+                file: rank_file_name(missing),
+                world_size,
+            });
+        }
+        let mut ranks = Vec::with_capacity(headers.len());
+        for (file, header, first_chunk) in headers {
+            ranks.push(file.read(header, first_chunk)?);
+        }
+        let mut warnings = Vec::new();
+        let constants = ranks[0].header.constants;
+        for r in &ranks {
+            if r.header.constants != constants {
+                warnings.push(format!(
+                    "{}: MPI constants differ from rank 0's",
+                    r.file_name
+                ));
+            }
+        }
+        let comms = Comms::resolve(
+            world_size,
+            ranks
+                .iter()
+                .flat_map(|r| r.comm_defs().map(move |d| (r.rank, d))),
+            &mut warnings,
+        );
+        Ok(Trace {
+            dir,
+            world_size,
+            ranks,
+            comms,
+            warnings,
+        })
+    }
+
+    /// The MPI library's special values (`MPI_ANY_SOURCE`, …) as rank 0 recorded them.
+    pub fn constants(&self) -> MpiConstants {
+        self.ranks[0].header.constants
+    }
+
+    /// The communicator that world rank `rank` called `index` at time `t`.
+    pub fn comm_at(&self, rank: u32, index: u32, t: u64) -> Option<&Comm> {
+        let def = self.ranks.get(rank as usize)?.comm_at(index, t)?;
+        self.comms.get(def.global_id)
+    }
+
+    /// The world rank of `comm_rank` in rank `rank`'s communicator `index`
+    /// (its latest definition); for an intercommunicator, a rank of the
+    /// remote group.
+    pub fn to_world(&self, rank: u32, comm_index: u32, comm_rank: u32) -> Option<u32> {
+        self.comm_at(rank, comm_index, u64::MAX)?
+            .to_world(rank, comm_rank)
+    }
+
+    pub fn record(&self, at: EventRef) -> Option<&Record> {
+        self.ranks
+            .get(at.rank as usize)?
+            .thread(at.thread)?
+            .records
+            .get(at.index)
+    }
+
+    /// Number of MPI calls recorded over all ranks.
+    pub fn events(&self) -> u64 {
+        self.ranks.iter().map(Rank::events).sum()
+    }
+
+    /// World ranks that never reached `MPI_Finalize`.
+    pub fn incomplete_ranks(&self) -> Vec<u32> {
+        self.ranks
+            .iter()
+            .filter(|r| !r.complete())
+            .map(|r| r.rank)
+            .collect()
+    }
+
+    /// Every warning of the trace and its ranks, one line each.
+    pub fn all_warnings(&self) -> Vec<String> {
+        let mut out = self.warnings.clone();
+        for r in &self.ranks {
+            out.extend(r.warnings.iter().map(|w| format!("{}: {w}", r.file_name)));
+        }
+        out
+    }
+}
+
+/// The `rank-NNNNN.pmt` files of `dir`, by rank.
+fn rank_files(dir: &Path) -> Result<BTreeMap<u32, PathBuf>, ReadError> {
+    let io = |source| ReadError::Io {
+        path: dir.to_path_buf(),
+        source,
+    };
+    let mut files = BTreeMap::new();
+    for entry in std::fs::read_dir(dir).map_err(io)? {
+        let entry = entry.map_err(io)?;
+        let name = entry.file_name();
+        let Some(name) = name.to_str() else { continue };
+        let Some(digits) = name
+            .strip_prefix("rank-")
+            .and_then(|n| n.strip_suffix(".pmt"))
+        else {
+            continue;
+        };
+        if !digits.bytes().all(|b| b.is_ascii_digit()) {
+            continue;
+        }
+        if let Ok(rank) = digits.parse::<u32>() {
+            if rank_file_name(rank) == name {
+                files.insert(rank, entry.path());
+            }
+        }
+    }
+    if files.is_empty() {
+        return Err(ReadError::NoRankFiles {
+            dir: dir.to_path_buf(),
+        });
+    }
+    Ok(files)
+}
+
+/// An open rank file, read piecewise.
+struct RankFile {
+    file: File,
+    path: PathBuf,
+    name: String,
+    len: u64,
+    rank: u32,
+}
+
+impl RankFile {
+    fn open(path: &Path, rank: u32) -> Result<RankFile, ReadError> {
+        let io = |source| ReadError::Io {
+            path: path.to_path_buf(),
+            source,
+        };
+        let file = File::open(path).map_err(io)?;
+        let len = file.metadata().map_err(io)?.len();
+        Ok(RankFile {
+            file,
+            path: path.to_path_buf(),
+            name: rank_file_name(rank),
+            len,
+            rank,
+        })
+    }
+
+    /// Reads `n` bytes at `offset`; the caller has checked they lie inside the file.
+    fn read_at(&self, offset: u64, n: u64) -> Result<Vec<u8>, ReadError> {
+        debug_assert!(offset + n <= self.len);
+        let mut buf = vec![0u8; n as usize];
+        self.file
+            .read_exact_at(&mut buf, offset)
+            .map_err(|source| ReadError::Io {
+                path: self.path.clone(),
+                source,
+            })?;
+        Ok(buf)
+    }
+
+    fn header(&self) -> Result<(Header, u64), ReadError> {
+        let prefix = self.read_at(0, self.len.min(FILE_PREFIX_LEN as u64))?;
+        let json_len = match prefix.get(12..16) {
+            Some(b) => u64::from(u32::from_le_bytes(b.try_into().expect("4 bytes"))),
+            None => 0,
+        };
+        let bytes = self.read_at(0, self.len.min(FILE_PREFIX_LEN as u64 + json_len))?;
+        let (header, first_chunk) =
+            decode_file_header(&bytes).map_err(|e| ReadError::from_format(&self.name, e, None))?;
+        Ok((header, first_chunk as u64))
+    }
+
+    fn read(self, header: Header, first_chunk: u64) -> Result<Rank, ReadError> {
+        let name = self.name.clone();
+        let kinds = header
+            .functions
+            .iter()
+            .map(|f| {
+                Kind::from_name(&f.kind).ok_or_else(|| {
+                    ReadError::corrupt(
+                        &name,
+                        format!("unknown record kind {:?} for function {}", f.kind, f.name),
+                    )
+                })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let mut warnings = Vec::new();
+        let chunks = self.walk_chunks(first_chunk, &mut warnings)?;
+
+        let mut trailer = None;
+        let mut by_thread: BTreeMap<u32, Vec<(u64, ChunkHeader)>> = BTreeMap::new();
+        let mut payload_bytes = 0;
+        let mut n_chunks = 0;
+        for (at, h) in chunks {
+            match h.kind {
+                ChunkKind::Trailer => {
+                    if h.state == ChunkState::Sealed {
+                        let json = self.sealed_payload(at, &h)?;
+                        let t: Trailer = serde_json::from_slice(&json).map_err(|e| {
+                            ReadError::corrupt(&name, format!("trailer at offset {at}: {e}"))
+                        })?;
+                        trailer = Some(t);
+                    }
+                }
+                ChunkKind::Events => {
+                    n_chunks += 1;
+                    payload_bytes += h.used;
+                    by_thread.entry(h.thread).or_default().push((at, h));
+                }
+            }
+        }
+
+        let mut threads = Vec::with_capacity(by_thread.len());
+        for (index, mut chunks) in by_thread {
+            chunks.sort_by_key(|(_, h)| h.seq);
+            for pair in chunks.windows(2) {
+                let ((a, ha), (b, hb)) = (&pair[0], &pair[1]);
+                if ha.seq == hb.seq {
+                    return Err(ReadError::corrupt(
+                        &name,
+                        format!(
+                            "thread {index} has two chunks numbered {} (offsets {a} and {b})",
+                            ha.seq
+                        ),
+                    ));
+                }
+                if hb.seq != ha.seq + 1 {
+                    warnings.push(format!(
+                        "thread {index}: chunks {} to {} are missing (events lost)",
+                        ha.seq + 1,
+                        hb.seq - 1
+                    ));
+                }
+            }
+            let records = self.decode_thread(index, &chunks, &kinds, &mut warnings)?;
+            threads.push(Thread {
+                index,
+                tid: None,
+                records,
+            });
+        }
+        for th in &mut threads {
+            th.tid = th
+                .records
+                .iter()
+                .find_map(|r| match r {
+                    Record::DefThread { tid, .. } => Some(*tid),
+                    _ => None,
+                })
+                .or_else(|| {
+                    trailer
+                        .as_ref()?
+                        .threads
+                        .iter()
+                        .find(|d| d.index == th.index)
+                        .map(|d| d.tid)
+                });
+        }
+
+        let mut comms: BTreeMap<u32, Vec<(u64, CommDef)>> = BTreeMap::new();
+        for th in &threads {
+            for r in &th.records {
+                if let Record::DefComm { t, def } = r {
+                    comms.entry(def.index).or_default().push((*t, def.clone()));
+                }
+            }
+        }
+        for defs in comms.values_mut() {
+            defs.sort_by_key(|(t, _)| *t);
+        }
+
+        let rank = Rank {
+            rank: self.rank,
+            file_name: name,
+            file_bytes: self.len,
+            payload_bytes,
+            chunks: n_chunks,
+            header,
+            kinds,
+            trailer,
+            threads,
+            comms,
+            warnings,
+        };
+        check_comm_indices(rank)
+    }
+
+    /// Offsets and headers of every chunk, in file order.
+    fn walk_chunks(
+        &self,
+        first_chunk: u64,
+        warnings: &mut Vec<String>,
+    ) -> Result<Vec<(u64, ChunkHeader)>, ReadError> {
+        let mut chunks = Vec::new();
+        let mut at = first_chunk;
+        if at > self.len {
+            return Err(ReadError::Truncated {
+                file: self.name.clone(),
+                what: "file header ends early".into(),
+            });
+        }
+        while at < self.len {
+            if self.len - at < CHUNK_HEADER_LEN as u64 {
+                return Err(ReadError::Truncated {
+                    file: self.name.clone(),
+                    what: format!("chunk at offset {at} ends early"),
+                });
+            }
+            let raw = self.read_at(at, CHUNK_HEADER_LEN as u64)?;
+            if raw.iter().all(|&b| b == 0) {
+                // Space the runtime reserved but never handed out (a run
+                // that died while growing the file).
+                warnings.push(format!(
+                    "unwritten space from offset {at} to the end of the file"
+                ));
+                break;
+            }
+            let h = ChunkHeader::decode(&raw, at as usize, self.len as usize)
+                .map_err(|e| ReadError::from_format(&self.name, e, None))?;
+            chunks.push((at, h));
+            at += h.capacity;
+        }
+        Ok(chunks)
+    }
+
+    /// payload[..used] of a sealed chunk, checksum verified.
+    fn sealed_payload(&self, at: u64, h: &ChunkHeader) -> Result<Vec<u8>, ReadError> {
+        let payload = self.read_at(at + CHUNK_HEADER_LEN as u64, h.used)?;
+        if pmtrace_format::payload_crc(&payload) != h.crc {
+            return Err(ReadError::corrupt(
+                &self.name,
+                format!("chunk checksum mismatch at offset {at}"),
+            ));
+        }
+        Ok(payload)
+    }
+
+    fn decode_thread(
+        &self,
+        thread: u32,
+        chunks: &[(u64, ChunkHeader)],
+        kinds: &[Kind],
+        warnings: &mut Vec<String>,
+    ) -> Result<Vec<Record>, ReadError> {
+        let mut decoder = ThreadDecoder::new(thread);
+        let mut records: Vec<Record> = Vec::new();
+        for (at, h) in chunks {
+            let sealed = h.state == ChunkState::Sealed;
+            let data = if sealed {
+                self.sealed_payload(*at, h)?
+            } else {
+                self.read_at(
+                    at + CHUNK_HEADER_LEN as u64,
+                    h.capacity - CHUNK_HEADER_LEN as u64,
+                )?
+            };
+            decoder.start_chunk(h.base_ns);
+            let mut pos = 0;
+            loop {
+                let start = pos;
+                match decode_one(&mut decoder, &data, &mut pos, kinds, &mut records) {
+                    Ok(true) => {}
+                    Ok(false) => break,
+                    Err(e) => {
+                        let offset = at + CHUNK_HEADER_LEN as u64 + start as u64;
+                        if sealed {
+                            // The checksum matched, so the writer wrote this.
+                            let what = match e {
+                                FormatError::Truncated(_) => {
+                                    "record runs past the chunk's fill".to_owned()
+                                }
+                                other => other.to_string(),
+                            };
+                            return Err(ReadError::corrupt(
+                                &self.name,
+                                format!("{what} (thread {thread}, chunk at offset {at}, record at offset {offset})"),
+                            ));
+                        }
+                        warnings.push(format!(
+                            "thread {thread}: unsealed chunk at offset {at} stops making sense at offset {offset} ({e}); the thread's later records are dropped"
+                        ));
+                        return Ok(records);
+                    }
+                }
+            }
+        }
+        Ok(records)
+    }
+}
+
+/// Decodes the record at `pos` into `records`; `Ok(false)` at the end of the data.
+fn decode_one(
+    decoder: &mut ThreadDecoder,
+    data: &[u8],
+    pos: &mut usize,
+    kinds: &[Kind],
+    records: &mut Vec<Record>,
+) -> Result<bool, FormatError> {
+    match ThreadDecoder::peek_code(data, *pos)? {
+        None => Ok(false),
+        Some(CODE_CONTINUATION) => {
+            let last = records.last_mut().ok_or_else(|| {
+                FormatError::Corrupt("continuation record before any list record".into())
+            })?;
+            decoder.continuation(data, pos, last)?;
+            Ok(true)
+        }
+        Some(_) => {
+            records.push(decoder.record(data, pos, kinds)?);
+            Ok(true)
+        }
+    }
+}
+
+/// The rank-local communicator indices a call names.
+pub(crate) fn comm_indices(p: &Payload) -> impl Iterator<Item = u32> {
+    let (a, b) = match *p {
+        Payload::Send { comm, .. }
+        | Payload::Recv { comm, .. }
+        | Payload::Sendrecv { comm, .. }
+        | Payload::Probe { comm, .. }
+        | Payload::Coll { comm, .. }
+        | Payload::Abort { comm, .. }
+        | Payload::CommFree { comm } => (Some(comm), None),
+        Payload::CommNew { parent, comm } => (parent, comm),
+        _ => (None, None),
+    };
+    a.into_iter().chain(b)
+}
+
+/// Every communicator index a call uses must have a definition. A rank that
+/// died may miss the definition of its newest communicator: a warning then.
+fn check_comm_indices(mut rank: Rank) -> Result<Rank, ReadError> {
+    let mut undefined = None;
+    for (_, call) in rank.calls() {
+        if let Some(index) = comm_indices(&call.payload).find(|i| !rank.comms.contains_key(i)) {
+            undefined = Some((
+                index,
+                rank.function_name(call.func).to_owned(),
+                call.t_start,
+            ));
+            break;
+        }
+    }
+    if let Some((index, func, t)) = undefined {
+        let what =
+            format!("communicator index {index} is used ({func} at {t} ns) but never defined");
+        if rank.complete() {
+            return Err(ReadError::corrupt(&rank.file_name, what));
+        }
+        rank.warnings.push(what);
+    }
+    Ok(rank)
+}

@@ -1,0 +1,7 @@
+//! Integration tests of pmtrace-analysis on hand-built traces
+//! (`pmtrace_analysis::fixture`). Each test gets its own scratch directory.
+
+mod util;
+
+mod matching;
+mod read;
