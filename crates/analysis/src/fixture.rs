@@ -34,8 +34,8 @@ use pmtrace_format::meta::{
     FunctionDef, Header, MpiConstants, RunInfo, ThreadDef, TimerDef, Trailer,
 };
 use pmtrace_format::record::{
-    coll_seq_code, op_id, op_ref, put_head, put_members, Call, CommDef, Completion, Payload,
-    Record, CODE_BUFFER_WAIT, CODE_CONTINUATION, CODE_DEF_COMM, CODE_DEF_THREAD,
+    coll_seq_code, op_id, op_ref, put_head, put_members, root_code, Call, CommDef, Completion,
+    Payload, Record, CODE_BUFFER_WAIT, CODE_CONTINUATION, CODE_DEF_COMM, CODE_DEF_THREAD,
     FIRST_FUNCTION_CODE, LIST_BATCH, MAX_LIST_RECORD, ST_BYTES, ST_CANCELLED, ST_EMPTY, ST_NONE,
     ST_SOURCE, ST_TAG,
 };
@@ -177,7 +177,8 @@ pub fn start(inits: &[u64]) -> Payload {
     }
 }
 
-pub fn coll(comm: u32, root: i32, sent: u64, recvd: u64, seq: u64) -> Payload {
+/// Payload of a collective; `root` is `None` for collectives without one.
+pub fn coll(comm: u32, root: Option<i32>, sent: u64, recvd: u64, seq: u64) -> Payload {
     Payload::Coll {
         comm,
         root,
@@ -811,7 +812,7 @@ impl ThreadBuilder {
                 },
             ) => {
                 head.u(u64::from(*comm));
-                head.i(i64::from(*root));
+                head.u(root_code(*root));
                 head.u(*sent);
                 head.u(*recvd);
                 head.u(coll_seq_code(self.last_coll, *comm, *seq));

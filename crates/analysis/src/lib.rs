@@ -16,8 +16,10 @@
 pub mod comm;
 pub mod error;
 pub mod fixture;
+pub mod matching;
 pub mod read;
 
 pub use comm::{Comm, Comms};
 pub use error::ReadError;
+pub use matching::{Message, Messages, RecvEvent, SendEvent, Violations};
 pub use read::{EventRef, Rank, Thread, Trace};

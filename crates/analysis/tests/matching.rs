@@ -1,1 +1,538 @@
-//! placeholder
+//! Message matching: which sends and receives exist, and which pairs MPI's
+//! FIFO rule makes.
+
+use pmtrace_analysis::fixture::{self, TraceBuilder};
+use pmtrace_analysis::{Messages, Trace};
+use pmtrace_format::meta::MpiConstants;
+use pmtrace_format::record::{CommDef, Payload};
+use pmtrace_format::Status;
+
+use crate::util::Scratch;
+
+pub const ANY: i32 = -1; // Open MPI's MPI_ANY_SOURCE, as the fixture declares
+
+fn open(tb: &TraceBuilder, name: &str) -> (Trace, Messages) {
+    let scratch = Scratch::new(name);
+    tb.write(scratch.path()).unwrap();
+    let trace = Trace::open(scratch.path()).unwrap();
+    let messages = Messages::build(&trace);
+    (trace, messages)
+}
+
+fn two_ranks() -> TraceBuilder {
+    let mut tb = TraceBuilder::new(2);
+    for r in 0..2 {
+        tb.rank(r).define_world_and_self(0);
+    }
+    tb
+}
+
+/// The scenario of the acceptance brief: rank 0 Isend x3 + Waitall, rank 1
+/// Irecv(ANY_SOURCE) x3 + Waitall; a blocking Send/Recv pair on a split
+/// communicator, which is also received "before" it was sent.
+pub fn brief_scenario() -> TraceBuilder {
+    let mut tb = two_ranks();
+    // Split communicator, global id 2, world ranks [1, 0]: world rank 1 is
+    // its rank 0 and the only one to write the member list.
+    let split = |rank: u32, members: Vec<u32>| CommDef {
+        index: 2,
+        global_id: 2,
+        inter: false,
+        size: 2,
+        rank,
+        remote_size: 0,
+        members,
+    };
+    let r0 = tb.rank(0).thread(0);
+    r0.call(
+        "MPI_Comm_split",
+        20,
+        30,
+        Payload::CommNew {
+            parent: Some(0),
+            comm: Some(2),
+        },
+    )
+    .def_comm(30, split(1, vec![]));
+    let first = r0.next_op();
+    for (k, bytes) in [8u64, 16, 24].into_iter().enumerate() {
+        let t = 100 + 10 * k as u64;
+        r0.call("MPI_Isend", t, t + 2, fixture::send(1, 5, 0, bytes));
+    }
+    let none = fixture::no_status();
+    r0.call(
+        "MPI_Waitall",
+        130,
+        140,
+        fixture::complete(&[(first, none), (first + 1, none), (first + 2, none)]),
+    );
+    // Split rank 0 is world rank 1.
+    r0.call("MPI_Send", 300, 310, fixture::send(0, 1, 2, 4));
+
+    let r1 = tb.rank(1).thread(0);
+    r1.call(
+        "MPI_Comm_split",
+        20,
+        30,
+        Payload::CommNew {
+            parent: Some(0),
+            comm: Some(2),
+        },
+    )
+    .def_comm(30, split(0, vec![1, 0]));
+    let first = r1.next_op();
+    for t in [90u64, 95, 98] {
+        r1.call("MPI_Irecv", t, t + 1, fixture::irecv(ANY, 5, 0, 64));
+    }
+    let got = |bytes| Status {
+        source: Some(0),
+        bytes: Some(bytes),
+        ..Status::default()
+    };
+    r1.call(
+        "MPI_Waitall",
+        150,
+        200,
+        fixture::complete(&[(first, got(8)), (first + 1, got(16)), (first + 2, got(24))]),
+    );
+    // Split rank 1 is world rank 0. Ends at 290, before the send started at 300.
+    r1.call(
+        "MPI_Recv",
+        250,
+        290,
+        fixture::recv(1, 1, 2, 4, Status::default()),
+    );
+    tb
+}
+
+#[test]
+fn brief_scenario_matches_every_message_and_finds_the_reversed_one() {
+    let (trace, m) = open(&brief_scenario(), "brief");
+    assert_eq!(trace.to_world(0, 2, 0), Some(1));
+    assert_eq!(trace.to_world(1, 2, 1), Some(0));
+    assert_eq!(
+        (m.sends.len(), m.recvs.len(), m.matched.len(), m.unmatched()),
+        (4, 4, 4, 0)
+    );
+    assert_eq!(m.unresolved(), 0);
+    assert_eq!(m.pending_receives, 0);
+    let v = m.violations(0);
+    assert_eq!((v.reversed, v.clock_condition), (1, 1));
+    // Each Isend went to the receive posted in the same position.
+    let pairs: Vec<(u64, u64, u64)> = m
+        .matched
+        .iter()
+        .map(|p| {
+            (
+                m.sends[p.send].bytes,
+                m.recvs[p.recv].bytes,
+                m.recvs[p.recv].posted_at,
+            )
+        })
+        .collect();
+    assert_eq!(
+        pairs,
+        vec![(8, 8, 90), (16, 16, 95), (24, 24, 98), (4, 4, 250)]
+    );
+    let split_msg = &m.recvs[m.matched[3].recv];
+    assert_eq!(
+        (split_msg.src, split_msg.dst, split_msg.comm, split_msg.tag),
+        (Some(0), 1, 2, 1)
+    );
+    assert_eq!(split_msg.time, 290);
+}
+
+#[test]
+fn extra_send_without_receive_is_unmatched() {
+    let mut tb = brief_scenario();
+    tb.rank(0)
+        .thread(0)
+        .call("MPI_Isend", 400, 401, fixture::send(1, 5, 0, 8));
+    let (_, m) = open(&tb, "unmatched");
+    assert_eq!(
+        (m.sends.len(), m.recvs.len(), m.matched.len(), m.unmatched()),
+        (5, 4, 4, 1)
+    );
+    assert_eq!(m.unmatched_sends.len(), 1);
+    assert_eq!(m.sends[m.unmatched_sends[0]].time, 400);
+}
+
+#[test]
+fn wildcard_receives_completed_in_reverse_order_match_in_posting_order() {
+    let mut tb = two_ranks();
+    tb.rank(0)
+        .thread(0)
+        .call("MPI_Send", 50, 55, fixture::send(1, 0, 0, 8))
+        .call("MPI_Send", 60, 65, fixture::send(1, 0, 0, 16));
+    let r1 = tb.rank(1).thread(0);
+    let a = r1.next_op();
+    r1.call("MPI_Irecv", 10, 11, fixture::irecv(ANY, ANY, 0, 100));
+    r1.call("MPI_Irecv", 20, 21, fixture::irecv(ANY, ANY, 0, 100));
+    r1.call(
+        "MPI_Wait",
+        100,
+        110,
+        fixture::complete(&[(a + 1, fixture::status(0, 0, 16))]),
+    );
+    r1.call(
+        "MPI_Wait",
+        200,
+        210,
+        fixture::complete(&[(a, fixture::status(0, 0, 8))]),
+    );
+    let (_, m) = open(&tb, "reverse");
+    assert_eq!(m.matched.len(), 2);
+    for p in &m.matched {
+        assert_eq!(
+            m.sends[p.send].bytes, m.recvs[p.recv].bytes,
+            "first send ↔ first posted receive"
+        );
+    }
+    let first = &m.recvs[m.matched[0].recv];
+    assert_eq!((first.posted_at, first.time), (10, 210));
+}
+
+#[test]
+fn persistent_requests_make_one_message_per_start() {
+    let mut tb = two_ranks();
+    let r0 = tb.rank(0).thread(0);
+    let init = r0.next_op();
+    r0.call("MPI_Send_init", 10, 11, fixture::send(1, 3, 0, 32));
+    for t in [100u64, 200] {
+        let inst = r0.next_op();
+        r0.call("MPI_Start", t, t + 1, fixture::start(&[init]));
+        r0.call(
+            "MPI_Wait",
+            t + 10,
+            t + 20,
+            fixture::complete(&[(inst, fixture::no_status())]),
+        );
+    }
+    r0.call(
+        "MPI_Request_free",
+        300,
+        301,
+        Payload::OpRef { op: Some(init) },
+    );
+    let r1 = tb.rank(1).thread(0);
+    let init = r1.next_op();
+    r1.call("MPI_Recv_init", 10, 11, fixture::irecv(0, 3, 0, 32));
+    for t in [90u64, 190] {
+        let inst = r1.next_op();
+        r1.call("MPI_Start", t, t + 1, fixture::start(&[init]));
+        r1.call(
+            "MPI_Wait",
+            t + 30,
+            t + 40,
+            fixture::complete(&[(inst, Status::default())]),
+        );
+    }
+    let (_, m) = open(&tb, "persistent");
+    assert_eq!((m.sends.len(), m.recvs.len(), m.matched.len()), (2, 2, 2));
+    let times: Vec<(u64, u64)> = m
+        .matched
+        .iter()
+        .map(|p| (m.sends[p.send].time, m.recvs[p.recv].time))
+        .collect();
+    assert_eq!(times, vec![(100, 130), (200, 230)]);
+    assert!(m
+        .recvs
+        .iter()
+        .all(|r| r.bytes == 32 && r.src == Some(0) && r.tag == 3));
+}
+
+#[test]
+fn matched_probe_receives_take_source_and_tag_from_the_probe() {
+    let mut tb = two_ranks();
+    tb.rank(0)
+        .thread(0)
+        .call("MPI_Send", 10, 20, fixture::send(1, 7, 0, 8))
+        .call("MPI_Send", 30, 40, fixture::send(1, 8, 0, 12));
+    let r1 = tb.rank(1).thread(0);
+    let msg = r1.next_op();
+    r1.call(
+        "MPI_Mprobe",
+        50,
+        60,
+        Payload::Probe {
+            src: ANY,
+            tag: ANY,
+            comm: 0,
+            status: fixture::status(0, 7, 8),
+            op: None,
+        },
+    );
+    r1.call(
+        "MPI_Mrecv",
+        70,
+        80,
+        Payload::Mrecv {
+            msg: Some(msg),
+            posted: 8,
+            status: Some(Status::default()),
+            op: None,
+        },
+    );
+    let msg = r1.next_op();
+    r1.call(
+        "MPI_Improbe",
+        90,
+        91,
+        Payload::Probe {
+            src: 0,
+            tag: ANY,
+            comm: 0,
+            status: fixture::status(0, 8, 12),
+            op: None,
+        },
+    );
+    let op = r1.next_op();
+    r1.call(
+        "MPI_Imrecv",
+        92,
+        93,
+        Payload::Mrecv {
+            msg: Some(msg),
+            posted: 12,
+            status: None,
+            op: None,
+        },
+    );
+    r1.call(
+        "MPI_Wait",
+        100,
+        110,
+        fixture::complete(&[(op, Status::default())]),
+    );
+    let (_, m) = open(&tb, "mprobe");
+    assert_eq!((m.recvs.len(), m.matched.len(), m.unmatched()), (2, 2, 0));
+    let got: Vec<(Option<u32>, i32, u64, u64, u64)> = m
+        .recvs
+        .iter()
+        .map(|r| (r.src, r.tag, r.bytes, r.posted_at, r.time))
+        .collect();
+    assert_eq!(
+        got,
+        vec![(Some(0), 7, 8, 50, 80), (Some(0), 8, 12, 90, 110)]
+    );
+}
+
+#[test]
+fn proc_null_cancelled_and_failed_calls_are_not_messages() {
+    // A library whose MPI_PROC_NULL is -99: nothing may assume Open MPI's -2.
+    let c = MpiConstants {
+        proc_null: -99,
+        ..MpiConstants::OPEN_MPI
+    };
+    let mut tb = TraceBuilder::new(2).constants(c);
+    for r in 0..2 {
+        tb.rank(r).define_world_and_self(0);
+    }
+    let r0 = tb.rank(0).thread(0);
+    r0.call("MPI_Send", 10, 11, fixture::send(-99, 0, 0, 8));
+    r0.call(
+        "MPI_Recv",
+        12,
+        13,
+        fixture::recv(-99, 0, 0, 8, fixture::status(-99, ANY, 0)),
+    );
+    let cancelled = r0.next_op();
+    r0.call("MPI_Isend", 20, 21, fixture::send(1, 0, 0, 8));
+    r0.call(
+        "MPI_Cancel",
+        22,
+        23,
+        Payload::OpRef {
+            op: Some(cancelled),
+        },
+    );
+    r0.call(
+        "MPI_Wait",
+        24,
+        25,
+        fixture::complete(&[(cancelled, fixture::cancelled_status())]),
+    );
+    r0.call_rc("MPI_Send", 30, 31, 13, fixture::send(1, 0, 0, 8));
+    let r1 = tb.rank(1).thread(0);
+    let op = r1.next_op();
+    r1.call("MPI_Irecv", 10, 11, fixture::irecv(0, 0, 0, 8));
+    r1.call("MPI_Cancel", 12, 13, Payload::OpRef { op: Some(op) });
+    r1.call(
+        "MPI_Wait",
+        14,
+        15,
+        fixture::complete(&[(op, fixture::cancelled_status())]),
+    );
+    let (_, m) = open(&tb, "skips");
+    assert_eq!(
+        (m.sends.len(), m.recvs.len(), m.pending_receives),
+        (0, 0, 0)
+    );
+}
+
+#[test]
+fn send_whose_request_was_freed_still_counts() {
+    let mut tb = two_ranks();
+    let r0 = tb.rank(0).thread(0);
+    let op = r0.next_op();
+    r0.call("MPI_Isend", 10, 11, fixture::send(1, 0, 0, 8));
+    r0.call("MPI_Request_free", 12, 13, Payload::OpRef { op: Some(op) });
+    tb.rank(1).thread(0).call(
+        "MPI_Recv",
+        5,
+        50,
+        fixture::recv(0, 0, 0, 8, Status::default()),
+    );
+    let (_, m) = open(&tb, "freed");
+    assert_eq!((m.sends.len(), m.matched.len()), (1, 1));
+}
+
+#[test]
+fn receive_never_completed_is_pending_not_received() {
+    let mut tb = two_ranks();
+    tb.rank(1)
+        .thread(0)
+        .call("MPI_Irecv", 5, 6, fixture::irecv(0, 0, 0, 8));
+    let (_, m) = open(&tb, "pending");
+    assert_eq!((m.recvs.len(), m.pending_receives), (0, 1));
+}
+
+#[test]
+fn completion_on_another_thread_uses_the_posting_threads_values() {
+    let mut tb = two_ranks();
+    tb.rank(0)
+        .thread(0)
+        .call("MPI_Send", 10, 20, fixture::send(1, 4, 0, 8));
+    let rb = tb.rank(1);
+    let op = rb.thread(0).next_op();
+    rb.thread(0)
+        .call("MPI_Irecv", 5, 6, fixture::irecv(0, 4, 0, 8));
+    rb.thread(1).call(
+        "MPI_Wait",
+        30,
+        40,
+        fixture::complete(&[(op, Status::default())]),
+    );
+    let (_, m) = open(&tb, "threads");
+    assert_eq!(m.matched.len(), 1);
+    let r = &m.recvs[0];
+    assert_eq!(
+        (
+            r.src,
+            r.tag,
+            r.bytes,
+            r.time,
+            r.completion.thread,
+            r.post.thread
+        ),
+        (Some(0), 4, 8, 40, 1, 0)
+    );
+}
+
+#[test]
+fn intercommunicator_peers_map_through_the_remote_group() {
+    // Groups {0, 2} and {1, 3}; global id 9; each group's rank 0 writes its list.
+    let mut tb = TraceBuilder::new(4);
+    for r in 0..4 {
+        tb.rank(r).define_world_and_self(0);
+        let (group, local) = if r % 2 == 0 {
+            (vec![0, 2], r / 2)
+        } else {
+            (vec![1, 3], r / 2)
+        };
+        let members = if local == 0 { group } else { vec![] };
+        let def = CommDef {
+            index: 2,
+            global_id: 9,
+            inter: true,
+            size: 2,
+            rank: local,
+            remote_size: 2,
+            members,
+        };
+        tb.rank(r).thread(0).def_comm(1, def);
+    }
+    // World rank 0 sends to remote rank 1 (world 3); world 3 receives from remote rank 0 (world 0).
+    tb.rank(0)
+        .thread(0)
+        .call("MPI_Send", 10, 20, fixture::send(1, 0, 2, 8));
+    tb.rank(3).thread(0).call(
+        "MPI_Recv",
+        5,
+        30,
+        fixture::recv(ANY, 0, 2, 8, fixture::status(0, 0, 8)),
+    );
+    let (_, m) = open(&tb, "inter");
+    assert_eq!(m.matched.len(), 1);
+    assert_eq!((m.sends[0].src, m.sends[0].dst), (0, Some(3)));
+    assert_eq!((m.recvs[0].src, m.recvs[0].dst), (Some(0), 3));
+}
+
+#[test]
+fn sendrecv_is_one_send_and_one_receive() {
+    let mut tb = two_ranks();
+    for (me, peer) in [(0u32, 1i32), (1, 0)] {
+        tb.rank(me).thread(0).call(
+            "MPI_Sendrecv",
+            10,
+            50,
+            Payload::Sendrecv {
+                peer,
+                stag: 0,
+                bytes: 8,
+                src: peer,
+                rtag: 0,
+                posted: 8,
+                comm: 0,
+                status: Status::default(),
+            },
+        );
+    }
+    let (_, m) = open(&tb, "sendrecv");
+    assert_eq!((m.sends.len(), m.recvs.len(), m.matched.len()), (2, 2, 2));
+}
+
+#[test]
+fn clock_condition_counts_messages_faster_than_the_minimum_latency() {
+    let mut tb = two_ranks();
+    tb.rank(0)
+        .thread(0)
+        .call("MPI_Send", 100, 110, fixture::send(1, 0, 0, 8));
+    tb.rank(1).thread(0).call(
+        "MPI_Recv",
+        90,
+        105,
+        fixture::recv(0, 0, 0, 8, Status::default()),
+    );
+    let (_, m) = open(&tb, "mu");
+    assert_eq!(m.violations(0).reversed, 0);
+    assert_eq!(m.violations(0).clock_condition, 0);
+    assert_eq!(
+        m.violations(10).clock_condition,
+        1,
+        "received 5 ns after the send, μ = 10 ns"
+    );
+    assert_eq!(m.violations(10).reversed, 0);
+}
+
+#[test]
+fn peers_of_a_communicator_without_member_list_are_unresolved() {
+    let mut tb = two_ranks();
+    for r in 0..2 {
+        let def = CommDef {
+            index: 2,
+            global_id: 44,
+            inter: false,
+            size: 2,
+            rank: r,
+            remote_size: 0,
+            members: vec![],
+        };
+        tb.rank(r).thread(0).def_comm(1, def);
+    }
+    tb.rank(0)
+        .thread(0)
+        .call("MPI_Send", 10, 20, fixture::send(1, 0, 2, 8));
+    let (_, m) = open(&tb, "unresolved");
+    assert_eq!((m.sends.len(), m.unresolved(), m.unmatched()), (1, 1, 1));
+}

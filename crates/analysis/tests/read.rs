@@ -146,9 +146,9 @@ fn every_record_kind_round_trips_with_operation_ids_counted() {
                 op: Some(op_id(0, 3)),
             },
         )
-        .call("MPI_Barrier", 100, 110, fixture::coll(0, -4, 0, 0, 0))
-        .call("MPI_Allreduce", 111, 120, fixture::coll(0, -4, 8, 8, 1))
-        .call("MPI_Ibarrier", 121, 122, fixture::coll(1, -4, 0, 0, 0)) // op 9
+        .call("MPI_Barrier", 100, 110, fixture::coll(0, None, 0, 0, 0))
+        .call("MPI_Allreduce", 111, 120, fixture::coll(0, None, 8, 8, 1))
+        .call("MPI_Ibarrier", 121, 122, fixture::coll(1, None, 0, 0, 0)) // op 9
         .call(
             "MPI_Comm_split",
             130,
@@ -324,15 +324,15 @@ fn every_record_kind_round_trips_with_operation_ids_counted() {
         ),
         call("MPI_Cancel", 96, 97, Payload::OpRef { op: ops(8) }),
         call("MPI_Request_free", 98, 99, Payload::OpRef { op: ops(3) }),
-        call("MPI_Barrier", 100, 110, fixture::coll(0, -4, 0, 0, 0)),
-        call("MPI_Allreduce", 111, 120, fixture::coll(0, -4, 8, 8, 1)),
+        call("MPI_Barrier", 100, 110, fixture::coll(0, None, 0, 0, 0)),
+        call("MPI_Allreduce", 111, 120, fixture::coll(0, None, 8, 8, 1)),
         call(
             "MPI_Ibarrier",
             121,
             122,
             Payload::Coll {
                 comm: 1,
-                root: -4,
+                root: None,
                 sent: 0,
                 recvd: 0,
                 seq: 0,

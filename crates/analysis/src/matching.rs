@@ -1,0 +1,595 @@
+//! Point-to-point messages: every send and receive of the trace, matched by
+//! MPI's FIFO rule.
+//!
+//! **Sends** are `send` records, `isend` records (at issue), the send half
+//! of `sendrecv`, and every started instance of a `send_init` request (at
+//! its `start` call). A send's time is the start of the call that posted it.
+//!
+//! **Receives** are `recv`, the receive half of `sendrecv`, `mrecv`, and the
+//! completions (items of `complete` records) of operations made by `irecv`,
+//! by started `recv_init` requests and by `imrecv`. A receive's time is the
+//! end of the call that completed it; its *posting* time (which orders it
+//! for matching) is the start of the call that posted it: the `recv`, the
+//! `irecv`, the `start`, or, for `mrecv`/`imrecv`, the probe that matched
+//! the message. Source, tag and size come from the status, resolved against
+//! the posted values (the matched probe's status for `mrecv`/`imrecv`).
+//!
+//! **Left out:** peers equal to `MPI_PROC_NULL`, cancelled operations, and
+//! calls that returned an error. A request freed with `MPI_Request_free`
+//! still sends its message. A receive whose request was never completed
+//! (or was freed) is counted in [`Messages::pending_receives`], not as a
+//! receive.
+//!
+//! **Matching.** MPI guarantees non-overtaking per *channel* (source world
+//! rank, destination world rank, communicator, tag): the k-th send of a
+//! channel in the sender's posting order matches the k-th receive of that
+//! channel in the receiver's posting order. Because the status tells each
+//! receive's actual source and tag, wildcard receives fall into their
+//! channels too. A send or receive whose peer cannot be mapped to a world
+//! rank (its communicator's members were never written) stays unmatched and
+//! is counted in [`Messages::unresolved`].
+
+use std::collections::HashMap;
+
+use pmtrace_format::meta::MpiConstants;
+use pmtrace_format::record::{Call, Payload};
+use pmtrace_format::{Kind, Status};
+
+use crate::read::{EventRef, Rank, Trace};
+
+/// One message leaving a rank.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SendEvent {
+    /// World rank of the sender.
+    pub src: u32,
+    /// World rank of the receiver; `None` if it cannot be resolved.
+    pub dst: Option<u32>,
+    /// Global id of the communicator.
+    pub comm: u64,
+    pub tag: i32,
+    pub bytes: u64,
+    /// Start of the call that posted the send.
+    pub time: u64,
+    /// That call (for a persistent request, its `start`).
+    pub call: EventRef,
+    /// Position among the sends of `call` (a `startall` starts several).
+    pub item: usize,
+}
+
+/// One message arriving at a rank.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RecvEvent {
+    /// World rank of the sender; `None` if it cannot be resolved.
+    pub src: Option<u32>,
+    /// World rank of the receiver.
+    pub dst: u32,
+    pub comm: u64,
+    pub tag: i32,
+    /// Bytes received, from the status.
+    pub bytes: u64,
+    /// End of the call that completed the receive.
+    pub time: u64,
+    /// Start of the call that posted it (the matching probe for mrecv/imrecv).
+    pub posted_at: u64,
+    /// The posting call.
+    pub post: EventRef,
+    /// Position within the posting call (a `startall` posts several).
+    pub post_item: usize,
+    /// The completing call (`post` itself for a blocking receive).
+    pub completion: EventRef,
+}
+
+/// A matched pair: indices into [`Messages::sends`] and [`Messages::recvs`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Message {
+    pub send: usize,
+    pub recv: usize,
+}
+
+/// Timestamps that break causality, as recorded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
+pub struct Violations {
+    /// Matched messages received (end of the completing call) before they
+    /// were sent (start of the sending call).
+    pub reversed: u64,
+    /// Matched messages with receive time < send time + `mu_ns`: the clock
+    /// condition with a minimum latency μ. With μ = 0 this equals `reversed`.
+    pub clock_condition: u64,
+    /// The μ used, in ns.
+    pub mu_ns: u64,
+}
+
+/// Every point-to-point message of a trace.
+#[derive(Debug, Clone, Default)]
+pub struct Messages {
+    pub sends: Vec<SendEvent>,
+    pub recvs: Vec<RecvEvent>,
+    /// In send order.
+    pub matched: Vec<Message>,
+    pub unmatched_sends: Vec<usize>,
+    pub unmatched_recvs: Vec<usize>,
+    /// Receive operations posted but never completed.
+    pub pending_receives: u64,
+}
+
+/// Channel key: source world rank, destination world rank, comm, tag.
+type Channel = (u32, u32, u64, i32);
+
+impl Messages {
+    /// Collects and matches the messages of `trace`.
+    pub fn build(trace: &Trace) -> Messages {
+        let mut m = Messages::default();
+        for rank in &trace.ranks {
+            RankScan::new(trace, rank, &mut m).run();
+        }
+        m.match_fifo();
+        m
+    }
+
+    fn match_fifo(&mut self) {
+        let mut channels: HashMap<Channel, (Vec<usize>, Vec<usize>)> = HashMap::new();
+        for (i, s) in self.sends.iter().enumerate() {
+            match s.dst {
+                Some(dst) => channels
+                    .entry((s.src, dst, s.comm, s.tag))
+                    .or_default()
+                    .0
+                    .push(i),
+                None => self.unmatched_sends.push(i),
+            }
+        }
+        for (i, r) in self.recvs.iter().enumerate() {
+            match r.src {
+                Some(src) => channels
+                    .entry((src, r.dst, r.comm, r.tag))
+                    .or_default()
+                    .1
+                    .push(i),
+                None => self.unmatched_recvs.push(i),
+            }
+        }
+        for (mut sends, mut recvs) in channels.into_values() {
+            sends.sort_by_key(|&i| {
+                let s = &self.sends[i];
+                (s.time, s.call, s.item)
+            });
+            recvs.sort_by_key(|&i| {
+                let r = &self.recvs[i];
+                (r.posted_at, r.post, r.post_item)
+            });
+            let n = sends.len().min(recvs.len());
+            self.matched.extend(
+                sends
+                    .iter()
+                    .zip(&recvs)
+                    .map(|(&send, &recv)| Message { send, recv }),
+            );
+            self.unmatched_sends.extend(&sends[n..]);
+            self.unmatched_recvs.extend(&recvs[n..]);
+        }
+        self.matched.sort_by_key(|m| m.send);
+        self.unmatched_sends.sort_unstable();
+        self.unmatched_recvs.sort_unstable();
+    }
+
+    /// Sends and receives whose peer could not be mapped to a world rank.
+    pub fn unresolved(&self) -> usize {
+        self.sends.iter().filter(|s| s.dst.is_none()).count()
+            + self.recvs.iter().filter(|r| r.src.is_none()).count()
+    }
+
+    /// Unmatched sends plus unmatched receives.
+    pub fn unmatched(&self) -> usize {
+        self.unmatched_sends.len() + self.unmatched_recvs.len()
+    }
+
+    /// Causality violations of the recorded timestamps (see [`Violations`]).
+    pub fn violations(&self, mu_ns: u64) -> Violations {
+        let mut v = Violations {
+            mu_ns,
+            ..Violations::default()
+        };
+        for m in &self.matched {
+            let (sent, received) = (self.sends[m.send].time, self.recvs[m.recv].time);
+            v.reversed += u64::from(received < sent);
+            v.clock_condition += u64::from(received < sent.saturating_add(mu_ns));
+        }
+        v
+    }
+
+    /// Bytes each call moved point-to-point: bytes of the sends it posted
+    /// plus bytes of the receives it completed.
+    pub fn bytes_by_call(&self) -> HashMap<EventRef, u64> {
+        let mut out: HashMap<EventRef, u64> = HashMap::new();
+        for s in &self.sends {
+            *out.entry(s.call).or_default() += s.bytes;
+        }
+        for r in &self.recvs {
+            *out.entry(r.completion).or_default() += r.bytes;
+        }
+        out
+    }
+}
+
+/// What a rank-local operation id stands for, as far as messages go.
+#[derive(Debug, Clone, Copy)]
+enum Op {
+    /// An isend or a started send_init instance: index into `sends`.
+    Send(usize),
+    SendInit(PostedSend),
+    RecvInit(PostedRecv),
+    /// A posted receive waiting for its completion.
+    Recv(PostedRecv, Completed),
+    /// A message matched by mprobe/improbe: source and tag from its status,
+    /// posted at the probe.
+    Probed(PostedRecv),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Completed {
+    No,
+    Yes,
+}
+
+/// What a send names, in the sender's communicator.
+#[derive(Debug, Clone, Copy)]
+struct PostedSend {
+    peer: i32,
+    tag: i32,
+    comm: Option<u64>,
+    bytes: u64,
+}
+
+/// What a receive asked for, and where and when it was posted.
+#[derive(Debug, Clone, Copy)]
+struct PostedRecv {
+    src: i32,
+    tag: i32,
+    comm: Option<u64>,
+    posted: u64,
+    at: u64,
+    post: EventRef,
+    item: usize,
+}
+
+/// Collects the sends and receives of one rank in three passes, since an
+/// operation may be created, started and completed on different threads.
+struct RankScan<'a> {
+    trace: &'a Trace,
+    rank: &'a Rank,
+    c: MpiConstants,
+    out: &'a mut Messages,
+    ops: HashMap<u64, Op>,
+    /// Indices into `out.sends` of sends later found cancelled.
+    cancelled: Vec<usize>,
+    first_send: usize,
+}
+
+impl<'a> RankScan<'a> {
+    fn new(trace: &'a Trace, rank: &'a Rank, out: &'a mut Messages) -> Self {
+        let first_send = out.sends.len();
+        let c = rank.header.constants;
+        RankScan {
+            trace,
+            rank,
+            c,
+            out,
+            ops: HashMap::new(),
+            cancelled: vec![],
+            first_send,
+        }
+    }
+
+    fn run(mut self) {
+        let calls: Vec<(EventRef, &Call)> = self.rank.calls().filter(|(_, c)| c.rc == 0).collect();
+        for &(at, call) in &calls {
+            self.posting(at, call);
+        }
+        for &(at, call) in &calls {
+            self.starting(at, call);
+        }
+        for &(at, call) in &calls {
+            self.completing(at, call);
+        }
+        let pending = self
+            .ops
+            .values()
+            .filter(|op| matches!(op, Op::Recv(_, Completed::No)))
+            .count();
+        self.out.pending_receives += pending as u64;
+        // Drop cancelled sends; only this rank's tail of `sends` can hold them.
+        if !self.cancelled.is_empty() {
+            self.cancelled.sort_unstable();
+            let tail = self.out.sends.split_off(self.first_send);
+            let (first, cancelled) = (self.first_send, &self.cancelled);
+            let kept = tail
+                .into_iter()
+                .enumerate()
+                .filter(|(i, _)| cancelled.binary_search(&(first + i)).is_err());
+            self.out.sends.extend(kept.map(|(_, s)| s));
+        }
+    }
+
+    fn comm_id(&self, index: u32, t: u64) -> Option<u64> {
+        self.rank.comm_at(index, t).map(|d| d.global_id)
+    }
+
+    /// World rank of `peer` in communicator `comm`, as this rank sees it.
+    fn world(&self, comm: Option<u64>, peer: i32) -> Option<u32> {
+        let peer = u32::try_from(peer).ok()?;
+        self.trace.comms.get(comm?)?.to_world(self.rank.rank, peer)
+    }
+
+    /// Records a send posted by `call` at `time`; its index, unless it goes nowhere.
+    fn push_send(
+        &mut self,
+        s: PostedSend,
+        time: u64,
+        call: EventRef,
+        item: usize,
+    ) -> Option<usize> {
+        if s.peer == self.c.proc_null {
+            return None;
+        }
+        self.out.sends.push(SendEvent {
+            src: self.rank.rank,
+            dst: self.world(s.comm, s.peer),
+            comm: s.comm.unwrap_or(u64::MAX),
+            tag: s.tag,
+            bytes: s.bytes,
+            time,
+            call,
+            item,
+        });
+        Some(self.out.sends.len() - 1)
+    }
+
+    /// Records receive `p`, completed by `completion` (ending at `time`)
+    /// with `status`, which this resolves against the posted values.
+    fn push_recv(&mut self, p: PostedRecv, status: Status, completion: EventRef, time: u64) {
+        let status = status.resolve(p.src, p.tag, p.posted);
+        let source = status.source.unwrap_or(p.src);
+        if p.src == self.c.proc_null
+            || source == self.c.proc_null
+            || status.cancelled
+            || status.empty
+        {
+            return;
+        }
+        let src = if source == self.c.any_source {
+            None
+        } else {
+            self.world(p.comm, source)
+        };
+        self.out.recvs.push(RecvEvent {
+            src,
+            dst: self.rank.rank,
+            comm: p.comm.unwrap_or(u64::MAX),
+            tag: status.tag.unwrap_or(p.tag),
+            bytes: status.bytes.unwrap_or(p.posted),
+            time,
+            posted_at: p.at,
+            post: p.post,
+            post_item: p.item,
+            completion,
+        });
+    }
+
+    /// Pass 1: calls that send, receive, or create an operation.
+    fn posting(&mut self, at: EventRef, call: &Call) {
+        let t = call.t_start;
+        let posted = |src, tag, comm, posted| PostedRecv {
+            src,
+            tag,
+            comm,
+            posted,
+            at: t,
+            post: at,
+            item: 0,
+        };
+        match (self.rank.kind(call.func), &call.payload) {
+            (
+                Kind::Send | Kind::Isend,
+                &Payload::Send {
+                    peer,
+                    tag,
+                    comm,
+                    bytes,
+                    op,
+                },
+            ) => {
+                let s = PostedSend {
+                    peer,
+                    tag,
+                    comm: self.comm_id(comm, t),
+                    bytes,
+                };
+                let idx = self.push_send(s, t, at, 0);
+                if let (Some(op), Some(idx)) = (op, idx) {
+                    self.ops.insert(op, Op::Send(idx));
+                }
+            }
+            (
+                Kind::SendInit,
+                &Payload::Send {
+                    peer,
+                    tag,
+                    comm,
+                    bytes,
+                    op: Some(op),
+                },
+            ) => {
+                let s = PostedSend {
+                    peer,
+                    tag,
+                    comm: self.comm_id(comm, t),
+                    bytes,
+                };
+                self.ops.insert(op, Op::SendInit(s));
+            }
+            (
+                Kind::Recv,
+                &Payload::Recv {
+                    src,
+                    tag,
+                    comm,
+                    posted: n,
+                    status: Some(status),
+                    ..
+                },
+            ) => {
+                let p = posted(src, tag, self.comm_id(comm, t), n);
+                self.push_recv(p, status, at, call.t_end);
+            }
+            (
+                Kind::Irecv,
+                &Payload::Recv {
+                    src,
+                    tag,
+                    comm,
+                    posted: n,
+                    op: Some(op),
+                    ..
+                },
+            ) => {
+                let p = posted(src, tag, self.comm_id(comm, t), n);
+                self.ops.insert(op, Op::Recv(p, Completed::No));
+            }
+            (
+                Kind::RecvInit,
+                &Payload::Recv {
+                    src,
+                    tag,
+                    comm,
+                    posted: n,
+                    op: Some(op),
+                    ..
+                },
+            ) => {
+                let p = posted(src, tag, self.comm_id(comm, t), n);
+                self.ops.insert(op, Op::RecvInit(p));
+            }
+            (
+                Kind::Sendrecv,
+                &Payload::Sendrecv {
+                    peer,
+                    stag,
+                    bytes,
+                    src,
+                    rtag,
+                    posted: n,
+                    comm,
+                    status,
+                },
+            ) => {
+                let comm = self.comm_id(comm, t);
+                self.push_send(
+                    PostedSend {
+                        peer,
+                        tag: stag,
+                        comm,
+                        bytes,
+                    },
+                    t,
+                    at,
+                    0,
+                );
+                self.push_recv(posted(src, rtag, comm, n), status, at, call.t_end);
+            }
+            (
+                Kind::Mprobe | Kind::Improbe,
+                &Payload::Probe {
+                    src,
+                    tag,
+                    comm,
+                    status,
+                    op: Some(op),
+                },
+            ) => {
+                let (src, tag) = (status.source.unwrap_or(src), status.tag.unwrap_or(tag));
+                let p = posted(src, tag, self.comm_id(comm, t), status.bytes.unwrap_or(0));
+                self.ops.insert(op, Op::Probed(p));
+            }
+            _ => {}
+        }
+    }
+
+    /// Pass 2: started persistent requests, and receives of probed messages.
+    fn starting(&mut self, at: EventRef, call: &Call) {
+        let t = call.t_start;
+        match (self.rank.kind(call.func), &call.payload) {
+            (Kind::Start, Payload::Start { started }) => {
+                for (item, &(init, instance)) in started.iter().enumerate() {
+                    match init.and_then(|i| self.ops.get(&i).copied()) {
+                        Some(Op::SendInit(s)) => {
+                            if let Some(idx) = self.push_send(s, t, at, item) {
+                                self.ops.insert(instance, Op::Send(idx));
+                            }
+                        }
+                        Some(Op::RecvInit(p)) => {
+                            let p = PostedRecv {
+                                at: t,
+                                post: at,
+                                item,
+                                ..p
+                            };
+                            self.ops.insert(instance, Op::Recv(p, Completed::No));
+                        }
+                        _ => {}
+                    }
+                }
+            }
+            (
+                Kind::Mrecv,
+                &Payload::Mrecv {
+                    msg: Some(msg),
+                    posted,
+                    status: Some(status),
+                    ..
+                },
+            ) => {
+                if let Some(Op::Probed(p)) = self.ops.get(&msg).copied() {
+                    self.push_recv(PostedRecv { posted, ..p }, status, at, call.t_end);
+                }
+            }
+            (
+                Kind::Imrecv,
+                &Payload::Mrecv {
+                    msg: Some(msg),
+                    posted,
+                    op: Some(op),
+                    ..
+                },
+            ) => {
+                if let Some(Op::Probed(p)) = self.ops.get(&msg).copied() {
+                    self.ops
+                        .insert(op, Op::Recv(PostedRecv { posted, ..p }, Completed::No));
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// Pass 3: completions. An operation completes once; a later completion
+    /// of the same id (a non-destructive status query before the wait) is ignored.
+    fn completing(&mut self, at: EventRef, call: &Call) {
+        let Payload::Complete { done } = &call.payload else {
+            return;
+        };
+        for c in done {
+            let Some(op) = c.op else { continue };
+            if c.status.empty {
+                continue;
+            }
+            match self.ops.get_mut(&op) {
+                Some(Op::Recv(p, state @ Completed::No)) => {
+                    *state = Completed::Yes;
+                    let p = *p;
+                    self.push_recv(p, c.status, at, call.t_end);
+                }
+                Some(&mut Op::Send(idx)) if c.status.cancelled => self.cancelled.push(idx),
+                _ => {}
+            }
+        }
+    }
+}
