@@ -22,8 +22,8 @@
  *
  * expect_write(world_rank) must be called right before the final
  * MPI_Finalize.  It adds 1 to the count of "MPI_Finalize" itself and then,
- * only if the environment variable PMTRACE_EXPECT_DIR is set to a non-empty
- * string, writes $PMTRACE_EXPECT_DIR/rank-<world_rank>.counts containing one
+ * only if the environment variable EXPECT_COUNTS_DIR is set to a non-empty
+ * string, writes $EXPECT_COUNTS_DIR/rank-<world_rank>.counts containing one
  * line per function, "MPI_Send 12", sorted by name (byte order, strcmp).
  * The program then calls MPI_Finalize() DIRECTLY (not through C/C0), so it
  * is counted exactly once:
@@ -83,7 +83,7 @@ static inline void expect_write(int world_rank)
 
     expect_count_("MPI_Finalize"); /* the MPI_Finalize() that follows */
 
-    dir = getenv("PMTRACE_EXPECT_DIR");
+    dir = getenv("EXPECT_COUNTS_DIR");
     if (dir == NULL || dir[0] == '\0')
         return;
 

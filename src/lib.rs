@@ -1,1 +1,45 @@
+//! pmtrace's capture runtime: `libpmtrace.so` (for `LD_PRELOAD`) and
+//! `libpmtrace.a` (for relinking). It defines the `MPI_*` functions, records
+//! each call, and passes it on to `PMPI_*`.
+//!
+//! A flat list of small modules:
+//! - `wrappers`: generated from `wrappers/mpi.wrap` (one per MPI function);
+//! - `lifecycle`: the hand-written Init/Finalize/Abort/Pcontrol;
+//! - `hooks`: what each kind of call records;
+//! - `recorder`: per-thread buffers in mapped file pages;
+//! - `flusher`: the background writer thread that owns the file;
+//! - `comms`, `requests`: communicator ids and live request state;
+//! - `guard`: lifecycle state and the re-entrancy guard; `clock`: the timer;
+//! - `config`: `PMTRACE_*` settings; `ffi`: MPI bindings and C constants.
+//!
+//! Only the MPI symbols are exported; everything else is private.
 
+mod clock;
+mod comms;
+mod config;
+mod ffi;
+mod flusher;
+mod guard;
+mod hooks;
+mod lifecycle;
+mod recorder;
+mod requests;
+
+/// The generated wrappers: `$OUT_DIR/wrappers.rs` (`make wrappers` shows it).
+#[allow(clippy::all, non_snake_case, unused_variables, unused_mut, clippy::missing_safety_doc)]
+pub mod wrappers {
+    use crate::clock;
+    use crate::ffi::{self, message_value, request_value, comm_value, status_or_local};
+    use crate::guard::Guard;
+    use crate::hooks::{self, Call, CollArgs, Done, Scratch, Shape};
+    use core::ffi::{c_int, c_void};
+    use core::mem::MaybeUninit;
+    use pmtrace_format::Kind;
+
+    /// The return code recorded for functions that return no error code.
+    const MPI_SUCCESS_CODE: c_int = 0;
+
+    include!(concat!(env!("OUT_DIR"), "/wrappers.rs"));
+}
+
+pub use lifecycle::{MPI_Abort, MPI_Finalize, MPI_Init, MPI_Init_thread, MPI_Pcontrol};

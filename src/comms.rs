@@ -1,0 +1,304 @@
+//! Communicators: each gets a rank-local index (used in records) and a
+//! global id that is the same on every member, so that an analysis can map
+//! ranks in any communicator to world ranks.
+//!
+//! **Global ids.** World is 0; MPI_COMM_SELF of world rank r is
+//! `r << 32 | 1`. A communicator made by a blocking constructor gets, on
+//! every member, the maximum over its members of `world_rank << 32 | n`
+//! (n counts this rank's constructions from 2): one small allreduce on the
+//! new communicator, before the application has its handle. For an
+//! intercommunicator two allreduces give both groups the maximum over both
+//! (the first yields the other group's maximum, the second one's own).
+//! `MPI_Comm_idup` completes later, where a hidden collective could
+//! deadlock, so its id is derived with no communication from the parent's id
+//! and the number of idups on that parent, which all members agree on
+//! because collectives on a communicator are ordered. Communicators pmtrace
+//! never saw created get a rank-local id with the top bit set.
+//!
+//! **Lookups** on the hot path are lock-free: an open-addressed table keyed
+//! by the handle's value. Handles are reused after `MPI_Comm_free`, so a
+//! free empties the entry and a new communicator with the same handle
+//! replaces it.
+
+use crate::ffi::{self, MPI_Comm};
+use crate::recorder::Recorder;
+use parking_lot::Mutex;
+use pmtrace_format::record::CODE_DEF_COMM;
+use std::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, Ordering};
+
+pub const WORLD_GID: u64 = 0;
+pub const LOCAL_GID_BIT: u64 = 1 << 63;
+const DERIVED_GID_BIT: u64 = 1 << 62;
+
+pub struct CommInfo {
+    pub index: u32,
+    pub gid: u64,
+    pub size: u32,
+    pub rank: u32,
+    pub inter: bool,
+    pub remote_size: u32,
+    /// Collectives started on this communicator by this rank.
+    pub seq: AtomicU64,
+    /// `MPI_Comm_idup`s on this communicator.
+    pub idups: AtomicU64,
+}
+
+struct Slot {
+    key: AtomicU64,
+    info: AtomicPtr<CommInfo>,
+}
+
+const SLOTS: usize = 1 << 13;
+
+#[allow(clippy::declare_interior_mutable_const)]
+const EMPTY: Slot = Slot { key: AtomicU64::new(0), info: AtomicPtr::new(core::ptr::null_mut()) };
+static TABLE: [Slot; SLOTS] = [EMPTY; SLOTS];
+static INSERT: Mutex<()> = Mutex::new(());
+static NEXT_INDEX: AtomicU32 = AtomicU32::new(0);
+static CONSTRUCTED: AtomicU64 = AtomicU64::new(2);
+static WORLD_RANK: AtomicU32 = AtomicU32::new(0);
+/// Communicators that did not fit in the table (counted, never expected).
+pub static OVERFLOW: AtomicU64 = AtomicU64::new(0);
+
+#[inline(always)]
+fn key_of(comm: MPI_Comm) -> u64 {
+    match ffi::handle_key(comm) {
+        0 => u64::MAX,
+        k => k,
+    }
+}
+
+#[inline(always)]
+fn home(key: u64) -> usize {
+    (key.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - 13)) as usize
+}
+
+/// The communicator behind a handle, if pmtrace knows it.
+#[inline(always)]
+pub fn lookup(comm: MPI_Comm) -> Option<&'static CommInfo> {
+    let key = key_of(comm);
+    let mut i = home(key);
+    for _ in 0..SLOTS {
+        let slot = &TABLE[i];
+        let k = slot.key.load(Ordering::Acquire);
+        if k == key {
+            let p = slot.info.load(Ordering::Acquire);
+            // SAFETY: infos are leaked boxes, never freed.
+            return unsafe { p.as_ref() };
+        }
+        if k == 0 {
+            return None;
+        }
+        i = (i + 1) & (SLOTS - 1);
+    }
+    None
+}
+
+fn insert(comm: MPI_Comm, info: &'static CommInfo) {
+    let _lock = INSERT.lock();
+    let key = key_of(comm);
+    let mut i = home(key);
+    let mut reusable = None;
+    for _ in 0..SLOTS {
+        let slot = &TABLE[i];
+        let k = slot.key.load(Ordering::Acquire);
+        if k == key {
+            slot.info.store(info as *const _ as *mut _, Ordering::Release);
+            return;
+        }
+        if k != 0 && slot.info.load(Ordering::Acquire).is_null() && reusable.is_none() {
+            reusable = Some(i);
+        }
+        if k == 0 {
+            let at = reusable.unwrap_or(i);
+            TABLE[at].info.store(info as *const _ as *mut _, Ordering::Release);
+            TABLE[at].key.store(key, Ordering::Release);
+            return;
+        }
+        i = (i + 1) & (SLOTS - 1);
+    }
+    match reusable {
+        Some(at) => {
+            TABLE[at].info.store(info as *const _ as *mut _, Ordering::Release);
+            TABLE[at].key.store(key, Ordering::Release);
+        }
+        None => {
+            OVERFLOW.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
+/// Forgets a freed handle.
+pub fn forget(comm: MPI_Comm) {
+    let _lock = INSERT.lock();
+    let key = key_of(comm);
+    let mut i = home(key);
+    for _ in 0..SLOTS {
+        let slot = &TABLE[i];
+        let k = slot.key.load(Ordering::Acquire);
+        if k == key {
+            slot.info.store(core::ptr::null_mut(), Ordering::Release);
+            return;
+        }
+        if k == 0 {
+            return;
+        }
+        i = (i + 1) & (SLOTS - 1);
+    }
+}
+
+struct Shape {
+    size: u32,
+    rank: u32,
+    inter: bool,
+    remote_size: u32,
+}
+
+fn shape(comm: MPI_Comm) -> Shape {
+    let (mut size, mut rank, mut inter, mut remote) = (0, 0, 0, 0);
+    // SAFETY: local queries on a valid communicator handle.
+    unsafe {
+        ffi::PMPI_Comm_size(comm, &mut size);
+        ffi::PMPI_Comm_rank(comm, &mut rank);
+        ffi::PMPI_Comm_test_inter(comm, &mut inter);
+        if inter != 0 {
+            ffi::PMPI_Comm_remote_size(comm, &mut remote);
+        }
+    }
+    Shape { size: size as u32, rank: rank as u32, inter: inter != 0, remote_size: remote as u32 }
+}
+
+/// World ranks of the communicator's (local) group, in rank order.
+fn members(comm: MPI_Comm, size: u32) -> Vec<u32> {
+    let n = size as usize;
+    let ranks: Vec<i32> = (0..n as i32).collect();
+    let mut world = vec![0i32; n];
+    // SAFETY: group handles are created and freed here; arrays hold `n` ints.
+    unsafe {
+        let mut g = core::mem::zeroed();
+        let mut wg = core::mem::zeroed();
+        ffi::PMPI_Comm_group(comm, &mut g);
+        ffi::PMPI_Comm_group(ffi::RSMPI_COMM_WORLD, &mut wg);
+        ffi::PMPI_Group_translate_ranks(g, n as i32, ranks.as_ptr(), wg, world.as_mut_ptr());
+        ffi::PMPI_Group_free(&mut g);
+        ffi::PMPI_Group_free(&mut wg);
+    }
+    world.into_iter().map(|r| r.max(0) as u32).collect()
+}
+
+/// Registers `comm` with `gid` and writes its definition record.
+fn define(comm: MPI_Comm, gid: u64, rec: &mut Recorder, t: u64) -> &'static CommInfo {
+    let s = shape(comm);
+    let index = NEXT_INDEX.fetch_add(1, Ordering::Relaxed);
+    let info: &'static CommInfo = Box::leak(Box::new(CommInfo {
+        index,
+        gid,
+        size: s.size,
+        rank: s.rank,
+        inter: s.inter,
+        remote_size: s.remote_size,
+        seq: AtomicU64::new(0),
+        idups: AtomicU64::new(0),
+    }));
+    insert(comm, info);
+    let list = if s.rank == 0 && gid != WORLD_GID { members(comm, s.size) } else { Vec::new() };
+    write_def(rec, t, info, &list);
+    info
+}
+
+const MEMBER_BATCH: usize = 512;
+
+fn write_def(rec: &mut Recorder, t: u64, info: &CommInfo, members: &[u32]) {
+    let mut batches = members.chunks(MEMBER_BATCH);
+    let first = batches.next().unwrap_or(&[]);
+    if !rec.begin_special(CODE_DEF_COMM, t, 96 + first.len() * 10) {
+        return;
+    }
+    rec.put_u(u64::from(info.index));
+    rec.put_u(info.gid);
+    rec.put_u(info.inter as u64);
+    rec.put_u(u64::from(info.size));
+    rec.put_u(u64::from(info.rank));
+    rec.put_u(u64::from(info.remote_size));
+    rec.put_u(first.len() as u64);
+    let mut prev = -1i64;
+    for &m in first {
+        rec.put_i(i64::from(m) - prev);
+        prev = i64::from(m);
+    }
+    rec.commit();
+    for batch in batches {
+        if !rec.begin_continuation(16 + batch.len() * 10) {
+            return;
+        }
+        rec.put_u(batch.len() as u64);
+        for &m in batch {
+            rec.put_i(i64::from(m) - prev);
+            prev = i64::from(m);
+        }
+        rec.commit_part();
+    }
+}
+
+/// Defines MPI_COMM_WORLD and MPI_COMM_SELF at init.
+pub fn init(world_rank: u32, rec: &mut Recorder, t: u64) {
+    WORLD_RANK.store(world_rank, Ordering::Relaxed);
+    // SAFETY: reads initialised constants of mpi-sys's shim.
+    let (world, selfc) = unsafe { (ffi::RSMPI_COMM_WORLD, ffi::RSMPI_COMM_SELF) };
+    define(world, WORLD_GID, rec, t);
+    define(selfc, (u64::from(world_rank) << 32) | 1, rec, t);
+}
+
+/// The communicator behind a handle, defining it on first sight if it was
+/// made behind pmtrace's back (e.g. `MPI_Comm_get_parent`).
+#[inline(always)]
+pub fn resolve(comm: MPI_Comm, rec: &mut Recorder, t: u64) -> &'static CommInfo {
+    match lookup(comm) {
+        Some(info) => info,
+        None => define_local(comm, rec, t),
+    }
+}
+
+#[cold]
+fn define_local(comm: MPI_Comm, rec: &mut Recorder, t: u64) -> &'static CommInfo {
+    let n = CONSTRUCTED.fetch_add(1, Ordering::Relaxed);
+    let gid = LOCAL_GID_BIT | (u64::from(WORLD_RANK.load(Ordering::Relaxed)) << 32) | n;
+    define(comm, gid, rec, t)
+}
+
+/// Defines a communicator a blocking constructor just returned: agrees on
+/// its global id with the other members (see the module docs).
+pub fn define_constructed(comm: MPI_Comm, rec: &mut Recorder, t: u64) -> &'static CommInfo {
+    let c = ffi::consts();
+    let n = CONSTRUCTED.fetch_add(1, Ordering::Relaxed);
+    let cand = (u64::from(WORLD_RANK.load(Ordering::Relaxed)) << 32) | n;
+    let mut inter = 0;
+    let mut r1 = 0u64;
+    // SAFETY: tool-internal collectives on the new communicator, which every
+    // member is constructing right now; buffers are one u64 each.
+    let gid = unsafe {
+        ffi::PMPI_Comm_test_inter(comm, &mut inter);
+        let p = |x: &u64| x as *const u64 as *const core::ffi::c_void;
+        let q = |x: &mut u64| x as *mut u64 as *mut core::ffi::c_void;
+        if ffi::PMPI_Allreduce(p(&cand), q(&mut r1), 1, c.uint64, c.op_max, comm) != 0 {
+            return define_local(comm, rec, t);
+        }
+        if inter != 0 {
+            let mut r2 = 0u64;
+            ffi::PMPI_Allreduce(p(&r1), q(&mut r2), 1, c.uint64, c.op_max, comm);
+            r1.max(r2)
+        } else {
+            r1
+        }
+    };
+    define(comm, gid, rec, t)
+}
+
+/// Defines the communicator an `MPI_Comm_idup` on `parent` produced.
+pub fn define_idup(comm: MPI_Comm, parent_gid: u64, nth: u64, rec: &mut Recorder, t: u64) -> &'static CommInfo {
+    let mut h = parent_gid ^ 0x9E37_79B9_7F4A_7C15;
+    h = (h ^ nth.wrapping_mul(0xBF58_476D_1CE4_E5B9)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    h ^= h >> 31;
+    let gid = DERIVED_GID_BIT | (h & (DERIVED_GID_BIT - 1));
+    define(comm, gid, rec, t)
+}

@@ -1,0 +1,139 @@
+//! `PMTRACE_*` settings. A bad value or an unknown variable gets one
+//! warning (printed by rank 0) and the default; configuration never breaks
+//! the application.
+
+use std::collections::BTreeMap;
+
+pub const DEFAULT_BUFFER: usize = 4 << 20;
+pub const MIN_BUFFER: usize = 64 << 10;
+pub const MAX_BUFFER: usize = 1 << 30;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TimerChoice {
+    /// TSC where invariant, else monotonic.
+    Auto,
+    Tsc,
+    Monotonic,
+}
+
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub dir: Option<String>,
+    pub buffer_size: usize,
+    pub timer: TimerChoice,
+    pub warnings: Vec<String>,
+}
+
+/// Variables the runtime reads, and the ones other parts of pmtrace set in
+/// the same environment (so they are not "unknown").
+const KNOWN: &[&str] = &["PMTRACE_DIR", "PMTRACE_BUFFER_SIZE", "PMTRACE_TIMER", "PMTRACE_LIB"];
+
+pub fn parse_size(s: &str) -> Option<usize> {
+    let s = s.trim();
+    let (num, mult) = match s.char_indices().find(|(_, c)| !c.is_ascii_digit()) {
+        None => (s, 1usize),
+        Some((i, _)) => {
+            let unit = s[i..].trim().to_ascii_lowercase();
+            let m = match unit.as_str() {
+                "k" | "kb" | "kib" => 1 << 10,
+                "m" | "mb" | "mib" => 1 << 20,
+                "g" | "gb" | "gib" => 1 << 30,
+                "b" => 1,
+                _ => return None,
+            };
+            (&s[..i], m)
+        }
+    };
+    num.parse::<usize>().ok()?.checked_mul(mult)
+}
+
+impl Config {
+    pub fn from_vars<I: IntoIterator<Item = (String, String)>>(vars: I) -> Config {
+        let mut c = Config { dir: None, buffer_size: DEFAULT_BUFFER, timer: TimerChoice::Auto, warnings: Vec::new() };
+        for (k, v) in vars {
+            if !k.starts_with("PMTRACE_") {
+                continue;
+            }
+            match k.as_str() {
+                "PMTRACE_DIR" => {
+                    if v.is_empty() {
+                        c.warnings.push("PMTRACE_DIR is empty; using the default directory".into());
+                    } else {
+                        c.dir = Some(v);
+                    }
+                }
+                "PMTRACE_BUFFER_SIZE" => match parse_size(&v) {
+                    Some(n) if (MIN_BUFFER..=MAX_BUFFER).contains(&n) => c.buffer_size = n,
+                    _ => c.warnings.push(format!(
+                        "PMTRACE_BUFFER_SIZE={v} is not a size between 64K and 1G; using {}M",
+                        DEFAULT_BUFFER >> 20
+                    )),
+                },
+                "PMTRACE_TIMER" => match v.as_str() {
+                    "tsc" => c.timer = TimerChoice::Tsc,
+                    "monotonic" => c.timer = TimerChoice::Monotonic,
+                    "auto" => c.timer = TimerChoice::Auto,
+                    _ => c.warnings.push(format!("PMTRACE_TIMER={v} is not tsc, monotonic or auto; using auto")),
+                },
+                k if KNOWN.contains(&k) => {}
+                _ => c.warnings.push(format!("unknown setting {k} ignored")),
+            }
+        }
+        c
+    }
+
+    pub fn from_env() -> Config {
+        Config::from_vars(std::env::vars())
+    }
+
+    /// The effective configuration, for the trace's run record.
+    pub fn effective(&self, dir: &str, timer: &str) -> BTreeMap<String, String> {
+        let mut m = BTreeMap::new();
+        m.insert("PMTRACE_DIR".into(), dir.into());
+        m.insert("PMTRACE_BUFFER_SIZE".into(), self.buffer_size.to_string());
+        m.insert("PMTRACE_TIMER".into(), timer.into());
+        m
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cfg(pairs: &[(&str, &str)]) -> Config {
+        Config::from_vars(pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())))
+    }
+
+    #[test]
+    fn sizes_accept_suffixes() {
+        assert_eq!(parse_size("65536"), Some(65536));
+        assert_eq!(parse_size("64K"), Some(65536));
+        assert_eq!(parse_size("2M"), Some(2 << 20));
+        assert_eq!(parse_size("1g"), Some(1 << 30));
+        assert_eq!(parse_size("12x"), None);
+        assert_eq!(parse_size(""), None);
+    }
+
+    #[test]
+    fn bad_values_warn_once_and_keep_defaults() {
+        let c = cfg(&[("PMTRACE_BUFFER_SIZE", "lots"), ("PMTRACE_TIMER", "sundial"), ("PMTRACE_COLOUR", "red")]);
+        assert_eq!(c.buffer_size, DEFAULT_BUFFER);
+        assert_eq!(c.timer, TimerChoice::Auto);
+        assert_eq!(c.warnings.len(), 3);
+        assert!(c.warnings[2].contains("PMTRACE_COLOUR"));
+    }
+
+    #[test]
+    fn good_values_are_taken_without_warning() {
+        let c = cfg(&[("PMTRACE_BUFFER_SIZE", "1M"), ("PMTRACE_TIMER", "monotonic"), ("PMTRACE_DIR", "/tmp/t"), ("HOME", "/root")]);
+        assert_eq!(c.buffer_size, 1 << 20);
+        assert_eq!(c.timer, TimerChoice::Monotonic);
+        assert_eq!(c.dir.as_deref(), Some("/tmp/t"));
+        assert!(c.warnings.is_empty());
+    }
+
+    #[test]
+    fn buffer_below_minimum_is_refused() {
+        assert_eq!(cfg(&[("PMTRACE_BUFFER_SIZE", "4K")]).buffer_size, DEFAULT_BUFFER);
+    }
+}

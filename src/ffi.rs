@@ -1,0 +1,157 @@
+//! The MPI bindings (`mpi-sys`) plus what they lack: constants that are C
+//! macros (read through `src/shim.c`) and helpers for handle values. This is
+//! the FFI edge: every raw read of a caller's handle goes through here.
+
+pub use mpi_sys::*;
+
+use core::mem::MaybeUninit;
+use std::sync::OnceLock;
+
+extern "C" {
+    fn pmtrace_mpi_in_place() -> *const core::ffi::c_void;
+    fn pmtrace_mpi_root() -> core::ffi::c_int;
+    fn pmtrace_mpi_err_in_status() -> core::ffi::c_int;
+    fn pmtrace_mpi_err_pending() -> core::ffi::c_int;
+    fn pmtrace_mpi_byte() -> MPI_Datatype;
+    fn pmtrace_mpi_uint64() -> MPI_Datatype;
+    fn pmtrace_mpi_char() -> MPI_Datatype;
+    fn pmtrace_mpi_op_max() -> MPI_Op;
+    fn pmtrace_mpi_op_sum() -> MPI_Op;
+}
+
+/// MPI's special values, read once.
+pub struct Consts {
+    pub in_place: usize,
+    pub root: i32,
+    pub proc_null: i32,
+    pub any_source: i32,
+    pub any_tag: i32,
+    pub undefined: i32,
+    pub err_in_status: i32,
+    pub err_pending: i32,
+    pub byte: MPI_Datatype,
+    pub uint64: MPI_Datatype,
+    pub char: MPI_Datatype,
+    pub op_max: MPI_Op,
+    pub op_sum: MPI_Op,
+}
+
+// SAFETY: handle values are plain identifiers, valid from any thread.
+unsafe impl Send for Consts {}
+unsafe impl Sync for Consts {}
+
+static CONSTS: OnceLock<Consts> = OnceLock::new();
+
+pub fn consts() -> &'static Consts {
+    CONSTS.get_or_init(|| {
+        // SAFETY: the shim functions return compile-time constants; the
+        // RSMPI_ statics are initialised constants of mpi-sys's shim.
+        unsafe {
+            Consts {
+                in_place: pmtrace_mpi_in_place() as usize,
+                root: pmtrace_mpi_root(),
+                proc_null: RSMPI_PROC_NULL,
+                any_source: RSMPI_ANY_SOURCE,
+                any_tag: RSMPI_ANY_TAG,
+                undefined: RSMPI_UNDEFINED,
+                err_in_status: pmtrace_mpi_err_in_status(),
+                err_pending: pmtrace_mpi_err_pending(),
+                byte: pmtrace_mpi_byte(),
+                uint64: pmtrace_mpi_uint64(),
+                char: pmtrace_mpi_char(),
+                op_max: pmtrace_mpi_op_max(),
+                op_sum: pmtrace_mpi_op_sum(),
+            }
+        }
+    })
+}
+
+/// A handle's value as an integer key, whatever the handle type is
+/// (a pointer in Open MPI, an int in MPICH).
+#[inline(always)]
+pub fn handle_key<T: Copy>(h: T) -> u64 {
+    let n = core::mem::size_of::<T>().min(8);
+    let mut k = 0u64;
+    // SAFETY: copies at most 8 bytes of a Copy value into a u64.
+    unsafe {
+        core::ptr::copy_nonoverlapping(&h as *const T as *const u8, &mut k as *mut u64 as *mut u8, n);
+    }
+    k
+}
+
+/// `status` unless it is MPI_STATUS_IGNORE, in which case local storage, so
+/// that source, tag and count can always be read after the call.
+#[inline(always)]
+pub fn status_or_local(status: *mut MPI_Status, local: &mut MaybeUninit<MPI_Status>) -> *mut MPI_Status {
+    // SAFETY: reads an initialised constant of mpi-sys's shim.
+    if status.is_null() || status == unsafe { RSMPI_STATUS_IGNORE } {
+        local.as_mut_ptr()
+    } else {
+        status
+    }
+}
+
+/// Reads `*request` (the caller's handle) before MPI overwrites it.
+///
+/// # Safety
+/// `request` must be valid for reads, as MPI requires.
+#[inline(always)]
+pub unsafe fn request_value(request: *const MPI_Request) -> MPI_Request {
+    unsafe { *request }
+}
+
+/// # Safety
+/// `message` must be valid for reads, as MPI requires.
+#[inline(always)]
+pub unsafe fn message_value(message: *const MPI_Message) -> MPI_Message {
+    unsafe { *message }
+}
+
+/// # Safety
+/// `comm` must be valid for reads, as MPI requires.
+#[inline(always)]
+pub unsafe fn comm_value(comm: *const MPI_Comm) -> MPI_Comm {
+    unsafe { *comm }
+}
+
+#[inline(always)]
+pub fn is_request_null(r: MPI_Request) -> bool {
+    // SAFETY: reads an initialised constant of mpi-sys's shim.
+    handle_key(r) == handle_key(unsafe { RSMPI_REQUEST_NULL })
+}
+
+/// Bytes in `count` elements of `datatype` (its type size, not extent).
+#[inline]
+pub fn bytes_of(count: i64, datatype: MPI_Datatype) -> u64 {
+    if count <= 0 {
+        return 0;
+    }
+    let mut size: MPI_Count = 0;
+    // SAFETY: a query on a handle the application passed to MPI.
+    let rc = unsafe { PMPI_Type_size_x(datatype, &mut size) };
+    if rc != 0 || size < 0 {
+        return 0;
+    }
+    (count as u64).saturating_mul(size as u64)
+}
+
+/// Bytes a completed receive actually took, from its status.
+#[inline]
+pub fn status_bytes(status: *const MPI_Status) -> u64 {
+    let mut n: MPI_Count = 0;
+    // SAFETY: `status` was filled by MPI for a completed operation.
+    let rc = unsafe { PMPI_Get_elements_x(status, consts().byte, &mut n) };
+    if rc != 0 || n < 0 {
+        0
+    } else {
+        n as u64
+    }
+}
+
+#[inline]
+pub fn status_cancelled(status: *const MPI_Status) -> bool {
+    let mut flag = 0;
+    // SAFETY: `status` was filled by MPI for a completed operation.
+    unsafe { PMPI_Test_cancelled(status, &mut flag) };
+    flag != 0
+}

@@ -1,0 +1,838 @@
+//! What each kind of wrapper records, after the real call returned. The
+//! generated wrappers (see `wrappers/generate.rs`) call one function here per
+//! kind; payload layouts are those of `pmtrace_format::record`.
+//!
+//! A hook never lets a panic escape into C: the body runs under
+//! `catch_unwind`, and a panic turns tracing off for the rest of the run
+//! (the application carries on untraced).
+
+use crate::comms::{self, CommInfo};
+use crate::ffi::{self, MPI_Comm, MPI_Datatype, MPI_Message, MPI_Request, MPI_Status};
+use crate::guard::{self, Guard, State};
+use crate::recorder::Recorder;
+use crate::requests::{key, Op, OpKind, MESSAGES, REQUESTS};
+use core::cell::RefCell;
+use core::ffi::{c_int, c_void};
+use pmtrace_format::record::{root_code, LIST_BATCH, MAX_FIXED_RECORD, MAX_LIST_ITEM, ST_CANCELLED, ST_EMPTY, ST_NONE};
+use smallvec::SmallVec;
+
+/// One traced call: its id, times and return code.
+pub struct Call<'g> {
+    guard: &'g Guard,
+    pub func: u32,
+    pub t0: u64,
+    pub t1: u64,
+    pub rc: c_int,
+}
+
+impl<'g> Call<'g> {
+    #[inline(always)]
+    pub fn new(guard: &'g Guard, func: u32, t0: u64, t1: u64, rc: c_int) -> Self {
+        Call { guard, func, t0, t1, rc }
+    }
+
+    #[inline(always)]
+    fn rec(&self) -> &mut Recorder {
+        self.guard.recorder()
+    }
+
+    #[inline(always)]
+    fn ok(&self) -> bool {
+        self.rc == 0
+    }
+
+    /// Starts this call's record with room for a fixed-size payload.
+    #[inline(always)]
+    fn begin(&self) -> Option<&mut Recorder> {
+        let r = self.rec();
+        r.begin_call(self.func, self.t0, self.t1, self.rc, MAX_FIXED_RECORD).then_some(r)
+    }
+}
+
+/// Runs a hook body; a panic disables tracing instead of unwinding into C.
+#[inline(always)]
+fn guarded(f: impl FnOnce()) {
+    if std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).is_err() {
+        guard::set_state(State::Disabled);
+    }
+}
+
+#[inline(always)]
+fn comm_info(call: &Call, comm: MPI_Comm) -> &'static CommInfo {
+    comms::resolve(comm, call.rec(), call.t0)
+}
+
+/// Source, tag and bytes of a filled status.
+#[inline(always)]
+fn actual(status: *const MPI_Status) -> (i32, i32, u64) {
+    // SAFETY: MPI filled `status` (or our local substitute) for this call.
+    let s = unsafe { &*status };
+    (s.MPI_SOURCE, s.MPI_TAG, ffi::status_bytes(status))
+}
+
+// ---- plain ----
+
+pub fn plain(call: Call) {
+    guarded(|| {
+        if let Some(r) = call.begin() {
+            r.commit();
+        }
+    })
+}
+
+// ---- sends ----
+
+#[inline(always)]
+fn put_send(r: &mut Recorder, peer: c_int, tag: c_int, comm: u32, bytes: u64) {
+    r.put_i(i64::from(peer));
+    r.put_i(i64::from(tag));
+    r.put_u(u64::from(comm));
+    r.put_u(bytes);
+}
+
+pub fn send(call: Call, count: c_int, datatype: MPI_Datatype, peer: c_int, tag: c_int, comm: MPI_Comm) {
+    guarded(|| {
+        let info = comm_info(&call, comm);
+        let bytes = ffi::bytes_of(i64::from(count), datatype);
+        if let Some(r) = call.begin() {
+            put_send(r, peer, tag, info.index, bytes);
+            r.commit();
+        }
+    })
+}
+
+#[allow(clippy::too_many_arguments)]
+fn issue(call: Call, count: c_int, datatype: MPI_Datatype, peer: c_int, tag: c_int, comm: MPI_Comm, request: *mut MPI_Request, kind: OpKind, persistent: bool) {
+    guarded(|| {
+        let info = comm_info(&call, comm);
+        let bytes = ffi::bytes_of(i64::from(count), datatype);
+        let Some(r) = call.begin() else { return };
+        put_send(r, peer, tag, info.index, bytes);
+        let kind = match kind {
+            OpKind::Recv { .. } => OpKind::Recv { src: peer, tag, posted: Some(bytes) },
+            k => k,
+        };
+        if call.ok() {
+            let id = r.take_op();
+            // SAFETY: MPI just stored the new request handle there.
+            let handle = unsafe { *request };
+            REQUESTS.insert(key(handle), Op { id, kind, persistent, instance: None, cancelled: false });
+        }
+        r.commit();
+    })
+}
+
+pub fn isend(call: Call, count: c_int, datatype: MPI_Datatype, peer: c_int, tag: c_int, comm: MPI_Comm, request: *mut MPI_Request) {
+    issue(call, count, datatype, peer, tag, comm, request, OpKind::Send, false)
+}
+
+pub fn send_init(call: Call, count: c_int, datatype: MPI_Datatype, peer: c_int, tag: c_int, comm: MPI_Comm, request: *mut MPI_Request) {
+    issue(call, count, datatype, peer, tag, comm, request, OpKind::Send, true)
+}
+
+// ---- receives ----
+
+const RECV: OpKind = OpKind::Recv { src: 0, tag: 0, posted: None };
+
+pub fn irecv(call: Call, count: c_int, datatype: MPI_Datatype, src: c_int, tag: c_int, comm: MPI_Comm, request: *mut MPI_Request) {
+    issue(call, count, datatype, src, tag, comm, request, RECV, false)
+}
+
+pub fn recv_init(call: Call, count: c_int, datatype: MPI_Datatype, src: c_int, tag: c_int, comm: MPI_Comm, request: *mut MPI_Request) {
+    issue(call, count, datatype, src, tag, comm, request, RECV, true)
+}
+
+/// A receive status relative to what was posted; nothing useful if the call failed.
+#[inline(always)]
+fn put_recv_status(r: &mut Recorder, ok: bool, posted: (i32, i32, Option<u64>), status: *const MPI_Status, extra: u64) {
+    if ok {
+        r.put_status(posted, actual(status), extra);
+    } else {
+        r.put_u(ST_NONE);
+    }
+}
+
+pub fn recv(call: Call, count: c_int, datatype: MPI_Datatype, src: c_int, tag: c_int, comm: MPI_Comm, status: *mut MPI_Status) {
+    guarded(|| {
+        let info = comm_info(&call, comm);
+        let posted = ffi::bytes_of(i64::from(count), datatype);
+        let Some(r) = call.begin() else { return };
+        put_send(r, src, tag, info.index, posted);
+        put_recv_status(r, call.ok(), (src, tag, Some(posted)), status, 0);
+        r.commit();
+    })
+}
+
+#[allow(clippy::too_many_arguments)]
+pub fn sendrecv(
+    call: Call,
+    sendcount: c_int,
+    sendtype: MPI_Datatype,
+    dest: c_int,
+    sendtag: c_int,
+    recvcount: c_int,
+    recvtype: MPI_Datatype,
+    source: c_int,
+    recvtag: c_int,
+    comm: MPI_Comm,
+    status: *mut MPI_Status,
+) {
+    guarded(|| {
+        let info = comm_info(&call, comm);
+        let bytes = ffi::bytes_of(i64::from(sendcount), sendtype);
+        let posted = ffi::bytes_of(i64::from(recvcount), recvtype);
+        let Some(r) = call.begin() else { return };
+        r.put_i(i64::from(dest));
+        r.put_i(i64::from(sendtag));
+        r.put_u(bytes);
+        r.put_i(i64::from(source));
+        r.put_i(i64::from(recvtag));
+        r.put_u(posted);
+        r.put_u(u64::from(info.index));
+        put_recv_status(r, call.ok(), (source, recvtag, Some(posted)), status, 0);
+        r.commit();
+    })
+}
+
+// ---- probes and matched receives ----
+
+/// Probe, Iprobe (`flag`), Mprobe (`message`), Improbe (both).
+pub fn probe(call: Call, src: c_int, tag: c_int, comm: MPI_Comm, flag: *mut c_int, message: *mut MPI_Message, status: *mut MPI_Status) {
+    guarded(|| {
+        let info = comm_info(&call, comm);
+        // SAFETY: MPI set *flag for this call when a flag was passed.
+        let found = call.ok() && (flag.is_null() || unsafe { *flag } != 0);
+        let Some(r) = call.begin() else { return };
+        r.put_i(i64::from(src));
+        r.put_i(i64::from(tag));
+        r.put_u(u64::from(info.index));
+        if found {
+            let a = actual(status);
+            r.put_status((src, tag, None), a, 0);
+            if !message.is_null() {
+                let id = r.take_op();
+                // SAFETY: MPI just stored the matched message handle there.
+                let m = unsafe { *message };
+                MESSAGES.insert(key(m), (id, a.0, a.1, a.2));
+            }
+        } else {
+            r.put_u(ST_EMPTY);
+        }
+        r.commit();
+    })
+}
+
+/// Status fields are all written out for matched receives (`None` posted),
+/// so that a reader needs no probe to resolve them.
+const EXPLICIT: (i32, i32, Option<u64>) = (i32::MIN, i32::MIN, None);
+
+pub fn mrecv(call: Call, count: c_int, datatype: MPI_Datatype, message: MPI_Message, status: *mut MPI_Status) {
+    guarded(|| {
+        let msg = MESSAGES.remove(key(message)).map(|m| m.0);
+        let posted = ffi::bytes_of(i64::from(count), datatype);
+        let Some(r) = call.begin() else { return };
+        r.put_op_ref(msg);
+        r.put_u(posted);
+        put_recv_status(r, call.ok(), EXPLICIT, status, 0);
+        r.commit();
+    })
+}
+
+pub fn imrecv(call: Call, count: c_int, datatype: MPI_Datatype, message: MPI_Message, request: *mut MPI_Request) {
+    guarded(|| {
+        let msg = MESSAGES.remove(key(message)).map(|m| m.0);
+        let posted = ffi::bytes_of(i64::from(count), datatype);
+        let Some(r) = call.begin() else { return };
+        r.put_op_ref(msg);
+        r.put_u(posted);
+        if call.ok() {
+            let id = r.take_op();
+            // SAFETY: MPI just stored the new request handle there.
+            let handle = unsafe { *request };
+            let kind = OpKind::Recv { src: EXPLICIT.0, tag: EXPLICIT.1, posted: EXPLICIT.2 };
+            REQUESTS.insert(key(handle), Op { id, kind, persistent: false, instance: None, cancelled: false });
+        }
+        r.commit();
+    })
+}
+
+// ---- persistent starts ----
+
+pub fn start(call: Call, requests: &[MPI_Request], _out: *mut MPI_Request) {
+    guarded(|| {
+        let r = call.rec();
+        let n = if call.ok() { requests.len() } else { 0 };
+        let mut batches = requests[..n].chunks(LIST_BATCH);
+        let first = batches.next().unwrap_or(&[]);
+        if !r.begin_call(call.func, call.t0, call.t1, call.rc, MAX_FIXED_RECORD + first.len() * MAX_LIST_ITEM) {
+            return;
+        }
+        r.put_u(first.len() as u64);
+        start_items(r, first);
+        r.commit();
+        for batch in batches {
+            if !r.begin_continuation(32 + batch.len() * MAX_LIST_ITEM) {
+                return;
+            }
+            r.put_u(batch.len() as u64);
+            start_items(r, batch);
+            r.commit_part();
+        }
+    })
+}
+
+fn start_items(r: &mut Recorder, batch: &[MPI_Request]) {
+    for &h in batch {
+        let init = REQUESTS.get(key(h)).filter(|op| op.persistent).map(|op| op.id);
+        r.put_op_ref(init);
+        let instance = r.take_op();
+        if init.is_some() {
+            REQUESTS.update(key(h), |op| {
+                op.instance = Some(instance);
+                op.cancelled = false;
+            });
+        }
+    }
+}
+
+// ---- completion ----
+
+/// Which of the saved requests a completion call completed.
+pub enum Done {
+    One(*mut MPI_Status),
+    IfFlag(*mut c_int, *mut MPI_Status),
+    Index(*mut c_int, *mut MPI_Status),
+    IndexIfFlag(*mut c_int, *mut c_int, *mut MPI_Status),
+    All(*mut MPI_Status),
+    AllIfFlag(*mut c_int, *mut MPI_Status),
+    Some(*mut c_int, *mut c_int, *mut MPI_Status),
+}
+
+struct Completed {
+    op: u64,
+    kind: OpKind,
+    cancelled: bool,
+    status: *const MPI_Status,
+}
+
+/// Takes the operation behind a completed request out of the table.
+fn complete_op(handle: MPI_Request, status: *const MPI_Status, out: &mut SmallVec<[Completed; 8]>) {
+    if ffi::is_request_null(handle) {
+        return;
+    }
+    let k = key(handle);
+    let Some(op) = REQUESTS.get(k) else { return };
+    let id = if op.persistent {
+        // An inactive persistent request completes at once and has no instance.
+        let Some(inst) = REQUESTS.update(k, |o| o.instance.take()).flatten() else { return };
+        inst
+    } else {
+        REQUESTS.remove(k);
+        op.id
+    };
+    out.push(Completed { op: id, kind: op.kind, cancelled: op.cancelled, status });
+}
+
+fn completed_set(call: &Call, requests: &[MPI_Request], done: &Done) -> SmallVec<[Completed; 8]> {
+    let c = ffi::consts();
+    let mut out = SmallVec::new();
+    let ok = call.rc == 0;
+    let in_status = call.rc == c.err_in_status;
+    // SAFETY (all reads below): MPI filled the flag, index, outcount,
+    // indices and statuses outputs of this call; statuses were substituted
+    // when ignored, so they are always readable.
+    unsafe {
+        match *done {
+            Done::One(st) if ok => complete_op(requests[0], st, &mut out),
+            Done::IfFlag(flag, st) if ok && *flag != 0 => complete_op(requests[0], st, &mut out),
+            Done::Index(index, st) if ok && *index != c.undefined && *index >= 0 => {
+                complete_op(requests[*index as usize], st, &mut out)
+            }
+            Done::IndexIfFlag(index, flag, st) if ok && *flag != 0 && *index != c.undefined && *index >= 0 => {
+                complete_op(requests[*index as usize], st, &mut out)
+            }
+            Done::All(sts) if ok || in_status => {
+                for (i, &h) in requests.iter().enumerate() {
+                    let st = sts.add(i);
+                    if ok || (*st).MPI_ERROR != c.err_pending {
+                        complete_op(h, st, &mut out);
+                    }
+                }
+            }
+            Done::AllIfFlag(flag, sts) if (ok && *flag != 0) || in_status => {
+                for (i, &h) in requests.iter().enumerate() {
+                    let st = sts.add(i);
+                    if ok || (*st).MPI_ERROR != c.err_pending {
+                        complete_op(h, st, &mut out);
+                    }
+                }
+            }
+            Done::Some(outcount, indices, sts) if ok || in_status => {
+                let n = *outcount;
+                if n != c.undefined && n > 0 {
+                    for k in 0..n as usize {
+                        let i = *indices.add(k) as usize;
+                        if i < requests.len() {
+                            complete_op(requests[i], sts.add(k), &mut out);
+                        }
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    out
+}
+
+pub fn complete(call: Call, requests: &[MPI_Request], done: Done) {
+    guarded(|| {
+        let set = completed_set(&call, requests, &done);
+        // Communicators from completed MPI_Comm_idup are defined before the
+        // record that completes them.
+        for c in &set {
+            if let OpKind::Idup { newcomm, parent_gid, nth } = c.kind {
+                let comm = crate::requests::comm_of_idup(newcomm);
+                comms::define_idup(comm, parent_gid, nth, call.rec(), call.t0);
+            }
+        }
+        let r = call.rec();
+        let mut batches = set.chunks(LIST_BATCH);
+        let first = batches.next().unwrap_or(&[]);
+        if !r.begin_call(call.func, call.t0, call.t1, call.rc, MAX_FIXED_RECORD + first.len() * MAX_LIST_ITEM) {
+            return;
+        }
+        r.put_u(first.len() as u64);
+        completion_items(r, first);
+        r.commit();
+        for batch in batches {
+            if !r.begin_continuation(32 + batch.len() * MAX_LIST_ITEM) {
+                return;
+            }
+            r.put_u(batch.len() as u64);
+            completion_items(r, batch);
+            r.commit_part();
+        }
+    })
+}
+
+fn completion_items(r: &mut Recorder, batch: &[Completed]) {
+    for c in batch {
+        r.put_op_ref(Some(c.op));
+        let cancelled = c.cancelled && ffi::status_cancelled(c.status);
+        let extra = if cancelled { ST_CANCELLED } else { 0 };
+        match c.kind {
+            OpKind::Recv { src, tag, posted } if !cancelled => r.put_status((src, tag, posted), actual(c.status), extra),
+            _ => r.put_u(ST_NONE | extra),
+        }
+    }
+}
+
+pub fn cancel(call: Call, request: MPI_Request) {
+    guarded(|| {
+        let k = key(request);
+        let op = REQUESTS
+            .update(k, |op| {
+                op.cancelled = true;
+                if op.persistent {
+                    op.instance
+                } else {
+                    Some(op.id)
+                }
+            })
+            .flatten();
+        if let Some(r) = call.begin() {
+            r.put_op_ref(op);
+            r.commit();
+        }
+    })
+}
+
+pub fn request_free(call: Call, request: MPI_Request) {
+    guarded(|| {
+        let op = if call.ok() { REQUESTS.remove(key(request)) } else { REQUESTS.get(key(request)) };
+        let id = op.map(|op| op.id);
+        if let Some(r) = call.begin() {
+            r.put_op_ref(id);
+            r.commit();
+        }
+    })
+}
+
+// ---- collectives ----
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Shape {
+    Barrier,
+    Bcast,
+    Reduce,
+    Allreduce,
+    Scan,
+    ReduceScatter,
+    ReduceScatterBlock,
+    Gather,
+    Gatherv,
+    Scatter,
+    Scatterv,
+    Allgather,
+    Allgatherv,
+    Alltoall,
+    Alltoallv,
+    Alltoallw,
+    NeighborAllgather,
+    NeighborAllgatherv,
+    NeighborAlltoall,
+    NeighborAlltoallv,
+    NeighborAlltoallw,
+}
+
+impl Shape {
+    fn rooted(self) -> bool {
+        matches!(self, Shape::Bcast | Shape::Reduce | Shape::Gather | Shape::Gatherv | Shape::Scatter | Shape::Scatterv)
+    }
+}
+
+/// A collective's arguments by role; absent roles stay at their defaults.
+pub struct CollArgs {
+    pub sendbuf: *const c_void,
+    pub recvbuf: *const c_void,
+    pub count: c_int,
+    pub datatype: MPI_Datatype,
+    pub sendcount: c_int,
+    pub sendtype: MPI_Datatype,
+    pub recvcount: c_int,
+    pub recvtype: MPI_Datatype,
+    pub sendcounts: *const c_int,
+    pub recvcounts: *const c_int,
+    pub sendtypes: *const MPI_Datatype,
+    pub recvtypes: *const MPI_Datatype,
+    pub root: c_int,
+    pub comm: MPI_Comm,
+}
+
+impl CollArgs {
+    #[inline(always)]
+    pub fn new(comm: MPI_Comm) -> CollArgs {
+        // SAFETY: reads an initialised constant of mpi-sys's shim.
+        let null = unsafe { ffi::RSMPI_DATATYPE_NULL };
+        CollArgs {
+            sendbuf: core::ptr::null(),
+            recvbuf: core::ptr::null(),
+            count: 0,
+            datatype: null,
+            sendcount: 0,
+            sendtype: null,
+            recvcount: 0,
+            recvtype: null,
+            sendcounts: core::ptr::null(),
+            recvcounts: core::ptr::null(),
+            sendtypes: core::ptr::null(),
+            recvtypes: core::ptr::null(),
+            root: 0,
+            comm,
+        }
+    }
+}
+
+/// Sum of `counts[..n]`, each times the size of its type.
+fn sum_bytes(counts: *const c_int, n: usize, datatype: MPI_Datatype, types: *const MPI_Datatype) -> u64 {
+    if counts.is_null() {
+        return 0;
+    }
+    let mut total = 0u64;
+    for i in 0..n {
+        // SAFETY: MPI requires count (and type) arrays of the group's size
+        // (or degree) for this rank's role; we read only those.
+        let (c, t) = unsafe { (*counts.add(i), if types.is_null() { datatype } else { *types.add(i) }) };
+        total = total.saturating_add(ffi::bytes_of(i64::from(c), t));
+    }
+    total
+}
+
+/// (in-degree, out-degree) of a communicator's topology.
+fn degrees(comm: MPI_Comm, rank: u32) -> (usize, usize) {
+    let mut status = 0;
+    // SAFETY: local topology queries on a valid communicator.
+    unsafe {
+        ffi::PMPI_Topo_test(comm, &mut status);
+        if status == ffi::RSMPI_CART {
+            let mut nd = 0;
+            ffi::PMPI_Cartdim_get(comm, &mut nd);
+            (2 * nd as usize, 2 * nd as usize)
+        } else if status == ffi::RSMPI_GRAPH {
+            let mut n = 0;
+            ffi::PMPI_Graph_neighbors_count(comm, rank as c_int, &mut n);
+            (n as usize, n as usize)
+        } else if status == ffi::RSMPI_DIST_GRAPH {
+            let (mut i, mut o, mut w) = (0, 0, 0);
+            ffi::PMPI_Dist_graph_neighbors_count(comm, &mut i, &mut o, &mut w);
+            (i as usize, o as usize)
+        } else {
+            (0, 0)
+        }
+    }
+}
+
+/// Bytes this rank sends and receives in a collective.
+fn coll_bytes(shape: Shape, a: &CollArgs, info: &CommInfo) -> (u64, u64) {
+    let c = ffi::consts();
+    let b = |n: c_int, t: MPI_Datatype| ffi::bytes_of(i64::from(n), t);
+    let in_place = a.sendbuf as usize == c.in_place;
+    let recv_in_place = a.recvbuf as usize == c.in_place;
+    // Peers whose blocks a rank handles: the remote group on an intercommunicator.
+    let peers = if info.inter { info.remote_size } else { info.size } as c_int;
+    let peers_u = peers.max(0) as usize;
+    let data = b(a.count, a.datatype);
+    // Rooted collectives on an intercommunicator: MPI_ROOT sends (or
+    // gathers), MPI_PROC_NULL does nothing, the others are the leaves.
+    enum Role {
+        Root,
+        Leaf,
+        Idle,
+    }
+    let role = if info.inter {
+        if a.root == c.root {
+            Role::Root
+        } else if a.root == c.proc_null {
+            Role::Idle
+        } else {
+            Role::Leaf
+        }
+    } else if a.root == info.rank as c_int {
+        Role::Root
+    } else {
+        Role::Leaf
+    };
+    match shape {
+        Shape::Barrier => (0, 0),
+        Shape::Bcast => match role {
+            Role::Root => (data, 0),
+            Role::Leaf => (0, data),
+            Role::Idle => (0, 0),
+        },
+        Shape::Reduce => match role {
+            Role::Root if info.inter => (0, data),
+            Role::Root => (data, data),
+            Role::Leaf => (data, 0),
+            Role::Idle => (0, 0),
+        },
+        Shape::Allreduce | Shape::Scan => (data, data),
+        Shape::ReduceScatterBlock => (b(a.recvcount, a.datatype) * info.size as u64, b(a.recvcount, a.datatype)),
+        Shape::ReduceScatter => {
+            let total = sum_bytes(a.recvcounts, info.size as usize, a.datatype, core::ptr::null());
+            // SAFETY: recvcounts has one entry per rank of the group.
+            let mine = if a.recvcounts.is_null() { 0 } else { b(unsafe { *a.recvcounts.add(info.rank as usize) }, a.datatype) };
+            (total, mine)
+        }
+        Shape::Gather | Shape::Gatherv => {
+            let gathered = if shape == Shape::Gather {
+                b(a.recvcount, a.recvtype) * peers_u as u64
+            } else {
+                sum_bytes(a.recvcounts, peers_u, a.recvtype, core::ptr::null())
+            };
+            match role {
+                Role::Root if info.inter => (0, gathered),
+                Role::Root if in_place => (0, gathered),
+                Role::Root => (b(a.sendcount, a.sendtype), gathered),
+                Role::Leaf => (b(a.sendcount, a.sendtype), 0),
+                Role::Idle => (0, 0),
+            }
+        }
+        Shape::Scatter | Shape::Scatterv => {
+            let scattered = if shape == Shape::Scatter {
+                b(a.sendcount, a.sendtype) * peers_u as u64
+            } else {
+                sum_bytes(a.sendcounts, peers_u, a.sendtype, core::ptr::null())
+            };
+            match role {
+                Role::Root if info.inter || recv_in_place => (scattered, 0),
+                Role::Root => (scattered, b(a.recvcount, a.recvtype)),
+                Role::Leaf => (0, b(a.recvcount, a.recvtype)),
+                Role::Idle => (0, 0),
+            }
+        }
+        Shape::Allgather => {
+            let block = b(a.recvcount, a.recvtype);
+            (if in_place { block } else { b(a.sendcount, a.sendtype) }, block * peers_u as u64)
+        }
+        Shape::Allgatherv => {
+            let total = sum_bytes(a.recvcounts, peers_u, a.recvtype, core::ptr::null());
+            let sent = if in_place {
+                // SAFETY: recvcounts has one entry per rank of the group.
+                b(unsafe { *a.recvcounts.add(info.rank as usize) }, a.recvtype)
+            } else {
+                b(a.sendcount, a.sendtype)
+            };
+            (sent, total)
+        }
+        Shape::Alltoall => {
+            let r = b(a.recvcount, a.recvtype) * peers_u as u64;
+            (if in_place { r } else { b(a.sendcount, a.sendtype) * peers_u as u64 }, r)
+        }
+        Shape::Alltoallv | Shape::Alltoallw => {
+            let types = |t: *const MPI_Datatype| if shape == Shape::Alltoallw { t } else { core::ptr::null() };
+            let r = sum_bytes(a.recvcounts, peers_u, a.recvtype, types(a.recvtypes));
+            (if in_place { r } else { sum_bytes(a.sendcounts, peers_u, a.sendtype, types(a.sendtypes)) }, r)
+        }
+        Shape::NeighborAllgather | Shape::NeighborAlltoall => {
+            let (ins, outs) = degrees(a.comm, info.rank);
+            let per_out = if shape == Shape::NeighborAllgather { outs as u64 } else { outs as u64 };
+            (b(a.sendcount, a.sendtype) * per_out, b(a.recvcount, a.recvtype) * ins as u64)
+        }
+        Shape::NeighborAllgatherv => {
+            let (ins, outs) = degrees(a.comm, info.rank);
+            (b(a.sendcount, a.sendtype) * outs as u64, sum_bytes(a.recvcounts, ins, a.recvtype, core::ptr::null()))
+        }
+        Shape::NeighborAlltoallv | Shape::NeighborAlltoallw => {
+            let (ins, outs) = degrees(a.comm, info.rank);
+            let types = |t: *const MPI_Datatype| if shape == Shape::NeighborAlltoallw { t } else { core::ptr::null() };
+            (sum_bytes(a.sendcounts, outs, a.sendtype, types(a.sendtypes)), sum_bytes(a.recvcounts, ins, a.recvtype, types(a.recvtypes)))
+        }
+    }
+}
+
+#[inline(always)]
+fn put_coll(r: &mut Recorder, info: &CommInfo, root: Option<i32>, sent: u64, recvd: u64) {
+    let seq = info.seq.fetch_add(1, core::sync::atomic::Ordering::Relaxed);
+    r.put_u(u64::from(info.index));
+    r.put_u(root_code(root));
+    r.put_u(sent);
+    r.put_u(recvd);
+    r.put_coll_seq(info.index, seq);
+}
+
+pub fn coll(call: Call, shape: Shape, args: &CollArgs) {
+    guarded(|| {
+        let info = comm_info(&call, args.comm);
+        let (sent, recvd) = coll_bytes(shape, args, info);
+        if let Some(r) = call.begin() {
+            put_coll(r, info, shape.rooted().then_some(args.root), sent, recvd);
+            r.commit();
+        }
+    })
+}
+
+pub fn icoll(call: Call, shape: Shape, args: &CollArgs, request: *mut MPI_Request) {
+    guarded(|| {
+        let info = comm_info(&call, args.comm);
+        let (sent, recvd) = coll_bytes(shape, args, info);
+        let Some(r) = call.begin() else { return };
+        put_coll(r, info, shape.rooted().then_some(args.root), sent, recvd);
+        if call.ok() {
+            let id = r.take_op();
+            // SAFETY: MPI just stored the new request handle there.
+            let handle = unsafe { *request };
+            REQUESTS.insert(key(handle), Op { id, kind: OpKind::Coll, persistent: false, instance: None, cancelled: false });
+        }
+        r.commit();
+    })
+}
+
+// ---- communicators ----
+
+pub fn comm_new(call: Call, parent: Option<MPI_Comm>, newcomm: *mut MPI_Comm) {
+    guarded(|| {
+        let parent = parent.map(|p| comm_info(&call, p).index);
+        let new = if call.ok() {
+            // SAFETY: MPI stored the new communicator there.
+            let c = unsafe { *newcomm };
+            // SAFETY: reads an initialised constant of mpi-sys's shim.
+            if ffi::handle_key(c) == ffi::handle_key(unsafe { ffi::RSMPI_COMM_NULL }) {
+                None
+            } else if call.func == crate::wrappers::ids::MPI_COMM_GET_PARENT {
+                Some(comm_info(&call, c).index)
+            } else {
+                Some(comms::define_constructed(c, call.rec(), call.t0).index)
+            }
+        } else {
+            None
+        };
+        if let Some(r) = call.begin() {
+            r.put_u(parent.map_or(0, |p| u64::from(p) + 1));
+            r.put_u(new.map_or(0, |n| u64::from(n) + 1));
+            r.commit();
+        }
+    })
+}
+
+pub fn comm_idup(call: Call, comm: MPI_Comm, newcomm: *mut MPI_Comm, request: *mut MPI_Request) {
+    guarded(|| {
+        let info = comm_info(&call, comm);
+        let nth = info.idups.fetch_add(1, core::sync::atomic::Ordering::Relaxed);
+        let Some(r) = call.begin() else { return };
+        put_coll(r, info, None, 0, 0);
+        if call.ok() {
+            let id = r.take_op();
+            // SAFETY: MPI just stored the new request handle there.
+            let handle = unsafe { *request };
+            let kind = OpKind::Idup { newcomm: newcomm as usize, parent_gid: info.gid, nth };
+            REQUESTS.insert(key(handle), Op { id, kind, persistent: false, instance: None, cancelled: false });
+        }
+        r.commit();
+    })
+}
+
+pub fn comm_free(call: Call, comm: MPI_Comm) {
+    guarded(|| {
+        let index = comm_info(&call, comm).index;
+        if call.ok() {
+            comms::forget(comm);
+        }
+        if let Some(r) = call.begin() {
+            r.put_u(u64::from(index));
+            r.commit();
+        }
+    })
+}
+
+// ---- scratch storage for array arguments ----
+
+thread_local! {
+    static SCRATCH: RefCell<(Vec<MPI_Status>, Vec<MPI_Request>)> = const { RefCell::new((Vec::new(), Vec::new())) };
+}
+
+/// Per-thread arrays reused across calls: substitute statuses for
+/// MPI_STATUSES_IGNORE, and the request handles as they were before the call.
+pub struct Scratch {
+    statuses: Vec<MPI_Status>,
+    requests: Vec<MPI_Request>,
+}
+
+impl Scratch {
+    pub fn take() -> Scratch {
+        let (statuses, requests) = SCRATCH.try_with(|s| core::mem::take(&mut *s.borrow_mut())).unwrap_or_default();
+        Scratch { statuses, requests }
+    }
+
+    pub fn statuses(&mut self, statuses: *mut MPI_Status, n: c_int) -> *mut MPI_Status {
+        // SAFETY: reads an initialised constant of mpi-sys's shim.
+        let ignore = unsafe { ffi::RSMPI_STATUSES_IGNORE };
+        if !statuses.is_null() && statuses != ignore {
+            return statuses;
+        }
+        let n = n.max(1) as usize;
+        if self.statuses.len() < n {
+            // SAFETY: MPI_Status is plain data; all-zero is a valid value.
+            self.statuses.resize(n, unsafe { core::mem::zeroed() });
+        }
+        self.statuses.as_mut_ptr()
+    }
+
+    pub fn save_requests(&mut self, requests: *const MPI_Request, n: c_int) {
+        self.requests.clear();
+        if !requests.is_null() && n > 0 {
+            // SAFETY: MPI requires `n` valid request handles there.
+            self.requests.extend_from_slice(unsafe { core::slice::from_raw_parts(requests, n as usize) });
+        }
+    }
+
+    pub fn requests(&self) -> &[MPI_Request] {
+        &self.requests
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let bufs = (core::mem::take(&mut self.statuses), core::mem::take(&mut self.requests));
+        let _ = SCRATCH.try_with(|s| *s.borrow_mut() = bufs);
+    }
+}

@@ -1,0 +1,450 @@
+//! Written by hand because they start and stop the tracer: `MPI_Init`,
+//! `MPI_Init_thread`, `MPI_Finalize`, `MPI_Abort`, and `MPI_Pcontrol`
+//! (variadic in C, which generated Rust cannot define).
+//!
+//! Start: after `PMPI_Init`, calibrate the timer over the span of the init
+//! itself, duplicate MPI_COMM_WORLD for the tool's own messages, let rank 0
+//! choose and create the trace directory and broadcast it, create this
+//! rank's file, start the flusher, then record.
+//!
+//! Stop: record `MPI_Finalize`, seal every buffer, write the trailer, sum
+//! the counts to rank 0 (which prints the one summary line), and only then
+//! call `PMPI_Finalize`. `MPI_Abort` seals this rank's trace before
+//! aborting, so an aborted job keeps its trace.
+
+use crate::clock;
+use crate::comms;
+use crate::config::{Config, TimerChoice};
+use crate::ffi::{self, MPI_Comm};
+use crate::flusher::{Flusher, Msg, Totals};
+use crate::guard::{self, Guard, State};
+use crate::recorder::{self, Recorder};
+use crate::wrappers::{ids, real, FUNCTIONS};
+use core::ffi::{c_char, c_int, c_void};
+use parking_lot::Mutex;
+use pmtrace_format::meta::{self, FunctionDef, MpiConstants, RunInfo, TimerDef};
+use pmtrace_format::record::MAX_FIXED_RECORD;
+use std::fs::OpenOptions;
+use std::io::Write;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+
+/// What the runtime keeps between init and finalize.
+struct Session {
+    tool_comm: MPI_Comm,
+    rank: i32,
+    dir: Option<PathBuf>,
+    flusher: Option<std::thread::JoinHandle<()>>,
+    mono_start: u64,
+    start_ns: u64,
+}
+
+// SAFETY: MPI handles are plain identifiers usable from any thread.
+unsafe impl Send for Session {}
+
+static SESSION: Mutex<Option<Session>> = Mutex::new(None);
+
+fn warn(msg: &str) {
+    let _ = writeln!(std::io::stderr(), "pmtrace: warning: {msg}");
+}
+
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn MPI_Init(argc: *mut c_int, argv: *mut *mut *mut c_char) -> c_int {
+    let guard = Guard::acquire_any();
+    if guard.is_none() || guard::state() != State::Uninit {
+        // SAFETY: the caller's arguments, passed through.
+        return unsafe { real::PMPI_Init(argc as *mut c_void, argv as *mut c_void) };
+    }
+    let t0 = clock::monotonic();
+    let p0 = clock::pair();
+    // SAFETY: the caller's arguments, passed through.
+    let rc = unsafe { real::PMPI_Init(argc as *mut c_void, argv as *mut c_void) };
+    start(guard.as_ref().unwrap(), ids::MPI_INIT, t0, p0, rc, None);
+    rc
+}
+
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn MPI_Init_thread(argc: *mut c_int, argv: *mut *mut *mut c_char, required: c_int, provided: *mut c_int) -> c_int {
+    let guard = Guard::acquire_any();
+    if guard.is_none() || guard::state() != State::Uninit {
+        // SAFETY: the caller's arguments, passed through.
+        return unsafe { real::PMPI_Init_thread(argc as *mut c_void, argv as *mut c_void, required, provided as *mut c_void) };
+    }
+    let t0 = clock::monotonic();
+    let p0 = clock::pair();
+    // SAFETY: the caller's arguments, passed through.
+    let rc = unsafe { real::PMPI_Init_thread(argc as *mut c_void, argv as *mut c_void, required, provided as *mut c_void) };
+    // SAFETY: MPI set *provided.
+    let got = if rc == 0 { unsafe { *provided } } else { 0 };
+    start(guard.as_ref().unwrap(), ids::MPI_INIT_THREAD, t0, p0, rc, Some((required, got)));
+    rc
+}
+
+fn start(guard: &Guard, func: u32, t0: u64, p0: clock::Pair, rc: c_int, thread: Option<(c_int, c_int)>) {
+    if rc != 0 {
+        guard::set_state(State::Disabled);
+        return;
+    }
+    let started = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| start_tracing(guard, func, t0, p0, thread)));
+    if started.is_err() {
+        guard::set_state(State::Disabled);
+    }
+}
+
+fn world() -> MPI_Comm {
+    // SAFETY: reads an initialised constant of mpi-sys's shim.
+    unsafe { ffi::RSMPI_COMM_WORLD }
+}
+
+fn default_dir_name() -> String {
+    // SAFETY: time/localtime_r fill a local struct.
+    let stamp = unsafe {
+        let t = libc::time(core::ptr::null_mut());
+        let mut tm: libc::tm = core::mem::zeroed();
+        libc::localtime_r(&t, &mut tm);
+        format!("{:04}{:02}{:02}-{:02}{:02}{:02}", tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec)
+    };
+    format!("pmtrace-{stamp}-{}", std::process::id())
+}
+
+/// Rank 0: creates (or checks) the trace directory; returns its absolute path.
+fn prepare_dir(cfg: &Config) -> Result<PathBuf, String> {
+    let path = PathBuf::from(cfg.dir.clone().unwrap_or_else(default_dir_name));
+    match std::fs::symlink_metadata(&path) {
+        Ok(m) if m.file_type().is_symlink() => {
+            return Err(format!("{} is a symbolic link; refusing to follow it", path.display()))
+        }
+        Ok(m) if !m.is_dir() => return Err(format!("{} exists and is not a directory", path.display())),
+        Ok(_) => {
+            if path.join(pmtrace_format::rank_file_name(0)).exists() {
+                return Err(format!("{} already holds a trace", path.display()));
+            }
+        }
+        Err(_) => std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&path)
+            .map_err(|e| format!("cannot create {}: {e}", path.display()))?,
+    }
+    let abs = std::fs::canonicalize(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let probe = abs.join(".pmtrace-write-test");
+    OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .custom_flags(libc::O_NOFOLLOW)
+        .mode(0o600)
+        .open(&probe)
+        .map_err(|e| format!("cannot write in {}: {e}", abs.display()))?;
+    let _ = std::fs::remove_file(&probe);
+    Ok(abs)
+}
+
+/// Rank 0's directory (or error) to every rank, over the tool communicator.
+fn share_dir(comm: MPI_Comm, rank: i32, mine: Option<Result<PathBuf, String>>) -> Result<PathBuf, String> {
+    let c = ffi::consts();
+    let text = match &mine {
+        Some(Ok(p)) => format!("+{}", p.display()),
+        Some(Err(e)) => format!("-{e}"),
+        None => String::new(),
+    };
+    let mut len = text.len() as c_int;
+    // SAFETY: tool-internal broadcasts of an int and a byte buffer of that length.
+    unsafe {
+        ffi::PMPI_Bcast(&mut len as *mut c_int as *mut c_void, 1, ffi::RSMPI_INT32_T, 0, comm);
+        let mut buf = if rank == 0 { text.into_bytes() } else { vec![0u8; len as usize] };
+        ffi::PMPI_Bcast(buf.as_mut_ptr() as *mut c_void, len, c.char, 0, comm);
+        let s = String::from_utf8_lossy(&buf).into_owned();
+        match s.strip_prefix('+') {
+            Some(p) => Ok(PathBuf::from(p)),
+            None => Err(s.strip_prefix('-').unwrap_or("no directory").to_string()),
+        }
+    }
+}
+
+fn hostname() -> String {
+    let mut buf = [0u8; 256];
+    // SAFETY: a buffer of the given length.
+    unsafe { libc::gethostname(buf.as_mut_ptr() as *mut c_char, buf.len()) };
+    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+    String::from_utf8_lossy(&buf[..end]).into_owned()
+}
+
+fn mpi_library() -> String {
+    let mut buf = vec![0u8; 8192];
+    let mut len: c_int = 0;
+    // SAFETY: MPI_MAX_LIBRARY_VERSION_STRING is below 8192 in every MPI.
+    unsafe { ffi::PMPI_Get_library_version(buf.as_mut_ptr() as *mut c_char, &mut len) };
+    let s = String::from_utf8_lossy(&buf[..(len.max(0) as usize).min(buf.len())]).into_owned();
+    s.lines().next().unwrap_or("").trim_end_matches('\0').trim().to_string()
+}
+
+fn command_line() -> Vec<String> {
+    std::fs::read("/proc/self/cmdline")
+        .map(|b| b.split(|&c| c == 0).filter(|s| !s.is_empty()).map(|s| String::from_utf8_lossy(s).into_owned()).collect())
+        .unwrap_or_default()
+}
+
+fn start_tracing(guard: &Guard, func: u32, t0: u64, p0: clock::Pair, thread: Option<(c_int, c_int)>) {
+    let c = ffi::consts();
+    let (mut rank, mut size) = (0, 0);
+    let mut tool_comm: MPI_Comm = world();
+    // SAFETY: local queries and a duplicate of world, which every rank makes
+    // here, inside its MPI_Init.
+    unsafe {
+        ffi::PMPI_Comm_rank(world(), &mut rank);
+        ffi::PMPI_Comm_size(world(), &mut size);
+        ffi::PMPI_Comm_dup(world(), &mut tool_comm);
+    }
+    let cfg = Config::from_env();
+    let invariant = clock::tsc_is_invariant();
+    let use_tsc = match cfg.timer {
+        TimerChoice::Auto => invariant,
+        TimerChoice::Tsc => invariant,
+        TimerChoice::Monotonic => false,
+    };
+    let mut warnings = cfg.warnings.clone();
+    if cfg.timer == TimerChoice::Tsc && !invariant {
+        warnings.push("PMTRACE_TIMER=tsc but this CPU's TSC is not invariant; using monotonic".into());
+    }
+    let mono_start = t0;
+    if use_tsc {
+        clock::start_tsc(p0);
+    }
+    let t1 = clock::now();
+
+    let mine = (rank == 0).then(|| prepare_dir(&cfg));
+    let shared = share_dir(tool_comm, rank, mine);
+    *SESSION.lock() = Some(Session { tool_comm, rank, dir: None, flusher: None, mono_start, start_ns: t0 });
+    if rank == 0 {
+        for w in &warnings {
+            warn(w);
+        }
+    }
+    let dir = match shared {
+        Ok(d) => d,
+        Err(e) => {
+            if rank == 0 {
+                warn(&format!("{e}; tracing disabled"));
+            }
+            guard::set_state(State::Disabled);
+            return;
+        }
+    };
+    let path = dir.join(pmtrace_format::rank_file_name(rank as u32));
+    let file = match OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create_new(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .mode(0o600)
+        .open(&path)
+    {
+        Ok(f) => f,
+        Err(e) => {
+            warn(&format!("rank {rank} cannot create {}: {e}; tracing disabled on this rank", path.display()));
+            guard::set_state(State::Disabled);
+            return;
+        }
+    };
+
+    let timer_name = if use_tsc { "tsc" } else { "monotonic" };
+    let header = meta::Header {
+        library_version: env!("CARGO_PKG_VERSION").to_string(),
+        mpi_library: mpi_library(),
+        rank: rank as u32,
+        world_size: size as u32,
+        hostname: hostname(),
+        pid: std::process::id(),
+        timer: TimerDef {
+            source: timer_name.into(),
+            tsc_hz: clock::tsc_hz(),
+            resolution_ns: clock::tsc_hz().map_or(1.0, |hz| (1e9 / hz).max(1.0)),
+        },
+        start_ns: t0,
+        thread_level: thread.map_or(0, |t| t.1),
+        constants: MpiConstants {
+            any_source: c.any_source,
+            any_tag: c.any_tag,
+            proc_null: c.proc_null,
+            root: c.root,
+            undefined: c.undefined,
+        },
+        functions: FUNCTIONS.iter().map(|(n, k)| FunctionDef { name: n.to_string(), kind: k.name().to_string() }).collect(),
+        run: (rank == 0).then(|| RunInfo {
+            command_line: command_line(),
+            world_size: size as u32,
+            start_unix_ns: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_nanos() as u64)
+                .unwrap_or(0),
+            config: cfg.effective(&dir.display().to_string(), timer_name),
+        }),
+    };
+    let bytes = pmtrace_format::encode_file_header(&header);
+    use std::os::unix::fs::FileExt;
+    if let Err(e) = file.write_all_at(&bytes, 0) {
+        warn(&format!("rank {rank} cannot write {}: {e}; tracing disabled on this rank", path.display()));
+        guard::set_state(State::Disabled);
+        return;
+    }
+    let (tx, rx) = crossbeam_channel::unbounded::<Msg>();
+    let flusher = Flusher::new(file, bytes.len() as u64, cfg.buffer_size);
+    let handle = match std::thread::Builder::new().name("pmtrace-flusher".into()).spawn(move || flusher.run(rx)) {
+        Ok(h) => h,
+        Err(e) => {
+            warn(&format!("rank {rank} cannot start its writer thread: {e}; tracing disabled on this rank"));
+            guard::set_state(State::Disabled);
+            return;
+        }
+    };
+    recorder::set_flusher(tx);
+    if let Some(s) = SESSION.lock().as_mut() {
+        s.dir = Some(dir);
+        s.flusher = Some(handle);
+    }
+    guard::set_state(State::Active);
+
+    let rec = guard.recorder();
+    rec.set_origin(t0);
+    if rec.begin_call(func, t0, t1, 0, MAX_FIXED_RECORD) {
+        if let Some((required, provided)) = thread {
+            rec.put_i(i64::from(required));
+            rec.put_i(i64::from(provided));
+        }
+        rec.commit();
+    }
+    comms::init(rank as u32, rec, t1);
+}
+
+/// Records the closing call, seals everything and stops the flusher.
+fn seal(rec: Option<&mut Recorder>, func: u32, t0: u64, payload: impl FnOnce(&mut Recorder)) -> Option<Totals> {
+    if let Some(rec) = rec {
+        if rec.begin_call(func, t0, clock::now(), 0, MAX_FIXED_RECORD) {
+            payload(rec);
+            rec.commit();
+        }
+        rec.finish();
+    }
+    guard::set_state(State::Finished);
+    let tx = recorder::flusher()?;
+    let (mono_start, start_ns, handle) = {
+        let mut s = SESSION.lock();
+        let s = s.as_mut()?;
+        (s.mono_start, s.start_ns, s.flusher.take())
+    };
+    let end_ns = clock::now();
+    let mono_end = clock::monotonic();
+    let (reply_tx, reply_rx) = crossbeam_channel::bounded(1);
+    let trailer = Box::new(move |t: &Totals| meta::Trailer {
+        events: t.events,
+        bytes: t.bytes,
+        chunks: t.chunks,
+        buffer_waits: t.waits,
+        buffer_wait_ns: t.wait_ns,
+        dropped: recorder::DROPPED.load(std::sync::atomic::Ordering::Relaxed),
+        threads: t.threads.clone(),
+        end_ns,
+        monotonic_start_ns: mono_start,
+        monotonic_end_ns: mono_end,
+    });
+    let _ = start_ns;
+    tx.send(Msg::Finish { trailer, reply: reply_tx }).ok()?;
+    let totals = reply_rx.recv().ok()?;
+    if let Some(h) = handle {
+        let _ = h.join();
+    }
+    Some(totals)
+}
+
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn MPI_Finalize() -> c_int {
+    let guard = Guard::acquire_any();
+    let session = SESSION.lock().as_ref().map(|s| (s.tool_comm, s.rank, s.dir.clone()));
+    if let Some((tool_comm, rank, dir)) = session {
+        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let t0 = clock::now();
+            let totals = if guard::state() == State::Active {
+                // The thread-locals are gone when MPI_Finalize runs from a
+                // static destructor: seal without recording the call then.
+                seal(guard.as_ref().map(|g| g.recorder()), ids::MPI_FINALIZE, t0, |_| {})
+            } else {
+                None
+            };
+            summarize(tool_comm, rank, dir.as_deref(), totals);
+        }));
+    }
+    drop(guard);
+    // SAFETY: no arguments.
+    unsafe { real::PMPI_Finalize() }
+}
+
+/// Sums the ranks' counts to rank 0, which prints the one summary line.
+fn summarize(tool_comm: MPI_Comm, rank: i32, dir: Option<&Path>, totals: Option<Totals>) {
+    let c = ffi::consts();
+    let t = totals.unwrap_or_default();
+    let traced = u64::from(t.file_bytes > 0);
+    let dropped = recorder::DROPPED.load(std::sync::atomic::Ordering::Relaxed);
+    let mine = [t.events, t.file_bytes, dropped, traced, t.waits];
+    let mut sum = [0u64; 5];
+    let mut size = 0;
+    let mut tc = tool_comm;
+    // SAFETY: a tool-internal reduction over the tool communicator, which
+    // every rank that started tracing reaches in its MPI_Finalize.
+    unsafe {
+        ffi::PMPI_Comm_size(tool_comm, &mut size);
+        ffi::PMPI_Reduce(mine.as_ptr() as *const c_void, sum.as_mut_ptr() as *mut c_void, 5, c.uint64, c.op_sum, 0, tool_comm);
+        ffi::PMPI_Comm_free(&mut tc);
+    }
+    if rank != 0 {
+        return;
+    }
+    let Some(dir) = dir else { return };
+    let [events, bytes, dropped, traced, waits] = sum;
+    let mut line = format!("pmtrace: trace of {traced}/{size} ranks in {}: {events} events, {bytes} bytes", dir.display());
+    if waits > 0 {
+        line.push_str(&format!(", {waits} buffer waits"));
+    }
+    if dropped > 0 {
+        line.push_str(&format!(", {dropped} events DROPPED"));
+    }
+    let _ = writeln!(std::io::stderr(), "{line}");
+}
+
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn MPI_Abort(comm: MPI_Comm, errorcode: c_int) -> c_int {
+    let guard = Guard::acquire_any();
+    if guard::state() == State::Active {
+        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let t0 = clock::now();
+            let rec = guard.as_ref().map(|g| g.recorder());
+            let index = rec.map(|r| comms::resolve(comm, r, t0).index).unwrap_or(0);
+            seal(guard.as_ref().map(|g| g.recorder()), ids::MPI_ABORT, t0, |r| {
+                r.put_u(u64::from(index));
+                r.put_i(i64::from(errorcode));
+            });
+        }));
+    }
+    drop(guard);
+    // SAFETY: the caller's arguments, passed through.
+    unsafe { real::PMPI_Abort(comm, errorcode) }
+}
+
+/// `MPI_Pcontrol(level, ...)`: the variadic arguments are not read. On
+/// x86-64 (System V) a callee may ignore trailing variadic arguments.
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn MPI_Pcontrol(level: c_int) -> c_int {
+    let Some(guard) = Guard::acquire() else {
+        // SAFETY: passes the level on; no variadic arguments follow.
+        return unsafe { real::PMPI_Pcontrol(level) };
+    };
+    let t0 = clock::now();
+    // SAFETY: as above.
+    let rc = unsafe { real::PMPI_Pcontrol(level) };
+    let t1 = clock::now();
+    let rec = guard.recorder();
+    if rec.begin_call(ids::MPI_PCONTROL, t0, t1, rc, MAX_FIXED_RECORD) {
+        rec.put_i(i64::from(level));
+        rec.commit();
+    }
+    rc
+}

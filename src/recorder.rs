@@ -1,0 +1,334 @@
+//! Per-thread recording: a thread writes records straight into the active
+//! buffer, a mapped region of the trace file (see `flusher`), and swaps to
+//! its spare when the active one cannot hold the next record.
+//!
+//! Policy when both buffers are full: **stall, never drop.** The thread waits
+//! for the flusher to return a buffer, and the wait itself is recorded (a
+//! BufferWait record, and counts in the trailer). Events are dropped only if
+//! the trace file cannot grow at all (disk full, I/O error); those are
+//! counted in `dropped` and reported, never hidden.
+
+use crate::clock;
+use crate::flusher::{Msg, Region, ThreadLink};
+use crossbeam_channel::{Receiver, Sender};
+use parking_lot::Mutex;
+use pmtrace_format::record::{self, CODE_BUFFER_WAIT, CODE_DEF_THREAD, FIRST_FUNCTION_CODE};
+use pmtrace_format::varint;
+use pmtrace_format::CHUNK_HEADER_LEN;
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering::Relaxed};
+use std::sync::{Arc, OnceLock};
+
+static FLUSHER: OnceLock<Sender<Msg>> = OnceLock::new();
+static NEXT_THREAD: AtomicU32 = AtomicU32::new(0);
+static LINKS: Mutex<Vec<Arc<ThreadLink>>> = Mutex::new(Vec::new());
+/// Events that could not be recorded (the trace file could not grow).
+pub static DROPPED: AtomicU64 = AtomicU64::new(0);
+
+pub fn set_flusher(tx: Sender<Msg>) {
+    let _ = FLUSHER.set(tx);
+}
+
+pub fn flusher() -> Option<&'static Sender<Msg>> {
+    FLUSHER.get()
+}
+
+/// Every thread that ever recorded, for the end-of-run totals.
+pub fn all_links() -> Vec<Arc<ThreadLink>> {
+    LINKS.lock().clone()
+}
+
+fn gettid() -> u64 {
+    // SAFETY: gettid has no preconditions.
+    unsafe { libc::syscall(libc::SYS_gettid) as u64 }
+}
+
+pub struct Recorder {
+    region: Option<Region>,
+    base: *mut u8,
+    cap: usize,
+    pos: usize,
+    prev_end: u64,
+    seq: u64,
+    /// Next operation number (ids are `thread << 40 | n`, see the format).
+    next_n: u64,
+    last_coll: Option<(u32, u64)>,
+    link: Option<Arc<ThreadLink>>,
+    spares: Option<Receiver<Region>>,
+    /// Tracing failed on this thread (no buffer could be had).
+    broken: bool,
+}
+
+impl Recorder {
+    pub const fn new() -> Recorder {
+        Recorder {
+            region: None,
+            base: core::ptr::null_mut(),
+            cap: 0,
+            pos: 0,
+            prev_end: 0,
+            seq: 0,
+            next_n: 1,
+            last_coll: None,
+            link: None,
+            spares: None,
+            broken: false,
+        }
+    }
+
+    /// Sets the time base of this thread's first chunk (before its first
+    /// record), so that a record may start before the thread registered.
+    pub fn set_origin(&mut self, t: u64) {
+        if self.link.is_none() {
+            self.prev_end = t;
+        }
+    }
+
+    pub fn thread_index(&self) -> u32 {
+        self.link.as_ref().map(|l| l.index).unwrap_or(0)
+    }
+
+    /// Makes room for `need` bytes. False if nothing can be recorded.
+    #[inline(always)]
+    pub fn reserve(&mut self, need: usize) -> bool {
+        if self.cap - self.pos >= need {
+            return true;
+        }
+        self.reserve_slow(need)
+    }
+
+    #[cold]
+    fn reserve_slow(&mut self, need: usize) -> bool {
+        if self.broken {
+            DROPPED.fetch_add(1, Relaxed);
+            return false;
+        }
+        if self.link.is_none() {
+            if !self.register() {
+                return self.fail();
+            }
+            if self.cap - self.pos >= need {
+                return true;
+            }
+        }
+        if self.region.is_some() {
+            self.hand_off(false);
+        }
+        let Some(spares) = self.spares.as_ref() else { return self.fail() };
+        let region = match spares.try_recv() {
+            Ok(r) => r,
+            Err(_) => {
+                let t0 = clock::now();
+                let Ok(r) = spares.recv() else { return self.fail() };
+                let t1 = clock::now();
+                self.activate(r);
+                let link = self.link.as_ref().unwrap();
+                link.waits.fetch_add(1, Relaxed);
+                link.wait_ns.fetch_add(t1 - t0, Relaxed);
+                self.put_head(CODE_BUFFER_WAIT, t0, t1, 0);
+                self.commit();
+                return self.cap - self.pos >= need || self.fail();
+            }
+        };
+        self.activate(region);
+        self.cap - self.pos >= need || self.fail()
+    }
+
+    fn fail(&mut self) -> bool {
+        self.broken = true;
+        DROPPED.fetch_add(1, Relaxed);
+        false
+    }
+
+    fn register(&mut self) -> bool {
+        let Some(flusher) = flusher() else { return false };
+        let index = NEXT_THREAD.fetch_add(1, Relaxed);
+        let tid = gettid();
+        let link = Arc::new(ThreadLink {
+            index,
+            tid,
+            pos: AtomicUsize::new(0),
+            events: AtomicU64::new(0),
+            waits: AtomicU64::new(0),
+            wait_ns: AtomicU64::new(0),
+            active: Mutex::new(None),
+        });
+        let (tx, rx) = crossbeam_channel::bounded(2);
+        if flusher.send(Msg::Register { link: link.clone(), to_thread: tx, spares: rx.clone() }).is_err() {
+            return false;
+        }
+        LINKS.lock().push(link.clone());
+        self.link = Some(link);
+        self.spares = Some(rx);
+        if self.prev_end == 0 {
+            self.prev_end = clock::now();
+        }
+        // The thread's first record names its OS thread id.
+        if let Ok(r) = self.spares.as_ref().unwrap().recv() {
+            self.activate(r);
+            self.put_head(CODE_DEF_THREAD, self.prev_end, self.prev_end, 0);
+            self.put_u(tid);
+            self.commit();
+            true
+        } else {
+            false
+        }
+    }
+
+    fn activate(&mut self, mut region: Region) {
+        let link = self.link.as_ref().unwrap();
+        let map = &mut region.map;
+        map[8..12].copy_from_slice(&link.index.to_le_bytes());
+        map[32..40].copy_from_slice(&self.prev_end.to_le_bytes());
+        map[40..48].copy_from_slice(&self.seq.to_le_bytes());
+        self.seq += 1;
+        self.base = map[CHUNK_HEADER_LEN..].as_mut_ptr();
+        self.cap = map.len() - CHUNK_HEADER_LEN;
+        self.pos = 0;
+        link.pos.store(0, Relaxed);
+        *link.active.lock() = Some((region.offset, map.len()));
+        self.region = Some(region);
+    }
+
+    /// Gives the active buffer to the flusher.
+    fn hand_off(&mut self, last: bool) {
+        let Some(region) = self.region.take() else { return };
+        let link = self.link.as_ref().unwrap();
+        *link.active.lock() = None;
+        let used = self.pos;
+        self.base = core::ptr::null_mut();
+        self.cap = 0;
+        self.pos = 0;
+        if let Some(f) = flusher() {
+            let _ = f.send(Msg::Full { region, used, thread: link.index, last });
+        }
+    }
+
+    /// Seals this thread's buffer for good (finalize, thread exit).
+    pub fn finish(&mut self) {
+        self.hand_off(true);
+        self.broken = true;
+    }
+
+    #[inline(always)]
+    fn buf(&mut self) -> &mut [u8] {
+        // SAFETY: `base..base+cap` is the payload of the mapped region this
+        // recorder owns (or empty when cap is 0).
+        unsafe { core::slice::from_raw_parts_mut(self.base, self.cap) }
+    }
+
+    #[inline(always)]
+    pub fn put_u(&mut self, v: u64) {
+        let mut pos = self.pos;
+        varint::put_u(self.buf(), &mut pos, v);
+        self.pos = pos;
+    }
+
+    #[inline(always)]
+    pub fn put_i(&mut self, v: i64) {
+        self.put_u(varint::zigzag(v))
+    }
+
+    #[inline(always)]
+    pub fn put_status(&mut self, posted: (i32, i32, Option<u64>), actual: (i32, i32, u64), extra: u64) {
+        let mut pos = self.pos;
+        record::put_status(self.buf(), &mut pos, posted, actual, extra);
+        self.pos = pos;
+    }
+
+    /// Record head with times. Times are kept monotone per thread.
+    #[inline(always)]
+    fn put_head(&mut self, code: u64, t0: u64, t1: u64, rc: i32) {
+        let start = t0.max(self.prev_end);
+        let end = t1.max(start);
+        let mut pos = self.pos;
+        let prev = self.prev_end;
+        record::put_head(self.buf(), &mut pos, code, start - prev, end - start, rc);
+        self.pos = pos;
+        self.prev_end = end;
+    }
+
+    /// Starts a call record; false if nothing can be recorded.
+    #[inline(always)]
+    pub fn begin_call(&mut self, func: u32, t0: u64, t1: u64, rc: i32, need: usize) -> bool {
+        if !self.reserve(need) {
+            return false;
+        }
+        self.put_head(FIRST_FUNCTION_CODE + u64::from(func), t0, t1, rc);
+        true
+    }
+
+    /// Starts a non-call record (definitions).
+    pub fn begin_special(&mut self, code: u64, t: u64, need: usize) -> bool {
+        if !self.reserve(need) {
+            return false;
+        }
+        self.put_head(code, t, t, 0);
+        true
+    }
+
+    /// Starts a continuation of the previous record's list.
+    pub fn begin_continuation(&mut self, need: usize) -> bool {
+        if !self.reserve(need) {
+            return false;
+        }
+        self.put_u(record::CODE_CONTINUATION << 1);
+        true
+    }
+
+    /// Ends a record: publishes it to the flusher's view.
+    #[inline(always)]
+    pub fn commit(&mut self) {
+        if let Some(link) = self.link.as_ref() {
+            link.pos.store(self.pos, Relaxed);
+            link.events.fetch_add(1, Relaxed);
+        }
+    }
+
+    /// Ends a continuation (not a separate event).
+    pub fn commit_part(&mut self) {
+        if let Some(link) = self.link.as_ref() {
+            link.pos.store(self.pos, Relaxed);
+        }
+    }
+
+    /// The id the next created operation gets, and takes it.
+    #[inline(always)]
+    pub fn take_op(&mut self) -> u64 {
+        let id = record::op_id(self.thread_index(), self.next_n);
+        self.next_n += 1;
+        id
+    }
+
+    #[inline(always)]
+    pub fn next_op(&self) -> u64 {
+        record::op_id(self.thread_index(), self.next_n)
+    }
+
+    #[inline(always)]
+    pub fn put_op_ref(&mut self, id: Option<u64>) {
+        let next = self.next_op();
+        self.put_i(record::op_ref(next, id));
+    }
+
+    #[inline(always)]
+    pub fn put_coll_seq(&mut self, comm: u32, seq: u64) {
+        let code = record::coll_seq_code(self.last_coll, comm, seq);
+        self.last_coll = Some((comm, seq));
+        self.put_u(code);
+    }
+}
+
+impl Default for Recorder {
+    fn default() -> Self {
+        Recorder::new()
+    }
+}
+
+impl Drop for Recorder {
+    /// A thread that exits hands its last buffer over.
+    fn drop(&mut self) {
+        if self.region.is_some() && crate::guard::state() == crate::guard::State::Active {
+            self.hand_off(true);
+        }
+    }
+}
