@@ -15,11 +15,15 @@
 
 pub mod comm;
 pub mod error;
+pub mod export;
 pub mod fixture;
 pub mod matching;
 pub mod read;
+pub mod report;
 
 pub use comm::{Comm, Comms};
 pub use error::ReadError;
+pub use export::ExportError;
 pub use matching::{Message, Messages, RecvEvent, SendEvent, Violations};
 pub use read::{EventRef, Rank, Thread, Trace};
+pub use report::{Report, ReportOptions};

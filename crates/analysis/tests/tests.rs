@@ -5,3 +5,4 @@ mod util;
 
 mod matching;
 mod read;
+mod report;

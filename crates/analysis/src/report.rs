@@ -1,0 +1,503 @@
+//! The run summary behind `pmtrace report`: profile, message matrix,
+//! matching results and causality violations, as JSON (the stable keys of
+//! DESIGN.md §3, plus more) or as text for a person.
+//!
+//! **Definitions.**
+//! - `events`: decoded records that are MPI calls, over all ranks.
+//! - `functions.<name>`: calls of that MPI function over all ranks,
+//!   `total_ns` the sum of their durations, `bytes` the data they moved:
+//!   bytes of the sends they posted and of the receives they completed
+//!   (so a `MPI_Wait` counts the bytes of the receive it completed, and a
+//!   `MPI_Start` those of the persistent send it started), plus, for
+//!   collectives, the bytes sent and received as recorded.
+//! - `violations.reversed`: matched messages whose receive time (end of the
+//!   completing call) is earlier than their send time (start of the sending
+//!   call). `violations.clock_condition`: matched messages with receive
+//!   time < send time + μ, μ being `violations.mu_ns` (a minimum message
+//!   latency; 0 unless given, which makes it equal `reversed`).
+//! - `bytes_total`: size of the rank files; `bytes_payload`: what the
+//!   records take in them; `bytes_per_call`: `bytes_payload / events`.
+
+use std::collections::BTreeMap;
+use std::io::{self, Write};
+
+use pmtrace_format::record::{Payload, Record};
+use serde::Serialize;
+
+use crate::matching::{Messages, Violations};
+use crate::read::Trace;
+
+/// How to compute the report.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ReportOptions {
+    /// Minimum message latency μ for the clock condition, in ns.
+    pub mu_ns: u64,
+}
+
+/// Calls, time and bytes of one function.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct FunctionStats {
+    pub calls: u64,
+    pub total_ns: u64,
+    pub mean_ns: f64,
+    pub bytes: u64,
+}
+
+impl FunctionStats {
+    fn add(&mut self, dur: u64, bytes: u64) {
+        self.calls += 1;
+        self.total_ns += dur;
+        self.bytes += bytes;
+        self.mean_ns = self.total_ns as f64 / self.calls as f64;
+    }
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct MessageCounts {
+    pub sent: u64,
+    pub received: u64,
+    pub matched: u64,
+    /// Unmatched sends plus unmatched receives.
+    pub unmatched: u64,
+    pub unmatched_sends: u64,
+    pub unmatched_receives: u64,
+    /// Receive requests posted and never completed.
+    pub pending_receives: u64,
+    /// Sends and receives whose peer has no known world rank (also unmatched).
+    pub unresolved: u64,
+    /// Bytes of all sends.
+    pub bytes: u64,
+    /// The first unmatched sends and receives (at most [`UNMATCHED_SHOWN`]).
+    pub unmatched_first: Vec<UnmatchedMessage>,
+}
+
+/// How many unmatched messages a report lists.
+pub const UNMATCHED_SHOWN: usize = 10;
+
+/// An unmatched send or receive and its channel.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct UnmatchedMessage {
+    /// "send" or "receive".
+    pub side: &'static str,
+    pub src: Option<u32>,
+    pub dst: Option<u32>,
+    pub comm: u64,
+    pub tag: i32,
+    pub bytes: u64,
+    pub time_ns: u64,
+}
+
+/// Messages and bytes from one world rank to another.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct MatrixCell {
+    pub src: u32,
+    pub dst: u32,
+    pub count: u64,
+    pub bytes: u64,
+}
+
+/// One rank at a glance.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RankSummary {
+    pub rank: u32,
+    pub host: String,
+    /// Reached `MPI_Finalize`.
+    pub complete: bool,
+    pub events: u64,
+    pub threads: u64,
+    /// Time from the start of tracing to its end (or the last record).
+    pub span_ns: u64,
+    /// Time inside MPI calls, summed over threads.
+    pub mpi_ns: u64,
+    pub file_bytes: u64,
+    pub dropped_events: u64,
+    pub buffer_waits: u64,
+    pub functions: BTreeMap<String, FunctionStats>,
+}
+
+/// What the command line and MPI were.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RunSummary {
+    pub command_line: Vec<String>,
+    pub mpi_library: String,
+    pub library_version: String,
+}
+
+/// Everything `pmtrace report` shows. Serialises to the JSON of
+/// `pmtrace report --json`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Report {
+    pub ranks: u32,
+    pub events: u64,
+    pub messages: MessageCounts,
+    pub violations: Violations,
+    /// The same counts after `pmtrace sync`; null until a sync exists.
+    pub violations_after_sync: Option<Violations>,
+    pub functions: BTreeMap<String, FunctionStats>,
+    pub per_rank: Vec<RankSummary>,
+    pub matrix: Vec<MatrixCell>,
+    pub bytes_total: u64,
+    pub bytes_payload: u64,
+    pub bytes_per_call: f64,
+    pub incomplete_ranks: Vec<u32>,
+    pub dropped_events: u64,
+    pub run: Option<RunSummary>,
+    pub warnings: Vec<String>,
+    /// Piggybacked clock checks; null until the clocks analysis exists.
+    pub clocks: Option<serde_json::Value>,
+    /// Timestamp synchronisation results; null until `pmtrace sync` ran.
+    pub sync: Option<serde_json::Value>,
+}
+
+impl Report {
+    pub fn build(trace: &Trace, messages: &Messages, options: ReportOptions) -> Report {
+        let p2p_bytes = messages.bytes_by_call();
+        let mut functions: BTreeMap<String, FunctionStats> = BTreeMap::new();
+        let mut per_rank = Vec::with_capacity(trace.ranks.len());
+        for rank in &trace.ranks {
+            let mut fns: BTreeMap<String, FunctionStats> = BTreeMap::new();
+            let (mut events, mut mpi_ns, mut last_end) = (0, 0, rank.header.start_ns);
+            for (at, call) in rank.calls() {
+                let coll = match call.payload {
+                    Payload::Coll { sent, recvd, .. } => sent + recvd,
+                    _ => 0,
+                };
+                let bytes = coll + p2p_bytes.get(&at).copied().unwrap_or(0);
+                let dur = call.t_end - call.t_start;
+                let name = rank.function_name(call.func);
+                fns.entry(name.to_owned()).or_default().add(dur, bytes);
+                functions
+                    .entry(name.to_owned())
+                    .or_default()
+                    .add(dur, bytes);
+                events += 1;
+                mpi_ns += dur;
+                last_end = last_end.max(call.t_end);
+            }
+            let end = rank
+                .trailer
+                .as_ref()
+                .map_or(last_end, |t| t.end_ns.max(last_end));
+            per_rank.push(RankSummary {
+                rank: rank.rank,
+                host: rank.header.hostname.clone(),
+                complete: rank.complete(),
+                events,
+                threads: rank.threads.len() as u64,
+                span_ns: end.saturating_sub(rank.header.start_ns),
+                mpi_ns,
+                file_bytes: rank.file_bytes,
+                dropped_events: rank.trailer.as_ref().map_or(0, |t| t.dropped),
+                buffer_waits: rank
+                    .threads
+                    .iter()
+                    .flat_map(|t| &t.records)
+                    .filter(|r| matches!(r, Record::BufferWait { .. }))
+                    .count() as u64,
+                functions: fns,
+            });
+        }
+
+        let mut matrix: BTreeMap<(u32, u32), (u64, u64)> = BTreeMap::new();
+        for s in &messages.sends {
+            if let Some(dst) = s.dst {
+                let cell = matrix.entry((s.src, dst)).or_default();
+                cell.0 += 1;
+                cell.1 += s.bytes;
+            }
+        }
+        let unmatched_sends = messages.unmatched_sends.iter().map(|&i| {
+            let s = &messages.sends[i];
+            UnmatchedMessage {
+                side: "send",
+                src: Some(s.src),
+                dst: s.dst,
+                comm: s.comm,
+                tag: s.tag,
+                bytes: s.bytes,
+                time_ns: s.time,
+            }
+        });
+        let unmatched_recvs = messages.unmatched_recvs.iter().map(|&i| {
+            let r = &messages.recvs[i];
+            UnmatchedMessage {
+                side: "receive",
+                src: r.src,
+                dst: Some(r.dst),
+                comm: r.comm,
+                tag: r.tag,
+                bytes: r.bytes,
+                time_ns: r.time,
+            }
+        });
+        let events = trace.events();
+        let bytes_payload: u64 = trace.ranks.iter().map(|r| r.payload_bytes).sum();
+        let run = trace.ranks[0].header.run.as_ref().map(|run| RunSummary {
+            command_line: run.command_line.clone(),
+            mpi_library: trace.ranks[0].header.mpi_library.clone(),
+            library_version: trace.ranks[0].header.library_version.clone(),
+        });
+        Report {
+            ranks: trace.world_size,
+            events,
+            messages: MessageCounts {
+                sent: messages.sends.len() as u64,
+                received: messages.recvs.len() as u64,
+                matched: messages.matched.len() as u64,
+                unmatched: messages.unmatched() as u64,
+                unmatched_sends: messages.unmatched_sends.len() as u64,
+                unmatched_receives: messages.unmatched_recvs.len() as u64,
+                pending_receives: messages.pending_receives,
+                unresolved: messages.unresolved() as u64,
+                bytes: messages.sends.iter().map(|s| s.bytes).sum(),
+                unmatched_first: unmatched_sends
+                    .chain(unmatched_recvs)
+                    .take(UNMATCHED_SHOWN)
+                    .collect(),
+            },
+            violations: messages.violations(options.mu_ns),
+            violations_after_sync: None,
+            functions,
+            dropped_events: per_rank.iter().map(|r| r.dropped_events).sum(),
+            per_rank,
+            matrix: matrix
+                .into_iter()
+                .map(|((src, dst), (count, bytes))| MatrixCell {
+                    src,
+                    dst,
+                    count,
+                    bytes,
+                })
+                .collect(),
+            bytes_total: trace.ranks.iter().map(|r| r.file_bytes).sum(),
+            bytes_payload,
+            bytes_per_call: if events == 0 {
+                0.0
+            } else {
+                bytes_payload as f64 / events as f64
+            },
+            incomplete_ranks: trace.incomplete_ranks(),
+            run,
+            warnings: trace.all_warnings(),
+            clocks: None,
+            sync: None,
+        }
+    }
+
+    /// The report as a person reads it.
+    pub fn write_text(&self, w: &mut dyn Write) -> io::Result<()> {
+        writeln!(w, "pmtrace report")?;
+        if let Some(run) = &self.run {
+            writeln!(w, "  command        {}", run.command_line.join(" "))?;
+            writeln!(w, "  MPI            {}", run.mpi_library)?;
+        }
+        writeln!(w, "  ranks          {}", self.ranks)?;
+        writeln!(w, "  events         {} MPI calls", self.events)?;
+        writeln!(
+            w,
+            "  trace size     {} on disk, {} of records, {:.1} bytes per call",
+            human_bytes(self.bytes_total),
+            human_bytes(self.bytes_payload),
+            self.bytes_per_call
+        )?;
+        if self.incomplete_ranks.is_empty() {
+            writeln!(w, "  incomplete     none (every rank reached MPI_Finalize)")?;
+        } else {
+            writeln!(
+                w,
+                "  incomplete     ranks {} did not reach MPI_Finalize",
+                list(&self.incomplete_ranks)
+            )?;
+        }
+        if self.dropped_events > 0 {
+            writeln!(
+                w,
+                "  dropped        {} events could not be recorded",
+                self.dropped_events
+            )?;
+        }
+        for warning in &self.warnings {
+            writeln!(w, "  warning        {warning}")?;
+        }
+
+        writeln!(w, "\nProfile (all ranks, by total time)")?;
+        let mut fns: Vec<(&String, &FunctionStats)> = self.functions.iter().collect();
+        fns.sort_by(|a, b| b.1.total_ns.cmp(&a.1.total_ns).then(a.0.cmp(b.0)));
+        let width = fns.iter().map(|(n, _)| n.len()).max().unwrap_or(8).max(8);
+        writeln!(
+            w,
+            "  {:<width$} {:>10} {:>12} {:>12} {:>12}",
+            "function", "calls", "total", "mean", "bytes"
+        )?;
+        for (name, f) in fns {
+            writeln!(
+                w,
+                "  {name:<width$} {:>10} {:>12} {:>12} {:>12}",
+                f.calls,
+                human_ns(f.total_ns as f64),
+                human_ns(f.mean_ns),
+                human_bytes(f.bytes)
+            )?;
+        }
+
+        writeln!(w, "\nRanks")?;
+        writeln!(
+            w,
+            "  {:>5} {:<16} {:>10} {:>7} {:>12} {:>12} {:>6}  state",
+            "rank", "host", "events", "threads", "span", "in MPI", "MPI %"
+        )?;
+        for r in &self.per_rank {
+            let pct = if r.span_ns == 0 {
+                0.0
+            } else {
+                100.0 * r.mpi_ns as f64 / r.span_ns as f64
+            };
+            writeln!(
+                w,
+                "  {:>5} {:<16} {:>10} {:>7} {:>12} {:>12} {:>5.1}%  {}",
+                r.rank,
+                r.host,
+                r.events,
+                r.threads,
+                human_ns(r.span_ns as f64),
+                human_ns(r.mpi_ns as f64),
+                pct,
+                if r.complete {
+                    "finalized"
+                } else {
+                    "INCOMPLETE"
+                }
+            )?;
+        }
+
+        writeln!(w, "\nMessage matrix (sender -> receiver: messages, bytes)")?;
+        if self.matrix.is_empty() {
+            writeln!(w, "  no point-to-point messages")?;
+        }
+        for c in &self.matrix {
+            writeln!(
+                w,
+                "  {:>5} -> {:<5} {:>10} msgs {:>12}",
+                c.src,
+                c.dst,
+                c.count,
+                human_bytes(c.bytes)
+            )?;
+        }
+
+        let m = &self.messages;
+        writeln!(w, "\nMessages")?;
+        writeln!(
+            w,
+            "  sent {}, received {}, matched {}, unmatched {} ({} sends, {} receives)",
+            m.sent, m.received, m.matched, m.unmatched, m.unmatched_sends, m.unmatched_receives
+        )?;
+        if m.pending_receives > 0 {
+            writeln!(
+                w,
+                "  {} receive requests were posted and never completed",
+                m.pending_receives
+            )?;
+        }
+        if m.unresolved > 0 {
+            writeln!(
+                w,
+                "  {} sends/receives on communicators with unknown members",
+                m.unresolved
+            )?;
+        }
+        for u in &m.unmatched_first {
+            writeln!(
+                w,
+                "  unmatched {:<7} {} -> {} comm {:#x} tag {} {} at {} ns",
+                u.side,
+                opt(u.src),
+                opt(u.dst),
+                u.comm,
+                u.tag,
+                human_bytes(u.bytes),
+                u.time_ns
+            )?;
+        }
+        if (m.unmatched as usize) > m.unmatched_first.len() {
+            writeln!(
+                w,
+                "  ... and {} more",
+                m.unmatched as usize - m.unmatched_first.len()
+            )?;
+        }
+
+        let v = &self.violations;
+        writeln!(w, "\nViolations (timestamps as recorded)")?;
+        writeln!(
+            w,
+            "  reversed messages (received before sent)   {}",
+            v.reversed
+        )?;
+        writeln!(
+            w,
+            "  clock condition (recv < send + {} ns)      {}",
+            v.mu_ns, v.clock_condition
+        )?;
+        match &self.violations_after_sync {
+            Some(s) => writeln!(
+                w,
+                "  after sync: reversed {}, clock condition {}",
+                s.reversed, s.clock_condition
+            )?,
+            None => writeln!(w, "  after sync: not synced yet (run `pmtrace sync`)")?,
+        }
+        Ok(())
+    }
+}
+
+fn opt(v: Option<u32>) -> String {
+    v.map_or_else(|| "?".to_owned(), |v| v.to_string())
+}
+
+fn list(v: &[u32]) -> String {
+    v.iter().map(u32::to_string).collect::<Vec<_>>().join(", ")
+}
+
+/// "850 ns", "12.5 us", "3.200 ms", "1.500 s".
+pub fn human_ns(ns: f64) -> String {
+    if ns < 1e3 {
+        format!("{ns:.0} ns")
+    } else if ns < 1e6 {
+        format!("{:.1} us", ns / 1e3)
+    } else if ns < 1e9 {
+        format!("{:.3} ms", ns / 1e6)
+    } else {
+        format!("{:.3} s", ns / 1e9)
+    }
+}
+
+/// "512 B", "1.5 KiB", "3.0 MiB", "2.00 GiB".
+pub fn human_bytes(b: u64) -> String {
+    let f = b as f64;
+    if b < 1024 {
+        format!("{b} B")
+    } else if f < 1024.0 * 1024.0 {
+        format!("{:.1} KiB", f / 1024.0)
+    } else if f < 1024.0 * 1024.0 * 1024.0 {
+        format!("{:.1} MiB", f / (1024.0 * 1024.0))
+    } else {
+        format!("{:.2} GiB", f / (1024.0 * 1024.0 * 1024.0))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_and_sizes_read_naturally() {
+        assert_eq!(human_ns(850.0), "850 ns");
+        assert_eq!(human_ns(12_500.0), "12.5 us");
+        assert_eq!(human_ns(3_200_000.0), "3.200 ms");
+        assert_eq!(human_ns(1.5e9), "1.500 s");
+        assert_eq!(human_bytes(512), "512 B");
+        assert_eq!(human_bytes(1536), "1.5 KiB");
+        assert_eq!(human_bytes(3 << 20), "3.0 MiB");
+    }
+}

@@ -1,0 +1,137 @@
+//! The report (profile, matrix, counts) and the text export.
+
+use pmtrace_analysis::export::text;
+use pmtrace_analysis::report::{FunctionStats, MatrixCell};
+use pmtrace_analysis::{Messages, Report, ReportOptions, Trace};
+
+use crate::matching::brief_scenario;
+use crate::util::Scratch;
+
+fn brief_report(options: ReportOptions) -> (Trace, Report) {
+    let scratch = Scratch::new("report");
+    brief_scenario().write(scratch.path()).unwrap();
+    let trace = Trace::open(scratch.path()).unwrap();
+    let report = Report::build(&trace, &Messages::build(&trace), options);
+    (trace, report)
+}
+
+fn stats(calls: u64, total_ns: u64, bytes: u64) -> FunctionStats {
+    FunctionStats {
+        calls,
+        total_ns,
+        mean_ns: total_ns as f64 / calls as f64,
+        bytes,
+    }
+}
+
+#[test]
+fn report_counts_events_messages_and_violations() {
+    let (_, r) = brief_report(ReportOptions::default());
+    assert_eq!(r.ranks, 2);
+    assert_eq!(r.events, 12);
+    let m = &r.messages;
+    assert_eq!((m.sent, m.received, m.matched, m.unmatched), (4, 4, 4, 0));
+    assert_eq!(m.bytes, 52);
+    assert_eq!(
+        (r.violations.reversed, r.violations.clock_condition),
+        (1, 1)
+    );
+    assert!(r.incomplete_ranks.is_empty());
+    assert_eq!(r.violations_after_sync, None);
+}
+
+#[test]
+fn profile_attributes_bytes_to_the_calls_that_moved_them() {
+    let (_, r) = brief_report(ReportOptions::default());
+    assert_eq!(r.functions["MPI_Isend"], stats(3, 6, 48));
+    assert_eq!(r.functions["MPI_Irecv"], stats(3, 3, 0));
+    // Rank 0's Waitall completes sends (no bytes), rank 1's three receives.
+    assert_eq!(r.functions["MPI_Waitall"], stats(2, 10 + 50, 48));
+    assert_eq!(r.functions["MPI_Send"], stats(1, 10, 4));
+    assert_eq!(r.functions["MPI_Recv"], stats(1, 40, 4));
+    assert_eq!(r.functions["MPI_Comm_split"], stats(2, 20, 0));
+    assert_eq!(r.functions.len(), 6);
+    assert_eq!(r.per_rank[1].functions["MPI_Waitall"], stats(1, 50, 48));
+    assert_eq!(
+        r.matrix,
+        vec![MatrixCell {
+            src: 0,
+            dst: 1,
+            count: 4,
+            bytes: 52
+        }]
+    );
+}
+
+#[test]
+fn json_has_the_stable_keys() {
+    let (_, r) = brief_report(ReportOptions { mu_ns: 5 });
+    let v = serde_json::to_value(&r).unwrap();
+    assert_eq!(v["ranks"], 2);
+    assert_eq!(v["events"], 12);
+    assert_eq!(v["messages"]["sent"], 4);
+    assert_eq!(v["messages"]["received"], 4);
+    assert_eq!(v["messages"]["matched"], 4);
+    assert_eq!(v["messages"]["unmatched"], 0);
+    assert_eq!(v["violations"]["reversed"], 1);
+    assert_eq!(v["violations"]["clock_condition"], 1);
+    assert_eq!(v["violations"]["mu_ns"], 5);
+    assert!(v["violations_after_sync"].is_null());
+    assert_eq!(v["functions"]["MPI_Isend"]["calls"], 3);
+    assert_eq!(v["functions"]["MPI_Isend"]["total_ns"], 6);
+    assert!(v["clocks"].is_null() && v["sync"].is_null());
+    assert_eq!(v["matrix"][0]["count"], 4);
+}
+
+#[test]
+fn text_report_lists_profile_and_violations() {
+    let (_, r) = brief_report(ReportOptions::default());
+    let mut out = Vec::new();
+    r.write_text(&mut out).unwrap();
+    let text = String::from_utf8(out).unwrap();
+    assert!(text.contains("events         12 MPI calls"), "{text}");
+    assert!(
+        text.contains("sent 4, received 4, matched 4, unmatched 0"),
+        "{text}"
+    );
+    assert!(
+        text.contains("reversed messages (received before sent)   1"),
+        "{text}"
+    );
+    // Sorted by total time: Waitall (60 ns) first.
+    let profile = text.split("Profile").nth(1).unwrap();
+    assert!(
+        profile
+            .lines()
+            .nth(2)
+            .unwrap()
+            .trim_start()
+            .starts_with("MPI_Waitall"),
+        "{profile}"
+    );
+}
+
+#[test]
+fn text_export_writes_one_line_per_record_in_time_order() {
+    let (trace, _) = brief_report(ReportOptions::default());
+    let mut out = Vec::new();
+    let lines = text::write(&trace, &mut out).unwrap();
+    let text = String::from_utf8(out).unwrap();
+    // 12 calls + 3 communicator definitions per rank.
+    assert_eq!(lines, 18);
+    assert_eq!(text.lines().count(), 18);
+    let times: Vec<u64> = text
+        .lines()
+        .map(|l| l.split(' ').nth(2).unwrap().parse().unwrap())
+        .collect();
+    assert!(
+        times.windows(2).all(|w| w[0] <= w[1]),
+        "merged in time order"
+    );
+    assert!(
+        text.contains("\nr0 t0 100 +2 MPI_Isend peer=1 tag=5 comm=0 bytes=8 op=0.1\n"),
+        "{text}"
+    );
+    assert!(text.contains("r1 t0 150 +50 MPI_Waitall done=0.1:[src=0,bytes=8],0.2:[src=0,bytes=16],0.3:[src=0,bytes=24]\n"), "{text}");
+    assert!(text.contains("r1 t0 30 +0 DefComm index=2 global=0x2 inter=0 size=2 rank=0 remote_size=0 members=1,0\n"), "{text}");
+}
