@@ -39,7 +39,7 @@ use pmtrace_format::record::{
     FIRST_FUNCTION_CODE, LIST_BATCH, MAX_LIST_RECORD, ST_BYTES, ST_CANCELLED, ST_EMPTY, ST_NONE,
     ST_SOURCE, ST_TAG,
 };
-use pmtrace_format::varint::{put_i, put_u};
+use pmtrace_format::varint::{put_u, Sink};
 use pmtrace_format::{encode_file_header, payload_crc, rank_file_name, Kind, Status};
 
 use crate::comm::{self_comm_id, WORLD_ID};
@@ -576,15 +576,13 @@ impl ThreadBuilder {
         let mut head = Part::new();
         let mut rest: Vec<Part> = Vec::new();
         match rec {
-            Record::BufferWait { .. } => {
-                put_head(&mut head.buf, &mut head.pos, CODE_BUFFER_WAIT, gap, dur, 0)
-            }
+            Record::BufferWait { .. } => put_head(&mut head, CODE_BUFFER_WAIT, gap, dur, 0),
             Record::DefThread { tid, .. } => {
-                put_head(&mut head.buf, &mut head.pos, CODE_DEF_THREAD, gap, dur, 0);
+                put_head(&mut head, CODE_DEF_THREAD, gap, dur, 0);
                 head.u(*tid);
             }
             Record::DefComm { def, .. } => {
-                put_head(&mut head.buf, &mut head.pos, CODE_DEF_COMM, gap, dur, 0);
+                put_head(&mut head, CODE_DEF_COMM, gap, dur, 0);
                 head.u(u64::from(def.index));
                 head.u(def.global_id);
                 head.u(u64::from(def.inter));
@@ -595,18 +593,17 @@ impl ThreadBuilder {
                 let mut batches = def.members.chunks(self.list_batch);
                 let first = batches.next().unwrap_or(&[]);
                 head.u(first.len() as u64);
-                put_members(&mut head.buf, &mut head.pos, &mut prev, first);
+                put_members(&mut head, &mut prev, first);
                 for batch in batches {
                     let mut p = Part::continuation(batch.len());
-                    put_members(&mut p.buf, &mut p.pos, &mut prev, batch);
+                    put_members(&mut p, &mut prev, batch);
                     rest.push(p);
                 }
             }
             Record::Call(c) => {
                 let kind = FUNCTIONS[c.func as usize].1;
                 put_head(
-                    &mut head.buf,
-                    &mut head.pos,
+                    &mut head,
                     FIRST_FUNCTION_CODE + u64::from(c.func),
                     gap,
                     dur,
@@ -858,6 +855,12 @@ impl ThreadBuilder {
     }
 }
 
+impl Sink for Part {
+    fn put_u(&mut self, v: u64) {
+        put_u(&mut self.buf, &mut self.pos, v);
+    }
+}
+
 /// One record or continuation part being encoded.
 struct Part {
     buf: Vec<u8>,
@@ -880,11 +883,11 @@ impl Part {
     }
 
     fn u(&mut self, v: u64) {
-        put_u(&mut self.buf, &mut self.pos, v);
+        Sink::put_u(self, v);
     }
 
     fn i(&mut self, v: i64) {
-        put_i(&mut self.buf, &mut self.pos, v);
+        Sink::put_i(self, v);
     }
 
     /// Writes exactly the fields the status holds.
@@ -906,4 +909,76 @@ impl Part {
             self.u(v);
         }
     }
+}
+
+/// A small complete two-rank trace with known answers, for tests:
+///
+/// - rank 0 `MPI_Isend`s 8, 16 and 24 bytes (tag 5, world) at 100, 110,
+///   120 ns and `MPI_Waitall`s them; rank 1 posts three
+///   `MPI_Irecv(ANY_SOURCE, 5)` at 90, 95, 98 ns and `MPI_Waitall`s them
+///   (150–200 ns), the statuses giving source 0 and the sizes;
+/// - both `MPI_Comm_split` into communicator 2 (global id 2, world ranks
+///   [1, 0]); rank 0 `MPI_Send`s 4 bytes (tag 1) to its rank 0 at 300 ns,
+///   and rank 1 `MPI_Recv`s them from its rank 1 in 250–290 ns: received
+///   before it was sent.
+///
+/// So: 12 calls and 18 records; sent 4, received 4, matched 4, unmatched
+/// 0, reversed 1; 52 bytes from rank 0 to rank 1.
+pub fn two_rank_example() -> TraceBuilder {
+    let mut tb = TraceBuilder::new(2);
+    for r in 0..2 {
+        tb.rank(r).define_world_and_self(0);
+    }
+    // World rank 1 is rank 0 of the split, and the only one to write its members.
+    let split = |rank: u32, members: Vec<u32>| CommDef {
+        index: 2,
+        global_id: 2,
+        inter: false,
+        size: 2,
+        rank,
+        remote_size: 0,
+        members,
+    };
+    let split_call = Payload::CommNew {
+        parent: Some(0),
+        comm: Some(2),
+    };
+    let r0 = tb.rank(0).thread(0);
+    r0.call("MPI_Comm_split", 20, 30, split_call.clone())
+        .def_comm(30, split(1, vec![]));
+    let first = r0.next_op();
+    for (k, bytes) in [8u64, 16, 24].into_iter().enumerate() {
+        let t = 100 + 10 * k as u64;
+        r0.call("MPI_Isend", t, t + 2, send(1, 5, 0, bytes));
+    }
+    let none = no_status();
+    r0.call(
+        "MPI_Waitall",
+        130,
+        140,
+        complete(&[(first, none), (first + 1, none), (first + 2, none)]),
+    );
+    r0.call("MPI_Send", 300, 310, send(0, 1, 2, 4));
+
+    let any_source = tb.rank(1).header.constants.any_source;
+    let r1 = tb.rank(1).thread(0);
+    r1.call("MPI_Comm_split", 20, 30, split_call)
+        .def_comm(30, split(0, vec![1, 0]));
+    let first = r1.next_op();
+    for t in [90u64, 95, 98] {
+        r1.call("MPI_Irecv", t, t + 1, irecv(any_source, 5, 0, 64));
+    }
+    let got = |bytes| Status {
+        source: Some(0),
+        bytes: Some(bytes),
+        ..Status::default()
+    };
+    r1.call(
+        "MPI_Waitall",
+        150,
+        200,
+        complete(&[(first, got(8)), (first + 1, got(16)), (first + 2, got(24))]),
+    );
+    r1.call("MPI_Recv", 250, 290, recv(1, 1, 2, 4, Status::default()));
+    tb
 }

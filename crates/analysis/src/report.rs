@@ -429,16 +429,13 @@ impl Report {
 
         let v = &self.violations;
         writeln!(w, "\nViolations (timestamps as recorded)")?;
+        let condition = format!("clock condition (recv < send + {} ns)", v.mu_ns);
         writeln!(
             w,
-            "  reversed messages (received before sent)   {}",
-            v.reversed
+            "  {:<44} {}",
+            "reversed messages (received before sent)", v.reversed
         )?;
-        writeln!(
-            w,
-            "  clock condition (recv < send + {} ns)      {}",
-            v.mu_ns, v.clock_condition
-        )?;
+        writeln!(w, "  {condition:<44} {}", v.clock_condition)?;
         match &self.violations_after_sync {
             Some(s) => writeln!(
                 w,

@@ -27,87 +27,9 @@ fn two_ranks() -> TraceBuilder {
     tb
 }
 
-/// The scenario of the acceptance brief: rank 0 Isend x3 + Waitall, rank 1
-/// Irecv(ANY_SOURCE) x3 + Waitall; a blocking Send/Recv pair on a split
-/// communicator, which is also received "before" it was sent.
-pub fn brief_scenario() -> TraceBuilder {
-    let mut tb = two_ranks();
-    // Split communicator, global id 2, world ranks [1, 0]: world rank 1 is
-    // its rank 0 and the only one to write the member list.
-    let split = |rank: u32, members: Vec<u32>| CommDef {
-        index: 2,
-        global_id: 2,
-        inter: false,
-        size: 2,
-        rank,
-        remote_size: 0,
-        members,
-    };
-    let r0 = tb.rank(0).thread(0);
-    r0.call(
-        "MPI_Comm_split",
-        20,
-        30,
-        Payload::CommNew {
-            parent: Some(0),
-            comm: Some(2),
-        },
-    )
-    .def_comm(30, split(1, vec![]));
-    let first = r0.next_op();
-    for (k, bytes) in [8u64, 16, 24].into_iter().enumerate() {
-        let t = 100 + 10 * k as u64;
-        r0.call("MPI_Isend", t, t + 2, fixture::send(1, 5, 0, bytes));
-    }
-    let none = fixture::no_status();
-    r0.call(
-        "MPI_Waitall",
-        130,
-        140,
-        fixture::complete(&[(first, none), (first + 1, none), (first + 2, none)]),
-    );
-    // Split rank 0 is world rank 1.
-    r0.call("MPI_Send", 300, 310, fixture::send(0, 1, 2, 4));
-
-    let r1 = tb.rank(1).thread(0);
-    r1.call(
-        "MPI_Comm_split",
-        20,
-        30,
-        Payload::CommNew {
-            parent: Some(0),
-            comm: Some(2),
-        },
-    )
-    .def_comm(30, split(0, vec![1, 0]));
-    let first = r1.next_op();
-    for t in [90u64, 95, 98] {
-        r1.call("MPI_Irecv", t, t + 1, fixture::irecv(ANY, 5, 0, 64));
-    }
-    let got = |bytes| Status {
-        source: Some(0),
-        bytes: Some(bytes),
-        ..Status::default()
-    };
-    r1.call(
-        "MPI_Waitall",
-        150,
-        200,
-        fixture::complete(&[(first, got(8)), (first + 1, got(16)), (first + 2, got(24))]),
-    );
-    // Split rank 1 is world rank 0. Ends at 290, before the send started at 300.
-    r1.call(
-        "MPI_Recv",
-        250,
-        290,
-        fixture::recv(1, 1, 2, 4, Status::default()),
-    );
-    tb
-}
-
 #[test]
 fn brief_scenario_matches_every_message_and_finds_the_reversed_one() {
-    let (trace, m) = open(&brief_scenario(), "brief");
+    let (trace, m) = open(&fixture::two_rank_example(), "brief");
     assert_eq!(trace.to_world(0, 2, 0), Some(1));
     assert_eq!(trace.to_world(1, 2, 1), Some(0));
     assert_eq!(
@@ -144,7 +66,7 @@ fn brief_scenario_matches_every_message_and_finds_the_reversed_one() {
 
 #[test]
 fn extra_send_without_receive_is_unmatched() {
-    let mut tb = brief_scenario();
+    let mut tb = fixture::two_rank_example();
     tb.rank(0)
         .thread(0)
         .call("MPI_Isend", 400, 401, fixture::send(1, 5, 0, 8));

@@ -1,15 +1,15 @@
 //! The report (profile, matrix, counts) and the text export.
 
 use pmtrace_analysis::export::text;
+use pmtrace_analysis::fixture;
 use pmtrace_analysis::report::{FunctionStats, MatrixCell};
 use pmtrace_analysis::{Messages, Report, ReportOptions, Trace};
 
-use crate::matching::brief_scenario;
 use crate::util::Scratch;
 
 fn brief_report(options: ReportOptions) -> (Trace, Report) {
     let scratch = Scratch::new("report");
-    brief_scenario().write(scratch.path()).unwrap();
+    fixture::two_rank_example().write(scratch.path()).unwrap();
     let trace = Trace::open(scratch.path()).unwrap();
     let report = Report::build(&trace, &Messages::build(&trace), options);
     (trace, report)
@@ -95,7 +95,7 @@ fn text_report_lists_profile_and_violations() {
         "{text}"
     );
     assert!(
-        text.contains("reversed messages (received before sent)   1"),
+        text.contains("reversed messages (received before sent)     1"),
         "{text}"
     );
     // Sorted by total time: Waitall (60 ns) first.

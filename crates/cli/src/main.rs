@@ -1,1 +1,155 @@
-fn main(){}
+//! `pmtrace`: run MPI programs under the tracer, then read, summarise and
+//! export their traces.
+//!
+//! The binary is thin: it parses arguments, calls `pmtrace_analysis`, and
+//! turns any error into one line on stderr (`pmtrace: error: ...`, exit 1).
+//! Usage errors are clap's (exit 2). It never links the `MPI_*` wrappers.
+
+mod launch;
+
+use std::io::{self, BufWriter, Write};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::{bail, Context, Result};
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use pmtrace_analysis::export::text;
+use pmtrace_analysis::{Messages, Report, ReportOptions, Trace};
+
+/// Trace MPI programs and analyse their traces.
+#[derive(Debug, Parser)]
+#[command(
+    name = "pmtrace",
+    version,
+    propagate_version = true,
+    after_help = "Typical use:\n  pmtrace run --out ring.trace -- mpirun -np 4 ./ring\n  pmtrace report ring.trace\n  pmtrace export ring.trace --format text -o ring.txt"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    Report(ReportArgs),
+    Export(ExportArgs),
+    Run(launch::RunArgs),
+}
+
+/// Summarise a trace: profile, message matrix, message matching and
+/// timestamp violations.
+///
+/// Reads every rank file of DIR (a directory written by a traced run),
+/// matches point-to-point messages by MPI's FIFO rule and prints a summary:
+/// run facts, the time and bytes of each MPI function, each rank, the
+/// message matrix, unmatched messages, and messages whose receive is
+/// timestamped before their send. Ranks that never reached MPI_Finalize are
+/// read as far as they got and reported as incomplete.
+#[derive(Debug, Args)]
+struct ReportArgs {
+    /// The trace directory.
+    dir: PathBuf,
+    /// Print one JSON object instead of text (keys: ranks, events, messages,
+    /// violations, violations_after_sync, functions, per_rank, matrix, ...).
+    #[arg(long)]
+    json: bool,
+    /// Minimum message latency μ, in ns, for the clock-condition count:
+    /// a matched message violates it if received before send time + μ.
+    #[arg(long, value_name = "NS", default_value_t = 0)]
+    mu_ns: u64,
+}
+
+/// Write a trace in another format.
+///
+/// `text` writes one line per recorded event, all ranks and threads merged
+/// in time order: `r<rank> t<thread> <start ns> +<duration ns> <name>
+/// key=value...`. OTF2, Perfetto and Chrome JSON are not supported yet.
+#[derive(Debug, Args)]
+struct ExportArgs {
+    /// The trace directory.
+    dir: PathBuf,
+    /// Output format.
+    #[arg(long, value_enum)]
+    format: ExportFormat,
+    /// Output file; `-` writes to standard output.
+    #[arg(short = 'o', long = "output", value_name = "FILE")]
+    output: PathBuf,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum ExportFormat {
+    Otf2,
+    Perfetto,
+    Chrome,
+    Text,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match run(cli) {
+        Ok(code) => code,
+        Err(err) if is_broken_pipe(&err) => ExitCode::SUCCESS,
+        Err(err) => {
+            let msg = format!("{err:#}").replace('\n', " ");
+            eprintln!("pmtrace: error: {msg}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// A reader closed our stdout (`pmtrace export ... -o - | head`): not an error.
+fn is_broken_pipe(err: &anyhow::Error) -> bool {
+    err.chain().any(|e| {
+        e.downcast_ref::<io::Error>()
+            .is_some_and(|e| e.kind() == io::ErrorKind::BrokenPipe)
+    })
+}
+
+fn run(cli: Cli) -> Result<ExitCode> {
+    match cli.command {
+        Command::Report(args) => report(args),
+        Command::Export(args) => export(args),
+        Command::Run(args) => launch::run(args),
+    }
+}
+
+fn report(args: ReportArgs) -> Result<ExitCode> {
+    let trace = Trace::open(&args.dir)?;
+    let messages = Messages::build(&trace);
+    let report = Report::build(&trace, &messages, ReportOptions { mu_ns: args.mu_ns });
+    let mut out = BufWriter::new(io::stdout().lock());
+    if args.json {
+        serde_json::to_writer_pretty(&mut out, &report).context("cannot write the report")?;
+        writeln!(out)?;
+    } else {
+        report.write_text(&mut out)?;
+    }
+    out.flush()?;
+    Ok(ExitCode::SUCCESS)
+}
+
+fn export(args: ExportArgs) -> Result<ExitCode> {
+    if args.format != ExportFormat::Text {
+        let name = args
+            .format
+            .to_possible_value()
+            .expect("no skipped variants")
+            .get_name()
+            .to_owned();
+        bail!("export format {name} is not supported yet (only text is)");
+    }
+    let trace = Trace::open(&args.dir)?;
+    for warning in trace.all_warnings() {
+        eprintln!("pmtrace: warning: {warning}");
+    }
+    for rank in trace.incomplete_ranks() {
+        eprintln!("pmtrace: warning: rank {rank} did not reach MPI_Finalize; its events end early");
+    }
+    if args.output.as_os_str() == "-" {
+        let mut out = BufWriter::new(io::stdout().lock());
+        text::write(&trace, &mut out).context("cannot write to standard output")?;
+    } else {
+        text::write_file(&trace, &args.output)?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
