@@ -4,7 +4,7 @@
 //! format crate's own encoders: a file header, events chunks per thread
 //! (interleaved in the file, split where a record would not fit, list
 //! records continued with Continuation records), one empty spare chunk per
-//! thread, and a trailer. Tests describe calls with the decoder's own types
+//! thread, one open chunk never handed to any thread, and a trailer. Tests describe calls with the decoder's own types
 //! ([`Payload`], [`Status`], [`CommDef`]) and absolute times; the builder
 //! works out gaps, operation ids, references and collective sequence codes.
 //!
@@ -415,6 +415,20 @@ impl RankBuilder {
                 chunks += 1;
             }
         }
+        // A pooled buffer never handed to a thread, as the runtime leaves
+        // it: open, empty, thread index u32::MAX.
+        let unassigned = ChunkHeader {
+            kind: ChunkKind::Events,
+            thread: u32::MAX,
+            state: ChunkState::Open,
+            capacity: cap as u64,
+            used: 0,
+            base_ns: 0,
+            seq: 0,
+            crc: 0,
+        };
+        push_chunk(&mut out, unassigned, &[]);
+        chunks += 1;
         if !self.finalized {
             return out;
         }

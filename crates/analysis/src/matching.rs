@@ -344,6 +344,14 @@ impl<'a> RankScan<'a> {
         Some(self.out.sends.len() - 1)
     }
 
+    /// Registers a nonblocking receive awaiting its completion. One from
+    /// `MPI_PROC_NULL` is no message, so it is not even pending.
+    fn post_recv(&mut self, op: u64, p: PostedRecv) {
+        if p.src != self.c.proc_null {
+            self.ops.insert(op, Op::Recv(p, Completed::No));
+        }
+    }
+
     /// Records receive `p`, completed by `completion` (ending at `time`)
     /// with `status`, which this resolves against the posted values.
     fn push_recv(&mut self, p: PostedRecv, status: Status, completion: EventRef, time: u64) {
@@ -453,7 +461,7 @@ impl<'a> RankScan<'a> {
                 },
             ) => {
                 let p = posted(src, tag, self.comm_id(comm, t), n);
-                self.ops.insert(op, Op::Recv(p, Completed::No));
+                self.post_recv(op, p);
             }
             (
                 Kind::RecvInit,
@@ -533,7 +541,7 @@ impl<'a> RankScan<'a> {
                                 item,
                                 ..p
                             };
-                            self.ops.insert(instance, Op::Recv(p, Completed::No));
+                            self.post_recv(instance, p);
                         }
                         _ => {}
                     }
@@ -562,8 +570,7 @@ impl<'a> RankScan<'a> {
                 },
             ) => {
                 if let Some(Op::Probed(p)) = self.ops.get(&msg).copied() {
-                    self.ops
-                        .insert(op, Op::Recv(PostedRecv { posted, ..p }, Completed::No));
+                    self.post_recv(op, PostedRecv { posted, ..p });
                 }
             }
             _ => {}

@@ -431,11 +431,15 @@ impl RankFile {
                 }
             }
             let records = self.decode_thread(index, &chunks, &kinds, &mut warnings)?;
-            threads.push(Thread {
-                index,
-                tid: None,
-                records,
-            });
+            // Buffers that never got a record (spares, pooled buffers the
+            // runtime marks with thread u32::MAX) are not threads.
+            if !records.is_empty() {
+                threads.push(Thread {
+                    index,
+                    tid: None,
+                    records,
+                });
+            }
         }
         for th in &mut threads {
             th.tid = th

@@ -320,6 +320,17 @@ fn receive_never_completed_is_pending_not_received() {
 }
 
 #[test]
+fn receive_from_proc_null_is_not_pending_even_if_never_completed() {
+    let mut tb = two_ranks();
+    let proc_null = pmtrace_format::meta::MpiConstants::OPEN_MPI.proc_null;
+    tb.rank(1)
+        .thread(0)
+        .call("MPI_Irecv", 5, 6, fixture::irecv(proc_null, 0, 0, 8));
+    let (_, m) = open(&tb, "procnull-pending");
+    assert_eq!((m.recvs.len(), m.pending_receives), (0, 0));
+}
+
+#[test]
 fn completion_on_another_thread_uses_the_posting_threads_values() {
     let mut tb = two_ranks();
     tb.rank(0)
