@@ -57,6 +57,8 @@ static INSERT: Mutex<()> = Mutex::new(());
 static NEXT_INDEX: AtomicU32 = AtomicU32::new(0);
 static CONSTRUCTED: AtomicU64 = AtomicU64::new(2);
 static WORLD_RANK: AtomicU32 = AtomicU32::new(0);
+/// Bumped whenever a handle is freed, invalidating per-thread caches.
+static GENERATION: AtomicU64 = AtomicU64::new(0);
 /// Communicators that did not fit in the table (counted, never expected).
 pub static OVERFLOW: AtomicU64 = AtomicU64::new(0);
 
@@ -131,6 +133,8 @@ fn insert(comm: MPI_Comm, info: &'static CommInfo) {
 /// Forgets a freed handle.
 pub fn forget(comm: MPI_Comm) {
     let _lock = INSERT.lock();
+    // Per-thread caches of the last communicator are now stale.
+    GENERATION.fetch_add(1, Ordering::Relaxed);
     let key = key_of(comm);
     let mut i = home(key);
     for _ in 0..SLOTS {
@@ -226,7 +230,7 @@ fn write_def(rec: &mut Recorder, t: u64, info: &CommInfo, members: &[u32]) {
         rec.put_i(i64::from(m) - prev);
         prev = i64::from(m);
     }
-    rec.commit();
+    rec.commit_part();
     for batch in batches {
         if !rec.begin_continuation(16 + batch.len() * 10) {
             return;
@@ -253,10 +257,19 @@ pub fn init(world_rank: u32, rec: &mut Recorder, t: u64) {
 /// made behind pmtrace's back (e.g. `MPI_Comm_get_parent`).
 #[inline(always)]
 pub fn resolve(comm: MPI_Comm, rec: &mut Recorder, t: u64) -> &'static CommInfo {
-    match lookup(comm) {
+    let key = key_of(comm);
+    if let Some((k, info)) = rec.last_comm {
+        if k == key && GENERATION.load(Ordering::Relaxed) == rec.comm_generation {
+            return info;
+        }
+    }
+    let info = match lookup(comm) {
         Some(info) => info,
         None => define_local(comm, rec, t),
-    }
+    };
+    rec.last_comm = Some((key, info));
+    rec.comm_generation = GENERATION.load(Ordering::Relaxed);
+    info
 }
 
 #[cold]

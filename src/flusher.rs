@@ -21,7 +21,7 @@
 //! what a thread wrote is in the file even if the process dies before it is
 //! sealed; the reader recovers open chunks by scanning.
 //!
-//! Buffers grow adaptively per thread: the first is 64 KiB, and each one a
+//! Buffers grow adaptively per thread: the first is 256 KiB, and each one a
 //! thread fills doubles the next, up to `PMTRACE_BUFFER_SIZE`. A thread that
 //! records little costs little; a busy one gets full-size buffers.
 
@@ -35,7 +35,9 @@ use std::os::unix::fs::FileExt;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::Arc;
 
-pub const FIRST_BUFFER: usize = 64 << 10;
+pub const FIRST_BUFFER: usize = 256 << 10;
+/// Thread index of a chunk no thread has written.
+pub const UNOWNED: u32 = u32::MAX;
 
 /// A mapped region of the trace file: one chunk.
 pub struct Region {
@@ -122,7 +124,9 @@ impl Flusher {
             .map_err(|e| io_err("cannot map the trace file", e))?;
         let h = ChunkHeader {
             kind: ChunkKind::Events,
-            thread: 0,
+            // Owned by no thread until one activates it; an unused spare
+            // stays so (sealed empty at the end).
+            thread: UNOWNED,
             state: ChunkState::Open,
             capacity: cap as u64,
             used: 0,
@@ -223,22 +227,24 @@ impl Flusher {
                     }
                 }
                 Msg::Full { region, used, thread, last } => {
-                    let size = self.grow(thread);
+                    // The replacement first: the thread may be waiting for it.
+                    if !last {
+                        let size = self.grow(thread);
+                        match self.alloc(size) {
+                            Ok(r) => {
+                                if let Some(t) = self.threads.iter().find(|t| t.link.index == thread) {
+                                    let _ = t.to_thread.send(r);
+                                }
+                            }
+                            Err(e) => {
+                                self.totals.error.get_or_insert(e);
+                                self.threads.retain(|t| t.link.index != thread);
+                            }
+                        }
+                    }
                     self.seal(region, used);
                     if last {
                         self.threads.retain(|t| t.link.index != thread);
-                        continue;
-                    }
-                    match self.alloc(size) {
-                        Ok(r) => {
-                            if let Some(t) = self.threads.iter().find(|t| t.link.index == thread) {
-                                let _ = t.to_thread.send(r);
-                            }
-                        }
-                        Err(e) => {
-                            self.totals.error.get_or_insert(e);
-                            self.threads.retain(|t| t.link.index != thread);
-                        }
                     }
                 }
                 Msg::Finish { trailer, reply } => {

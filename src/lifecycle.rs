@@ -1,3 +1,4 @@
+#![allow(non_snake_case)]
 //! Written by hand because they start and stop the tracer: `MPI_Init`,
 //! `MPI_Init_thread`, `MPI_Finalize`, `MPI_Abort`, and `MPI_Pcontrol`
 //! (variadic in C, which generated Rust cannot define).
@@ -384,7 +385,7 @@ fn summarize(tool_comm: MPI_Comm, rank: i32, dir: Option<&Path>, totals: Option<
     let t = totals.unwrap_or_default();
     let traced = u64::from(t.file_bytes > 0);
     let dropped = recorder::DROPPED.load(std::sync::atomic::Ordering::Relaxed);
-    let mine = [t.events, t.file_bytes, dropped, traced, t.waits];
+    let mine = [t.events, t.bytes, dropped, traced, t.waits];
     let mut sum = [0u64; 5];
     let mut size = 0;
     let mut tc = tool_comm;
@@ -400,7 +401,9 @@ fn summarize(tool_comm: MPI_Comm, rank: i32, dir: Option<&Path>, totals: Option<
     }
     let Some(dir) = dir else { return };
     let [events, bytes, dropped, traced, waits] = sum;
-    let mut line = format!("pmtrace: trace of {traced}/{size} ranks in {}: {events} events, {bytes} bytes", dir.display());
+    let per = if events > 0 { bytes as f64 / events as f64 } else { 0.0 };
+    let mut line =
+        format!("pmtrace: trace of {traced}/{size} ranks in {}: {events} MPI calls, {bytes} bytes ({per:.1} B/call)", dir.display());
     if waits > 0 {
         line.push_str(&format!(", {waits} buffer waits"));
     }

@@ -13,7 +13,7 @@ use crate::flusher::{Msg, Region, ThreadLink};
 use crossbeam_channel::{Receiver, Sender};
 use parking_lot::Mutex;
 use pmtrace_format::record::{self, CODE_BUFFER_WAIT, CODE_DEF_THREAD, FIRST_FUNCTION_CODE};
-use pmtrace_format::varint;
+use pmtrace_format::varint::{self, Sink};
 use pmtrace_format::CHUNK_HEADER_LEN;
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, OnceLock};
@@ -52,8 +52,13 @@ pub struct Recorder {
     /// Next operation number (ids are `thread << 40 | n`, see the format).
     next_n: u64,
     last_coll: Option<(u32, u64)>,
+    /// Call records written by this thread.
+    events: u64,
     link: Option<Arc<ThreadLink>>,
     spares: Option<Receiver<Region>>,
+    /// The communicator of this thread's previous call: most calls repeat it.
+    pub last_comm: Option<(u64, &'static crate::comms::CommInfo)>,
+    pub comm_generation: u64,
     /// Tracing failed on this thread (no buffer could be had).
     broken: bool,
 }
@@ -69,8 +74,11 @@ impl Recorder {
             seq: 0,
             next_n: 1,
             last_coll: None,
+            events: 0,
             link: None,
             spares: None,
+            last_comm: None,
+            comm_generation: 0,
             broken: false,
         }
     }
@@ -125,7 +133,7 @@ impl Recorder {
                 link.waits.fetch_add(1, Relaxed);
                 link.wait_ns.fetch_add(t1 - t0, Relaxed);
                 self.put_head(CODE_BUFFER_WAIT, t0, t1, 0);
-                self.commit();
+                self.commit_part();
                 return self.cap - self.pos >= need || self.fail();
             }
         };
@@ -167,7 +175,7 @@ impl Recorder {
             self.activate(r);
             self.put_head(CODE_DEF_THREAD, self.prev_end, self.prev_end, 0);
             self.put_u(tid);
-            self.commit();
+            self.commit_part();
             true
         } else {
             false
@@ -210,29 +218,18 @@ impl Recorder {
     }
 
     #[inline(always)]
-    fn buf(&mut self) -> &mut [u8] {
-        // SAFETY: `base..base+cap` is the payload of the mapped region this
-        // recorder owns (or empty when cap is 0).
-        unsafe { core::slice::from_raw_parts_mut(self.base, self.cap) }
+    pub fn put_i(&mut self, v: i64) {
+        Sink::put_i(self, v)
     }
 
     #[inline(always)]
     pub fn put_u(&mut self, v: u64) {
-        let mut pos = self.pos;
-        varint::put_u(self.buf(), &mut pos, v);
-        self.pos = pos;
-    }
-
-    #[inline(always)]
-    pub fn put_i(&mut self, v: i64) {
-        self.put_u(varint::zigzag(v))
+        Sink::put_u(self, v)
     }
 
     #[inline(always)]
     pub fn put_status(&mut self, posted: (i32, i32, Option<u64>), actual: (i32, i32, u64), extra: u64) {
-        let mut pos = self.pos;
-        record::put_status(self.buf(), &mut pos, posted, actual, extra);
-        self.pos = pos;
+        record::put_status(self, posted, actual, extra);
     }
 
     /// Record head with times. Times are kept monotone per thread.
@@ -240,10 +237,8 @@ impl Recorder {
     fn put_head(&mut self, code: u64, t0: u64, t1: u64, rc: i32) {
         let start = t0.max(self.prev_end);
         let end = t1.max(start);
-        let mut pos = self.pos;
         let prev = self.prev_end;
-        record::put_head(self.buf(), &mut pos, code, start - prev, end - start, rc);
-        self.pos = pos;
+        record::put_head(self, code, start - prev, end - start, rc);
         self.prev_end = end;
     }
 
@@ -275,16 +270,18 @@ impl Recorder {
         true
     }
 
-    /// Ends a record: publishes it to the flusher's view.
+    /// Ends a call record: publishes it to the flusher's view and counts it.
     #[inline(always)]
     pub fn commit(&mut self) {
+        self.events += 1;
         if let Some(link) = self.link.as_ref() {
+            // Plain stores: only this thread writes them.
             link.pos.store(self.pos, Relaxed);
-            link.events.fetch_add(1, Relaxed);
+            link.events.store(self.events, Relaxed);
         }
     }
 
-    /// Ends a continuation (not a separate event).
+    /// Ends a definition or continuation record (not an MPI call).
     pub fn commit_part(&mut self) {
         if let Some(link) = self.link.as_ref() {
             link.pos.store(self.pos, Relaxed);
@@ -315,6 +312,28 @@ impl Recorder {
         let code = record::coll_seq_code(self.last_coll, comm, seq);
         self.last_coll = Some((comm, seq));
         self.put_u(code);
+    }
+}
+
+impl Sink for Recorder {
+    /// Appends a varint, without bounds checks: every record reserved its
+    /// maximum size first.
+    #[inline(always)]
+    fn put_u(&mut self, mut v: u64) {
+        debug_assert!(self.cap - self.pos >= varint::MAX_VARINT);
+        // SAFETY: `reserve` guaranteed room for the whole record, and no
+        // record writes more than it reserved (MAX_FIXED_RECORD or the list
+        // sizes), so `pos` stays inside the mapped payload.
+        unsafe {
+            let mut p = self.base.add(self.pos);
+            while v >= 0x80 {
+                *p = (v as u8) | 0x80;
+                p = p.add(1);
+                v >>= 7;
+            }
+            *p = v as u8;
+            self.pos = p.offset_from(self.base) as usize + 1;
+        }
     }
 }
 

@@ -1,1 +1,262 @@
+//! Integration tests: real MPI jobs under the preload library (or linked
+//! with it), checked against what the programs themselves know they did.
+//! Each test has its own scratch directory under target/test-scratch.
 
+mod support;
+
+use pmtrace_analysis::Trace;
+use pmtrace_format::record::{Call, Payload, Status};
+use support::*;
+
+const EXAMPLES: &[&str] = &["ring", "pingpong", "halo2d", "master_worker", "collectives"];
+
+/// Traces `prog` at `np` and checks transparency, exact call counts and
+/// exact message matching. Returns the traced run.
+fn check_program(test: &str, prog_name: &str, np: u32) -> Run {
+    let dir = scratch(&format!("{test}-{prog_name}-{np}"));
+    let prog = prog(prog_name);
+    let plain = mpirun(&dir, np, &prog, &[], Mode::Plain, &[]);
+    let traced = mpirun(&dir, np, &prog, &[], Mode::Preload, &[]);
+    assert_transparent(&plain, &traced, np);
+
+    let trace = Trace::open(&traced.trace).unwrap_or_else(|e| panic!("{prog_name} np={np}: {e}"));
+    assert_eq!(trace.ranks.len(), np as usize);
+    let expected = traced.expected_counts(np);
+    let recorded = recorded_counts(&trace);
+    for rank in 0..np as usize {
+        assert_eq!(recorded[rank], expected[rank], "{prog_name} np={np} rank {rank}: recorded calls differ from the program's own counts");
+    }
+
+    let rep = report(&traced.trace);
+    let m = &rep["messages"];
+    assert_eq!(m["unmatched"], 0, "{prog_name} np={np}: unmatched messages: {rep}");
+    assert_eq!(m["sent"], m["received"], "{prog_name} np={np}");
+    assert_eq!(m["matched"], m["sent"], "{prog_name} np={np}");
+    let total: u64 = expected.iter().map(|c| c.values().sum::<u64>()).sum();
+    assert_eq!(rep["events"], total, "{prog_name} np={np}: report events");
+    traced
+}
+
+#[test]
+fn examples_trace_exactly_their_calls_at_np_2_3_4_8() {
+    for np in [2, 3, 4, 8] {
+        for name in EXAMPLES {
+            check_program("examples", name, np);
+        }
+    }
+}
+
+#[test]
+fn coverage_program_traces_exactly_its_calls_at_np_2_to_8() {
+    for np in 2..=8 {
+        check_program("coverage", "coverage", np);
+    }
+}
+
+/// The calls of one function on one rank, in order.
+fn calls<'a>(trace: &'a Trace, rank: usize, name: &str) -> Vec<&'a Call> {
+    let r = &trace.ranks[rank];
+    r.calls().filter(|(_, c)| r.function_name(c.func) == name).map(|(_, c)| c).collect()
+}
+
+#[test]
+fn byte_counts_are_exact_for_derived_types_oversized_receives_and_in_place() {
+    let np = 3;
+    let traced = check_program("bytes", "bytes", np);
+    let trace = Trace::open(&traced.trace).unwrap();
+    let any_source = trace.constants().any_source;
+    let any_tag = trace.constants().any_tag;
+
+    let sends = calls(&trace, 0, "MPI_Send");
+    assert!(matches!(sends[0].payload, Payload::Send { peer: 1, tag: 11, bytes: 24, .. }), "{:?}", sends[0]);
+    assert!(matches!(sends[1].payload, Payload::Send { peer: 1, tag: 13, bytes: 8, .. }), "{:?}", sends[1]);
+    let isend = calls(&trace, 0, "MPI_Isend");
+    assert!(matches!(isend[0].payload, Payload::Send { peer: 1, tag: 12, bytes: 24, op: Some(_), .. }));
+
+    let recvs = calls(&trace, 1, "MPI_Recv");
+    // Posted 100 ints, received a 24-byte vector.
+    match &recvs[0].payload {
+        Payload::Recv { src: 0, tag: 11, posted: 400, status: Some(s), .. } => {
+            assert_eq!((s.source, s.tag, s.bytes), (Some(0), Some(11), Some(24)))
+        }
+        p => panic!("{p:?}"),
+    }
+    // MPI_ANY_SOURCE, MPI_ANY_TAG and MPI_STATUS_IGNORE: the real source is recorded.
+    match &recvs[1].payload {
+        Payload::Recv { src, tag, posted: 400, status: Some(s), .. } => {
+            assert_eq!((*src, *tag), (any_source, any_tag));
+            assert_eq!((s.source, s.tag, s.bytes), (Some(0), Some(13), Some(8)));
+        }
+        p => panic!("{p:?}"),
+    }
+    // Irecv posted 10 pairs (120 bytes); the Wait (MPI_STATUS_IGNORE) completes it with 24.
+    let Payload::Recv { posted: 120, op: Some(irecv_op), .. } = calls(&trace, 1, "MPI_Irecv")[0].payload else {
+        panic!("irecv")
+    };
+    let waits = calls(&trace, 1, "MPI_Wait");
+    let Payload::Complete { done } = &waits[0].payload else { panic!("wait") };
+    assert_eq!(done.len(), 1);
+    assert_eq!(done[0].op, Some(irecv_op));
+    let st: Status = done[0].status.resolve(0, 12, 120);
+    assert_eq!((st.source, st.tag, st.bytes), (Some(0), Some(12), Some(24)));
+
+    for rank in 0..np as usize {
+        let ar = calls(&trace, rank, "MPI_Allreduce");
+        assert!(matches!(ar[0].payload, Payload::Coll { root: None, sent: 40, recvd: 40, .. }), "{:?}", ar[0]);
+        let bc = &calls(&trace, rank, "MPI_Bcast")[0].payload;
+        let ga = &calls(&trace, rank, "MPI_Gather")[0].payload;
+        if rank == 0 {
+            assert!(matches!(bc, Payload::Coll { root: Some(0), sent: 12, recvd: 0, .. }), "{bc:?}");
+            assert!(matches!(ga, Payload::Coll { root: Some(0), sent: 0, recvd: 24, .. }), "{ga:?}");
+        } else {
+            assert!(matches!(bc, Payload::Coll { root: Some(0), sent: 0, recvd: 12, .. }), "{bc:?}");
+            assert!(matches!(ga, Payload::Coll { root: Some(0), sent: 8, recvd: 0, .. }), "{ga:?}");
+        }
+    }
+}
+
+#[test]
+fn collective_sequence_numbers_count_per_communicator() {
+    let traced = check_program("collseq", "collectives", 4);
+    let trace = Trace::open(&traced.trace).unwrap();
+    for rank in 0..4 {
+        let r = &trace.ranks[rank];
+        let mut per_comm: std::collections::BTreeMap<u32, Vec<u64>> = Default::default();
+        for (_, c) in r.calls() {
+            if let Payload::Coll { comm, seq, .. } = c.payload {
+                per_comm.entry(comm).or_default().push(seq);
+            }
+        }
+        for (comm, seqs) in per_comm {
+            let expect: Vec<u64> = (0..seqs.len() as u64).collect();
+            assert_eq!(seqs, expect, "rank {rank} comm {comm}");
+        }
+    }
+}
+
+/// Builds `ring` linked with pmtrace, dynamically or statically.
+fn link_ring(dir: &std::path::Path, static_link: bool) -> std::path::PathBuf {
+    let out = dir.join(if static_link { "ring-static" } else { "ring-linked" });
+    let libdir = root().join("target/release");
+    let mut cmd = std::process::Command::new("mpicc");
+    cmd.arg("-O2").arg(root().join("examples/ring.c")).arg("-o").arg(&out);
+    if static_link {
+        cmd.arg(libdir.join("libpmtrace.a")).args(["-lpthread", "-ldl", "-lm", "-lgcc_s"]);
+    } else {
+        cmd.arg("-L").arg(&libdir).arg("-lpmtrace").arg(format!("-Wl,-rpath,{}", libdir.display()));
+    }
+    let st = cmd.status().expect("mpicc");
+    assert!(st.success(), "linking ring with pmtrace failed");
+    out
+}
+
+#[test]
+fn a_program_linked_with_pmtrace_produces_the_same_trace_as_preloading() {
+    let dir = scratch("relink");
+    let np = 3;
+    let preloaded = mpirun(&dir, np, &prog("ring"), &["25"], Mode::Preload, &[]);
+    assert_eq!(preloaded.code, 0, "{}", preloaded.stderr);
+    let base = Trace::open(&preloaded.trace).unwrap();
+    for static_link in [false, true] {
+        let bin = link_ring(&dir, static_link);
+        let linked = mpirun(&dir, np, &bin, &["25"], Mode::Linked, &[]);
+        assert_eq!(linked.code, 0, "{}", linked.stderr);
+        assert_eq!(linked.stdout, preloaded.stdout);
+        assert_eq!(linked.stderr_lines().len(), 1, "{}", linked.stderr);
+        let t = Trace::open(&linked.trace).unwrap();
+        assert_eq!(recorded_counts(&t), recorded_counts(&base), "static={static_link}");
+        let (a, b) = (report(&linked.trace), report(&preloaded.trace));
+        assert_eq!(a["messages"], b["messages"], "static={static_link}");
+        assert_eq!(a["events"], b["events"]);
+    }
+}
+
+#[test]
+fn an_unwritable_trace_directory_disables_tracing_and_the_job_runs_on() {
+    let dir = scratch("unwritable");
+    let prog = prog("ring");
+    let plain = mpirun(&dir, 2, &prog, &[], Mode::Plain, &[]);
+    let bad = mpirun(&dir, 2, &prog, &[], Mode::Preload, &[("PMTRACE_DIR", "/proc/pmtrace-cannot-be-here")]);
+    assert_eq!(bad.code, 0);
+    assert_eq!(bad.stdout, plain.stdout);
+    let lines = bad.stderr_lines();
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    assert!(lines[0].starts_with("pmtrace: warning:") && lines[0].contains("tracing disabled"), "{}", lines[0]);
+}
+
+#[test]
+fn bad_settings_get_one_warning_each_and_tracing_goes_on() {
+    let dir = scratch("badconfig");
+    let run = mpirun(&dir, 2, &prog("ring"), &[], Mode::Preload, &[("PMTRACE_BUFFER_SIZE", "banana"), ("PMTRACE_FROBNICATE", "1")]);
+    assert_eq!(run.code, 0);
+    let lines = run.stderr_lines();
+    assert_eq!(lines.len(), 3, "{lines:?}");
+    assert!(lines[0].contains("PMTRACE_BUFFER_SIZE=banana"), "{}", lines[0]);
+    assert!(lines[1].contains("PMTRACE_FROBNICATE"), "{}", lines[1]);
+    assert!(lines[2].starts_with("pmtrace: trace of 2/2 ranks"));
+    Trace::open(&run.trace).unwrap();
+}
+
+#[test]
+fn an_existing_trace_is_never_overwritten() {
+    let dir = scratch("nooverwrite");
+    let first = mpirun(&dir, 2, &prog("ring"), &[], Mode::Preload, &[]);
+    assert_eq!(first.code, 0);
+    let before = std::fs::read(first.trace.join("rank-00000.pmt")).unwrap();
+    let again = mpirun(&dir, 2, &prog("ring"), &[], Mode::Preload, &[("PMTRACE_DIR", first.trace.to_str().unwrap())]);
+    assert_eq!(again.code, 0);
+    assert!(again.stderr.contains("already holds a trace"), "{}", again.stderr);
+    assert_eq!(std::fs::read(first.trace.join("rank-00000.pmt")).unwrap(), before);
+}
+
+#[test]
+fn a_damaged_real_trace_gives_one_line_errors() {
+    let dir = scratch("damaged");
+    let run = mpirun(&dir, 2, &prog("halo2d"), &[], Mode::Preload, &[]);
+    assert_eq!(run.code, 0);
+    let file = run.trace.join("rank-00001.pmt");
+    let good = std::fs::read(&file).unwrap();
+    let check = |what: &str| {
+        let out = pmtrace(&["report", run.trace.to_str().unwrap()]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{what}: {err}");
+        assert_eq!(err.lines().count(), 1, "{what}: {err}");
+        assert!(err.starts_with("pmtrace: error:"), "{what}: {err}");
+    };
+    std::fs::write(&file, &good[..good.len() / 2 + 7]).unwrap();
+    check("truncated");
+    let mut flipped = good.clone();
+    // Inside the first chunk's payload (after the header page and chunk header).
+    let at = 4096 * ((good.len() / 4096) / 3).max(1) + 80;
+    flipped[at] ^= 0x20;
+    std::fs::write(&file, &flipped).unwrap();
+    check("bit flipped");
+    std::fs::remove_file(&file).unwrap();
+    check("missing rank");
+}
+
+#[test]
+fn ten_million_events_stay_within_the_buffer_memory() {
+    let dir = scratch("tenmillion");
+    let prog = prog("manycalls");
+    let rss = |mode: Mode| {
+        let f = dir.join(format!("rss-{mode:?}"));
+        let _ = std::fs::remove_file(&f);
+        let run = mpirun(&dir, 2, &prog, &["5000000"], mode, &[("RSS_FILE", f.to_str().unwrap()), ("PMTRACE_BUFFER_SIZE", "1M")]);
+        assert_eq!(run.code, 0, "{}", run.stderr);
+        let text = std::fs::read_to_string(&f).unwrap();
+        let max: u64 = text.lines().map(|l| l.split_whitespace().nth(1).unwrap().parse::<u64>().unwrap()).max().unwrap();
+        (run, max)
+    };
+    let (_, plain_kib) = rss(Mode::Plain);
+    let (traced, traced_kib) = rss(Mode::Preload);
+    let line = traced.stderr_lines()[0].to_string();
+    let calls: u64 = line.rsplit(": ").next().unwrap().split(' ').next().unwrap().parse().unwrap();
+    // 5M Iprobe per rank plus Init, Comm_rank, Barrier, Finalize.
+    assert_eq!(calls, 2 * (5_000_000 + 4), "{line}");
+    // Two 1 MiB buffers per thread, plus the library and its writer thread:
+    // a bound that does not grow with the 10M events (~70 MB of trace).
+    let extra = traced_kib.saturating_sub(plain_kib);
+    eprintln!("peak RSS: plain {plain_kib} KiB, traced {traced_kib} KiB (+{extra} KiB)");
+    assert!(extra < 24 * 1024, "traced RSS grew by {extra} KiB");
+}

@@ -29,7 +29,10 @@
 //! start                      n:u (init:ref)*n             (continuable)
 //! complete                   n:u (op:ref status)*n        (continuable)
 //! cancel, request_free       op:ref
-//! coll, icoll                comm:u root:i sent:u recvd:u seq:seqcode
+//! coll, icoll                comm:u root:r sent:u recvd:u seq:seqcode
+//!                            (root:r is 0 for collectives without a root,
+//!                            else zigzag(root) + 1, MPI_ROOT and
+//!                            MPI_PROC_NULL included)
 //! comm_new                   parent:u+1 new:u+1   (0 = none / MPI_COMM_NULL)
 //! comm_free                  comm:u
 //! init_thread                required:i provided:i
@@ -56,7 +59,7 @@
 //! the collective is on the same communicator as the thread's previous
 //! collective and its number is one more; otherwise it is seq + 1.
 
-use crate::varint::{get_i, get_u, put_i, put_u};
+use crate::varint::{get_i, get_u, Sink};
 use crate::FormatError;
 
 pub const CODE_CONTINUATION: u64 = 1;
@@ -207,13 +210,7 @@ impl Status {
 
 /// Writes a status, leaving out fields that equal the posted ones.
 #[inline(always)]
-pub fn put_status(
-    buf: &mut [u8],
-    pos: &mut usize,
-    posted: (i32, i32, Option<u64>),
-    actual: (i32, i32, u64),
-    extra_flags: u64,
-) {
+pub fn put_status<S: Sink>(out: &mut S, posted: (i32, i32, Option<u64>), actual: (i32, i32, u64), extra_flags: u64) {
     let mut flags = extra_flags;
     if actual.0 != posted.0 {
         flags |= ST_SOURCE;
@@ -224,15 +221,15 @@ pub fn put_status(
     if posted.2 != Some(actual.2) {
         flags |= ST_BYTES;
     }
-    put_u(buf, pos, flags);
+    out.put_u(flags);
     if flags & ST_SOURCE != 0 {
-        put_i(buf, pos, actual.0 as i64);
+        out.put_i(actual.0 as i64);
     }
     if flags & ST_TAG != 0 {
-        put_i(buf, pos, actual.1 as i64);
+        out.put_i(actual.1 as i64);
     }
     if flags & ST_BYTES != 0 {
-        put_u(buf, pos, actual.2);
+        out.put_u(actual.2);
     }
 }
 
@@ -262,6 +259,15 @@ pub fn op_ref(next: u64, id: Option<u64>) -> i64 {
             }
         }
         None => 0,
+    }
+}
+
+/// The `root:r` field of collectives.
+#[inline(always)]
+pub fn root_code(root: Option<i32>) -> u64 {
+    match root {
+        None => 0,
+        Some(r) => crate::varint::zigzag(i64::from(r)) + 1,
     }
 }
 
@@ -309,7 +315,7 @@ pub enum Payload {
     Complete { done: Vec<Completion> },
     /// cancel, request_free
     OpRef { op: Option<u64> },
-    Coll { comm: u32, root: i32, sent: u64, recvd: u64, seq: u64, op: Option<u64> },
+    Coll { comm: u32, root: Option<i32>, sent: u64, recvd: u64, seq: u64, op: Option<u64> },
     CommNew { parent: Option<u32>, comm: Option<u32> },
     CommFree { comm: u32 },
 }
@@ -610,7 +616,10 @@ impl ThreadDecoder {
             Kind::Cancel | Kind::RequestFree => Payload::OpRef { op: self.reference(buf, pos)? },
             Kind::Coll | Kind::Icoll => {
                 let comm = u32v(buf, pos)?;
-                let root = i32v(buf, pos)?;
+                let root = match u(buf, pos)? {
+                    0 => None,
+                    r => Some(i32::try_from(crate::varint::unzigzag(r - 1)).map_err(|_| corrupt("root"))?),
+                };
                 let sent = u(buf, pos)?;
                 let recvd = u(buf, pos)?;
                 let code = u(buf, pos)?;
@@ -659,28 +668,29 @@ fn members(buf: &[u8], pos: &mut usize, n: usize, out: &mut Vec<u32>) -> Result<
 }
 
 /// Encodes a list of member ranks (delta to the previous, starting from -1).
-pub fn put_members(buf: &mut [u8], pos: &mut usize, prev: &mut i64, members: &[u32]) {
+pub fn put_members<S: Sink>(out: &mut S, prev: &mut i64, members: &[u32]) {
     for &m in members {
-        put_i(buf, pos, i64::from(m) - *prev);
+        out.put_i(i64::from(m) - *prev);
         *prev = i64::from(m);
     }
 }
 
 /// Writes the common record prefix.
 #[inline(always)]
-pub fn put_head(buf: &mut [u8], pos: &mut usize, code: u64, gap: u64, dur: u64, rc: i32) {
+pub fn put_head<S: Sink>(out: &mut S, code: u64, gap: u64, dur: u64, rc: i32) {
     let err = rc != 0;
-    put_u(buf, pos, (code << 1) | err as u64);
-    put_u(buf, pos, gap);
-    put_u(buf, pos, dur);
+    out.put_u((code << 1) | err as u64);
+    out.put_u(gap);
+    out.put_u(dur);
     if err {
-        put_i(buf, pos, rc as i64);
+        out.put_i(rc as i64);
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::varint::SliceSink;
 
     const KINDS: &[Kind] = &[Kind::Send, Kind::Irecv, Kind::Complete, Kind::Coll, Kind::Iprobe, Kind::Recv];
 
@@ -691,13 +701,13 @@ mod tests {
     #[test]
     fn send_record_is_small_and_round_trips() {
         let mut buf = vec![0u8; 256];
-        let mut pos = 0;
-        put_head(&mut buf, &mut pos, f(0), 40, 90, 0);
-        put_i(&mut buf, &mut pos, 1);
-        put_i(&mut buf, &mut pos, 7);
-        put_u(&mut buf, &mut pos, 0);
-        put_u(&mut buf, &mut pos, 8);
-        assert_eq!(pos, 7, "an 8-byte send to a neighbour is 7 bytes");
+        let mut w = SliceSink { buf: &mut buf, pos: 0 };
+        put_head(&mut w, f(0), 40, 90, 0);
+        w.put_i(1);
+        w.put_i(7);
+        w.put_u(0);
+        w.put_u(8);
+        assert_eq!(w.pos, 7, "an 8-byte send to a neighbour is 7 bytes");
         let mut d = ThreadDecoder::new(0);
         d.start_chunk(1000);
         let mut rd = 0;
@@ -718,31 +728,31 @@ mod tests {
     #[test]
     fn iprobe_miss_is_seven_bytes() {
         let mut buf = vec![0u8; 64];
-        let mut pos = 0;
-        put_head(&mut buf, &mut pos, f(4), 20, 50, 0);
-        put_i(&mut buf, &mut pos, -1); // MPI_ANY_SOURCE in Open MPI
-        put_i(&mut buf, &mut pos, 3);
-        put_u(&mut buf, &mut pos, 0);
-        put_status(&mut buf, &mut pos, (-1, 3, None), (-1, 3, 0), ST_EMPTY | ST_BYTES);
+        let mut w = SliceSink { buf: &mut buf, pos: 0 };
+        put_head(&mut w, f(4), 20, 50, 0);
+        w.put_i(-1); // MPI_ANY_SOURCE in Open MPI
+        w.put_i(3);
+        w.put_u(0);
+        put_status(&mut w, (-1, 3, None), (-1, 3, 0), ST_EMPTY | ST_BYTES);
         // flags carry EMPTY|BYTES, so bytes (0) is written: 8 bytes in all.
-        assert!(pos <= 8);
+        assert!(w.pos <= 8);
     }
 
     #[test]
     fn irecv_then_wait_links_operation_ids_and_resolves_status() {
         let mut buf = vec![0u8; 256];
-        let mut pos = 0;
+        let mut w = SliceSink { buf: &mut buf, pos: 0 };
         // Irecv(src=-1 any, tag 5, comm 0, 40 bytes posted) -> op id (0<<40)|1
-        put_head(&mut buf, &mut pos, f(1), 0, 10, 0);
-        put_i(&mut buf, &mut pos, -1);
-        put_i(&mut buf, &mut pos, 5);
-        put_u(&mut buf, &mut pos, 0);
-        put_u(&mut buf, &mut pos, 40);
+        put_head(&mut w, f(1), 0, 10, 0);
+        w.put_i(-1);
+        w.put_i(5);
+        w.put_u(0);
+        w.put_u(40);
         // Wait completing it: actual source 3, tag 5, 16 bytes.
-        put_head(&mut buf, &mut pos, f(2), 5, 10, 0);
-        put_u(&mut buf, &mut pos, 1);
-        put_i(&mut buf, &mut pos, op_ref(2, Some(1)));
-        put_status(&mut buf, &mut pos, (-1, 5, Some(40)), (3, 5, 16), 0);
+        put_head(&mut w, f(2), 5, 10, 0);
+        w.put_u(1);
+        w.put_i(op_ref(2, Some(1)));
+        put_status(&mut w, (-1, 5, Some(40)), (3, 5, 16), 0);
         let mut d = ThreadDecoder::new(0);
         let mut rd = 0;
         let irecv = d.record(&buf, &mut rd, KINDS).unwrap();
@@ -759,15 +769,15 @@ mod tests {
     #[test]
     fn collective_sequence_numbers_are_implicit_in_a_loop() {
         let mut buf = vec![0u8; 256];
-        let mut pos = 0;
+        let mut w = SliceSink { buf: &mut buf, pos: 0 };
         let mut last = None;
         for seq in [0u64, 1, 2, 10] {
-            put_head(&mut buf, &mut pos, f(3), 1, 1, 0);
-            put_u(&mut buf, &mut pos, 2);
-            put_i(&mut buf, &mut pos, -1);
-            put_u(&mut buf, &mut pos, 8);
-            put_u(&mut buf, &mut pos, 8);
-            put_u(&mut buf, &mut pos, coll_seq_code(last, 2, seq));
+            put_head(&mut w, f(3), 1, 1, 0);
+            w.put_u(2);
+            w.put_u(root_code(None));
+            w.put_u(8);
+            w.put_u(8);
+            w.put_u(coll_seq_code(last, 2, seq));
             last = Some((2, seq));
         }
         let mut d = ThreadDecoder::new(0);
@@ -784,12 +794,12 @@ mod tests {
     #[test]
     fn error_bit_carries_return_code_and_consumes_no_op_id() {
         let mut buf = vec![0u8; 64];
-        let mut pos = 0;
-        put_head(&mut buf, &mut pos, f(1), 0, 1, 5);
-        put_i(&mut buf, &mut pos, 0);
-        put_i(&mut buf, &mut pos, 0);
-        put_u(&mut buf, &mut pos, 0);
-        put_u(&mut buf, &mut pos, 4);
+        let mut w = SliceSink { buf: &mut buf, pos: 0 };
+        put_head(&mut w, f(1), 0, 1, 5);
+        w.put_i(0);
+        w.put_i(0);
+        w.put_u(0);
+        w.put_u(4);
         let mut d = ThreadDecoder::new(0);
         let Record::Call(c) = d.record(&buf, &mut 0, KINDS).unwrap() else { panic!() };
         assert_eq!(c.rc, 5);
@@ -799,9 +809,9 @@ mod tests {
     #[test]
     fn huge_list_count_is_corruption_not_allocation() {
         let mut buf = vec![0u8; 32];
-        let mut pos = 0;
-        put_head(&mut buf, &mut pos, f(2), 0, 0, 0);
-        put_u(&mut buf, &mut pos, u64::MAX >> 2);
+        let mut w = SliceSink { buf: &mut buf, pos: 0 };
+        put_head(&mut w, f(2), 0, 0, 0);
+        w.put_u(u64::MAX >> 2);
         let mut d = ThreadDecoder::new(0);
         assert!(d.record(&buf, &mut 0, KINDS).is_err());
     }

@@ -6,6 +6,31 @@
 /// Most bytes one u64 varint takes.
 pub const MAX_VARINT: usize = 10;
 
+/// Where records are written: a checked slice here, the runtime's mapped
+/// buffer there. The record layout functions are generic over it, so the
+/// encoding exists once.
+pub trait Sink {
+    fn put_u(&mut self, v: u64);
+
+    #[inline(always)]
+    fn put_i(&mut self, v: i64) {
+        self.put_u(zigzag(v))
+    }
+}
+
+/// A byte slice and a write position.
+pub struct SliceSink<'a> {
+    pub buf: &'a mut [u8],
+    pub pos: usize,
+}
+
+impl Sink for SliceSink<'_> {
+    #[inline(always)]
+    fn put_u(&mut self, v: u64) {
+        put_u(self.buf, &mut self.pos, v)
+    }
+}
+
 /// Appends `v` at `buf[*pos..]`. The caller guarantees room for [`MAX_VARINT`].
 #[inline(always)]
 pub fn put_u(buf: &mut [u8], pos: &mut usize, mut v: u64) {

@@ -1,0 +1,73 @@
+# pmtrace. `make demo` traces an example job; `make test` runs every test.
+# Both install what is missing first (`make deps`, Debian packages).
+
+SHELL := /bin/bash
+CARGO ?= cargo
+RELEASE := target/release
+EXAMPLES := ring pingpong halo2d master_worker collectives
+PROGS := coverage bytes manycalls mpibench
+EX_BIN := $(addprefix target/examples/,$(EXAMPLES) $(PROGS))
+
+# Open MPI refuses root and more ranks than cores unless told.
+export OMPI_ALLOW_RUN_AS_ROOT := 1
+export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM := 1
+export OMPI_MCA_rmaps_base_oversubscribe := 1
+
+DEB_PACKAGES := openmpi-bin libopenmpi-dev libclang-dev clang pkg-config
+
+.PHONY: all build deps examples test unit lint demo bench wrappers clean
+
+all: build
+
+deps:
+	@missing=""; for p in $(DEB_PACKAGES); do \
+	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "install ok installed" || missing="$$missing $$p"; \
+	done; \
+	if [ -n "$$missing" ]; then \
+	  echo "make deps: installing$$missing"; \
+	  SUDO=""; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
+	  $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
+	  $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing </dev/null; \
+	fi
+
+build: deps
+	$(CARGO) build --release --workspace
+
+target/examples/%: examples/%.c examples/expect.h | deps
+	@mkdir -p target/examples
+	mpicc -O2 -Wall -Wextra -o $@ $<
+
+target/examples/%: tests/progs/%.c examples/expect.h | deps
+	@mkdir -p target/examples
+	mpicc -O2 -Wall -Wextra -Iexamples -o $@ $<
+
+examples: $(EX_BIN)
+
+lint: deps
+	$(CARGO) fmt --all -- --check
+	$(CARGO) clippy --release --workspace --all-targets -- -D warnings
+
+test: build examples lint
+	@if $(CARGO) nextest --version >/dev/null 2>&1; then \
+	  $(CARGO) nextest run --release --workspace --no-fail-fast; \
+	else \
+	  $(CARGO) test --release --workspace --no-fail-fast -- --test-threads=1; \
+	fi
+
+DEMO_DIR := target/demo-trace
+demo: build examples
+	@rm -rf $(DEMO_DIR)
+	$(RELEASE)/pmtrace run --out $(DEMO_DIR) -- mpirun -np 4 target/examples/halo2d
+	$(RELEASE)/pmtrace report $(DEMO_DIR)
+	@echo "demo: trace in $(DEMO_DIR); text dump: $(RELEASE)/pmtrace export $(DEMO_DIR) --format text -o -"
+
+bench: build target/examples/mpibench
+	python3 tests/bench.py
+
+# The generated wrappers, to read.
+wrappers: build
+	@cp "$$(ls -t target/release/build/pmtrace-runtime-*/out/wrappers.rs | head -1)" target/wrappers.rs
+	@echo "target/wrappers.rs"
+
+clean:
+	$(CARGO) clean

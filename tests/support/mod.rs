@@ -1,0 +1,153 @@
+//! Shared helpers for the integration tests: build paths, MPI launches with
+//! and without the library, the call counts the test programs write, and
+//! the CLI.
+
+use pmtrace_analysis::Trace;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::Once;
+
+pub fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+pub fn release(name: &str) -> PathBuf {
+    let p = root().join("target/release").join(name);
+    assert!(p.exists(), "{} is missing: run `make` (or `make test`) first", p.display());
+    p
+}
+
+pub fn lib() -> PathBuf {
+    release("libpmtrace.so")
+}
+
+pub fn cli() -> PathBuf {
+    release("pmtrace")
+}
+
+static EXAMPLES: Once = Once::new();
+
+/// A compiled example or test program (`make examples` builds them all).
+pub fn prog(name: &str) -> PathBuf {
+    EXAMPLES.call_once(|| {
+        let st = Command::new("make").arg("-s").arg("examples").current_dir(root()).status().expect("make");
+        assert!(st.success(), "make examples failed");
+    });
+    root().join("target/examples").join(name)
+}
+
+/// A fresh scratch directory for one test.
+pub fn scratch(test: &str) -> PathBuf {
+    let d = root().join("target/test-scratch").join(test);
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Mode {
+    /// No pmtrace at all.
+    Plain,
+    /// `LD_PRELOAD=libpmtrace.so`.
+    Preload,
+    /// The program is linked with pmtrace; nothing is preloaded.
+    Linked,
+}
+
+pub struct Run {
+    pub stdout: String,
+    pub stderr: String,
+    pub code: i32,
+    pub trace: PathBuf,
+    pub counts_dir: PathBuf,
+}
+
+impl Run {
+    pub fn stderr_lines(&self) -> Vec<&str> {
+        self.stderr.lines().filter(|l| !l.trim().is_empty()).collect()
+    }
+
+    /// What each rank says it called (`EXPECT_COUNTS_DIR`, see examples/expect.h).
+    pub fn expected_counts(&self, np: u32) -> Vec<BTreeMap<String, u64>> {
+        (0..np)
+            .map(|r| {
+                let f = self.counts_dir.join(format!("rank-{r}.counts"));
+                let text = std::fs::read_to_string(&f).unwrap_or_else(|e| panic!("{}: {e}", f.display()));
+                text.lines()
+                    .map(|l| {
+                        let (n, c) = l.split_once(' ').unwrap();
+                        (n.to_string(), c.parse().unwrap())
+                    })
+                    .collect()
+            })
+            .collect()
+    }
+}
+
+/// Runs `prog args` on `np` ranks; the trace (if any) goes to `dir/trace`.
+pub fn mpirun(dir: &Path, np: u32, prog: &Path, args: &[&str], mode: Mode, env: &[(&str, &str)]) -> Run {
+    let tag = format!("{mode:?}").to_lowercase();
+    let trace = dir.join(format!("trace-{tag}"));
+    let counts_dir = dir.join(format!("counts-{tag}"));
+    let _ = std::fs::remove_dir_all(&trace);
+    let _ = std::fs::remove_dir_all(&counts_dir);
+    std::fs::create_dir_all(&counts_dir).unwrap();
+    let mut cmd = Command::new("mpirun");
+    cmd.arg("-np").arg(np.to_string()).arg("--oversubscribe");
+    cmd.env("OMPI_ALLOW_RUN_AS_ROOT", "1").env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1");
+    cmd.env("EXPECT_COUNTS_DIR", &counts_dir).arg("-x").arg("EXPECT_COUNTS_DIR");
+    cmd.env("PMTRACE_DIR", &trace).arg("-x").arg("PMTRACE_DIR");
+    if mode == Mode::Preload {
+        cmd.arg("-x").arg(format!("LD_PRELOAD={}", lib().display()));
+    }
+    for (k, v) in env {
+        cmd.env(k, v).arg("-x").arg(k);
+    }
+    cmd.arg(prog).args(args);
+    let out = cmd.output().expect("mpirun");
+    Run {
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        code: out.status.code().unwrap_or(-1),
+        trace,
+        counts_dir,
+    }
+}
+
+pub fn pmtrace(args: &[&str]) -> Output {
+    Command::new(cli()).args(args).output().expect("pmtrace")
+}
+
+/// `pmtrace report DIR --json`, parsed.
+pub fn report(trace: &Path) -> serde_json::Value {
+    let out = pmtrace(&["report", trace.to_str().unwrap(), "--json"]);
+    assert!(out.status.success(), "pmtrace report failed: {}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout).expect("report --json is JSON")
+}
+
+/// Calls per function name, per rank, as recorded.
+pub fn recorded_counts(trace: &Trace) -> Vec<BTreeMap<String, u64>> {
+    trace
+        .ranks
+        .iter()
+        .map(|r| {
+            let mut m = BTreeMap::new();
+            for (_, call) in r.calls() {
+                *m.entry(r.function_name(call.func).to_string()).or_insert(0) += 1;
+            }
+            m
+        })
+        .collect()
+}
+
+/// Asserts the run behaved as an untraced run would, and left one summary line.
+pub fn assert_transparent(plain: &Run, traced: &Run, np: u32) {
+    assert_eq!(plain.code, 0, "plain run failed: {}", plain.stderr);
+    assert_eq!(traced.code, 0, "traced run failed: {}", traced.stderr);
+    assert_eq!(traced.stdout, plain.stdout, "traced output differs");
+    assert!(plain.stderr_lines().is_empty(), "plain stderr: {}", plain.stderr);
+    let lines = traced.stderr_lines();
+    assert_eq!(lines.len(), 1, "traced stderr must be one summary line, got: {:?}", lines);
+    assert!(lines[0].starts_with(&format!("pmtrace: trace of {np}/{np} ranks in ")), "summary: {}", lines[0]);
+}
