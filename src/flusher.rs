@@ -244,7 +244,13 @@ impl Flusher {
                     }
                     self.seal(region, used);
                     if last {
-                        self.threads.retain(|t| t.link.index != thread);
+                        // A thread that is done: its unused spare is sealed empty.
+                        if let Some(i) = self.threads.iter().position(|t| t.link.index == thread) {
+                            let t = self.threads.remove(i);
+                            while let Ok(spare) = t.spares.try_recv() {
+                                self.seal(spare, 0);
+                            }
+                        }
                     }
                 }
                 Msg::Finish { trailer, reply } => {

@@ -116,7 +116,7 @@ fn issue(call: Call, count: c_int, datatype: MPI_Datatype, peer: c_int, tag: c_i
             let id = r.take_op();
             // SAFETY: MPI just stored the new request handle there.
             let handle = unsafe { *request };
-            REQUESTS.insert(key(handle), Op { id, kind, persistent, instance: None, cancelled: false });
+            REQUESTS.insert(key(handle), Op { id, kind, persistent, instance: None, cancelled: false, slot: request as usize });
         }
         r.commit();
     })
@@ -250,7 +250,7 @@ pub fn imrecv(call: Call, count: c_int, datatype: MPI_Datatype, message: MPI_Mes
             // SAFETY: MPI just stored the new request handle there.
             let handle = unsafe { *request };
             let kind = OpKind::Recv { src: EXPLICIT.0, tag: EXPLICIT.1, posted: EXPLICIT.2 };
-            REQUESTS.insert(key(handle), Op { id, kind, persistent: false, instance: None, cancelled: false });
+            REQUESTS.insert(key(handle), Op { id, kind, persistent: false, instance: None, cancelled: false, slot: request as usize });
         }
         r.commit();
     })
@@ -258,7 +258,7 @@ pub fn imrecv(call: Call, count: c_int, datatype: MPI_Datatype, message: MPI_Mes
 
 // ---- persistent starts ----
 
-pub fn start(call: Call, requests: &[MPI_Request], _out: *mut MPI_Request) {
+pub fn start(call: Call, requests: &[MPI_Request], slots: *mut MPI_Request) {
     guarded(|| {
         let r = call.rec();
         let n = if call.ok() { requests.len() } else { 0 };
@@ -268,31 +268,40 @@ pub fn start(call: Call, requests: &[MPI_Request], _out: *mut MPI_Request) {
             return;
         }
         r.put_u(first.len() as u64);
-        start_items(r, first);
+        start_items(r, first, slots);
         r.commit();
+        let mut done = first.len();
         for batch in batches {
             if !r.begin_continuation(32 + batch.len() * MAX_LIST_ITEM) {
                 return;
             }
             r.put_u(batch.len() as u64);
-            start_items(r, batch);
+            start_items(r, batch, slot_at(slots, done) as *const MPI_Request);
             r.commit_part();
+            done += batch.len();
         }
     })
 }
 
-fn start_items(r: &mut Recorder, batch: &[MPI_Request]) {
-    for &h in batch {
-        let init = REQUESTS.get(key(h)).filter(|op| op.persistent).map(|op| op.id);
+fn start_items(r: &mut Recorder, batch: &[MPI_Request], slots: *const MPI_Request) {
+    for (i, &h) in batch.iter().enumerate() {
+        let slot = slot_at(slots, i);
+        let init = REQUESTS.get(key(h), slot).filter(|op| op.persistent).map(|op| op.id);
         r.put_op_ref(init);
         let instance = r.take_op();
         if init.is_some() {
-            REQUESTS.update(key(h), |op| {
+            REQUESTS.with_op(key(h), slot, false, |op| {
                 op.instance = Some(instance);
                 op.cancelled = false;
             });
         }
     }
+}
+
+/// Address of the i-th handle of the application's request array.
+#[inline(always)]
+fn slot_at(slots: *const MPI_Request, i: usize) -> usize {
+    slots as usize + i * core::mem::size_of::<MPI_Request>()
 }
 
 // ---- completion ----
@@ -316,24 +325,25 @@ struct Completed {
 }
 
 /// Takes the operation behind a completed request out of the table.
-fn complete_op(handle: MPI_Request, status: *const MPI_Status, out: &mut SmallVec<[Completed; 8]>) {
+fn complete_op(handle: MPI_Request, slot: usize, status: *const MPI_Status, out: &mut SmallVec<[Completed; 8]>) {
     if ffi::is_request_null(handle) {
         return;
     }
     let k = key(handle);
-    let Some(op) = REQUESTS.get(k) else { return };
+    let Some(op) = REQUESTS.get(k, slot) else { return };
     let id = if op.persistent {
         // An inactive persistent request completes at once and has no instance.
-        let Some(inst) = REQUESTS.update(k, |o| o.instance.take()).flatten() else { return };
+        let Some(inst) = REQUESTS.with_op(k, slot, false, |o| o.instance.take()).flatten() else { return };
         inst
     } else {
-        REQUESTS.remove(k);
+        REQUESTS.remove(k, slot);
         op.id
     };
     out.push(Completed { op: id, kind: op.kind, cancelled: op.cancelled, status });
 }
 
-fn completed_set(call: &Call, requests: &[MPI_Request], done: &Done) -> SmallVec<[Completed; 8]> {
+fn completed_set(call: &Call, requests: &[MPI_Request], slots: *const MPI_Request, done: &Done) -> SmallVec<[Completed; 8]> {
+    let at = |i: usize| slot_at(slots, i);
     let c = ffi::consts();
     let mut out = SmallVec::new();
     let ok = call.rc == 0;
@@ -343,19 +353,19 @@ fn completed_set(call: &Call, requests: &[MPI_Request], done: &Done) -> SmallVec
     // when ignored, so they are always readable.
     unsafe {
         match *done {
-            Done::One(st) if ok => complete_op(requests[0], st, &mut out),
-            Done::IfFlag(flag, st) if ok && *flag != 0 => complete_op(requests[0], st, &mut out),
+            Done::One(st) if ok => complete_op(requests[0], at(0), st, &mut out),
+            Done::IfFlag(flag, st) if ok && *flag != 0 => complete_op(requests[0], at(0), st, &mut out),
             Done::Index(index, st) if ok && *index != c.undefined && *index >= 0 => {
-                complete_op(requests[*index as usize], st, &mut out)
+                complete_op(requests[*index as usize], at(*index as usize), st, &mut out)
             }
             Done::IndexIfFlag(index, flag, st) if ok && *flag != 0 && *index != c.undefined && *index >= 0 => {
-                complete_op(requests[*index as usize], st, &mut out)
+                complete_op(requests[*index as usize], at(*index as usize), st, &mut out)
             }
             Done::All(sts) if ok || in_status => {
                 for (i, &h) in requests.iter().enumerate() {
                     let st = sts.add(i);
                     if ok || (*st).MPI_ERROR != c.err_pending {
-                        complete_op(h, st, &mut out);
+                        complete_op(h, at(i), st, &mut out);
                     }
                 }
             }
@@ -363,7 +373,7 @@ fn completed_set(call: &Call, requests: &[MPI_Request], done: &Done) -> SmallVec
                 for (i, &h) in requests.iter().enumerate() {
                     let st = sts.add(i);
                     if ok || (*st).MPI_ERROR != c.err_pending {
-                        complete_op(h, st, &mut out);
+                        complete_op(h, at(i), st, &mut out);
                     }
                 }
             }
@@ -373,7 +383,7 @@ fn completed_set(call: &Call, requests: &[MPI_Request], done: &Done) -> SmallVec
                     for k in 0..n as usize {
                         let i = *indices.add(k) as usize;
                         if i < requests.len() {
-                            complete_op(requests[i], sts.add(k), &mut out);
+                            complete_op(requests[i], at(i), sts.add(k), &mut out);
                         }
                     }
                 }
@@ -384,9 +394,9 @@ fn completed_set(call: &Call, requests: &[MPI_Request], done: &Done) -> SmallVec
     out
 }
 
-pub fn complete(call: Call, requests: &[MPI_Request], done: Done) {
+pub fn complete(call: Call, requests: &[MPI_Request], slots: *const MPI_Request, done: Done) {
     guarded(|| {
-        let set = completed_set(&call, requests, &done);
+        let set = completed_set(&call, requests, slots, &done);
         // Communicators from completed MPI_Comm_idup are defined before the
         // record that completes them.
         for c in &set {
@@ -427,11 +437,11 @@ fn completion_items(r: &mut Recorder, batch: &[Completed]) {
     }
 }
 
-pub fn cancel(call: Call, request: MPI_Request) {
+pub fn cancel(call: Call, request: MPI_Request, slot: *mut MPI_Request) {
     guarded(|| {
         let k = key(request);
         let op = REQUESTS
-            .update(k, |op| {
+            .with_op(k, slot as usize, false, |op| {
                 op.cancelled = true;
                 if op.persistent {
                     op.instance
@@ -447,9 +457,10 @@ pub fn cancel(call: Call, request: MPI_Request) {
     })
 }
 
-pub fn request_free(call: Call, request: MPI_Request) {
+pub fn request_free(call: Call, request: MPI_Request, slot: *mut MPI_Request) {
     guarded(|| {
-        let op = if call.ok() { REQUESTS.remove(key(request)) } else { REQUESTS.get(key(request)) };
+        let slot = slot as usize;
+        let op = if call.ok() { REQUESTS.remove(key(request), slot) } else { REQUESTS.get(key(request), slot) };
         let id = op.map(|op| op.id);
         if let Some(r) = call.begin() {
             r.put_op_ref(id);
@@ -721,7 +732,7 @@ pub fn icoll(call: Call, shape: Shape, args: &CollArgs, request: *mut MPI_Reques
             let id = r.take_op();
             // SAFETY: MPI just stored the new request handle there.
             let handle = unsafe { *request };
-            REQUESTS.insert(key(handle), Op { id, kind: OpKind::Coll, persistent: false, instance: None, cancelled: false });
+            REQUESTS.insert(key(handle), Op { id, kind: OpKind::Coll, persistent: false, instance: None, cancelled: false, slot: request as usize });
         }
         r.commit();
     })
@@ -765,7 +776,7 @@ pub fn comm_idup(call: Call, comm: MPI_Comm, newcomm: *mut MPI_Comm, request: *m
             // SAFETY: MPI just stored the new request handle there.
             let handle = unsafe { *request };
             let kind = OpKind::Idup { newcomm: newcomm as usize, parent_gid: info.gid, nth };
-            REQUESTS.insert(key(handle), Op { id, kind, persistent: false, instance: None, cancelled: false });
+            REQUESTS.insert(key(handle), Op { id, kind, persistent: false, instance: None, cancelled: false, slot: request as usize });
         }
         r.commit();
     })

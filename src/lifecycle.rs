@@ -97,12 +97,13 @@ fn world() -> MPI_Comm {
     unsafe { ffi::RSMPI_COMM_WORLD }
 }
 
+/// `pmtrace-<YYYYmmdd-HHMMSS>-<pid>`, in UTC like the CLI's default.
 fn default_dir_name() -> String {
     // SAFETY: time/localtime_r fill a local struct.
     let stamp = unsafe {
         let t = libc::time(core::ptr::null_mut());
         let mut tm: libc::tm = core::mem::zeroed();
-        libc::localtime_r(&t, &mut tm);
+        libc::gmtime_r(&t, &mut tm);
         format!("{:04}{:02}{:02}-{:02}{:02}{:02}", tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec)
     };
     format!("pmtrace-{stamp}-{}", std::process::id())

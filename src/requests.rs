@@ -10,6 +10,7 @@
 
 use crate::ffi::{self, MPI_Comm};
 use parking_lot::Mutex;
+use smallvec::SmallVec;
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 
@@ -24,7 +25,7 @@ pub enum OpKind {
     Idup { newcomm: usize, parent_gid: u64, nth: u64 },
 }
 
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Op {
     pub id: u64,
     pub kind: OpKind,
@@ -33,6 +34,9 @@ pub struct Op {
     pub instance: Option<u64>,
     /// `MPI_Cancel` was called on it.
     pub cancelled: bool,
+    /// Address of the variable MPI stored the handle in, to tell apart live
+    /// operations that share one handle value (below).
+    pub slot: usize,
 }
 
 /// Multiplicative hashing of handle values (already unique integers).
@@ -61,7 +65,7 @@ pub struct Table<V> {
     shards: [Mutex<Option<Map<V>>>; SHARDS],
 }
 
-impl<V: Copy> Table<V> {
+impl<V> Table<V> {
     pub const fn new() -> Self {
         Table { shards: [const { Mutex::new(None) }; SHARDS] }
     }
@@ -70,31 +74,91 @@ impl<V: Copy> Table<V> {
     fn shard(&self, key: u64) -> &Mutex<Option<Map<V>>> {
         &self.shards[(key.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 60) as usize % SHARDS]
     }
+}
 
+impl<V: Default> Table<V> {
+    /// Runs `f` on the entry for `key` (created empty if absent); an entry
+    /// left equal to the default is removed.
+    pub fn with<R>(&self, key: u64, f: impl FnOnce(&mut V) -> R) -> R
+    where
+        V: PartialEq,
+    {
+        let mut shard = self.shard(key).lock();
+        let map = shard.get_or_insert_with(Map::default);
+        let entry = map.entry(key).or_default();
+        let r = f(entry);
+        if *entry == V::default() {
+            map.remove(&key);
+        }
+        r
+    }
+}
+
+impl<V: Copy> Table<V> {
     pub fn insert(&self, key: u64, v: V) {
         self.shard(key).lock().get_or_insert_with(Map::default).insert(key, v);
-    }
-
-    pub fn get(&self, key: u64) -> Option<V> {
-        self.shard(key).lock().as_ref().and_then(|m| m.get(&key).copied())
     }
 
     pub fn remove(&self, key: u64) -> Option<V> {
         self.shard(key).lock().as_mut().and_then(|m| m.remove(&key))
     }
-
-    pub fn update<R>(&self, key: u64, f: impl FnOnce(&mut V) -> R) -> Option<R> {
-        self.shard(key).lock().as_mut().and_then(|m| m.get_mut(&key).map(f))
-    }
 }
 
-impl<V: Copy> Default for Table<V> {
+impl<V> Default for Table<V> {
     fn default() -> Self {
         Self::new()
     }
 }
 
-pub static REQUESTS: Table<Op> = Table::new();
+pub static REQUESTS: Requests = Requests::new();
+
+/// Live operations by handle value. Usually one per handle, but not
+/// always: Open MPI returns one static "empty" request for every operation
+/// that completed at once (an eager `MPI_Isend` sent inline, any operation
+/// on MPI_PROC_NULL), so several live operations can share a handle. Those
+/// are told apart by the address the handle was stored at, then by age.
+pub struct Requests {
+    table: Table<SmallVec<[Op; 1]>>,
+}
+
+impl Requests {
+    pub const fn new() -> Self {
+        Requests { table: Table::new() }
+    }
+
+    pub fn insert(&self, key: u64, op: Op) {
+        self.table.with(key, |ops| ops.push(op));
+    }
+
+    /// Runs `f` on the operation behind `key` (the one stored at `slot` if
+    /// several share the handle, else the oldest); `remove` drops it after.
+    pub fn with_op<R>(&self, key: u64, slot: usize, remove: bool, f: impl FnOnce(&mut Op) -> R) -> Option<R> {
+        self.table.with(key, |ops| {
+            let i = if ops.len() > 1 { ops.iter().position(|o| o.slot == slot).unwrap_or(0) } else { 0 };
+            let op = ops.get_mut(i)?;
+            let r = f(op);
+            if remove {
+                ops.remove(i);
+            }
+            Some(r)
+        })
+    }
+
+    pub fn get(&self, key: u64, slot: usize) -> Option<Op> {
+        self.with_op(key, slot, false, |op| *op)
+    }
+
+    pub fn remove(&self, key: u64, slot: usize) -> Option<Op> {
+        self.with_op(key, slot, true, |op| *op)
+    }
+}
+
+impl Default for Requests {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
 /// Matched-probe messages: message handle -> (op id, source, tag, bytes).
 pub static MESSAGES: Table<(u64, i32, i32, u64)> = Table::new();
 

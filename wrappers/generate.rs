@@ -247,20 +247,20 @@ fn body(e: &Entry) -> Result<(Vec<String>, String), String> {
         "startall" => format!("hooks::start({call}, scratch.requests(), {})", r("requests")?),
         "wait" => {
             let req = single_request_in(&mut prep)?;
-            format!("hooks::complete({call}, core::slice::from_ref(&{req}), Done::One({}))", r("status")?)
+            format!("hooks::complete({call}, core::slice::from_ref(&{req}), {}, Done::One({}))", r("request")?, r("status")?)
         }
         "test" => {
             let req = single_request_in(&mut prep)?;
-            format!("hooks::complete({call}, core::slice::from_ref(&{req}), Done::IfFlag({}, {}))", r("flag")?, r("status")?)
+            format!("hooks::complete({call}, core::slice::from_ref(&{req}), {}, Done::IfFlag({}, {}))", r("request")?, r("flag")?, r("status")?)
         }
-        "waitany" => format!("hooks::complete({call}, scratch.requests(), Done::Index({}, {}))", r("index")?, r("status")?),
-        "testany" => format!("hooks::complete({call}, scratch.requests(), Done::IndexIfFlag({}, {}, {}))", r("index")?, r("flag")?, r("status")?),
-        "waitall" => format!("hooks::complete({call}, scratch.requests(), Done::All({}))", r("statuses")?),
-        "testall" => format!("hooks::complete({call}, scratch.requests(), Done::AllIfFlag({}, {}))", r("flag")?, r("statuses")?),
-        "waitsome" | "testsome" => format!("hooks::complete({call}, scratch.requests(), Done::Some({}, {}, {}))", r("outcount")?, r("indices")?, r("statuses")?),
+        "waitany" => format!("hooks::complete({call}, scratch.requests(), {}, Done::Index({}, {}))", r("requests")?, r("index")?, r("status")?),
+        "testany" => format!("hooks::complete({call}, scratch.requests(), {}, Done::IndexIfFlag({}, {}, {}))", r("requests")?, r("index")?, r("flag")?, r("status")?),
+        "waitall" => format!("hooks::complete({call}, scratch.requests(), {}, Done::All({}))", r("requests")?, r("statuses")?),
+        "testall" => format!("hooks::complete({call}, scratch.requests(), {}, Done::AllIfFlag({}, {}))", r("requests")?, r("flag")?, r("statuses")?),
+        "waitsome" | "testsome" => format!("hooks::complete({call}, scratch.requests(), {}, Done::Some({}, {}, {}))", r("requests")?, r("outcount")?, r("indices")?, r("statuses")?),
         "cancel" | "request_free" => {
             let req = single_request_in(&mut prep)?;
-            format!("hooks::{}({call}, {req})", e.kind)
+            format!("hooks::{}({call}, {req}, {})", e.kind, r("request")?)
         }
         "comm_new" => {
             let parent = opt_role(e, "comm").map_or("None".to_string(), |c| format!("Some({c})"));
