@@ -14,7 +14,7 @@ fn mpicc() -> String {
 }
 
 /// Preprocesses `#include <mpi.h>` with the MPI compiler wrapper.
-fn preprocessed_mpi_h(out: &PathBuf) -> String {
+fn preprocessed_mpi_h(out: &std::path::Path) -> String {
     let probe = out.join("probe_mpi.c");
     std::fs::write(&probe, "#include <mpi.h>\n").unwrap();
     let cc = mpicc();
@@ -25,7 +25,9 @@ fn preprocessed_mpi_h(out: &PathBuf) -> String {
             "pmtrace: `{cc} -E` on mpi.h failed:\n{}\n(install an MPI: `make deps`)",
             String::from_utf8_lossy(&o.stderr)
         ),
-        Err(e) => panic!("pmtrace: cannot run `{cc}` ({e}); install an MPI with `make deps` or set MPICC"),
+        Err(e) => {
+            panic!("pmtrace: cannot run `{cc}` ({e}); install an MPI with `make deps` or set MPICC")
+        }
     }
 }
 

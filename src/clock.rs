@@ -19,7 +19,10 @@ static TSC_HZ_BITS: AtomicU64 = AtomicU64::new(0);
 
 #[inline(always)]
 pub fn monotonic() -> u64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
     // SAFETY: a valid timespec to fill; CLOCK_MONOTONIC always exists.
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
@@ -58,7 +61,10 @@ pub fn tsc_is_invariant() -> bool {
         .map(|s| {
             s.lines()
                 .find(|l| l.starts_with("flags"))
-                .map(|l| l.split_whitespace().any(|f| f == "constant_tsc") && l.split_whitespace().any(|f| f == "nonstop_tsc"))
+                .map(|l| {
+                    l.split_whitespace().any(|f| f == "constant_tsc")
+                        && l.split_whitespace().any(|f| f == "nonstop_tsc")
+                })
                 .unwrap_or(false)
         })
         .unwrap_or(false)
@@ -76,7 +82,10 @@ pub fn pair() -> Pair {
     let a = tsc();
     let mono = monotonic();
     let b = tsc();
-    Pair { tsc: a + (b - a) / 2, mono }
+    Pair {
+        tsc: a + (b - a) / 2,
+        mono,
+    }
 }
 
 /// Switches to the TSC, calibrated between two readings at least 1 ms

@@ -51,7 +51,10 @@ struct Slot {
 const SLOTS: usize = 1 << 13;
 
 #[allow(clippy::declare_interior_mutable_const)]
-const EMPTY: Slot = Slot { key: AtomicU64::new(0), info: AtomicPtr::new(core::ptr::null_mut()) };
+const EMPTY: Slot = Slot {
+    key: AtomicU64::new(0),
+    info: AtomicPtr::new(core::ptr::null_mut()),
+};
 static TABLE: [Slot; SLOTS] = [EMPTY; SLOTS];
 static INSERT: Mutex<()> = Mutex::new(());
 static NEXT_INDEX: AtomicU32 = AtomicU32::new(0);
@@ -105,7 +108,8 @@ fn insert(comm: MPI_Comm, info: &'static CommInfo) {
         let slot = &TABLE[i];
         let k = slot.key.load(Ordering::Acquire);
         if k == key {
-            slot.info.store(info as *const _ as *mut _, Ordering::Release);
+            slot.info
+                .store(info as *const _ as *mut _, Ordering::Release);
             return;
         }
         if k != 0 && slot.info.load(Ordering::Acquire).is_null() && reusable.is_none() {
@@ -113,7 +117,9 @@ fn insert(comm: MPI_Comm, info: &'static CommInfo) {
         }
         if k == 0 {
             let at = reusable.unwrap_or(i);
-            TABLE[at].info.store(info as *const _ as *mut _, Ordering::Release);
+            TABLE[at]
+                .info
+                .store(info as *const _ as *mut _, Ordering::Release);
             TABLE[at].key.store(key, Ordering::Release);
             return;
         }
@@ -121,7 +127,9 @@ fn insert(comm: MPI_Comm, info: &'static CommInfo) {
     }
     match reusable {
         Some(at) => {
-            TABLE[at].info.store(info as *const _ as *mut _, Ordering::Release);
+            TABLE[at]
+                .info
+                .store(info as *const _ as *mut _, Ordering::Release);
             TABLE[at].key.store(key, Ordering::Release);
         }
         None => {
@@ -169,7 +177,12 @@ fn shape(comm: MPI_Comm) -> Shape {
             ffi::PMPI_Comm_remote_size(comm, &mut remote);
         }
     }
-    Shape { size: size as u32, rank: rank as u32, inter: inter != 0, remote_size: remote as u32 }
+    Shape {
+        size: size as u32,
+        rank: rank as u32,
+        inter: inter != 0,
+        remote_size: remote as u32,
+    }
 }
 
 /// World ranks of the communicator's (local) group, in rank order.
@@ -205,7 +218,11 @@ fn define(comm: MPI_Comm, gid: u64, rec: &mut Recorder, t: u64) -> &'static Comm
         idups: AtomicU64::new(0),
     }));
     insert(comm, info);
-    let list = if s.rank == 0 && gid != WORLD_GID { members(comm, s.size) } else { Vec::new() };
+    let list = if s.rank == 0 && gid != WORLD_GID {
+        members(comm, s.size)
+    } else {
+        Vec::new()
+    };
     write_def(rec, t, info, &list);
     info
 }
@@ -308,7 +325,13 @@ pub fn define_constructed(comm: MPI_Comm, rec: &mut Recorder, t: u64) -> &'stati
 }
 
 /// Defines the communicator an `MPI_Comm_idup` on `parent` produced.
-pub fn define_idup(comm: MPI_Comm, parent_gid: u64, nth: u64, rec: &mut Recorder, t: u64) -> &'static CommInfo {
+pub fn define_idup(
+    comm: MPI_Comm,
+    parent_gid: u64,
+    nth: u64,
+    rec: &mut Recorder,
+    t: u64,
+) -> &'static CommInfo {
     let mut h = parent_gid ^ 0x9E37_79B9_7F4A_7C15;
     h = (h ^ nth.wrapping_mul(0xBF58_476D_1CE4_E5B9)).wrapping_mul(0x94D0_49BB_1331_11EB);
     h ^= h >> 31;

@@ -26,7 +26,12 @@ pub struct Config {
 
 /// Variables the runtime reads, and the ones other parts of pmtrace set in
 /// the same environment (so they are not "unknown").
-const KNOWN: &[&str] = &["PMTRACE_DIR", "PMTRACE_BUFFER_SIZE", "PMTRACE_TIMER", "PMTRACE_LIB"];
+const KNOWN: &[&str] = &[
+    "PMTRACE_DIR",
+    "PMTRACE_BUFFER_SIZE",
+    "PMTRACE_TIMER",
+    "PMTRACE_LIB",
+];
 
 pub fn parse_size(s: &str) -> Option<usize> {
     let s = s.trim();
@@ -49,7 +54,12 @@ pub fn parse_size(s: &str) -> Option<usize> {
 
 impl Config {
     pub fn from_vars<I: IntoIterator<Item = (String, String)>>(vars: I) -> Config {
-        let mut c = Config { dir: None, buffer_size: DEFAULT_BUFFER, timer: TimerChoice::Auto, warnings: Vec::new() };
+        let mut c = Config {
+            dir: None,
+            buffer_size: DEFAULT_BUFFER,
+            timer: TimerChoice::Auto,
+            warnings: Vec::new(),
+        };
         for (k, v) in vars {
             if !k.starts_with("PMTRACE_") {
                 continue;
@@ -57,7 +67,8 @@ impl Config {
             match k.as_str() {
                 "PMTRACE_DIR" => {
                     if v.is_empty() {
-                        c.warnings.push("PMTRACE_DIR is empty; using the default directory".into());
+                        c.warnings
+                            .push("PMTRACE_DIR is empty; using the default directory".into());
                     } else {
                         c.dir = Some(v);
                     }
@@ -73,7 +84,9 @@ impl Config {
                     "tsc" => c.timer = TimerChoice::Tsc,
                     "monotonic" => c.timer = TimerChoice::Monotonic,
                     "auto" => c.timer = TimerChoice::Auto,
-                    _ => c.warnings.push(format!("PMTRACE_TIMER={v} is not tsc, monotonic or auto; using auto")),
+                    _ => c.warnings.push(format!(
+                        "PMTRACE_TIMER={v} is not tsc, monotonic or auto; using auto"
+                    )),
                 },
                 k if KNOWN.contains(&k) => {}
                 _ => c.warnings.push(format!("unknown setting {k} ignored")),
@@ -116,7 +129,11 @@ mod tests {
 
     #[test]
     fn bad_values_warn_once_and_keep_defaults() {
-        let c = cfg(&[("PMTRACE_BUFFER_SIZE", "lots"), ("PMTRACE_TIMER", "sundial"), ("PMTRACE_COLOUR", "red")]);
+        let c = cfg(&[
+            ("PMTRACE_BUFFER_SIZE", "lots"),
+            ("PMTRACE_TIMER", "sundial"),
+            ("PMTRACE_COLOUR", "red"),
+        ]);
         assert_eq!(c.buffer_size, DEFAULT_BUFFER);
         assert_eq!(c.timer, TimerChoice::Auto);
         assert_eq!(c.warnings.len(), 3);
@@ -125,7 +142,12 @@ mod tests {
 
     #[test]
     fn good_values_are_taken_without_warning() {
-        let c = cfg(&[("PMTRACE_BUFFER_SIZE", "1M"), ("PMTRACE_TIMER", "monotonic"), ("PMTRACE_DIR", "/tmp/t"), ("HOME", "/root")]);
+        let c = cfg(&[
+            ("PMTRACE_BUFFER_SIZE", "1M"),
+            ("PMTRACE_TIMER", "monotonic"),
+            ("PMTRACE_DIR", "/tmp/t"),
+            ("HOME", "/root"),
+        ]);
         assert_eq!(c.buffer_size, 1 << 20);
         assert_eq!(c.timer, TimerChoice::Monotonic);
         assert_eq!(c.dir.as_deref(), Some("/tmp/t"));
@@ -134,6 +156,9 @@ mod tests {
 
     #[test]
     fn buffer_below_minimum_is_refused() {
-        assert_eq!(cfg(&[("PMTRACE_BUFFER_SIZE", "4K")]).buffer_size, DEFAULT_BUFFER);
+        assert_eq!(
+            cfg(&[("PMTRACE_BUFFER_SIZE", "4K")]).buffer_size,
+            DEFAULT_BUFFER
+        );
     }
 }

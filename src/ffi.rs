@@ -74,7 +74,11 @@ pub fn handle_key<T: Copy>(h: T) -> u64 {
     let mut k = 0u64;
     // SAFETY: copies at most 8 bytes of a Copy value into a u64.
     unsafe {
-        core::ptr::copy_nonoverlapping(&h as *const T as *const u8, &mut k as *mut u64 as *mut u8, n);
+        core::ptr::copy_nonoverlapping(
+            &h as *const T as *const u8,
+            &mut k as *mut u64 as *mut u8,
+            n,
+        );
     }
     k
 }
@@ -82,7 +86,10 @@ pub fn handle_key<T: Copy>(h: T) -> u64 {
 /// `status` unless it is MPI_STATUS_IGNORE, in which case local storage, so
 /// that source, tag and count can always be read after the call.
 #[inline(always)]
-pub fn status_or_local(status: *mut MPI_Status, local: &mut MaybeUninit<MPI_Status>) -> *mut MPI_Status {
+pub fn status_or_local(
+    status: *mut MPI_Status,
+    local: &mut MaybeUninit<MPI_Status>,
+) -> *mut MPI_Status {
     // SAFETY: reads an initialised constant of mpi-sys's shim.
     if status.is_null() || status == unsafe { RSMPI_STATUS_IGNORE } {
         local.as_mut_ptr()

@@ -65,9 +65,21 @@ pub struct ThreadLink {
 }
 
 pub enum Msg {
-    Register { link: Arc<ThreadLink>, to_thread: Sender<Region>, spares: Receiver<Region> },
-    Full { region: Region, used: usize, thread: u32, last: bool },
-    Finish { trailer: Box<dyn FnOnce(&Totals) -> meta::Trailer + Send>, reply: Sender<Totals> },
+    Register {
+        link: Arc<ThreadLink>,
+        to_thread: Sender<Region>,
+        spares: Receiver<Region>,
+    },
+    Full {
+        region: Region,
+        used: usize,
+        thread: u32,
+        last: bool,
+    },
+    Finish {
+        trailer: Box<dyn FnOnce(&Totals) -> meta::Trailer + Send>,
+        reply: Sender<Totals>,
+    },
 }
 
 /// Counts the flusher reports at the end.
@@ -104,7 +116,13 @@ fn io_err(what: &str, e: std::io::Error) -> String {
 
 impl Flusher {
     pub fn new(file: File, header_len: u64, max_buffer: usize) -> Flusher {
-        Flusher { file, len: header_len, max_buffer, threads: Vec::new(), totals: Totals::default() }
+        Flusher {
+            file,
+            len: header_len,
+            max_buffer,
+            threads: Vec::new(),
+            totals: Totals::default(),
+        }
     }
 
     /// Reserves and maps a fresh events chunk of `cap` bytes.
@@ -114,14 +132,23 @@ impl Flusher {
         // the mapping cannot fail with SIGBUS on a full disk.
         let rc = unsafe { libc::posix_fallocate(self.file.as_raw_fd(), offset as i64, cap as i64) };
         if rc != 0 {
-            return Err(io_err("cannot extend the trace file", std::io::Error::from_raw_os_error(rc)));
+            return Err(io_err(
+                "cannot extend the trace file",
+                std::io::Error::from_raw_os_error(rc),
+            ));
         }
         self.len += cap as u64;
         // SAFETY: the mapped range lies inside the file just extended; the
         // file is private to this process (created O_EXCL, 0600) and nothing
         // truncates it while mapped.
-        let mut map = unsafe { MmapOptions::new().offset(offset).len(cap).populate().map_mut(&self.file) }
-            .map_err(|e| io_err("cannot map the trace file", e))?;
+        let mut map = unsafe {
+            MmapOptions::new()
+                .offset(offset)
+                .len(cap)
+                .populate()
+                .map_mut(&self.file)
+        }
+        .map_err(|e| io_err("cannot map the trace file", e))?;
         let h = ChunkHeader {
             kind: ChunkKind::Events,
             // Owned by no thread until one activates it; an unused spare
@@ -181,14 +208,21 @@ impl Flusher {
     fn seal_in_place(&mut self, offset: u64, cap: usize, used: usize) {
         // SAFETY: as in `alloc`; the owning thread no longer writes (tracing
         // has finished), and both mappings share the same page cache pages.
-        match unsafe { MmapOptions::new().offset(offset).len(cap).map_mut(&self.file) } {
+        match unsafe {
+            MmapOptions::new()
+                .offset(offset)
+                .len(cap)
+                .map_mut(&self.file)
+        } {
             Ok(mut map) => {
                 Self::seal_bytes(&mut map, used);
                 self.account(used);
                 self.release_tail(offset, cap, used);
             }
             Err(e) => {
-                self.totals.error.get_or_insert(io_err("cannot seal a buffer", e));
+                self.totals
+                    .error
+                    .get_or_insert(io_err("cannot seal a buffer", e));
             }
         }
     }
@@ -208,7 +242,11 @@ impl Flusher {
     pub fn run(mut self, rx: Receiver<Msg>) {
         while let Ok(msg) = rx.recv() {
             match msg {
-                Msg::Register { link, to_thread, spares } => {
+                Msg::Register {
+                    link,
+                    to_thread,
+                    spares,
+                } => {
                     let first = FIRST_BUFFER.min(self.max_buffer);
                     let mut ok = true;
                     for _ in 0..2 {
@@ -223,16 +261,28 @@ impl Flusher {
                     // Dropping the sender of a thread we cannot serve wakes it
                     // with an error instead of leaving it waiting.
                     if ok {
-                        self.threads.push(ThreadEntry { link, to_thread, spares, next_size: (first * 2).min(self.max_buffer) });
+                        self.threads.push(ThreadEntry {
+                            link,
+                            to_thread,
+                            spares,
+                            next_size: (first * 2).min(self.max_buffer),
+                        });
                     }
                 }
-                Msg::Full { region, used, thread, last } => {
+                Msg::Full {
+                    region,
+                    used,
+                    thread,
+                    last,
+                } => {
                     // The replacement first: the thread may be waiting for it.
                     if !last {
                         let size = self.grow(thread);
                         match self.alloc(size) {
                             Ok(r) => {
-                                if let Some(t) = self.threads.iter().find(|t| t.link.index == thread) {
+                                if let Some(t) =
+                                    self.threads.iter().find(|t| t.link.index == thread)
+                                {
                                     let _ = t.to_thread.send(r);
                                 }
                             }
@@ -277,7 +327,10 @@ impl Flusher {
             self.totals.events += t.events.load(Relaxed);
             self.totals.waits += t.waits.load(Relaxed);
             self.totals.wait_ns += t.wait_ns.load(Relaxed);
-            self.totals.threads.push(meta::ThreadDef { index: t.index, tid: t.tid });
+            self.totals.threads.push(meta::ThreadDef {
+                index: t.index,
+                tid: t.tid,
+            });
         }
         let tr = trailer(&self.totals);
         let json = serde_json::to_vec(&tr).expect("trailer serializes");
@@ -296,7 +349,9 @@ impl Flusher {
         chunk[..CHUNK_HEADER_LEN].copy_from_slice(&h.encode());
         chunk[CHUNK_HEADER_LEN..CHUNK_HEADER_LEN + json.len()].copy_from_slice(&json);
         if let Err(e) = self.file.write_all_at(&chunk, self.len) {
-            self.totals.error.get_or_insert(io_err("cannot write the trace trailer", e));
+            self.totals
+                .error
+                .get_or_insert(io_err("cannot write the trace trailer", e));
         }
         self.len += cap as u64;
         self.totals.file_bytes = self.len;

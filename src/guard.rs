@@ -71,7 +71,10 @@ impl Guard {
                 if t.busy.replace(true) {
                     None
                 } else {
-                    Some(Guard { thread: t as *const ThreadState, _not_send: PhantomData })
+                    Some(Guard {
+                        thread: t as *const ThreadState,
+                        _not_send: PhantomData,
+                    })
                 }
             })
             .ok()

@@ -13,7 +13,9 @@ use crate::recorder::Recorder;
 use crate::requests::{key, Op, OpKind, MESSAGES, REQUESTS};
 use core::cell::RefCell;
 use core::ffi::{c_int, c_void};
-use pmtrace_format::record::{root_code, LIST_BATCH, MAX_FIXED_RECORD, MAX_LIST_ITEM, ST_CANCELLED, ST_EMPTY, ST_NONE};
+use pmtrace_format::record::{
+    root_code, LIST_BATCH, MAX_FIXED_RECORD, MAX_LIST_ITEM, ST_CANCELLED, ST_EMPTY, ST_NONE,
+};
 use smallvec::SmallVec;
 
 /// One traced call: its id, times and return code.
@@ -28,7 +30,13 @@ pub struct Call<'g> {
 impl<'g> Call<'g> {
     #[inline(always)]
     pub fn new(guard: &'g Guard, func: u32, t0: u64, t1: u64, rc: c_int) -> Self {
-        Call { guard, func, t0, t1, rc }
+        Call {
+            guard,
+            func,
+            t0,
+            t1,
+            rc,
+        }
     }
 
     #[inline(always)]
@@ -45,7 +53,8 @@ impl<'g> Call<'g> {
     #[inline(always)]
     fn begin(&self) -> Option<&mut Recorder> {
         let r = self.rec();
-        r.begin_call(self.func, self.t0, self.t1, self.rc, MAX_FIXED_RECORD).then_some(r)
+        r.begin_call(self.func, self.t0, self.t1, self.rc, MAX_FIXED_RECORD)
+            .then_some(r)
     }
 }
 
@@ -90,7 +99,14 @@ fn put_send(r: &mut Recorder, peer: c_int, tag: c_int, comm: u32, bytes: u64) {
     r.put_u(bytes);
 }
 
-pub fn send(call: Call, count: c_int, datatype: MPI_Datatype, peer: c_int, tag: c_int, comm: MPI_Comm) {
+pub fn send(
+    call: Call,
+    count: c_int,
+    datatype: MPI_Datatype,
+    peer: c_int,
+    tag: c_int,
+    comm: MPI_Comm,
+) {
     guarded(|| {
         let info = comm_info(&call, comm);
         let bytes = ffi::bytes_of(i64::from(count), datatype);
@@ -102,49 +118,135 @@ pub fn send(call: Call, count: c_int, datatype: MPI_Datatype, peer: c_int, tag: 
 }
 
 #[allow(clippy::too_many_arguments)]
-fn issue(call: Call, count: c_int, datatype: MPI_Datatype, peer: c_int, tag: c_int, comm: MPI_Comm, request: *mut MPI_Request, kind: OpKind, persistent: bool) {
+fn issue(
+    call: Call,
+    count: c_int,
+    datatype: MPI_Datatype,
+    peer: c_int,
+    tag: c_int,
+    comm: MPI_Comm,
+    request: *mut MPI_Request,
+    kind: OpKind,
+    persistent: bool,
+) {
     guarded(|| {
         let info = comm_info(&call, comm);
         let bytes = ffi::bytes_of(i64::from(count), datatype);
         let Some(r) = call.begin() else { return };
         put_send(r, peer, tag, info.index, bytes);
         let kind = match kind {
-            OpKind::Recv { .. } => OpKind::Recv { src: peer, tag, posted: Some(bytes) },
+            OpKind::Recv { .. } => OpKind::Recv {
+                src: peer,
+                tag,
+                posted: Some(bytes),
+            },
             k => k,
         };
         if call.ok() {
             let id = r.take_op();
             // SAFETY: MPI just stored the new request handle there.
             let handle = unsafe { *request };
-            REQUESTS.insert(key(handle), Op { id, kind, persistent, instance: None, cancelled: false, slot: request as usize });
+            REQUESTS.insert(
+                key(handle),
+                Op {
+                    id,
+                    kind,
+                    persistent,
+                    instance: None,
+                    cancelled: false,
+                    slot: request as usize,
+                },
+            );
         }
         r.commit();
     })
 }
 
-pub fn isend(call: Call, count: c_int, datatype: MPI_Datatype, peer: c_int, tag: c_int, comm: MPI_Comm, request: *mut MPI_Request) {
-    issue(call, count, datatype, peer, tag, comm, request, OpKind::Send, false)
+pub fn isend(
+    call: Call,
+    count: c_int,
+    datatype: MPI_Datatype,
+    peer: c_int,
+    tag: c_int,
+    comm: MPI_Comm,
+    request: *mut MPI_Request,
+) {
+    issue(
+        call,
+        count,
+        datatype,
+        peer,
+        tag,
+        comm,
+        request,
+        OpKind::Send,
+        false,
+    )
 }
 
-pub fn send_init(call: Call, count: c_int, datatype: MPI_Datatype, peer: c_int, tag: c_int, comm: MPI_Comm, request: *mut MPI_Request) {
-    issue(call, count, datatype, peer, tag, comm, request, OpKind::Send, true)
+pub fn send_init(
+    call: Call,
+    count: c_int,
+    datatype: MPI_Datatype,
+    peer: c_int,
+    tag: c_int,
+    comm: MPI_Comm,
+    request: *mut MPI_Request,
+) {
+    issue(
+        call,
+        count,
+        datatype,
+        peer,
+        tag,
+        comm,
+        request,
+        OpKind::Send,
+        true,
+    )
 }
 
 // ---- receives ----
 
-const RECV: OpKind = OpKind::Recv { src: 0, tag: 0, posted: None };
+const RECV: OpKind = OpKind::Recv {
+    src: 0,
+    tag: 0,
+    posted: None,
+};
 
-pub fn irecv(call: Call, count: c_int, datatype: MPI_Datatype, src: c_int, tag: c_int, comm: MPI_Comm, request: *mut MPI_Request) {
+pub fn irecv(
+    call: Call,
+    count: c_int,
+    datatype: MPI_Datatype,
+    src: c_int,
+    tag: c_int,
+    comm: MPI_Comm,
+    request: *mut MPI_Request,
+) {
     issue(call, count, datatype, src, tag, comm, request, RECV, false)
 }
 
-pub fn recv_init(call: Call, count: c_int, datatype: MPI_Datatype, src: c_int, tag: c_int, comm: MPI_Comm, request: *mut MPI_Request) {
+pub fn recv_init(
+    call: Call,
+    count: c_int,
+    datatype: MPI_Datatype,
+    src: c_int,
+    tag: c_int,
+    comm: MPI_Comm,
+    request: *mut MPI_Request,
+) {
     issue(call, count, datatype, src, tag, comm, request, RECV, true)
 }
 
 /// A receive status relative to what was posted; nothing useful if the call failed.
 #[inline(always)]
-fn put_recv_status(r: &mut Recorder, ok: bool, posted: (i32, i32, Option<u64>), status: *const MPI_Status, extra: u64) {
+fn put_recv_status(
+    r: &mut Recorder,
+    ok: bool,
+    posted: (i32, i32, Option<u64>),
+    status: *const MPI_Status,
+    extra: u64,
+) {
     if ok {
         r.put_status(posted, actual(status), extra);
     } else {
@@ -152,7 +254,15 @@ fn put_recv_status(r: &mut Recorder, ok: bool, posted: (i32, i32, Option<u64>), 
     }
 }
 
-pub fn recv(call: Call, count: c_int, datatype: MPI_Datatype, src: c_int, tag: c_int, comm: MPI_Comm, status: *mut MPI_Status) {
+pub fn recv(
+    call: Call,
+    count: c_int,
+    datatype: MPI_Datatype,
+    src: c_int,
+    tag: c_int,
+    comm: MPI_Comm,
+    status: *mut MPI_Status,
+) {
     guarded(|| {
         let info = comm_info(&call, comm);
         let posted = ffi::bytes_of(i64::from(count), datatype);
@@ -197,7 +307,15 @@ pub fn sendrecv(
 // ---- probes and matched receives ----
 
 /// Probe, Iprobe (`flag`), Mprobe (`message`), Improbe (both).
-pub fn probe(call: Call, src: c_int, tag: c_int, comm: MPI_Comm, flag: *mut c_int, message: *mut MPI_Message, status: *mut MPI_Status) {
+pub fn probe(
+    call: Call,
+    src: c_int,
+    tag: c_int,
+    comm: MPI_Comm,
+    flag: *mut c_int,
+    message: *mut MPI_Message,
+    status: *mut MPI_Status,
+) {
     guarded(|| {
         let info = comm_info(&call, comm);
         // SAFETY: MPI set *flag for this call when a flag was passed.
@@ -226,7 +344,13 @@ pub fn probe(call: Call, src: c_int, tag: c_int, comm: MPI_Comm, flag: *mut c_in
 /// so that a reader needs no probe to resolve them.
 const EXPLICIT: (i32, i32, Option<u64>) = (i32::MIN, i32::MIN, None);
 
-pub fn mrecv(call: Call, count: c_int, datatype: MPI_Datatype, message: MPI_Message, status: *mut MPI_Status) {
+pub fn mrecv(
+    call: Call,
+    count: c_int,
+    datatype: MPI_Datatype,
+    message: MPI_Message,
+    status: *mut MPI_Status,
+) {
     guarded(|| {
         let msg = MESSAGES.remove(key(message)).map(|m| m.0);
         let posted = ffi::bytes_of(i64::from(count), datatype);
@@ -238,7 +362,13 @@ pub fn mrecv(call: Call, count: c_int, datatype: MPI_Datatype, message: MPI_Mess
     })
 }
 
-pub fn imrecv(call: Call, count: c_int, datatype: MPI_Datatype, message: MPI_Message, request: *mut MPI_Request) {
+pub fn imrecv(
+    call: Call,
+    count: c_int,
+    datatype: MPI_Datatype,
+    message: MPI_Message,
+    request: *mut MPI_Request,
+) {
     guarded(|| {
         let msg = MESSAGES.remove(key(message)).map(|m| m.0);
         let posted = ffi::bytes_of(i64::from(count), datatype);
@@ -249,8 +379,22 @@ pub fn imrecv(call: Call, count: c_int, datatype: MPI_Datatype, message: MPI_Mes
             let id = r.take_op();
             // SAFETY: MPI just stored the new request handle there.
             let handle = unsafe { *request };
-            let kind = OpKind::Recv { src: EXPLICIT.0, tag: EXPLICIT.1, posted: EXPLICIT.2 };
-            REQUESTS.insert(key(handle), Op { id, kind, persistent: false, instance: None, cancelled: false, slot: request as usize });
+            let kind = OpKind::Recv {
+                src: EXPLICIT.0,
+                tag: EXPLICIT.1,
+                posted: EXPLICIT.2,
+            };
+            REQUESTS.insert(
+                key(handle),
+                Op {
+                    id,
+                    kind,
+                    persistent: false,
+                    instance: None,
+                    cancelled: false,
+                    slot: request as usize,
+                },
+            );
         }
         r.commit();
     })
@@ -264,7 +408,13 @@ pub fn start(call: Call, requests: &[MPI_Request], slots: *mut MPI_Request) {
         let n = if call.ok() { requests.len() } else { 0 };
         let mut batches = requests[..n].chunks(LIST_BATCH);
         let first = batches.next().unwrap_or(&[]);
-        if !r.begin_call(call.func, call.t0, call.t1, call.rc, MAX_FIXED_RECORD + first.len() * MAX_LIST_ITEM) {
+        if !r.begin_call(
+            call.func,
+            call.t0,
+            call.t1,
+            call.rc,
+            MAX_FIXED_RECORD + first.len() * MAX_LIST_ITEM,
+        ) {
             return;
         }
         r.put_u(first.len() as u64);
@@ -286,7 +436,10 @@ pub fn start(call: Call, requests: &[MPI_Request], slots: *mut MPI_Request) {
 fn start_items(r: &mut Recorder, batch: &[MPI_Request], slots: *const MPI_Request) {
     for (i, &h) in batch.iter().enumerate() {
         let slot = slot_at(slots, i);
-        let init = REQUESTS.get(key(h), slot).filter(|op| op.persistent).map(|op| op.id);
+        let init = REQUESTS
+            .get(key(h), slot)
+            .filter(|op| op.persistent)
+            .map(|op| op.id);
         r.put_op_ref(init);
         let instance = r.take_op();
         if init.is_some() {
@@ -325,24 +478,46 @@ struct Completed {
 }
 
 /// Takes the operation behind a completed request out of the table.
-fn complete_op(handle: MPI_Request, slot: usize, status: *const MPI_Status, out: &mut SmallVec<[Completed; 8]>) {
+fn complete_op(
+    handle: MPI_Request,
+    slot: usize,
+    status: *const MPI_Status,
+    out: &mut SmallVec<[Completed; 8]>,
+) {
     if ffi::is_request_null(handle) {
         return;
     }
     let k = key(handle);
-    let Some(op) = REQUESTS.get(k, slot) else { return };
+    let Some(op) = REQUESTS.get(k, slot) else {
+        return;
+    };
     let id = if op.persistent {
         // An inactive persistent request completes at once and has no instance.
-        let Some(inst) = REQUESTS.with_op(k, slot, false, |o| o.instance.take()).flatten() else { return };
+        let Some(inst) = REQUESTS
+            .with_op(k, slot, false, |o| o.instance.take())
+            .flatten()
+        else {
+            return;
+        };
         inst
     } else {
         REQUESTS.remove(k, slot);
         op.id
     };
-    out.push(Completed { op: id, kind: op.kind, cancelled: op.cancelled, status });
+    out.push(Completed {
+        op: id,
+        kind: op.kind,
+        cancelled: op.cancelled,
+        status,
+    });
 }
 
-fn completed_set(call: &Call, requests: &[MPI_Request], slots: *const MPI_Request, done: &Done) -> SmallVec<[Completed; 8]> {
+fn completed_set(
+    call: &Call,
+    requests: &[MPI_Request],
+    slots: *const MPI_Request,
+    done: &Done,
+) -> SmallVec<[Completed; 8]> {
     let at = |i: usize| slot_at(slots, i);
     let c = ffi::consts();
     let mut out = SmallVec::new();
@@ -354,11 +529,15 @@ fn completed_set(call: &Call, requests: &[MPI_Request], slots: *const MPI_Reques
     unsafe {
         match *done {
             Done::One(st) if ok => complete_op(requests[0], at(0), st, &mut out),
-            Done::IfFlag(flag, st) if ok && *flag != 0 => complete_op(requests[0], at(0), st, &mut out),
+            Done::IfFlag(flag, st) if ok && *flag != 0 => {
+                complete_op(requests[0], at(0), st, &mut out)
+            }
             Done::Index(index, st) if ok && *index != c.undefined && *index >= 0 => {
                 complete_op(requests[*index as usize], at(*index as usize), st, &mut out)
             }
-            Done::IndexIfFlag(index, flag, st) if ok && *flag != 0 && *index != c.undefined && *index >= 0 => {
+            Done::IndexIfFlag(index, flag, st)
+                if ok && *flag != 0 && *index != c.undefined && *index >= 0 =>
+            {
                 complete_op(requests[*index as usize], at(*index as usize), st, &mut out)
             }
             Done::All(sts) if ok || in_status => {
@@ -400,7 +579,12 @@ pub fn complete(call: Call, requests: &[MPI_Request], slots: *const MPI_Request,
         // Communicators from completed MPI_Comm_idup are defined before the
         // record that completes them.
         for c in &set {
-            if let OpKind::Idup { newcomm, parent_gid, nth } = c.kind {
+            if let OpKind::Idup {
+                newcomm,
+                parent_gid,
+                nth,
+            } = c.kind
+            {
                 let comm = crate::requests::comm_of_idup(newcomm);
                 comms::define_idup(comm, parent_gid, nth, call.rec(), call.t0);
             }
@@ -408,7 +592,13 @@ pub fn complete(call: Call, requests: &[MPI_Request], slots: *const MPI_Request,
         let r = call.rec();
         let mut batches = set.chunks(LIST_BATCH);
         let first = batches.next().unwrap_or(&[]);
-        if !r.begin_call(call.func, call.t0, call.t1, call.rc, MAX_FIXED_RECORD + first.len() * MAX_LIST_ITEM) {
+        if !r.begin_call(
+            call.func,
+            call.t0,
+            call.t1,
+            call.rc,
+            MAX_FIXED_RECORD + first.len() * MAX_LIST_ITEM,
+        ) {
             return;
         }
         r.put_u(first.len() as u64);
@@ -431,7 +621,9 @@ fn completion_items(r: &mut Recorder, batch: &[Completed]) {
         let cancelled = c.cancelled && ffi::status_cancelled(c.status);
         let extra = if cancelled { ST_CANCELLED } else { 0 };
         match c.kind {
-            OpKind::Recv { src, tag, posted } if !cancelled => r.put_status((src, tag, posted), actual(c.status), extra),
+            OpKind::Recv { src, tag, posted } if !cancelled => {
+                r.put_status((src, tag, posted), actual(c.status), extra)
+            }
             _ => r.put_u(ST_NONE | extra),
         }
     }
@@ -460,7 +652,11 @@ pub fn cancel(call: Call, request: MPI_Request, slot: *mut MPI_Request) {
 pub fn request_free(call: Call, request: MPI_Request, slot: *mut MPI_Request) {
     guarded(|| {
         let slot = slot as usize;
-        let op = if call.ok() { REQUESTS.remove(key(request), slot) } else { REQUESTS.get(key(request), slot) };
+        let op = if call.ok() {
+            REQUESTS.remove(key(request), slot)
+        } else {
+            REQUESTS.get(key(request), slot)
+        };
         let id = op.map(|op| op.id);
         if let Some(r) = call.begin() {
             r.put_op_ref(id);
@@ -498,7 +694,15 @@ pub enum Shape {
 
 impl Shape {
     fn rooted(self) -> bool {
-        matches!(self, Shape::Bcast | Shape::Reduce | Shape::Gather | Shape::Gatherv | Shape::Scatter | Shape::Scatterv)
+        matches!(
+            self,
+            Shape::Bcast
+                | Shape::Reduce
+                | Shape::Gather
+                | Shape::Gatherv
+                | Shape::Scatter
+                | Shape::Scatterv
+        )
     }
 }
 
@@ -545,7 +749,12 @@ impl CollArgs {
 }
 
 /// Sum of `counts[..n]`, each times the size of its type.
-fn sum_bytes(counts: *const c_int, n: usize, datatype: MPI_Datatype, types: *const MPI_Datatype) -> u64 {
+fn sum_bytes(
+    counts: *const c_int,
+    n: usize,
+    datatype: MPI_Datatype,
+    types: *const MPI_Datatype,
+) -> u64 {
     if counts.is_null() {
         return 0;
     }
@@ -553,7 +762,16 @@ fn sum_bytes(counts: *const c_int, n: usize, datatype: MPI_Datatype, types: *con
     for i in 0..n {
         // SAFETY: MPI requires count (and type) arrays of the group's size
         // (or degree) for this rank's role; we read only those.
-        let (c, t) = unsafe { (*counts.add(i), if types.is_null() { datatype } else { *types.add(i) }) };
+        let (c, t) = unsafe {
+            (
+                *counts.add(i),
+                if types.is_null() {
+                    datatype
+                } else {
+                    *types.add(i)
+                },
+            )
+        };
         total = total.saturating_add(ffi::bytes_of(i64::from(c), t));
     }
     total
@@ -590,7 +808,11 @@ fn coll_bytes(shape: Shape, a: &CollArgs, info: &CommInfo) -> (u64, u64) {
     let in_place = a.sendbuf as usize == c.in_place;
     let recv_in_place = a.recvbuf as usize == c.in_place;
     // Peers whose blocks a rank handles: the remote group on an intercommunicator.
-    let peers = if info.inter { info.remote_size } else { info.size } as c_int;
+    let peers = if info.inter {
+        info.remote_size
+    } else {
+        info.size
+    } as c_int;
     let peers_u = peers.max(0) as usize;
     let data = b(a.count, a.datatype);
     // Rooted collectives on an intercommunicator: MPI_ROOT sends (or
@@ -627,11 +849,23 @@ fn coll_bytes(shape: Shape, a: &CollArgs, info: &CommInfo) -> (u64, u64) {
             Role::Idle => (0, 0),
         },
         Shape::Allreduce | Shape::Scan => (data, data),
-        Shape::ReduceScatterBlock => (b(a.recvcount, a.datatype) * info.size as u64, b(a.recvcount, a.datatype)),
+        Shape::ReduceScatterBlock => (
+            b(a.recvcount, a.datatype) * info.size as u64,
+            b(a.recvcount, a.datatype),
+        ),
         Shape::ReduceScatter => {
-            let total = sum_bytes(a.recvcounts, info.size as usize, a.datatype, core::ptr::null());
+            let total = sum_bytes(
+                a.recvcounts,
+                info.size as usize,
+                a.datatype,
+                core::ptr::null(),
+            );
             // SAFETY: recvcounts has one entry per rank of the group.
-            let mine = if a.recvcounts.is_null() { 0 } else { b(unsafe { *a.recvcounts.add(info.rank as usize) }, a.datatype) };
+            let mine = if a.recvcounts.is_null() {
+                0
+            } else {
+                b(unsafe { *a.recvcounts.add(info.rank as usize) }, a.datatype)
+            };
             (total, mine)
         }
         Shape::Gather | Shape::Gatherv => {
@@ -663,7 +897,14 @@ fn coll_bytes(shape: Shape, a: &CollArgs, info: &CommInfo) -> (u64, u64) {
         }
         Shape::Allgather => {
             let block = b(a.recvcount, a.recvtype);
-            (if in_place { block } else { b(a.sendcount, a.sendtype) }, block * peers_u as u64)
+            (
+                if in_place {
+                    block
+                } else {
+                    b(a.sendcount, a.sendtype)
+                },
+                block * peers_u as u64,
+            )
         }
         Shape::Allgatherv => {
             let total = sum_bytes(a.recvcounts, peers_u, a.recvtype, core::ptr::null());
@@ -677,26 +918,62 @@ fn coll_bytes(shape: Shape, a: &CollArgs, info: &CommInfo) -> (u64, u64) {
         }
         Shape::Alltoall => {
             let r = b(a.recvcount, a.recvtype) * peers_u as u64;
-            (if in_place { r } else { b(a.sendcount, a.sendtype) * peers_u as u64 }, r)
+            (
+                if in_place {
+                    r
+                } else {
+                    b(a.sendcount, a.sendtype) * peers_u as u64
+                },
+                r,
+            )
         }
         Shape::Alltoallv | Shape::Alltoallw => {
-            let types = |t: *const MPI_Datatype| if shape == Shape::Alltoallw { t } else { core::ptr::null() };
+            let types = |t: *const MPI_Datatype| {
+                if shape == Shape::Alltoallw {
+                    t
+                } else {
+                    core::ptr::null()
+                }
+            };
             let r = sum_bytes(a.recvcounts, peers_u, a.recvtype, types(a.recvtypes));
-            (if in_place { r } else { sum_bytes(a.sendcounts, peers_u, a.sendtype, types(a.sendtypes)) }, r)
+            (
+                if in_place {
+                    r
+                } else {
+                    sum_bytes(a.sendcounts, peers_u, a.sendtype, types(a.sendtypes))
+                },
+                r,
+            )
         }
         Shape::NeighborAllgather | Shape::NeighborAlltoall => {
             let (ins, outs) = degrees(a.comm, info.rank);
-            let per_out = if shape == Shape::NeighborAllgather { outs as u64 } else { outs as u64 };
-            (b(a.sendcount, a.sendtype) * per_out, b(a.recvcount, a.recvtype) * ins as u64)
+            // Allgather sends the same block to every out-neighbour,
+            // alltoall one block each: the same bytes either way.
+            (
+                b(a.sendcount, a.sendtype) * outs as u64,
+                b(a.recvcount, a.recvtype) * ins as u64,
+            )
         }
         Shape::NeighborAllgatherv => {
             let (ins, outs) = degrees(a.comm, info.rank);
-            (b(a.sendcount, a.sendtype) * outs as u64, sum_bytes(a.recvcounts, ins, a.recvtype, core::ptr::null()))
+            (
+                b(a.sendcount, a.sendtype) * outs as u64,
+                sum_bytes(a.recvcounts, ins, a.recvtype, core::ptr::null()),
+            )
         }
         Shape::NeighborAlltoallv | Shape::NeighborAlltoallw => {
             let (ins, outs) = degrees(a.comm, info.rank);
-            let types = |t: *const MPI_Datatype| if shape == Shape::NeighborAlltoallw { t } else { core::ptr::null() };
-            (sum_bytes(a.sendcounts, outs, a.sendtype, types(a.sendtypes)), sum_bytes(a.recvcounts, ins, a.recvtype, types(a.recvtypes)))
+            let types = |t: *const MPI_Datatype| {
+                if shape == Shape::NeighborAlltoallw {
+                    t
+                } else {
+                    core::ptr::null()
+                }
+            };
+            (
+                sum_bytes(a.sendcounts, outs, a.sendtype, types(a.sendtypes)),
+                sum_bytes(a.recvcounts, ins, a.recvtype, types(a.recvtypes)),
+            )
         }
     }
 }
@@ -732,7 +1009,17 @@ pub fn icoll(call: Call, shape: Shape, args: &CollArgs, request: *mut MPI_Reques
             let id = r.take_op();
             // SAFETY: MPI just stored the new request handle there.
             let handle = unsafe { *request };
-            REQUESTS.insert(key(handle), Op { id, kind: OpKind::Coll, persistent: false, instance: None, cancelled: false, slot: request as usize });
+            REQUESTS.insert(
+                key(handle),
+                Op {
+                    id,
+                    kind: OpKind::Coll,
+                    persistent: false,
+                    instance: None,
+                    cancelled: false,
+                    slot: request as usize,
+                },
+            );
         }
         r.commit();
     })
@@ -768,15 +1055,31 @@ pub fn comm_new(call: Call, parent: Option<MPI_Comm>, newcomm: *mut MPI_Comm) {
 pub fn comm_idup(call: Call, comm: MPI_Comm, newcomm: *mut MPI_Comm, request: *mut MPI_Request) {
     guarded(|| {
         let info = comm_info(&call, comm);
-        let nth = info.idups.fetch_add(1, core::sync::atomic::Ordering::Relaxed);
+        let nth = info
+            .idups
+            .fetch_add(1, core::sync::atomic::Ordering::Relaxed);
         let Some(r) = call.begin() else { return };
         put_coll(r, info, None, 0, 0);
         if call.ok() {
             let id = r.take_op();
             // SAFETY: MPI just stored the new request handle there.
             let handle = unsafe { *request };
-            let kind = OpKind::Idup { newcomm: newcomm as usize, parent_gid: info.gid, nth };
-            REQUESTS.insert(key(handle), Op { id, kind, persistent: false, instance: None, cancelled: false, slot: request as usize });
+            let kind = OpKind::Idup {
+                newcomm: newcomm as usize,
+                parent_gid: info.gid,
+                nth,
+            };
+            REQUESTS.insert(
+                key(handle),
+                Op {
+                    id,
+                    kind,
+                    persistent: false,
+                    instance: None,
+                    cancelled: false,
+                    slot: request as usize,
+                },
+            );
         }
         r.commit();
     })
@@ -810,7 +1113,9 @@ pub struct Scratch {
 
 impl Scratch {
     pub fn take() -> Scratch {
-        let (statuses, requests) = SCRATCH.try_with(|s| core::mem::take(&mut *s.borrow_mut())).unwrap_or_default();
+        let (statuses, requests) = SCRATCH
+            .try_with(|s| core::mem::take(&mut *s.borrow_mut()))
+            .unwrap_or_default();
         Scratch { statuses, requests }
     }
 
@@ -832,7 +1137,8 @@ impl Scratch {
         self.requests.clear();
         if !requests.is_null() && n > 0 {
             // SAFETY: MPI requires `n` valid request handles there.
-            self.requests.extend_from_slice(unsafe { core::slice::from_raw_parts(requests, n as usize) });
+            self.requests
+                .extend_from_slice(unsafe { core::slice::from_raw_parts(requests, n as usize) });
         }
     }
 
@@ -843,7 +1149,10 @@ impl Scratch {
 
 impl Drop for Scratch {
     fn drop(&mut self) {
-        let bufs = (core::mem::take(&mut self.statuses), core::mem::take(&mut self.requests));
+        let bufs = (
+            core::mem::take(&mut self.statuses),
+            core::mem::take(&mut self.requests),
+        );
         let _ = SCRATCH.try_with(|s| *s.borrow_mut() = bufs);
     }
 }

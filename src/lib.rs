@@ -26,10 +26,16 @@ mod recorder;
 mod requests;
 
 /// The generated wrappers: `$OUT_DIR/wrappers.rs` (`make wrappers` shows it).
-#[allow(clippy::all, non_snake_case, unused_variables, unused_mut, clippy::missing_safety_doc)]
+#[allow(
+    clippy::all,
+    non_snake_case,
+    unused_variables,
+    unused_mut,
+    clippy::missing_safety_doc
+)]
 pub mod wrappers {
     use crate::clock;
-    use crate::ffi::{self, message_value, request_value, comm_value, status_or_local};
+    use crate::ffi::{self, comm_value, message_value, request_value, status_or_local};
     use crate::guard::Guard;
     use crate::hooks::{self, Call, CollArgs, Done, Scratch, Shape};
     use core::ffi::{c_int, c_void};

@@ -1,4 +1,5 @@
-#![allow(non_snake_case)]
+// The exported functions carry MPI's names; their safety contract is MPI's.
+#![allow(non_snake_case, clippy::missing_safety_doc)]
 //! Written by hand because they start and stop the tracer: `MPI_Init`,
 //! `MPI_Init_thread`, `MPI_Finalize`, `MPI_Abort`, and `MPI_Pcontrol`
 //! (variadic in C, which generated Rust cannot define).
@@ -65,28 +66,63 @@ pub unsafe extern "C" fn MPI_Init(argc: *mut c_int, argv: *mut *mut *mut c_char)
 }
 
 #[cfg_attr(not(test), no_mangle)]
-pub unsafe extern "C" fn MPI_Init_thread(argc: *mut c_int, argv: *mut *mut *mut c_char, required: c_int, provided: *mut c_int) -> c_int {
+pub unsafe extern "C" fn MPI_Init_thread(
+    argc: *mut c_int,
+    argv: *mut *mut *mut c_char,
+    required: c_int,
+    provided: *mut c_int,
+) -> c_int {
     let guard = Guard::acquire_any();
     if guard.is_none() || guard::state() != State::Uninit {
         // SAFETY: the caller's arguments, passed through.
-        return unsafe { real::PMPI_Init_thread(argc as *mut c_void, argv as *mut c_void, required, provided as *mut c_void) };
+        return unsafe {
+            real::PMPI_Init_thread(
+                argc as *mut c_void,
+                argv as *mut c_void,
+                required,
+                provided as *mut c_void,
+            )
+        };
     }
     let t0 = clock::monotonic();
     let p0 = clock::pair();
     // SAFETY: the caller's arguments, passed through.
-    let rc = unsafe { real::PMPI_Init_thread(argc as *mut c_void, argv as *mut c_void, required, provided as *mut c_void) };
+    let rc = unsafe {
+        real::PMPI_Init_thread(
+            argc as *mut c_void,
+            argv as *mut c_void,
+            required,
+            provided as *mut c_void,
+        )
+    };
     // SAFETY: MPI set *provided.
     let got = if rc == 0 { unsafe { *provided } } else { 0 };
-    start(guard.as_ref().unwrap(), ids::MPI_INIT_THREAD, t0, p0, rc, Some((required, got)));
+    start(
+        guard.as_ref().unwrap(),
+        ids::MPI_INIT_THREAD,
+        t0,
+        p0,
+        rc,
+        Some((required, got)),
+    );
     rc
 }
 
-fn start(guard: &Guard, func: u32, t0: u64, p0: clock::Pair, rc: c_int, thread: Option<(c_int, c_int)>) {
+fn start(
+    guard: &Guard,
+    func: u32,
+    t0: u64,
+    p0: clock::Pair,
+    rc: c_int,
+    thread: Option<(c_int, c_int)>,
+) {
     if rc != 0 {
         guard::set_state(State::Disabled);
         return;
     }
-    let started = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| start_tracing(guard, func, t0, p0, thread)));
+    let started = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        start_tracing(guard, func, t0, p0, thread)
+    }));
     if started.is_err() {
         guard::set_state(State::Disabled);
     }
@@ -104,7 +140,15 @@ fn default_dir_name() -> String {
         let t = libc::time(core::ptr::null_mut());
         let mut tm: libc::tm = core::mem::zeroed();
         libc::gmtime_r(&t, &mut tm);
-        format!("{:04}{:02}{:02}-{:02}{:02}{:02}", tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec)
+        format!(
+            "{:04}{:02}{:02}-{:02}{:02}{:02}",
+            tm.tm_year + 1900,
+            tm.tm_mon + 1,
+            tm.tm_mday,
+            tm.tm_hour,
+            tm.tm_min,
+            tm.tm_sec
+        )
     };
     format!("pmtrace-{stamp}-{}", std::process::id())
 }
@@ -114,9 +158,14 @@ fn prepare_dir(cfg: &Config) -> Result<PathBuf, String> {
     let path = PathBuf::from(cfg.dir.clone().unwrap_or_else(default_dir_name));
     match std::fs::symlink_metadata(&path) {
         Ok(m) if m.file_type().is_symlink() => {
-            return Err(format!("{} is a symbolic link; refusing to follow it", path.display()))
+            return Err(format!(
+                "{} is a symbolic link; refusing to follow it",
+                path.display()
+            ))
         }
-        Ok(m) if !m.is_dir() => return Err(format!("{} exists and is not a directory", path.display())),
+        Ok(m) if !m.is_dir() => {
+            return Err(format!("{} exists and is not a directory", path.display()))
+        }
         Ok(_) => {
             if path.join(pmtrace_format::rank_file_name(0)).exists() {
                 return Err(format!("{} already holds a trace", path.display()));
@@ -142,7 +191,11 @@ fn prepare_dir(cfg: &Config) -> Result<PathBuf, String> {
 }
 
 /// Rank 0's directory (or error) to every rank, over the tool communicator.
-fn share_dir(comm: MPI_Comm, rank: i32, mine: Option<Result<PathBuf, String>>) -> Result<PathBuf, String> {
+fn share_dir(
+    comm: MPI_Comm,
+    rank: i32,
+    mine: Option<Result<PathBuf, String>>,
+) -> Result<PathBuf, String> {
     let c = ffi::consts();
     let text = match &mine {
         Some(Ok(p)) => format!("+{}", p.display()),
@@ -152,8 +205,18 @@ fn share_dir(comm: MPI_Comm, rank: i32, mine: Option<Result<PathBuf, String>>) -
     let mut len = text.len() as c_int;
     // SAFETY: tool-internal broadcasts of an int and a byte buffer of that length.
     unsafe {
-        ffi::PMPI_Bcast(&mut len as *mut c_int as *mut c_void, 1, ffi::RSMPI_INT32_T, 0, comm);
-        let mut buf = if rank == 0 { text.into_bytes() } else { vec![0u8; len as usize] };
+        ffi::PMPI_Bcast(
+            &mut len as *mut c_int as *mut c_void,
+            1,
+            ffi::RSMPI_INT32_T,
+            0,
+            comm,
+        );
+        let mut buf = if rank == 0 {
+            text.into_bytes()
+        } else {
+            vec![0u8; len as usize]
+        };
         ffi::PMPI_Bcast(buf.as_mut_ptr() as *mut c_void, len, c.char, 0, comm);
         let s = String::from_utf8_lossy(&buf).into_owned();
         match s.strip_prefix('+') {
@@ -177,16 +240,32 @@ fn mpi_library() -> String {
     // SAFETY: MPI_MAX_LIBRARY_VERSION_STRING is below 8192 in every MPI.
     unsafe { ffi::PMPI_Get_library_version(buf.as_mut_ptr() as *mut c_char, &mut len) };
     let s = String::from_utf8_lossy(&buf[..(len.max(0) as usize).min(buf.len())]).into_owned();
-    s.lines().next().unwrap_or("").trim_end_matches('\0').trim().to_string()
+    s.lines()
+        .next()
+        .unwrap_or("")
+        .trim_end_matches('\0')
+        .trim()
+        .to_string()
 }
 
 fn command_line() -> Vec<String> {
     std::fs::read("/proc/self/cmdline")
-        .map(|b| b.split(|&c| c == 0).filter(|s| !s.is_empty()).map(|s| String::from_utf8_lossy(s).into_owned()).collect())
+        .map(|b| {
+            b.split(|&c| c == 0)
+                .filter(|s| !s.is_empty())
+                .map(|s| String::from_utf8_lossy(s).into_owned())
+                .collect()
+        })
         .unwrap_or_default()
 }
 
-fn start_tracing(guard: &Guard, func: u32, t0: u64, p0: clock::Pair, thread: Option<(c_int, c_int)>) {
+fn start_tracing(
+    guard: &Guard,
+    func: u32,
+    t0: u64,
+    p0: clock::Pair,
+    thread: Option<(c_int, c_int)>,
+) {
     let c = ffi::consts();
     let (mut rank, mut size) = (0, 0);
     let mut tool_comm: MPI_Comm = world();
@@ -206,7 +285,8 @@ fn start_tracing(guard: &Guard, func: u32, t0: u64, p0: clock::Pair, thread: Opt
     };
     let mut warnings = cfg.warnings.clone();
     if cfg.timer == TimerChoice::Tsc && !invariant {
-        warnings.push("PMTRACE_TIMER=tsc but this CPU's TSC is not invariant; using monotonic".into());
+        warnings
+            .push("PMTRACE_TIMER=tsc but this CPU's TSC is not invariant; using monotonic".into());
     }
     let mono_start = t0;
     if use_tsc {
@@ -216,7 +296,14 @@ fn start_tracing(guard: &Guard, func: u32, t0: u64, p0: clock::Pair, thread: Opt
 
     let mine = (rank == 0).then(|| prepare_dir(&cfg));
     let shared = share_dir(tool_comm, rank, mine);
-    *SESSION.lock() = Some(Session { tool_comm, rank, dir: None, flusher: None, mono_start, start_ns: t0 });
+    *SESSION.lock() = Some(Session {
+        tool_comm,
+        rank,
+        dir: None,
+        flusher: None,
+        mono_start,
+        start_ns: t0,
+    });
     if rank == 0 {
         for w in &warnings {
             warn(w);
@@ -243,7 +330,10 @@ fn start_tracing(guard: &Guard, func: u32, t0: u64, p0: clock::Pair, thread: Opt
     {
         Ok(f) => f,
         Err(e) => {
-            warn(&format!("rank {rank} cannot create {}: {e}; tracing disabled on this rank", path.display()));
+            warn(&format!(
+                "rank {rank} cannot create {}: {e}; tracing disabled on this rank",
+                path.display()
+            ));
             guard::set_state(State::Disabled);
             return;
         }
@@ -271,7 +361,13 @@ fn start_tracing(guard: &Guard, func: u32, t0: u64, p0: clock::Pair, thread: Opt
             root: c.root,
             undefined: c.undefined,
         },
-        functions: FUNCTIONS.iter().map(|(n, k)| FunctionDef { name: n.to_string(), kind: k.name().to_string() }).collect(),
+        functions: FUNCTIONS
+            .iter()
+            .map(|(n, k)| FunctionDef {
+                name: n.to_string(),
+                kind: k.name().to_string(),
+            })
+            .collect(),
         run: (rank == 0).then(|| RunInfo {
             command_line: command_line(),
             world_size: size as u32,
@@ -285,16 +381,24 @@ fn start_tracing(guard: &Guard, func: u32, t0: u64, p0: clock::Pair, thread: Opt
     let bytes = pmtrace_format::encode_file_header(&header);
     use std::os::unix::fs::FileExt;
     if let Err(e) = file.write_all_at(&bytes, 0) {
-        warn(&format!("rank {rank} cannot write {}: {e}; tracing disabled on this rank", path.display()));
+        warn(&format!(
+            "rank {rank} cannot write {}: {e}; tracing disabled on this rank",
+            path.display()
+        ));
         guard::set_state(State::Disabled);
         return;
     }
     let (tx, rx) = crossbeam_channel::unbounded::<Msg>();
     let flusher = Flusher::new(file, bytes.len() as u64, cfg.buffer_size);
-    let handle = match std::thread::Builder::new().name("pmtrace-flusher".into()).spawn(move || flusher.run(rx)) {
+    let handle = match std::thread::Builder::new()
+        .name("pmtrace-flusher".into())
+        .spawn(move || flusher.run(rx))
+    {
         Ok(h) => h,
         Err(e) => {
-            warn(&format!("rank {rank} cannot start its writer thread: {e}; tracing disabled on this rank"));
+            warn(&format!(
+                "rank {rank} cannot start its writer thread: {e}; tracing disabled on this rank"
+            ));
             guard::set_state(State::Disabled);
             return;
         }
@@ -319,7 +423,12 @@ fn start_tracing(guard: &Guard, func: u32, t0: u64, p0: clock::Pair, thread: Opt
 }
 
 /// Records the closing call, seals everything and stops the flusher.
-fn seal(rec: Option<&mut Recorder>, func: u32, t0: u64, payload: impl FnOnce(&mut Recorder)) -> Option<Totals> {
+fn seal(
+    rec: Option<&mut Recorder>,
+    func: u32,
+    t0: u64,
+    payload: impl FnOnce(&mut Recorder),
+) -> Option<Totals> {
     if let Some(rec) = rec {
         if rec.begin_call(func, t0, clock::now(), 0, MAX_FIXED_RECORD) {
             payload(rec);
@@ -350,7 +459,11 @@ fn seal(rec: Option<&mut Recorder>, func: u32, t0: u64, payload: impl FnOnce(&mu
         monotonic_end_ns: mono_end,
     });
     let _ = start_ns;
-    tx.send(Msg::Finish { trailer, reply: reply_tx }).ok()?;
+    tx.send(Msg::Finish {
+        trailer,
+        reply: reply_tx,
+    })
+    .ok()?;
     let totals = reply_rx.recv().ok()?;
     if let Some(h) = handle {
         let _ = h.join();
@@ -361,14 +474,22 @@ fn seal(rec: Option<&mut Recorder>, func: u32, t0: u64, payload: impl FnOnce(&mu
 #[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C" fn MPI_Finalize() -> c_int {
     let guard = Guard::acquire_any();
-    let session = SESSION.lock().as_ref().map(|s| (s.tool_comm, s.rank, s.dir.clone()));
+    let session = SESSION
+        .lock()
+        .as_ref()
+        .map(|s| (s.tool_comm, s.rank, s.dir.clone()));
     if let Some((tool_comm, rank, dir)) = session {
         let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             let t0 = clock::now();
             let totals = if guard::state() == State::Active {
                 // The thread-locals are gone when MPI_Finalize runs from a
                 // static destructor: seal without recording the call then.
-                seal(guard.as_ref().map(|g| g.recorder()), ids::MPI_FINALIZE, t0, |_| {})
+                seal(
+                    guard.as_ref().map(|g| g.recorder()),
+                    ids::MPI_FINALIZE,
+                    t0,
+                    |_| {},
+                )
             } else {
                 None
             };
@@ -394,7 +515,15 @@ fn summarize(tool_comm: MPI_Comm, rank: i32, dir: Option<&Path>, totals: Option<
     // every rank that started tracing reaches in its MPI_Finalize.
     unsafe {
         ffi::PMPI_Comm_size(tool_comm, &mut size);
-        ffi::PMPI_Reduce(mine.as_ptr() as *const c_void, sum.as_mut_ptr() as *mut c_void, 5, c.uint64, c.op_sum, 0, tool_comm);
+        ffi::PMPI_Reduce(
+            mine.as_ptr() as *const c_void,
+            sum.as_mut_ptr() as *mut c_void,
+            5,
+            c.uint64,
+            c.op_sum,
+            0,
+            tool_comm,
+        );
         ffi::PMPI_Comm_free(&mut tc);
     }
     if rank != 0 {
@@ -402,7 +531,11 @@ fn summarize(tool_comm: MPI_Comm, rank: i32, dir: Option<&Path>, totals: Option<
     }
     let Some(dir) = dir else { return };
     let [events, bytes, dropped, traced, waits] = sum;
-    let per = if events > 0 { bytes as f64 / events as f64 } else { 0.0 };
+    let per = if events > 0 {
+        bytes as f64 / events as f64
+    } else {
+        0.0
+    };
     let mut line =
         format!("pmtrace: trace of {traced}/{size} ranks in {}: {events} MPI calls, {bytes} bytes ({per:.1} B/call)", dir.display());
     if waits > 0 {
@@ -422,10 +555,15 @@ pub unsafe extern "C" fn MPI_Abort(comm: MPI_Comm, errorcode: c_int) -> c_int {
             let t0 = clock::now();
             let rec = guard.as_ref().map(|g| g.recorder());
             let index = rec.map(|r| comms::resolve(comm, r, t0).index).unwrap_or(0);
-            seal(guard.as_ref().map(|g| g.recorder()), ids::MPI_ABORT, t0, |r| {
-                r.put_u(u64::from(index));
-                r.put_i(i64::from(errorcode));
-            });
+            seal(
+                guard.as_ref().map(|g| g.recorder()),
+                ids::MPI_ABORT,
+                t0,
+                |r| {
+                    r.put_u(u64::from(index));
+                    r.put_i(i64::from(errorcode));
+                },
+            );
         }));
     }
     drop(guard);

@@ -121,12 +121,16 @@ impl Recorder {
         if self.region.is_some() {
             self.hand_off(false);
         }
-        let Some(spares) = self.spares.as_ref() else { return self.fail() };
+        let Some(spares) = self.spares.as_ref() else {
+            return self.fail();
+        };
         let region = match spares.try_recv() {
             Ok(r) => r,
             Err(_) => {
                 let t0 = clock::now();
-                let Ok(r) = spares.recv() else { return self.fail() };
+                let Ok(r) = spares.recv() else {
+                    return self.fail();
+                };
                 let t1 = clock::now();
                 self.activate(r);
                 let link = self.link.as_ref().unwrap();
@@ -148,7 +152,9 @@ impl Recorder {
     }
 
     fn register(&mut self) -> bool {
-        let Some(flusher) = flusher() else { return false };
+        let Some(flusher) = flusher() else {
+            return false;
+        };
         let index = NEXT_THREAD.fetch_add(1, Relaxed);
         let tid = gettid();
         let link = Arc::new(ThreadLink {
@@ -161,7 +167,14 @@ impl Recorder {
             active: Mutex::new(None),
         });
         let (tx, rx) = crossbeam_channel::bounded(2);
-        if flusher.send(Msg::Register { link: link.clone(), to_thread: tx, spares: rx.clone() }).is_err() {
+        if flusher
+            .send(Msg::Register {
+                link: link.clone(),
+                to_thread: tx,
+                spares: rx.clone(),
+            })
+            .is_err()
+        {
             return false;
         }
         LINKS.lock().push(link.clone());
@@ -199,7 +212,9 @@ impl Recorder {
 
     /// Gives the active buffer to the flusher.
     fn hand_off(&mut self, last: bool) {
-        let Some(region) = self.region.take() else { return };
+        let Some(region) = self.region.take() else {
+            return;
+        };
         let link = self.link.as_ref().unwrap();
         *link.active.lock() = None;
         let used = self.pos;
@@ -207,7 +222,12 @@ impl Recorder {
         self.cap = 0;
         self.pos = 0;
         if let Some(f) = flusher() {
-            let _ = f.send(Msg::Full { region, used, thread: link.index, last });
+            let _ = f.send(Msg::Full {
+                region,
+                used,
+                thread: link.index,
+                last,
+            });
         }
     }
 
@@ -228,7 +248,12 @@ impl Recorder {
     }
 
     #[inline(always)]
-    pub fn put_status(&mut self, posted: (i32, i32, Option<u64>), actual: (i32, i32, u64), extra: u64) {
+    pub fn put_status(
+        &mut self,
+        posted: (i32, i32, Option<u64>),
+        actual: (i32, i32, u64),
+        extra: u64,
+    ) {
         record::put_status(self, posted, actual, extra);
     }
 

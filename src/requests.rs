@@ -19,10 +19,18 @@ pub enum OpKind {
     Send,
     /// A receive, with what was posted (source, tag, bytes); `None` bytes
     /// (and i32::MIN source/tag) when the status is written out in full.
-    Recv { src: i32, tag: i32, posted: Option<u64> },
+    Recv {
+        src: i32,
+        tag: i32,
+        posted: Option<u64>,
+    },
     Coll,
     /// An `MPI_Comm_idup`: at completion, define the new communicator.
-    Idup { newcomm: usize, parent_gid: u64, nth: u64 },
+    Idup {
+        newcomm: usize,
+        parent_gid: u64,
+        nth: u64,
+    },
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -67,7 +75,9 @@ pub struct Table<V> {
 
 impl<V> Table<V> {
     pub const fn new() -> Self {
-        Table { shards: [const { Mutex::new(None) }; SHARDS] }
+        Table {
+            shards: [const { Mutex::new(None) }; SHARDS],
+        }
     }
 
     #[inline(always)]
@@ -96,7 +106,10 @@ impl<V: Default> Table<V> {
 
 impl<V: Copy> Table<V> {
     pub fn insert(&self, key: u64, v: V) {
-        self.shard(key).lock().get_or_insert_with(Map::default).insert(key, v);
+        self.shard(key)
+            .lock()
+            .get_or_insert_with(Map::default)
+            .insert(key, v);
     }
 
     pub fn remove(&self, key: u64) -> Option<V> {
@@ -123,7 +136,9 @@ pub struct Requests {
 
 impl Requests {
     pub const fn new() -> Self {
-        Requests { table: Table::new() }
+        Requests {
+            table: Table::new(),
+        }
     }
 
     pub fn insert(&self, key: u64, op: Op) {
@@ -132,9 +147,19 @@ impl Requests {
 
     /// Runs `f` on the operation behind `key` (the one stored at `slot` if
     /// several share the handle, else the oldest); `remove` drops it after.
-    pub fn with_op<R>(&self, key: u64, slot: usize, remove: bool, f: impl FnOnce(&mut Op) -> R) -> Option<R> {
+    pub fn with_op<R>(
+        &self,
+        key: u64,
+        slot: usize,
+        remove: bool,
+        f: impl FnOnce(&mut Op) -> R,
+    ) -> Option<R> {
         self.table.with(key, |ops| {
-            let i = if ops.len() > 1 { ops.iter().position(|o| o.slot == slot).unwrap_or(0) } else { 0 };
+            let i = if ops.len() > 1 {
+                ops.iter().position(|o| o.slot == slot).unwrap_or(0)
+            } else {
+                0
+            };
             let op = ops.get_mut(i)?;
             let r = f(op);
             if remove {

@@ -24,12 +24,18 @@ fn check_program(test: &str, prog_name: &str, np: u32) -> Run {
     let expected = traced.expected_counts(np);
     let recorded = recorded_counts(&trace);
     for rank in 0..np as usize {
-        assert_eq!(recorded[rank], expected[rank], "{prog_name} np={np} rank {rank}: recorded calls differ from the program's own counts");
+        assert_eq!(
+            recorded[rank], expected[rank],
+            "{prog_name} np={np} rank {rank}: recorded calls differ from the program's own counts"
+        );
     }
 
     let rep = report(&traced.trace);
     let m = &rep["messages"];
-    assert_eq!(m["unmatched"], 0, "{prog_name} np={np}: unmatched messages: {rep}");
+    assert_eq!(
+        m["unmatched"], 0,
+        "{prog_name} np={np}: unmatched messages: {rep}"
+    );
     assert_eq!(m["sent"], m["received"], "{prog_name} np={np}");
     assert_eq!(m["matched"], m["sent"], "{prog_name} np={np}");
     let total: u64 = expected.iter().map(|c| c.values().sum::<u64>()).sum();
@@ -56,7 +62,10 @@ fn coverage_program_traces_exactly_its_calls_at_np_2_to_8() {
 /// The calls of one function on one rank, in order.
 fn calls<'a>(trace: &'a Trace, rank: usize, name: &str) -> Vec<&'a Call> {
     let r = &trace.ranks[rank];
-    r.calls().filter(|(_, c)| r.function_name(c.func) == name).map(|(_, c)| c).collect()
+    r.calls()
+        .filter(|(_, c)| r.function_name(c.func) == name)
+        .map(|(_, c)| c)
+        .collect()
 }
 
 #[test]
@@ -68,33 +77,85 @@ fn byte_counts_are_exact_for_derived_types_oversized_receives_and_in_place() {
     let any_tag = trace.constants().any_tag;
 
     let sends = calls(&trace, 0, "MPI_Send");
-    assert!(matches!(sends[0].payload, Payload::Send { peer: 1, tag: 11, bytes: 24, .. }), "{:?}", sends[0]);
-    assert!(matches!(sends[1].payload, Payload::Send { peer: 1, tag: 13, bytes: 8, .. }), "{:?}", sends[1]);
+    assert!(
+        matches!(
+            sends[0].payload,
+            Payload::Send {
+                peer: 1,
+                tag: 11,
+                bytes: 24,
+                ..
+            }
+        ),
+        "{:?}",
+        sends[0]
+    );
+    assert!(
+        matches!(
+            sends[1].payload,
+            Payload::Send {
+                peer: 1,
+                tag: 13,
+                bytes: 8,
+                ..
+            }
+        ),
+        "{:?}",
+        sends[1]
+    );
     let isend = calls(&trace, 0, "MPI_Isend");
-    assert!(matches!(isend[0].payload, Payload::Send { peer: 1, tag: 12, bytes: 24, op: Some(_), .. }));
+    assert!(matches!(
+        isend[0].payload,
+        Payload::Send {
+            peer: 1,
+            tag: 12,
+            bytes: 24,
+            op: Some(_),
+            ..
+        }
+    ));
 
     let recvs = calls(&trace, 1, "MPI_Recv");
     // Posted 100 ints, received a 24-byte vector.
     match &recvs[0].payload {
-        Payload::Recv { src: 0, tag: 11, posted: 400, status: Some(s), .. } => {
+        Payload::Recv {
+            src: 0,
+            tag: 11,
+            posted: 400,
+            status: Some(s),
+            ..
+        } => {
             assert_eq!((s.source, s.tag, s.bytes), (Some(0), Some(11), Some(24)))
         }
         p => panic!("{p:?}"),
     }
     // MPI_ANY_SOURCE, MPI_ANY_TAG and MPI_STATUS_IGNORE: the real source is recorded.
     match &recvs[1].payload {
-        Payload::Recv { src, tag, posted: 400, status: Some(s), .. } => {
+        Payload::Recv {
+            src,
+            tag,
+            posted: 400,
+            status: Some(s),
+            ..
+        } => {
             assert_eq!((*src, *tag), (any_source, any_tag));
             assert_eq!((s.source, s.tag, s.bytes), (Some(0), Some(13), Some(8)));
         }
         p => panic!("{p:?}"),
     }
     // Irecv posted 10 pairs (120 bytes); the Wait (MPI_STATUS_IGNORE) completes it with 24.
-    let Payload::Recv { posted: 120, op: Some(irecv_op), .. } = calls(&trace, 1, "MPI_Irecv")[0].payload else {
+    let Payload::Recv {
+        posted: 120,
+        op: Some(irecv_op),
+        ..
+    } = calls(&trace, 1, "MPI_Irecv")[0].payload
+    else {
         panic!("irecv")
     };
     let waits = calls(&trace, 1, "MPI_Wait");
-    let Payload::Complete { done } = &waits[0].payload else { panic!("wait") };
+    let Payload::Complete { done } = &waits[0].payload else {
+        panic!("wait")
+    };
     assert_eq!(done.len(), 1);
     assert_eq!(done[0].op, Some(irecv_op));
     let st: Status = done[0].status.resolve(0, 12, 120);
@@ -102,15 +163,71 @@ fn byte_counts_are_exact_for_derived_types_oversized_receives_and_in_place() {
 
     for rank in 0..np as usize {
         let ar = calls(&trace, rank, "MPI_Allreduce");
-        assert!(matches!(ar[0].payload, Payload::Coll { root: None, sent: 40, recvd: 40, .. }), "{:?}", ar[0]);
+        assert!(
+            matches!(
+                ar[0].payload,
+                Payload::Coll {
+                    root: None,
+                    sent: 40,
+                    recvd: 40,
+                    ..
+                }
+            ),
+            "{:?}",
+            ar[0]
+        );
         let bc = &calls(&trace, rank, "MPI_Bcast")[0].payload;
         let ga = &calls(&trace, rank, "MPI_Gather")[0].payload;
         if rank == 0 {
-            assert!(matches!(bc, Payload::Coll { root: Some(0), sent: 12, recvd: 0, .. }), "{bc:?}");
-            assert!(matches!(ga, Payload::Coll { root: Some(0), sent: 0, recvd: 24, .. }), "{ga:?}");
+            assert!(
+                matches!(
+                    bc,
+                    Payload::Coll {
+                        root: Some(0),
+                        sent: 12,
+                        recvd: 0,
+                        ..
+                    }
+                ),
+                "{bc:?}"
+            );
+            assert!(
+                matches!(
+                    ga,
+                    Payload::Coll {
+                        root: Some(0),
+                        sent: 0,
+                        recvd: 24,
+                        ..
+                    }
+                ),
+                "{ga:?}"
+            );
         } else {
-            assert!(matches!(bc, Payload::Coll { root: Some(0), sent: 0, recvd: 12, .. }), "{bc:?}");
-            assert!(matches!(ga, Payload::Coll { root: Some(0), sent: 8, recvd: 0, .. }), "{ga:?}");
+            assert!(
+                matches!(
+                    bc,
+                    Payload::Coll {
+                        root: Some(0),
+                        sent: 0,
+                        recvd: 12,
+                        ..
+                    }
+                ),
+                "{bc:?}"
+            );
+            assert!(
+                matches!(
+                    ga,
+                    Payload::Coll {
+                        root: Some(0),
+                        sent: 8,
+                        recvd: 0,
+                        ..
+                    }
+                ),
+                "{ga:?}"
+            );
         }
     }
 }
@@ -136,14 +253,25 @@ fn collective_sequence_numbers_count_per_communicator() {
 
 /// Builds `ring` linked with pmtrace, dynamically or statically.
 fn link_ring(dir: &std::path::Path, static_link: bool) -> std::path::PathBuf {
-    let out = dir.join(if static_link { "ring-static" } else { "ring-linked" });
+    let out = dir.join(if static_link {
+        "ring-static"
+    } else {
+        "ring-linked"
+    });
     let libdir = root().join("target/release");
     let mut cmd = std::process::Command::new("mpicc");
-    cmd.arg("-O2").arg(root().join("examples/ring.c")).arg("-o").arg(&out);
+    cmd.arg("-O2")
+        .arg(root().join("examples/ring.c"))
+        .arg("-o")
+        .arg(&out);
     if static_link {
-        cmd.arg(libdir.join("libpmtrace.a")).args(["-lpthread", "-ldl", "-lm", "-lgcc_s"]);
+        cmd.arg(libdir.join("libpmtrace.a"))
+            .args(["-lpthread", "-ldl", "-lm", "-lgcc_s"]);
     } else {
-        cmd.arg("-L").arg(&libdir).arg("-lpmtrace").arg(format!("-Wl,-rpath,{}", libdir.display()));
+        cmd.arg("-L")
+            .arg(&libdir)
+            .arg("-lpmtrace")
+            .arg(format!("-Wl,-rpath,{}", libdir.display()));
     }
     let st = cmd.status().expect("mpicc");
     assert!(st.success(), "linking ring with pmtrace failed");
@@ -164,7 +292,11 @@ fn a_program_linked_with_pmtrace_produces_the_same_trace_as_preloading() {
         assert_eq!(linked.stdout, preloaded.stdout);
         assert_eq!(linked.stderr_lines().len(), 1, "{}", linked.stderr);
         let t = Trace::open(&linked.trace).unwrap();
-        assert_eq!(recorded_counts(&t), recorded_counts(&base), "static={static_link}");
+        assert_eq!(
+            recorded_counts(&t),
+            recorded_counts(&base),
+            "static={static_link}"
+        );
         let (a, b) = (report(&linked.trace), report(&preloaded.trace));
         assert_eq!(a["messages"], b["messages"], "static={static_link}");
         assert_eq!(a["events"], b["events"]);
@@ -176,22 +308,47 @@ fn an_unwritable_trace_directory_disables_tracing_and_the_job_runs_on() {
     let dir = scratch("unwritable");
     let prog = prog("ring");
     let plain = mpirun(&dir, 2, &prog, &[], Mode::Plain, &[]);
-    let bad = mpirun(&dir, 2, &prog, &[], Mode::Preload, &[("PMTRACE_DIR", "/proc/pmtrace-cannot-be-here")]);
+    let bad = mpirun(
+        &dir,
+        2,
+        &prog,
+        &[],
+        Mode::Preload,
+        &[("PMTRACE_DIR", "/proc/pmtrace-cannot-be-here")],
+    );
     assert_eq!(bad.code, 0);
     assert_eq!(bad.stdout, plain.stdout);
     let lines = bad.stderr_lines();
     assert_eq!(lines.len(), 1, "{lines:?}");
-    assert!(lines[0].starts_with("pmtrace: warning:") && lines[0].contains("tracing disabled"), "{}", lines[0]);
+    assert!(
+        lines[0].starts_with("pmtrace: warning:") && lines[0].contains("tracing disabled"),
+        "{}",
+        lines[0]
+    );
 }
 
 #[test]
 fn bad_settings_get_one_warning_each_and_tracing_goes_on() {
     let dir = scratch("badconfig");
-    let run = mpirun(&dir, 2, &prog("ring"), &[], Mode::Preload, &[("PMTRACE_BUFFER_SIZE", "banana"), ("PMTRACE_FROBNICATE", "1")]);
+    let run = mpirun(
+        &dir,
+        2,
+        &prog("ring"),
+        &[],
+        Mode::Preload,
+        &[
+            ("PMTRACE_BUFFER_SIZE", "banana"),
+            ("PMTRACE_FROBNICATE", "1"),
+        ],
+    );
     assert_eq!(run.code, 0);
     let lines = run.stderr_lines();
     assert_eq!(lines.len(), 3, "{lines:?}");
-    assert!(lines[0].contains("PMTRACE_BUFFER_SIZE=banana"), "{}", lines[0]);
+    assert!(
+        lines[0].contains("PMTRACE_BUFFER_SIZE=banana"),
+        "{}",
+        lines[0]
+    );
     assert!(lines[1].contains("PMTRACE_FROBNICATE"), "{}", lines[1]);
     assert!(lines[2].starts_with("pmtrace: trace of 2/2 ranks"));
     Trace::open(&run.trace).unwrap();
@@ -203,10 +360,24 @@ fn an_existing_trace_is_never_overwritten() {
     let first = mpirun(&dir, 2, &prog("ring"), &[], Mode::Preload, &[]);
     assert_eq!(first.code, 0);
     let before = std::fs::read(first.trace.join("rank-00000.pmt")).unwrap();
-    let again = mpirun(&dir, 2, &prog("ring"), &[], Mode::Preload, &[("PMTRACE_DIR", first.trace.to_str().unwrap())]);
+    let again = mpirun(
+        &dir.join("again"),
+        2,
+        &prog("ring"),
+        &[],
+        Mode::Preload,
+        &[("PMTRACE_DIR", first.trace.to_str().unwrap())],
+    );
     assert_eq!(again.code, 0);
-    assert!(again.stderr.contains("already holds a trace"), "{}", again.stderr);
-    assert_eq!(std::fs::read(first.trace.join("rank-00000.pmt")).unwrap(), before);
+    assert!(
+        again.stderr.contains("already holds a trace"),
+        "{}",
+        again.stderr
+    );
+    assert_eq!(
+        std::fs::read(first.trace.join("rank-00000.pmt")).unwrap(),
+        before
+    );
 }
 
 #[test]
@@ -226,9 +397,11 @@ fn a_damaged_real_trace_gives_one_line_errors() {
     std::fs::write(&file, &good[..good.len() / 2 + 7]).unwrap();
     check("truncated");
     let mut flipped = good.clone();
-    // Inside the first chunk's payload (after the header page and chunk header).
-    let at = 4096 * ((good.len() / 4096) / 3).max(1) + 80;
-    flipped[at] ^= 0x20;
+    // Inside the first chunk's records: after the header page and the
+    // 64-byte chunk header.
+    let first_chunk =
+        (u32::from_le_bytes(good[12..16].try_into().unwrap()) as usize + 20).div_ceil(4096) * 4096;
+    flipped[first_chunk + 64 + 10] ^= 0x20;
     std::fs::write(&file, &flipped).unwrap();
     check("bit flipped");
     std::fs::remove_file(&file).unwrap();
@@ -242,16 +415,38 @@ fn ten_million_events_stay_within_the_buffer_memory() {
     let rss = |mode: Mode| {
         let f = dir.join(format!("rss-{mode:?}"));
         let _ = std::fs::remove_file(&f);
-        let run = mpirun(&dir, 2, &prog, &["5000000"], mode, &[("RSS_FILE", f.to_str().unwrap()), ("PMTRACE_BUFFER_SIZE", "1M")]);
+        let run = mpirun(
+            &dir,
+            2,
+            &prog,
+            &["5000000"],
+            mode,
+            &[
+                ("RSS_FILE", f.to_str().unwrap()),
+                ("PMTRACE_BUFFER_SIZE", "1M"),
+            ],
+        );
         assert_eq!(run.code, 0, "{}", run.stderr);
         let text = std::fs::read_to_string(&f).unwrap();
-        let max: u64 = text.lines().map(|l| l.split_whitespace().nth(1).unwrap().parse::<u64>().unwrap()).max().unwrap();
+        let max: u64 = text
+            .lines()
+            .map(|l| l.split_whitespace().nth(1).unwrap().parse::<u64>().unwrap())
+            .max()
+            .unwrap();
         (run, max)
     };
     let (_, plain_kib) = rss(Mode::Plain);
     let (traced, traced_kib) = rss(Mode::Preload);
     let line = traced.stderr_lines()[0].to_string();
-    let calls: u64 = line.rsplit(": ").next().unwrap().split(' ').next().unwrap().parse().unwrap();
+    let calls: u64 = line
+        .rsplit(": ")
+        .next()
+        .unwrap()
+        .split(' ')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
     // 5M Iprobe per rank plus Init, Comm_rank, Barrier, Finalize.
     assert_eq!(calls, 2 * (5_000_000 + 4), "{line}");
     // Two 1 MiB buffers per thread, plus the library and its writer thread:

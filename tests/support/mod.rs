@@ -14,7 +14,11 @@ pub fn root() -> PathBuf {
 
 pub fn release(name: &str) -> PathBuf {
     let p = root().join("target/release").join(name);
-    assert!(p.exists(), "{} is missing: run `make` (or `make test`) first", p.display());
+    assert!(
+        p.exists(),
+        "{} is missing: run `make` (or `make test`) first",
+        p.display()
+    );
     p
 }
 
@@ -31,7 +35,12 @@ static EXAMPLES: Once = Once::new();
 /// A compiled example or test program (`make examples` builds them all).
 pub fn prog(name: &str) -> PathBuf {
     EXAMPLES.call_once(|| {
-        let st = Command::new("make").arg("-s").arg("examples").current_dir(root()).status().expect("make");
+        let st = Command::new("make")
+            .arg("-s")
+            .arg("examples")
+            .current_dir(root())
+            .status()
+            .expect("make");
         assert!(st.success(), "make examples failed");
     });
     root().join("target/examples").join(name)
@@ -65,7 +74,10 @@ pub struct Run {
 
 impl Run {
     pub fn stderr_lines(&self) -> Vec<&str> {
-        self.stderr.lines().filter(|l| !l.trim().is_empty()).collect()
+        self.stderr
+            .lines()
+            .filter(|l| !l.trim().is_empty())
+            .collect()
     }
 
     /// What each rank says it called (`EXPECT_COUNTS_DIR`, see examples/expect.h).
@@ -73,7 +85,8 @@ impl Run {
         (0..np)
             .map(|r| {
                 let f = self.counts_dir.join(format!("rank-{r}.counts"));
-                let text = std::fs::read_to_string(&f).unwrap_or_else(|e| panic!("{}: {e}", f.display()));
+                let text =
+                    std::fs::read_to_string(&f).unwrap_or_else(|e| panic!("{}: {e}", f.display()));
                 text.lines()
                     .map(|l| {
                         let (n, c) = l.split_once(' ').unwrap();
@@ -86,7 +99,14 @@ impl Run {
 }
 
 /// Runs `prog args` on `np` ranks; the trace (if any) goes to `dir/trace`.
-pub fn mpirun(dir: &Path, np: u32, prog: &Path, args: &[&str], mode: Mode, env: &[(&str, &str)]) -> Run {
+pub fn mpirun(
+    dir: &Path,
+    np: u32,
+    prog: &Path,
+    args: &[&str],
+    mode: Mode,
+    env: &[(&str, &str)],
+) -> Run {
     let tag = format!("{mode:?}").to_lowercase();
     let trace = dir.join(format!("trace-{tag}"));
     let counts_dir = dir.join(format!("counts-{tag}"));
@@ -95,8 +115,11 @@ pub fn mpirun(dir: &Path, np: u32, prog: &Path, args: &[&str], mode: Mode, env: 
     std::fs::create_dir_all(&counts_dir).unwrap();
     let mut cmd = Command::new("mpirun");
     cmd.arg("-np").arg(np.to_string()).arg("--oversubscribe");
-    cmd.env("OMPI_ALLOW_RUN_AS_ROOT", "1").env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1");
-    cmd.env("EXPECT_COUNTS_DIR", &counts_dir).arg("-x").arg("EXPECT_COUNTS_DIR");
+    cmd.env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1");
+    cmd.env("EXPECT_COUNTS_DIR", &counts_dir)
+        .arg("-x")
+        .arg("EXPECT_COUNTS_DIR");
     cmd.env("PMTRACE_DIR", &trace).arg("-x").arg("PMTRACE_DIR");
     if mode == Mode::Preload {
         cmd.arg("-x").arg(format!("LD_PRELOAD={}", lib().display()));
@@ -122,7 +145,11 @@ pub fn pmtrace(args: &[&str]) -> Output {
 /// `pmtrace report DIR --json`, parsed.
 pub fn report(trace: &Path) -> serde_json::Value {
     let out = pmtrace(&["report", trace.to_str().unwrap(), "--json"]);
-    assert!(out.status.success(), "pmtrace report failed: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "pmtrace report failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     serde_json::from_slice(&out.stdout).expect("report --json is JSON")
 }
 
@@ -146,8 +173,21 @@ pub fn assert_transparent(plain: &Run, traced: &Run, np: u32) {
     assert_eq!(plain.code, 0, "plain run failed: {}", plain.stderr);
     assert_eq!(traced.code, 0, "traced run failed: {}", traced.stderr);
     assert_eq!(traced.stdout, plain.stdout, "traced output differs");
-    assert!(plain.stderr_lines().is_empty(), "plain stderr: {}", plain.stderr);
+    assert!(
+        plain.stderr_lines().is_empty(),
+        "plain stderr: {}",
+        plain.stderr
+    );
     let lines = traced.stderr_lines();
-    assert_eq!(lines.len(), 1, "traced stderr must be one summary line, got: {:?}", lines);
-    assert!(lines[0].starts_with(&format!("pmtrace: trace of {np}/{np} ranks in ")), "summary: {}", lines[0]);
+    assert_eq!(
+        lines.len(),
+        1,
+        "traced stderr must be one summary line, got: {:?}",
+        lines
+    );
+    assert!(
+        lines[0].starts_with(&format!("pmtrace: trace of {np}/{np} ranks in ")),
+        "summary: {}",
+        lines[0]
+    );
 }

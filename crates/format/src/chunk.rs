@@ -58,30 +58,44 @@ impl ChunkHeader {
             return Err(FormatError::Truncated(format!("chunk at offset {at}")));
         }
         if &b[0..4] != CHUNK_MAGIC {
-            return Err(FormatError::Corrupt(format!("bad chunk magic at offset {at}")));
+            return Err(FormatError::Corrupt(format!(
+                "bad chunk magic at offset {at}"
+            )));
         }
         let u32_at = |o: usize| u32::from_le_bytes(b[o..o + 4].try_into().unwrap());
         let u64_at = |o: usize| u64::from_le_bytes(b[o..o + 8].try_into().unwrap());
         let kind = match u32_at(4) {
             1 => ChunkKind::Events,
             2 => ChunkKind::Trailer,
-            k => return Err(FormatError::Corrupt(format!("unknown chunk kind {k} at offset {at}"))),
+            k => {
+                return Err(FormatError::Corrupt(format!(
+                    "unknown chunk kind {k} at offset {at}"
+                )))
+            }
         };
         let state = match u32_at(12) {
             0 => ChunkState::Open,
             1 => ChunkState::Sealed,
-            s => return Err(FormatError::Corrupt(format!("bad chunk state {s} at offset {at}"))),
+            s => {
+                return Err(FormatError::Corrupt(format!(
+                    "bad chunk state {s} at offset {at}"
+                )))
+            }
         };
         let capacity = u64_at(16);
         let used = u64_at(24);
         if capacity < PAGE as u64 || capacity % PAGE as u64 != 0 {
-            return Err(FormatError::Corrupt(format!("bad chunk size {capacity} at offset {at}")));
+            return Err(FormatError::Corrupt(format!(
+                "bad chunk size {capacity} at offset {at}"
+            )));
         }
         if at as u64 + capacity > file_len as u64 {
             return Err(FormatError::Truncated(format!("chunk at offset {at}")));
         }
         if used > capacity - CHUNK_HEADER_LEN as u64 {
-            return Err(FormatError::Corrupt(format!("chunk fill {used} exceeds its size at offset {at}")));
+            return Err(FormatError::Corrupt(format!(
+                "chunk fill {used} exceeds its size at offset {at}"
+            )));
         }
         Ok(ChunkHeader {
             kind,
@@ -116,7 +130,10 @@ mod tests {
     #[test]
     fn header_round_trips() {
         let h = sample();
-        assert_eq!(ChunkHeader::decode(&h.encode(), 4096, 4096 + 8192).unwrap(), h);
+        assert_eq!(
+            ChunkHeader::decode(&h.encode(), 4096, 4096 + 8192).unwrap(),
+            h
+        );
     }
 
     #[test]

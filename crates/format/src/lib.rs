@@ -97,7 +97,9 @@ pub fn decode_file_header(file: &[u8]) -> Result<(meta::Header, usize), FormatEr
         return Err(FormatError::Truncated("file header".into()));
     }
     if &file[..8] != FILE_MAGIC {
-        return Err(FormatError::Corrupt("not a pmtrace rank file (bad magic)".into()));
+        return Err(FormatError::Corrupt(
+            "not a pmtrace rank file (bad magic)".into(),
+        ));
     }
     let version = u32::from_le_bytes(file[8..12].try_into().unwrap());
     if version != FORMAT_VERSION {
@@ -138,12 +140,18 @@ mod tests {
     fn file_header_rejects_flipped_bit() {
         let mut bytes = encode_file_header(&meta::Header::example());
         bytes[FILE_PREFIX_LEN + 3] ^= 0x10;
-        assert!(matches!(decode_file_header(&bytes), Err(FormatError::Corrupt(_))));
+        assert!(matches!(
+            decode_file_header(&bytes),
+            Err(FormatError::Corrupt(_))
+        ));
     }
 
     #[test]
     fn file_header_rejects_truncation() {
         let bytes = encode_file_header(&meta::Header::example());
-        assert!(matches!(decode_file_header(&bytes[..30]), Err(FormatError::Truncated(_))));
+        assert!(matches!(
+            decode_file_header(&bytes[..30]),
+            Err(FormatError::Truncated(_))
+        ));
     }
 }

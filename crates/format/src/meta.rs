@@ -66,13 +66,23 @@ impl Header {
             world_size: 2,
             hostname: "node0".into(),
             pid: 42,
-            timer: TimerDef { source: "monotonic".into(), tsc_hz: None, resolution_ns: 1.0 },
+            timer: TimerDef {
+                source: "monotonic".into(),
+                tsc_hz: None,
+                resolution_ns: 1.0,
+            },
             start_ns: 1000,
             thread_level: 0,
             constants: MpiConstants::OPEN_MPI,
             functions: vec![
-                FunctionDef { name: "MPI_Send".into(), kind: "send".into() },
-                FunctionDef { name: "MPI_Recv".into(), kind: "recv".into() },
+                FunctionDef {
+                    name: "MPI_Send".into(),
+                    kind: "send".into(),
+                },
+                FunctionDef {
+                    name: "MPI_Recv".into(),
+                    kind: "recv".into(),
+                },
             ],
             run: None,
         }
@@ -91,8 +101,13 @@ pub struct MpiConstants {
 
 impl MpiConstants {
     /// Open MPI's values (for tests).
-    pub const OPEN_MPI: MpiConstants =
-        MpiConstants { any_source: -1, any_tag: -1, proc_null: -2, root: -4, undefined: -32766 };
+    pub const OPEN_MPI: MpiConstants = MpiConstants {
+        any_source: -1,
+        any_tag: -1,
+        proc_null: -2,
+        root: -4,
+        undefined: -32766,
+    };
 }
 
 /// One application thread that recorded events.

@@ -210,7 +210,12 @@ impl Status {
 
 /// Writes a status, leaving out fields that equal the posted ones.
 #[inline(always)]
-pub fn put_status<S: Sink>(out: &mut S, posted: (i32, i32, Option<u64>), actual: (i32, i32, u64), extra_flags: u64) {
+pub fn put_status<S: Sink>(
+    out: &mut S,
+    posted: (i32, i32, Option<u64>),
+    actual: (i32, i32, u64),
+    extra_flags: u64,
+) {
     let mut flags = extra_flags;
     if actual.0 != posted.0 {
         flags |= ST_SOURCE;
@@ -298,26 +303,85 @@ pub struct Completion {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Payload {
     None,
-    InitThread { required: i32, provided: i32 },
-    Abort { comm: u32, code: i32 },
-    Pcontrol { level: i32 },
+    InitThread {
+        required: i32,
+        provided: i32,
+    },
+    Abort {
+        comm: u32,
+        code: i32,
+    },
+    Pcontrol {
+        level: i32,
+    },
     /// send, isend, send_init; `op` set for the latter two.
-    Send { peer: i32, tag: i32, comm: u32, bytes: u64, op: Option<u64> },
+    Send {
+        peer: i32,
+        tag: i32,
+        comm: u32,
+        bytes: u64,
+        op: Option<u64>,
+    },
     /// recv (with status), irecv and recv_init (with op).
-    Recv { src: i32, tag: i32, comm: u32, posted: u64, status: Option<Status>, op: Option<u64> },
-    Sendrecv { peer: i32, stag: i32, bytes: u64, src: i32, rtag: i32, posted: u64, comm: u32, status: Status },
+    Recv {
+        src: i32,
+        tag: i32,
+        comm: u32,
+        posted: u64,
+        status: Option<Status>,
+        op: Option<u64>,
+    },
+    Sendrecv {
+        peer: i32,
+        stag: i32,
+        bytes: u64,
+        src: i32,
+        rtag: i32,
+        posted: u64,
+        comm: u32,
+        status: Status,
+    },
     /// probe family; `op` names the message for mprobe/improbe hits.
-    Probe { src: i32, tag: i32, comm: u32, status: Status, op: Option<u64> },
+    Probe {
+        src: i32,
+        tag: i32,
+        comm: u32,
+        status: Status,
+        op: Option<u64>,
+    },
     /// mrecv (status) and imrecv (op).
-    Mrecv { msg: Option<u64>, posted: u64, status: Option<Status>, op: Option<u64> },
+    Mrecv {
+        msg: Option<u64>,
+        posted: u64,
+        status: Option<Status>,
+        op: Option<u64>,
+    },
     /// (persistent request started, new instance id)
-    Start { started: Vec<(Option<u64>, u64)> },
-    Complete { done: Vec<Completion> },
+    Start {
+        started: Vec<(Option<u64>, u64)>,
+    },
+    Complete {
+        done: Vec<Completion>,
+    },
     /// cancel, request_free
-    OpRef { op: Option<u64> },
-    Coll { comm: u32, root: Option<i32>, sent: u64, recvd: u64, seq: u64, op: Option<u64> },
-    CommNew { parent: Option<u32>, comm: Option<u32> },
-    CommFree { comm: u32 },
+    OpRef {
+        op: Option<u64>,
+    },
+    Coll {
+        comm: u32,
+        root: Option<i32>,
+        sent: u64,
+        recvd: u64,
+        seq: u64,
+        op: Option<u64>,
+    },
+    CommNew {
+        parent: Option<u32>,
+        comm: Option<u32>,
+    },
+    CommFree {
+        comm: u32,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -406,7 +470,12 @@ fn status(buf: &[u8], pos: &mut usize) -> Result<Status, FormatError> {
 
 impl ThreadDecoder {
     pub fn new(thread: u32) -> Self {
-        ThreadDecoder { thread, prev_end: 0, next_n: 1, last_coll: None }
+        ThreadDecoder {
+            thread,
+            prev_end: 0,
+            next_n: 1,
+            last_coll: None,
+        }
     }
 
     /// Call at the start of each chunk of this thread, in chunk order.
@@ -426,7 +495,11 @@ impl ThreadDecoder {
 
     fn reference(&self, buf: &[u8], pos: &mut usize) -> Result<Option<u64>, FormatError> {
         let d = i(buf, pos)?;
-        Ok(if d == 0 { None } else { Some(self.next_id().wrapping_sub(d as u64)) })
+        Ok(if d == 0 {
+            None
+        } else {
+            Some(self.next_id().wrapping_sub(d as u64))
+        })
     }
 
     /// Returns the code of the record at `pos` without consuming it, or
@@ -452,12 +525,14 @@ impl ThreadDecoder {
         }
         let n = u(buf, pos)? as usize;
         match into {
-            Record::Call(Call { payload: Payload::Start { started }, .. }) => {
-                self.start_items(buf, pos, n, started)
-            }
-            Record::Call(Call { payload: Payload::Complete { done }, .. }) => {
-                self.complete_items(buf, pos, n, done)
-            }
+            Record::Call(Call {
+                payload: Payload::Start { started },
+                ..
+            }) => self.start_items(buf, pos, n, started),
+            Record::Call(Call {
+                payload: Payload::Complete { done },
+                ..
+            }) => self.complete_items(buf, pos, n, done),
             Record::DefComm { def, .. } => members(buf, pos, n, &mut def.members),
             _ => Err(corrupt("continuation after a record without a list")),
         }
@@ -511,14 +586,24 @@ impl ThreadDecoder {
         }
         let gap = u(buf, pos)?;
         let dur = u(buf, pos)?;
-        let t_start = self.prev_end.checked_add(gap).ok_or_else(|| corrupt("time overflow"))?;
-        let t_end = t_start.checked_add(dur).ok_or_else(|| corrupt("time overflow"))?;
+        let t_start = self
+            .prev_end
+            .checked_add(gap)
+            .ok_or_else(|| corrupt("time overflow"))?;
+        let t_end = t_start
+            .checked_add(dur)
+            .ok_or_else(|| corrupt("time overflow"))?;
         self.prev_end = t_end;
         let rc = if err { i32v(buf, pos)? } else { 0 };
         let ok = !err;
         match code {
             CODE_BUFFER_WAIT => return Ok(Record::BufferWait { t_start, t_end }),
-            CODE_DEF_THREAD => return Ok(Record::DefThread { t: t_start, tid: u(buf, pos)? }),
+            CODE_DEF_THREAD => {
+                return Ok(Record::DefThread {
+                    t: t_start,
+                    tid: u(buf, pos)?,
+                })
+            }
             CODE_DEF_COMM => {
                 let index = u32v(buf, pos)?;
                 let global_id = u(buf, pos)?;
@@ -543,19 +628,35 @@ impl ThreadDecoder {
             _ => {}
         }
         let func = (code - FIRST_FUNCTION_CODE) as usize;
-        let kind = *kinds.get(func).ok_or_else(|| corrupt("function id beyond the function table"))?;
+        let kind = *kinds
+            .get(func)
+            .ok_or_else(|| corrupt("function id beyond the function table"))?;
         let payload = match kind {
             Kind::Plain | Kind::Init | Kind::Finalize => Payload::None,
-            Kind::InitThread => Payload::InitThread { required: i32v(buf, pos)?, provided: i32v(buf, pos)? },
-            Kind::Abort => Payload::Abort { comm: u32v(buf, pos)?, code: i32v(buf, pos)? },
-            Kind::Pcontrol => Payload::Pcontrol { level: i32v(buf, pos)? },
+            Kind::InitThread => Payload::InitThread {
+                required: i32v(buf, pos)?,
+                provided: i32v(buf, pos)?,
+            },
+            Kind::Abort => Payload::Abort {
+                comm: u32v(buf, pos)?,
+                code: i32v(buf, pos)?,
+            },
+            Kind::Pcontrol => Payload::Pcontrol {
+                level: i32v(buf, pos)?,
+            },
             Kind::Send | Kind::Isend | Kind::SendInit => {
                 let peer = i32v(buf, pos)?;
                 let tag = i32v(buf, pos)?;
                 let comm = u32v(buf, pos)?;
                 let bytes = u(buf, pos)?;
                 let op = (kind != Kind::Send && ok).then(|| self.take_id());
-                Payload::Send { peer, tag, comm, bytes, op }
+                Payload::Send {
+                    peer,
+                    tag,
+                    comm,
+                    bytes,
+                    op,
+                }
             }
             Kind::Recv | Kind::Irecv | Kind::RecvInit => {
                 let src = i32v(buf, pos)?;
@@ -567,7 +668,14 @@ impl ThreadDecoder {
                 } else {
                     (None, ok.then(|| self.take_id()))
                 };
-                Payload::Recv { src, tag, comm, posted, status, op }
+                Payload::Recv {
+                    src,
+                    tag,
+                    comm,
+                    posted,
+                    status,
+                    op,
+                }
             }
             Kind::Sendrecv => {
                 let peer = i32v(buf, pos)?;
@@ -578,7 +686,16 @@ impl ThreadDecoder {
                 let posted = u(buf, pos)?;
                 let comm = u32v(buf, pos)?;
                 let status = status(buf, pos)?.resolve(src, rtag, posted);
-                Payload::Sendrecv { peer, stag, bytes, src, rtag, posted, comm, status }
+                Payload::Sendrecv {
+                    peer,
+                    stag,
+                    bytes,
+                    src,
+                    rtag,
+                    posted,
+                    comm,
+                    status,
+                }
             }
             Kind::Probe | Kind::Iprobe | Kind::Mprobe | Kind::Improbe => {
                 let src = i32v(buf, pos)?;
@@ -589,7 +706,13 @@ impl ThreadDecoder {
                 let st = st.resolve(src, tag, 0);
                 let op = (matches!(kind, Kind::Mprobe | Kind::Improbe) && ok && found)
                     .then(|| self.take_id());
-                Payload::Probe { src, tag, comm, status: st, op }
+                Payload::Probe {
+                    src,
+                    tag,
+                    comm,
+                    status: st,
+                    op,
+                }
             }
             Kind::Mrecv | Kind::Imrecv => {
                 let msg = self.reference(buf, pos)?;
@@ -599,7 +722,12 @@ impl ThreadDecoder {
                 } else {
                     (None, ok.then(|| self.take_id()))
                 };
-                Payload::Mrecv { msg, posted, status, op }
+                Payload::Mrecv {
+                    msg,
+                    posted,
+                    status,
+                    op,
+                }
             }
             Kind::Start => {
                 let n = u(buf, pos)? as usize;
@@ -613,12 +741,17 @@ impl ThreadDecoder {
                 self.complete_items(buf, pos, n, &mut done)?;
                 Payload::Complete { done }
             }
-            Kind::Cancel | Kind::RequestFree => Payload::OpRef { op: self.reference(buf, pos)? },
+            Kind::Cancel | Kind::RequestFree => Payload::OpRef {
+                op: self.reference(buf, pos)?,
+            },
             Kind::Coll | Kind::Icoll => {
                 let comm = u32v(buf, pos)?;
                 let root = match u(buf, pos)? {
                     0 => None,
-                    r => Some(i32::try_from(crate::varint::unzigzag(r - 1)).map_err(|_| corrupt("root"))?),
+                    r => Some(
+                        i32::try_from(crate::varint::unzigzag(r - 1))
+                            .map_err(|_| corrupt("root"))?,
+                    ),
                 };
                 let sent = u(buf, pos)?;
                 let recvd = u(buf, pos)?;
@@ -633,16 +766,34 @@ impl ThreadDecoder {
                 };
                 self.last_coll = Some((comm, seq));
                 let op = (kind == Kind::Icoll && ok).then(|| self.take_id());
-                Payload::Coll { comm, root, sent, recvd, seq, op }
+                Payload::Coll {
+                    comm,
+                    root,
+                    sent,
+                    recvd,
+                    seq,
+                    op,
+                }
             }
             Kind::CommNew => {
                 let parent = u32v(buf, pos)?;
                 let new = u32v(buf, pos)?;
-                Payload::CommNew { parent: parent.checked_sub(1), comm: new.checked_sub(1) }
+                Payload::CommNew {
+                    parent: parent.checked_sub(1),
+                    comm: new.checked_sub(1),
+                }
             }
-            Kind::CommFree => Payload::CommFree { comm: u32v(buf, pos)? },
+            Kind::CommFree => Payload::CommFree {
+                comm: u32v(buf, pos)?,
+            },
         };
-        Ok(Record::Call(Call { func: func as u32, t_start, t_end, rc, payload }))
+        Ok(Record::Call(Call {
+            func: func as u32,
+            t_start,
+            t_end,
+            rc,
+            payload,
+        }))
     }
 }
 
@@ -692,7 +843,14 @@ mod tests {
     use super::*;
     use crate::varint::SliceSink;
 
-    const KINDS: &[Kind] = &[Kind::Send, Kind::Irecv, Kind::Complete, Kind::Coll, Kind::Iprobe, Kind::Recv];
+    const KINDS: &[Kind] = &[
+        Kind::Send,
+        Kind::Irecv,
+        Kind::Complete,
+        Kind::Coll,
+        Kind::Iprobe,
+        Kind::Recv,
+    ];
 
     fn f(idx: u64) -> u64 {
         FIRST_FUNCTION_CODE + idx
@@ -701,7 +859,10 @@ mod tests {
     #[test]
     fn send_record_is_small_and_round_trips() {
         let mut buf = vec![0u8; 256];
-        let mut w = SliceSink { buf: &mut buf, pos: 0 };
+        let mut w = SliceSink {
+            buf: &mut buf,
+            pos: 0,
+        };
         put_head(&mut w, f(0), 40, 90, 0);
         w.put_i(1);
         w.put_i(7);
@@ -719,16 +880,29 @@ mod tests {
                 t_start: 1040,
                 t_end: 1130,
                 rc: 0,
-                payload: Payload::Send { peer: 1, tag: 7, comm: 0, bytes: 8, op: None }
+                payload: Payload::Send {
+                    peer: 1,
+                    tag: 7,
+                    comm: 0,
+                    bytes: 8,
+                    op: None
+                }
             })
         );
-        assert_eq!(ThreadDecoder::peek_code(&buf, rd).unwrap(), None, "zero byte ends the data");
+        assert_eq!(
+            ThreadDecoder::peek_code(&buf, rd).unwrap(),
+            None,
+            "zero byte ends the data"
+        );
     }
 
     #[test]
     fn iprobe_miss_is_seven_bytes() {
         let mut buf = vec![0u8; 64];
-        let mut w = SliceSink { buf: &mut buf, pos: 0 };
+        let mut w = SliceSink {
+            buf: &mut buf,
+            pos: 0,
+        };
         put_head(&mut w, f(4), 20, 50, 0);
         w.put_i(-1); // MPI_ANY_SOURCE in Open MPI
         w.put_i(3);
@@ -741,7 +915,10 @@ mod tests {
     #[test]
     fn irecv_then_wait_links_operation_ids_and_resolves_status() {
         let mut buf = vec![0u8; 256];
-        let mut w = SliceSink { buf: &mut buf, pos: 0 };
+        let mut w = SliceSink {
+            buf: &mut buf,
+            pos: 0,
+        };
         // Irecv(src=-1 any, tag 5, comm 0, 40 bytes posted) -> op id (0<<40)|1
         put_head(&mut w, f(1), 0, 10, 0);
         w.put_i(-1);
@@ -756,20 +933,44 @@ mod tests {
         let mut d = ThreadDecoder::new(0);
         let mut rd = 0;
         let irecv = d.record(&buf, &mut rd, KINDS).unwrap();
-        let Record::Call(Call { payload: Payload::Recv { op, .. }, .. }) = irecv else { panic!() };
+        let Record::Call(Call {
+            payload: Payload::Recv { op, .. },
+            ..
+        }) = irecv
+        else {
+            panic!()
+        };
         assert_eq!(op, Some(1));
         let wait = d.record(&buf, &mut rd, KINDS).unwrap();
-        let Record::Call(Call { t_start, payload: Payload::Complete { done }, .. }) = wait else { panic!() };
+        let Record::Call(Call {
+            t_start,
+            payload: Payload::Complete { done },
+            ..
+        }) = wait
+        else {
+            panic!()
+        };
         assert_eq!(t_start, 15);
         assert_eq!(done.len(), 1);
         assert_eq!(done[0].op, Some(1));
-        assert_eq!(done[0].status.resolve(-1, 5, 40), Status { source: Some(3), tag: Some(5), bytes: Some(16), ..Status::default() });
+        assert_eq!(
+            done[0].status.resolve(-1, 5, 40),
+            Status {
+                source: Some(3),
+                tag: Some(5),
+                bytes: Some(16),
+                ..Status::default()
+            }
+        );
     }
 
     #[test]
     fn collective_sequence_numbers_are_implicit_in_a_loop() {
         let mut buf = vec![0u8; 256];
-        let mut w = SliceSink { buf: &mut buf, pos: 0 };
+        let mut w = SliceSink {
+            buf: &mut buf,
+            pos: 0,
+        };
         let mut last = None;
         for seq in [0u64, 1, 2, 10] {
             put_head(&mut w, f(3), 1, 1, 0);
@@ -784,7 +985,10 @@ mod tests {
         let mut rd = 0;
         let seqs: Vec<u64> = (0..4)
             .map(|_| match d.record(&buf, &mut rd, KINDS).unwrap() {
-                Record::Call(Call { payload: Payload::Coll { seq, .. }, .. }) => seq,
+                Record::Call(Call {
+                    payload: Payload::Coll { seq, .. },
+                    ..
+                }) => seq,
                 r => panic!("{r:?}"),
             })
             .collect();
@@ -794,14 +998,19 @@ mod tests {
     #[test]
     fn error_bit_carries_return_code_and_consumes_no_op_id() {
         let mut buf = vec![0u8; 64];
-        let mut w = SliceSink { buf: &mut buf, pos: 0 };
+        let mut w = SliceSink {
+            buf: &mut buf,
+            pos: 0,
+        };
         put_head(&mut w, f(1), 0, 1, 5);
         w.put_i(0);
         w.put_i(0);
         w.put_u(0);
         w.put_u(4);
         let mut d = ThreadDecoder::new(0);
-        let Record::Call(c) = d.record(&buf, &mut 0, KINDS).unwrap() else { panic!() };
+        let Record::Call(c) = d.record(&buf, &mut 0, KINDS).unwrap() else {
+            panic!()
+        };
         assert_eq!(c.rc, 5);
         assert!(matches!(c.payload, Payload::Recv { op: None, .. }));
     }
@@ -809,7 +1018,10 @@ mod tests {
     #[test]
     fn huge_list_count_is_corruption_not_allocation() {
         let mut buf = vec![0u8; 32];
-        let mut w = SliceSink { buf: &mut buf, pos: 0 };
+        let mut w = SliceSink {
+            buf: &mut buf,
+            pos: 0,
+        };
         put_head(&mut w, f(2), 0, 0, 0);
         w.put_u(u64::MAX >> 2);
         let mut d = ThreadDecoder::new(0);
