@@ -12,11 +12,12 @@ extern "C" {
     fn pmtrace_mpi_root() -> core::ffi::c_int;
     fn pmtrace_mpi_err_in_status() -> core::ffi::c_int;
     fn pmtrace_mpi_err_pending() -> core::ffi::c_int;
-    fn pmtrace_mpi_byte() -> MPI_Datatype;
     fn pmtrace_mpi_uint64() -> MPI_Datatype;
     fn pmtrace_mpi_char() -> MPI_Datatype;
     fn pmtrace_mpi_op_max() -> MPI_Op;
     fn pmtrace_mpi_op_sum() -> MPI_Op;
+    fn pmtrace_status_bytes(status: *const MPI_Status) -> core::ffi::c_longlong;
+    fn pmtrace_status_cancelled(status: *const MPI_Status) -> core::ffi::c_int;
 }
 
 /// MPI's special values, read once.
@@ -29,7 +30,6 @@ pub struct Consts {
     pub undefined: i32,
     pub err_in_status: i32,
     pub err_pending: i32,
-    pub byte: MPI_Datatype,
     pub uint64: MPI_Datatype,
     pub char: MPI_Datatype,
     pub op_max: MPI_Op,
@@ -56,7 +56,6 @@ pub fn consts() -> &'static Consts {
                 undefined: RSMPI_UNDEFINED,
                 err_in_status: pmtrace_mpi_err_in_status(),
                 err_pending: pmtrace_mpi_err_pending(),
-                byte: pmtrace_mpi_byte(),
                 uint64: pmtrace_mpi_uint64(),
                 char: pmtrace_mpi_char(),
                 op_max: pmtrace_mpi_op_max(),
@@ -127,38 +126,50 @@ pub fn is_request_null(r: MPI_Request) -> bool {
     handle_key(r) == handle_key(unsafe { RSMPI_REQUEST_NULL })
 }
 
-/// Bytes in `count` elements of `datatype` (its type size, not extent).
+/// Bumped by `MPI_Type_free`: datatype handles are reused, so cached sizes
+/// must be dropped when one is freed.
+pub static TYPE_GENERATION: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+std::thread_local! {
+    /// The last datatype this thread sized: (handle, generation, size).
+    static LAST_TYPE: core::cell::Cell<(u64, u64, u64)> = const { core::cell::Cell::new((u64::MAX, u64::MAX, 0)) };
+}
+
+/// Size in bytes of one element of `datatype` (its type size, not extent).
+#[inline]
+pub fn type_size(datatype: MPI_Datatype) -> u64 {
+    let key = handle_key(datatype);
+    let generation = TYPE_GENERATION.load(std::sync::atomic::Ordering::Relaxed);
+    let cached = LAST_TYPE.try_with(|c| c.get()).unwrap_or((u64::MAX, u64::MAX, 0));
+    if cached.0 == key && cached.1 == generation {
+        return cached.2;
+    }
+    let mut size: MPI_Count = 0;
+    // SAFETY: a query on a handle the application passed to MPI.
+    let rc = unsafe { PMPI_Type_size_x(datatype, &mut size) };
+    let size = if rc != 0 || size < 0 { 0 } else { size as u64 };
+    let _ = LAST_TYPE.try_with(|c| c.set((key, generation, size)));
+    size
+}
+
+/// Bytes in `count` elements of `datatype`.
 #[inline]
 pub fn bytes_of(count: i64, datatype: MPI_Datatype) -> u64 {
     if count <= 0 {
         return 0;
     }
-    let mut size: MPI_Count = 0;
-    // SAFETY: a query on a handle the application passed to MPI.
-    let rc = unsafe { PMPI_Type_size_x(datatype, &mut size) };
-    if rc != 0 || size < 0 {
-        return 0;
-    }
-    (count as u64).saturating_mul(size as u64)
+    (count as u64).saturating_mul(type_size(datatype))
 }
 
 /// Bytes a completed receive actually took, from its status.
 #[inline]
 pub fn status_bytes(status: *const MPI_Status) -> u64 {
-    let mut n: MPI_Count = 0;
     // SAFETY: `status` was filled by MPI for a completed operation.
-    let rc = unsafe { PMPI_Get_elements_x(status, consts().byte, &mut n) };
-    if rc != 0 || n < 0 {
-        0
-    } else {
-        n as u64
-    }
+    unsafe { pmtrace_status_bytes(status) }.max(0) as u64
 }
 
 #[inline]
 pub fn status_cancelled(status: *const MPI_Status) -> bool {
-    let mut flag = 0;
     // SAFETY: `status` was filled by MPI for a completed operation.
-    unsafe { PMPI_Test_cancelled(status, &mut flag) };
-    flag != 0
+    unsafe { pmtrace_status_cancelled(status) != 0 }
 }

@@ -980,7 +980,10 @@ fn coll_bytes(shape: Shape, a: &CollArgs, info: &CommInfo) -> (u64, u64) {
 
 #[inline(always)]
 fn put_coll(r: &mut Recorder, info: &CommInfo, root: Option<i32>, sent: u64, recvd: u64) {
-    let seq = info.seq.fetch_add(1, core::sync::atomic::Ordering::Relaxed);
+    // MPI orders collectives on one communicator, so no two threads start
+    // one on it at once: a plain increment suffices.
+    let seq = info.seq.load(core::sync::atomic::Ordering::Relaxed);
+    info.seq.store(seq + 1, core::sync::atomic::Ordering::Relaxed);
     r.put_u(u64::from(info.index));
     r.put_u(root_code(root));
     r.put_u(sent);
@@ -1023,6 +1026,13 @@ pub fn icoll(call: Call, shape: Shape, args: &CollArgs, request: *mut MPI_Reques
         }
         r.commit();
     })
+}
+
+// ---- datatypes ----
+
+pub fn type_free(call: Call) {
+    ffi::TYPE_GENERATION.fetch_add(1, core::sync::atomic::Ordering::Relaxed);
+    plain(call)
 }
 
 // ---- communicators ----

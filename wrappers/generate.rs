@@ -38,9 +38,10 @@ pub struct Entry {
 }
 
 const RUST_KEYWORDS: &[&str] = &[
-    "as", "async", "await", "box", "break", "const", "continue", "crate", "dyn", "else", "enum", "extern", "false", "fn",
-    "for", "if", "impl", "in", "let", "loop", "match", "mod", "move", "mut", "priv", "pub", "ref", "return", "self",
-    "static", "struct", "super", "trait", "true", "type", "unsafe", "use", "where", "while", "yield",
+    "as", "async", "await", "box", "break", "const", "continue", "crate", "dyn", "else", "enum",
+    "extern", "false", "fn", "for", "if", "impl", "in", "let", "loop", "match", "mod", "move",
+    "mut", "priv", "pub", "ref", "return", "self", "static", "struct", "super", "trait", "true",
+    "type", "unsafe", "use", "where", "while", "yield",
 ];
 
 pub fn parse(text: &str) -> Result<Vec<Entry>, String> {
@@ -51,12 +52,16 @@ pub fn parse(text: &str) -> Result<Vec<Entry>, String> {
             continue;
         }
         let err = |m: &str| format!("wrappers/mpi.wrap:{}: {m}: {line}", i + 1);
-        let (kind, rest) = line.split_once(char::is_whitespace).ok_or_else(|| err("no prototype"))?;
+        let (kind, rest) = line
+            .split_once(char::is_whitespace)
+            .ok_or_else(|| err("no prototype"))?;
         let rest = rest.trim();
         let open = rest.find('(').ok_or_else(|| err("no '('"))?;
         let close = rest.rfind(')').ok_or_else(|| err("no ')'"))?;
         let head = rest[..open].trim();
-        let (ret, name) = head.rsplit_once(char::is_whitespace).ok_or_else(|| err("no return type"))?;
+        let (ret, name) = head
+            .rsplit_once(char::is_whitespace)
+            .ok_or_else(|| err("no return type"))?;
         let mut params = Vec::new();
         let mut variadic = false;
         for p in rest[open + 1..close].split(',') {
@@ -72,17 +77,37 @@ pub fn parse(text: &str) -> Result<Vec<Entry>, String> {
                 Some((d, r)) => (d.trim(), Some(r.trim().to_string())),
                 None => (p, None),
             };
-            let (ctype, pname) = decl.rsplit_once(char::is_whitespace).ok_or_else(|| err("parameter without a name"))?;
+            let (ctype, pname) = decl
+                .rsplit_once(char::is_whitespace)
+                .ok_or_else(|| err("parameter without a name"))?;
             // C names that are Rust keywords (`type`, `in`, ...) get a trailing '_'.
-            let pname = if RUST_KEYWORDS.contains(&pname) { format!("{pname}_") } else { pname.to_string() };
-            params.push(Param { ctype: ctype.trim().to_string(), name: pname, role });
+            let pname = if RUST_KEYWORDS.contains(&pname) {
+                format!("{pname}_")
+            } else {
+                pname.to_string()
+            };
+            params.push(Param {
+                ctype: ctype.trim().to_string(),
+                name: pname,
+                role,
+            });
         }
-        out.push(Entry { line: i + 1, kind: kind.to_string(), ret: ret.trim().to_string(), name: name.to_string(), params, variadic });
+        out.push(Entry {
+            line: i + 1,
+            kind: kind.to_string(),
+            ret: ret.trim().to_string(),
+            name: name.to_string(),
+            params,
+            variadic,
+        });
     }
     let mut seen = BTreeSet::new();
     for e in &out {
         if !seen.insert(e.name.clone()) {
-            return Err(format!("wrappers/mpi.wrap:{}: {} is described twice", e.line, e.name));
+            return Err(format!(
+                "wrappers/mpi.wrap:{}: {} is described twice",
+                e.line, e.name
+            ));
         }
     }
     Ok(out)
@@ -91,7 +116,7 @@ pub fn parse(text: &str) -> Result<Vec<Entry>, String> {
 /// The trace-format kind recorded for a description kind.
 fn format_kind(kind: &str, name: &str) -> Result<&'static str, String> {
     Ok(match kind {
-        "plain" => "Plain",
+        "plain" | "type_free" => "Plain",
         "send" => "Send",
         "isend" => "Isend",
         "send_init" => "SendInit",
@@ -106,7 +131,8 @@ fn format_kind(kind: &str, name: &str) -> Result<&'static str, String> {
         "mrecv" => "Mrecv",
         "imrecv" => "Imrecv",
         "start" | "startall" => "Start",
-        "wait" | "test" | "waitany" | "testany" | "waitall" | "testall" | "waitsome" | "testsome" => "Complete",
+        "wait" | "test" | "waitany" | "testany" | "waitall" | "testall" | "waitsome"
+        | "testsome" => "Complete",
         "cancel" => "Cancel",
         "request_free" => "RequestFree",
         "comm_new" | "comm_parent" => "CommNew",
@@ -127,9 +153,20 @@ fn format_kind(kind: &str, name: &str) -> Result<&'static str, String> {
 }
 
 const HANDLES: &[&str] = &[
-    "MPI_Comm", "MPI_Datatype", "MPI_Group", "MPI_Info", "MPI_Message", "MPI_Op", "MPI_Request",
-    "MPI_Win", "MPI_File", "MPI_Errhandler", "MPI_T_enum", "MPI_T_cvar_handle",
-    "MPI_T_pvar_handle", "MPI_T_pvar_session",
+    "MPI_Comm",
+    "MPI_Datatype",
+    "MPI_Group",
+    "MPI_Info",
+    "MPI_Message",
+    "MPI_Op",
+    "MPI_Request",
+    "MPI_Win",
+    "MPI_File",
+    "MPI_Errhandler",
+    "MPI_T_enum",
+    "MPI_T_cvar_handle",
+    "MPI_T_pvar_handle",
+    "MPI_T_pvar_session",
 ];
 
 /// Rust type of a by-value C type.
@@ -166,7 +203,9 @@ fn camel(shape: &str) -> String {
         .split('_')
         .map(|w| {
             let mut c = w.chars();
-            c.next().map(|f| f.to_ascii_uppercase().to_string() + c.as_str()).unwrap_or_default()
+            c.next()
+                .map(|f| f.to_ascii_uppercase().to_string() + c.as_str())
+                .unwrap_or_default()
         })
         .collect()
 }
@@ -176,11 +215,19 @@ fn role<'a>(e: &'a Entry, r: &str) -> Result<&'a str, String> {
         .iter()
         .find(|p| p.role.as_deref() == Some(r))
         .map(|p| p.name.as_str())
-        .ok_or_else(|| format!("wrappers/mpi.wrap:{}: {} (kind {}) needs a parameter with role @{r}", e.line, e.name, e.kind))
+        .ok_or_else(|| {
+            format!(
+                "wrappers/mpi.wrap:{}: {} (kind {}) needs a parameter with role @{r}",
+                e.line, e.name, e.kind
+            )
+        })
 }
 
 fn opt_role<'a>(e: &'a Entry, r: &str) -> Option<&'a str> {
-    e.params.iter().find(|p| p.role.as_deref() == Some(r)).map(|p| p.name.as_str())
+    e.params
+        .iter()
+        .find(|p| p.role.as_deref() == Some(r))
+        .map(|p| p.name.as_str())
 }
 
 /// The preparation lines and the hook call for one entry.
@@ -188,8 +235,12 @@ fn body(e: &Entry) -> Result<(Vec<String>, String), String> {
     let mut prep = Vec::new();
     let r = |x: &str| role(e, x);
     if let Some(st) = opt_role(e, "status") {
-        prep.push(format!("let mut {st}_local = MaybeUninit::<ffi::MPI_Status>::uninit();"));
-        prep.push(format!("let {st} = status_or_local({st}, &mut {st}_local);"));
+        prep.push(format!(
+            "let mut {st}_local = MaybeUninit::<ffi::MPI_Status>::uninit();"
+        ));
+        prep.push(format!(
+            "let {st} = status_or_local({st}, &mut {st}_local);"
+        ));
     }
     let mut scratch = false;
     if let Some(sts) = opt_role(e, "statuses") {
@@ -207,57 +258,176 @@ fn body(e: &Entry) -> Result<(Vec<String>, String), String> {
     }
     let single_request_in = |prep: &mut Vec<String>| -> Result<String, String> {
         let req = r("request")?;
-        prep.push(format!("let request_in = unsafe {{ request_value({req}) }};"));
+        prep.push(format!(
+            "let request_in = unsafe {{ request_value({req}) }};"
+        ));
         Ok("request_in".to_string())
     };
     let call = "call";
     let hook = match e.kind.as_str() {
         "plain" => format!("hooks::plain({call})"),
-        "send" => format!("hooks::send({call}, {}, {}, {}, {}, {})", r("count")?, r("datatype")?, r("peer")?, r("tag")?, r("comm")?),
+        "type_free" => format!("hooks::type_free({call})"),
+        "send" => format!(
+            "hooks::send({call}, {}, {}, {}, {}, {})",
+            r("count")?,
+            r("datatype")?,
+            r("peer")?,
+            r("tag")?,
+            r("comm")?
+        ),
         "isend" | "send_init" | "irecv" | "recv_init" => format!(
             "hooks::{}({call}, {}, {}, {}, {}, {}, {})",
-            e.kind, r("count")?, r("datatype")?, r("peer")?, r("tag")?, r("comm")?, r("request")?
+            e.kind,
+            r("count")?,
+            r("datatype")?,
+            r("peer")?,
+            r("tag")?,
+            r("comm")?,
+            r("request")?
         ),
-        "recv" => format!("hooks::recv({call}, {}, {}, {}, {}, {}, {})", r("count")?, r("datatype")?, r("peer")?, r("tag")?, r("comm")?, r("status")?),
+        "recv" => format!(
+            "hooks::recv({call}, {}, {}, {}, {}, {}, {})",
+            r("count")?,
+            r("datatype")?,
+            r("peer")?,
+            r("tag")?,
+            r("comm")?,
+            r("status")?
+        ),
         "sendrecv" => format!(
             "hooks::sendrecv({call}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {})",
-            r("sendcount")?, r("sendtype")?, r("peer")?, r("sendtag")?, r("recvcount")?, r("recvtype")?, r("source")?, r("recvtag")?, r("comm")?, r("status")?
+            r("sendcount")?,
+            r("sendtype")?,
+            r("peer")?,
+            r("sendtag")?,
+            r("recvcount")?,
+            r("recvtype")?,
+            r("source")?,
+            r("recvtag")?,
+            r("comm")?,
+            r("status")?
         ),
         "sendrecv_replace" => format!(
             "hooks::sendrecv({call}, {c}, {d}, {}, {}, {c}, {d}, {}, {}, {}, {})",
-            r("peer")?, r("sendtag")?, r("source")?, r("recvtag")?, r("comm")?, r("status")?, c = r("count")?, d = r("datatype")?
+            r("peer")?,
+            r("sendtag")?,
+            r("source")?,
+            r("recvtag")?,
+            r("comm")?,
+            r("status")?,
+            c = r("count")?,
+            d = r("datatype")?
         ),
-        "probe" => format!("hooks::probe({call}, {}, {}, {}, core::ptr::null_mut(), core::ptr::null_mut(), {})", r("peer")?, r("tag")?, r("comm")?, r("status")?),
-        "iprobe" => format!("hooks::probe({call}, {}, {}, {}, {}, core::ptr::null_mut(), {})", r("peer")?, r("tag")?, r("comm")?, r("flag")?, r("status")?),
-        "mprobe" => format!("hooks::probe({call}, {}, {}, {}, core::ptr::null_mut(), {}, {})", r("peer")?, r("tag")?, r("comm")?, r("message")?, r("status")?),
-        "improbe" => format!("hooks::probe({call}, {}, {}, {}, {}, {}, {})", r("peer")?, r("tag")?, r("comm")?, r("flag")?, r("message")?, r("status")?),
+        "probe" => format!(
+            "hooks::probe({call}, {}, {}, {}, core::ptr::null_mut(), core::ptr::null_mut(), {})",
+            r("peer")?,
+            r("tag")?,
+            r("comm")?,
+            r("status")?
+        ),
+        "iprobe" => format!(
+            "hooks::probe({call}, {}, {}, {}, {}, core::ptr::null_mut(), {})",
+            r("peer")?,
+            r("tag")?,
+            r("comm")?,
+            r("flag")?,
+            r("status")?
+        ),
+        "mprobe" => format!(
+            "hooks::probe({call}, {}, {}, {}, core::ptr::null_mut(), {}, {})",
+            r("peer")?,
+            r("tag")?,
+            r("comm")?,
+            r("message")?,
+            r("status")?
+        ),
+        "improbe" => format!(
+            "hooks::probe({call}, {}, {}, {}, {}, {}, {})",
+            r("peer")?,
+            r("tag")?,
+            r("comm")?,
+            r("flag")?,
+            r("message")?,
+            r("status")?
+        ),
         "mrecv" | "imrecv" => {
             let m = r("message")?;
             prep.push(format!("let message_in = unsafe {{ message_value({m}) }};"));
             if e.kind == "mrecv" {
-                format!("hooks::mrecv({call}, {}, {}, message_in, {})", r("count")?, r("datatype")?, r("status")?)
+                format!(
+                    "hooks::mrecv({call}, {}, {}, message_in, {})",
+                    r("count")?,
+                    r("datatype")?,
+                    r("status")?
+                )
             } else {
-                format!("hooks::imrecv({call}, {}, {}, message_in, {})", r("count")?, r("datatype")?, r("request")?)
+                format!(
+                    "hooks::imrecv({call}, {}, {}, message_in, {})",
+                    r("count")?,
+                    r("datatype")?,
+                    r("request")?
+                )
             }
         }
         "start" => {
             let req = single_request_in(&mut prep)?;
-            format!("hooks::start({call}, core::slice::from_ref(&{req}), {})", r("request")?)
+            format!(
+                "hooks::start({call}, core::slice::from_ref(&{req}), {})",
+                r("request")?
+            )
         }
-        "startall" => format!("hooks::start({call}, scratch.requests(), {})", r("requests")?),
+        "startall" => format!(
+            "hooks::start({call}, scratch.requests(), {})",
+            r("requests")?
+        ),
         "wait" => {
             let req = single_request_in(&mut prep)?;
-            format!("hooks::complete({call}, core::slice::from_ref(&{req}), {}, Done::One({}))", r("request")?, r("status")?)
+            format!(
+                "hooks::complete({call}, core::slice::from_ref(&{req}), {}, Done::One({}))",
+                r("request")?,
+                r("status")?
+            )
         }
         "test" => {
             let req = single_request_in(&mut prep)?;
-            format!("hooks::complete({call}, core::slice::from_ref(&{req}), {}, Done::IfFlag({}, {}))", r("request")?, r("flag")?, r("status")?)
+            format!(
+                "hooks::complete({call}, core::slice::from_ref(&{req}), {}, Done::IfFlag({}, {}))",
+                r("request")?,
+                r("flag")?,
+                r("status")?
+            )
         }
-        "waitany" => format!("hooks::complete({call}, scratch.requests(), {}, Done::Index({}, {}))", r("requests")?, r("index")?, r("status")?),
-        "testany" => format!("hooks::complete({call}, scratch.requests(), {}, Done::IndexIfFlag({}, {}, {}))", r("requests")?, r("index")?, r("flag")?, r("status")?),
-        "waitall" => format!("hooks::complete({call}, scratch.requests(), {}, Done::All({}))", r("requests")?, r("statuses")?),
-        "testall" => format!("hooks::complete({call}, scratch.requests(), {}, Done::AllIfFlag({}, {}))", r("requests")?, r("flag")?, r("statuses")?),
-        "waitsome" | "testsome" => format!("hooks::complete({call}, scratch.requests(), {}, Done::Some({}, {}, {}))", r("requests")?, r("outcount")?, r("indices")?, r("statuses")?),
+        "waitany" => format!(
+            "hooks::complete({call}, scratch.requests(), {}, Done::Index({}, {}))",
+            r("requests")?,
+            r("index")?,
+            r("status")?
+        ),
+        "testany" => format!(
+            "hooks::complete({call}, scratch.requests(), {}, Done::IndexIfFlag({}, {}, {}))",
+            r("requests")?,
+            r("index")?,
+            r("flag")?,
+            r("status")?
+        ),
+        "waitall" => format!(
+            "hooks::complete({call}, scratch.requests(), {}, Done::All({}))",
+            r("requests")?,
+            r("statuses")?
+        ),
+        "testall" => format!(
+            "hooks::complete({call}, scratch.requests(), {}, Done::AllIfFlag({}, {}))",
+            r("requests")?,
+            r("flag")?,
+            r("statuses")?
+        ),
+        "waitsome" | "testsome" => format!(
+            "hooks::complete({call}, scratch.requests(), {}, Done::Some({}, {}, {}))",
+            r("requests")?,
+            r("outcount")?,
+            r("indices")?,
+            r("statuses")?
+        ),
         "cancel" | "request_free" => {
             let req = single_request_in(&mut prep)?;
             format!("hooks::{}({call}, {req}, {})", e.kind, r("request")?)
@@ -267,7 +437,12 @@ fn body(e: &Entry) -> Result<(Vec<String>, String), String> {
             format!("hooks::comm_new({call}, {parent}, {})", r("newcomm")?)
         }
         "comm_parent" => format!("hooks::comm_new({call}, None, {})", r("newcomm")?),
-        "comm_idup" => format!("hooks::comm_idup({call}, {}, {}, {})", r("comm")?, r("newcomm")?, r("request")?),
+        "comm_idup" => format!(
+            "hooks::comm_idup({call}, {}, {}, {})",
+            r("comm")?,
+            r("newcomm")?,
+            r("request")?
+        ),
         "comm_free" => {
             let c = r("comm_inout")?;
             prep.push(format!("let comm_in = unsafe {{ comm_value({c}) }};"));
@@ -296,15 +471,28 @@ fn body(e: &Entry) -> Result<(Vec<String>, String), String> {
                     fields.push(format!("{field}: {v}{conv}"));
                 }
             }
-            let args = format!("CollArgs {{ {}, ..CollArgs::new({}) }}", fields.join(", "), r("comm")?);
+            let args = format!(
+                "CollArgs {{ {}, ..CollArgs::new({}) }}",
+                fields.join(", "),
+                r("comm")?
+            );
             let args = args.replace("{ , ", "{ ");
             if prefix == "coll" {
                 format!("hooks::coll({call}, Shape::{}, &{args})", camel(shape))
             } else {
-                format!("hooks::icoll({call}, Shape::{}, &{args}, {})", camel(shape), r("request")?)
+                format!(
+                    "hooks::icoll({call}, Shape::{}, &{args}, {})",
+                    camel(shape),
+                    r("request")?
+                )
             }
         }
-        k => return Err(format!("wrappers/mpi.wrap:{}: no wrapper template for kind '{k}'", e.line)),
+        k => {
+            return Err(format!(
+                "wrappers/mpi.wrap:{}: no wrapper template for kind '{k}'",
+                e.line
+            ))
+        }
     };
     Ok((prep, hook))
 }
@@ -313,27 +501,63 @@ fn body(e: &Entry) -> Result<(Vec<String>, String), String> {
 /// installed mpi.h declares; entries without one get no wrapper.
 pub fn generate(entries: &[Entry], declared: &BTreeSet<String>) -> Result<String, String> {
     let mut o = String::new();
-    writeln!(o, "// @generated by wrappers/generate.rs from wrappers/mpi.wrap. Do not edit.").unwrap();
-    writeln!(o, "// {} functions described, wrappers for those the MPI library declares.\n", entries.len()).unwrap();
+    writeln!(
+        o,
+        "// @generated by wrappers/generate.rs from wrappers/mpi.wrap. Do not edit."
+    )
+    .unwrap();
+    writeln!(
+        o,
+        "// {} functions described, wrappers for those the MPI library declares.\n",
+        entries.len()
+    )
+    .unwrap();
 
     // Function table: ids are positions, stable across MPI libraries.
     writeln!(o, "/// Every described function, indexed by function id.").unwrap();
-    writeln!(o, "pub static FUNCTIONS: [(&str, Kind); {}] = [", entries.len()).unwrap();
+    writeln!(
+        o,
+        "pub static FUNCTIONS: [(&str, Kind); {}] = [",
+        entries.len()
+    )
+    .unwrap();
     for e in entries {
-        writeln!(o, "    (\"{}\", Kind::{}),", e.name, format_kind(&e.kind, &e.name)?).unwrap();
+        writeln!(
+            o,
+            "    (\"{}\", Kind::{}),",
+            e.name,
+            format_kind(&e.kind, &e.name)?
+        )
+        .unwrap();
     }
     writeln!(o, "];\n").unwrap();
     writeln!(o, "/// Function ids.\n#[allow(dead_code)]\npub mod ids {{").unwrap();
     for (i, e) in entries.iter().enumerate() {
-        writeln!(o, "    pub const {}: u32 = {i};", e.name.to_ascii_uppercase()).unwrap();
+        writeln!(
+            o,
+            "    pub const {}: u32 = {i};",
+            e.name.to_ascii_uppercase()
+        )
+        .unwrap();
     }
     writeln!(o, "}}\n").unwrap();
 
-    let wrapped: Vec<&Entry> = entries.iter().filter(|e| declared.contains(&format!("P{}", e.name))).collect();
+    let wrapped: Vec<&Entry> = entries
+        .iter()
+        .filter(|e| declared.contains(&format!("P{}", e.name)))
+        .collect();
 
     // The real functions.
-    writeln!(o, "/// The implementation below the wrappers. The one place that names it.").unwrap();
-    writeln!(o, "#[allow(clippy::all, dead_code)]\npub mod real {{\n    use super::*;\n    extern \"C\" {{").unwrap();
+    writeln!(
+        o,
+        "/// The implementation below the wrappers. The one place that names it."
+    )
+    .unwrap();
+    writeln!(
+        o,
+        "#[allow(clippy::all, dead_code)]\npub mod real {{\n    use super::*;\n    extern \"C\" {{"
+    )
+    .unwrap();
     for e in &wrapped {
         let mut ps = Vec::new();
         for p in &e.params {
@@ -360,22 +584,50 @@ pub fn generate(entries: &[Entry], declared: &BTreeSet<String>) -> Result<String
         let args: Vec<&str> = e.params.iter().map(|p| p.name.as_str()).collect();
         let args = args.join(", ");
         let (prep, hook) = body(e)?;
-        let rc_of = if e.ret.trim() == "int" { "rc" } else { "MPI_SUCCESS_CODE" };
-        writeln!(o, "/// Generated from wrappers/mpi.wrap line {} (kind `{}`).", e.line, e.kind).unwrap();
+        let rc_of = if e.ret.trim() == "int" {
+            "rc"
+        } else {
+            "MPI_SUCCESS_CODE"
+        };
+        writeln!(
+            o,
+            "/// Generated from wrappers/mpi.wrap line {} (kind `{}`).",
+            e.line, e.kind
+        )
+        .unwrap();
         writeln!(o, "#[cfg_attr(not(test), no_mangle)]").unwrap();
-        writeln!(o, "pub unsafe extern \"C\" fn {}({}) -> {ret} {{", e.name, ps.join(", ")).unwrap();
+        writeln!(
+            o,
+            "pub unsafe extern \"C\" fn {}({}) -> {ret} {{",
+            e.name,
+            ps.join(", ")
+        )
+        .unwrap();
         writeln!(o, "    let Some(guard) = Guard::acquire() else {{").unwrap();
-        writeln!(o, "        // SAFETY: the caller's arguments, passed through unchanged.").unwrap();
+        writeln!(
+            o,
+            "        // SAFETY: the caller's arguments, passed through unchanged."
+        )
+        .unwrap();
         writeln!(o, "        return unsafe {{ real::P{}({args}) }};", e.name).unwrap();
         writeln!(o, "    }};").unwrap();
         for l in &prep {
             writeln!(o, "    {l}").unwrap();
         }
         writeln!(o, "    let t0 = clock::now();").unwrap();
-        writeln!(o, "    // SAFETY: the caller's arguments; ignored statuses replaced by local storage.").unwrap();
+        writeln!(
+            o,
+            "    // SAFETY: the caller's arguments; ignored statuses replaced by local storage."
+        )
+        .unwrap();
         writeln!(o, "    let rc = unsafe {{ real::P{}({args}) }};", e.name).unwrap();
         writeln!(o, "    let t1 = clock::now();").unwrap();
-        writeln!(o, "    let call = Call::new(&guard, ids::{}, t0, t1, {rc_of});", e.name.to_ascii_uppercase()).unwrap();
+        writeln!(
+            o,
+            "    let call = Call::new(&guard, ids::{}, t0, t1, {rc_of});",
+            e.name.to_ascii_uppercase()
+        )
+        .unwrap();
         writeln!(o, "    {hook};").unwrap();
         writeln!(o, "    rc\n}}\n").unwrap();
     }
@@ -393,7 +645,8 @@ pub fn declared_names(preprocessed: &str) -> BTreeSet<String> {
         while end < b.len() && (b[end].is_ascii_alphanumeric() || b[end] == b'_') {
             end += 1;
         }
-        let before_ok = start == 0 || !(b[start - 1].is_ascii_alphanumeric() || b[start - 1] == b'_');
+        let before_ok =
+            start == 0 || !(b[start - 1].is_ascii_alphanumeric() || b[start - 1] == b'_');
         // A declaration: the name is followed by '('.
         let rest = preprocessed[end..].trim_start();
         if before_ok && rest.starts_with('(') {
