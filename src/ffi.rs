@@ -140,7 +140,9 @@ std::thread_local! {
 pub fn type_size(datatype: MPI_Datatype) -> u64 {
     let key = handle_key(datatype);
     let generation = TYPE_GENERATION.load(std::sync::atomic::Ordering::Relaxed);
-    let cached = LAST_TYPE.try_with(|c| c.get()).unwrap_or((u64::MAX, u64::MAX, 0));
+    let cached = LAST_TYPE
+        .try_with(|c| c.get())
+        .unwrap_or((u64::MAX, u64::MAX, 0));
     if cached.0 == key && cached.1 == generation {
         return cached.2;
     }

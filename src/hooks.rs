@@ -983,7 +983,8 @@ fn put_coll(r: &mut Recorder, info: &CommInfo, root: Option<i32>, sent: u64, rec
     // MPI orders collectives on one communicator, so no two threads start
     // one on it at once: a plain increment suffices.
     let seq = info.seq.load(core::sync::atomic::Ordering::Relaxed);
-    info.seq.store(seq + 1, core::sync::atomic::Ordering::Relaxed);
+    info.seq
+        .store(seq + 1, core::sync::atomic::Ordering::Relaxed);
     r.put_u(u64::from(info.index));
     r.put_u(root_code(root));
     r.put_u(sent);
