@@ -36,8 +36,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::Arc;
 
 pub const FIRST_BUFFER: usize = 256 << 10;
-/// Thread index of a chunk no thread has written.
-pub const UNOWNED: u32 = u32::MAX;
+use pmtrace_format::UNOWNED_THREAD as UNOWNED;
 
 /// A mapped region of the trace file: one chunk.
 pub struct Region {

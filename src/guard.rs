@@ -49,6 +49,29 @@ thread_local! {
     };
 }
 
+/// Where the main thread's recorder goes when its thread-locals are
+/// destroyed while tracing is still on: `exit()` runs thread-local
+/// destructors before static destructors, and programs call MPI (MPI_Finalize
+/// above all) from static destructors. Used only by that thread.
+struct Orphan(ThreadState);
+
+// SAFETY: only the thread recorded in `recorder::MAIN_TID` touches it, and
+// only after its own thread-locals are gone.
+unsafe impl Sync for Orphan {}
+
+static ORPHAN: Orphan = Orphan(ThreadState {
+    busy: Cell::new(false),
+    recorder: UnsafeCell::new(Recorder::new()),
+});
+
+/// Keeps the exiting main thread's recorder for calls made after its
+/// thread-locals are gone.
+pub fn adopt(rec: Recorder) {
+    // SAFETY: called from the main thread's own thread-local destructor;
+    // nothing else references the orphan recorder (see `Orphan`).
+    unsafe { *ORPHAN.0.recorder.get() = rec };
+}
+
 pub struct Guard {
     thread: *const ThreadState,
     _not_send: PhantomData<*const ()>,
@@ -66,19 +89,33 @@ impl Guard {
     /// Acquires regardless of the lifecycle state (init and finalize).
     #[inline(always)]
     pub fn acquire_any() -> Option<Guard> {
-        THREAD
-            .try_with(|t| {
-                if t.busy.replace(true) {
-                    None
-                } else {
-                    Some(Guard {
-                        thread: t as *const ThreadState,
-                        _not_send: PhantomData,
-                    })
-                }
+        match THREAD.try_with(Self::enter) {
+            Ok(g) => g,
+            Err(_) => Self::acquire_orphan(),
+        }
+    }
+
+    #[inline(always)]
+    fn enter(t: &ThreadState) -> Option<Guard> {
+        if t.busy.replace(true) {
+            None
+        } else {
+            Some(Guard {
+                thread: t as *const ThreadState,
+                _not_send: PhantomData,
             })
-            .ok()
-            .flatten()
+        }
+    }
+
+    /// After the thread-locals of the main thread are gone, its calls go
+    /// to the recorder it left behind (see `adopt`).
+    #[cold]
+    fn acquire_orphan() -> Option<Guard> {
+        if crate::recorder::is_main_thread() {
+            Self::enter(&ORPHAN.0)
+        } else {
+            None
+        }
     }
 
     /// This thread's recorder. Exclusive: the guard is held by at most one

@@ -410,6 +410,7 @@ fn start_tracing(
     }
     guard::set_state(State::Active);
 
+    recorder::set_main_thread();
     let rec = guard.recorder();
     rec.set_origin(t0);
     if rec.begin_call(func, t0, t1, 0, MAX_FIXED_RECORD) {
@@ -482,8 +483,8 @@ pub unsafe extern "C" fn MPI_Finalize() -> c_int {
         let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             let t0 = clock::now();
             let totals = if guard::state() == State::Active {
-                // The thread-locals are gone when MPI_Finalize runs from a
-                // static destructor: seal without recording the call then.
+                // No guard only if this thread's thread-locals are gone and
+                // it is not the main thread: seal without recording the call.
                 seal(
                     guard.as_ref().map(|g| g.recorder()),
                     ids::MPI_FINALIZE,

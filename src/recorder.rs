@@ -21,6 +21,17 @@ use std::sync::{Arc, OnceLock};
 static FLUSHER: OnceLock<Sender<Msg>> = OnceLock::new();
 static NEXT_THREAD: AtomicU32 = AtomicU32::new(0);
 static LINKS: Mutex<Vec<Arc<ThreadLink>>> = Mutex::new(Vec::new());
+/// The thread that called MPI_Init (see `guard::adopt`).
+static MAIN_TID: AtomicU64 = AtomicU64::new(0);
+
+pub fn set_main_thread() {
+    MAIN_TID.store(gettid(), Relaxed);
+}
+
+pub fn is_main_thread() -> bool {
+    MAIN_TID.load(Relaxed) == gettid()
+}
+
 /// Events that could not be recorded (the trace file could not grow).
 pub static DROPPED: AtomicU64 = AtomicU64::new(0);
 
@@ -369,10 +380,15 @@ impl Default for Recorder {
 }
 
 impl Drop for Recorder {
-    /// A thread that exits hands its last buffer over.
+    /// A thread that exits hands its last buffer over; the main thread keeps
+    /// recording through `guard::adopt` (MPI_Finalize may still come).
     fn drop(&mut self) {
         if self.region.is_some() && crate::guard::state() == crate::guard::State::Active {
-            self.hand_off(true);
+            if is_main_thread() {
+                crate::guard::adopt(core::mem::take(self));
+            } else {
+                self.hand_off(true);
+            }
         }
     }
 }

@@ -455,3 +455,26 @@ fn ten_million_events_stay_within_the_buffer_memory() {
     eprintln!("peak RSS: plain {plain_kib} KiB, traced {traced_kib} KiB (+{extra} KiB)");
     assert!(extra < 24 * 1024, "traced RSS grew by {extra} KiB");
 }
+
+#[test]
+fn every_thread_records_its_own_stream_under_thread_multiple() {
+    for np in [2, 4] {
+        let traced = check_program("threads", "threads", np);
+        let trace = Trace::open(&traced.trace).unwrap();
+        for r in &trace.ranks {
+            // The main thread and four workers.
+            assert_eq!(r.threads.len(), 5, "rank {}", r.rank);
+            let tids: std::collections::BTreeSet<u64> = r
+                .threads
+                .iter()
+                .map(|t| t.tid.expect("every thread names its OS id"))
+                .collect();
+            assert_eq!(tids.len(), 5, "distinct OS thread ids");
+        }
+    }
+}
+
+#[test]
+fn mpi_finalize_from_a_static_destructor_is_traced() {
+    check_program("late", "late_finalize", 3);
+}

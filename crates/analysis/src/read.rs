@@ -400,6 +400,8 @@ impl RankFile {
                         trailer = Some(t);
                     }
                 }
+                // A spare buffer no thread used holds nothing.
+                ChunkKind::Events if h.thread == pmtrace_format::UNOWNED_THREAD => {}
                 ChunkKind::Events => {
                     n_chunks += 1;
                     payload_bytes += h.used;

@@ -5,6 +5,9 @@ use crate::FormatError;
 pub const PAGE: usize = 4096;
 pub const CHUNK_HEADER_LEN: usize = 64;
 pub const CHUNK_MAGIC: &[u8; 4] = b"PMTC";
+/// Thread index of a chunk no thread ever wrote (a spare buffer the run did
+/// not need); such chunks carry no records.
+pub const UNOWNED_THREAD: u32 = u32::MAX;
 
 /// The checksum a sealed chunk stores in `crc`: crc32 of `payload[..used]`.
 pub fn payload_crc(payload: &[u8]) -> u32 {

@@ -59,6 +59,7 @@ pub mod meta;
 pub mod record;
 pub mod varint;
 
+pub use chunk::UNOWNED_THREAD;
 pub use chunk::{payload_crc, ChunkHeader, ChunkKind, ChunkState, CHUNK_HEADER_LEN, PAGE};
 pub use error::FormatError;
 pub use record::{Kind, Status};

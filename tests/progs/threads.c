@@ -1,0 +1,57 @@
+/* MPI_THREAD_MULTIPLE: T threads per rank (default 4) each exchange N
+ * messages (default 200) with the same thread of the partner rank, on their
+ * own tag, with MPI_Isend/MPI_Irecv/MPI_Waitall; then the main thread does
+ * one MPI_Allreduce. Needs an even np. Counts are written per rank. */
+#include "expect.h"
+#include <mpi.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+static int rank, np, nthreads = 4, n = 200;
+static int errors = 0;
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static long isends = 0, irecvs = 0, waitalls = 0;
+
+static void *worker(void *arg) {
+    int t = (int)(long)arg, peer = rank ^ 1, bad = 0;
+    for (int i = 0; i < n; i++) {
+        int out = rank * 1000000 + t * 1000 + i, in = -1;
+        MPI_Request r[2];
+        MPI_Irecv(&in, 1, MPI_INT, peer, t, MPI_COMM_WORLD, &r[0]);
+        MPI_Isend(&out, 1, MPI_INT, peer, t, MPI_COMM_WORLD, &r[1]);
+        MPI_Waitall(2, r, MPI_STATUSES_IGNORE);
+        if (in != peer * 1000000 + t * 1000 + i) bad++;
+    }
+    pthread_mutex_lock(&lock);
+    errors += bad;
+    isends += n; irecvs += n; waitalls += n;
+    pthread_mutex_unlock(&lock);
+    return NULL;
+}
+
+int main(int argc, char **argv) {
+    int provided;
+    if (argc > 1) nthreads = atoi(argv[1]);
+    if (argc > 2) n = atoi(argv[2]);
+    C(MPI_Init_thread, &argc, &argv, MPI_THREAD_MULTIPLE, &provided);
+    C(MPI_Comm_rank, MPI_COMM_WORLD, &rank);
+    C(MPI_Comm_size, MPI_COMM_WORLD, &np);
+    if (provided < MPI_THREAD_MULTIPLE || np % 2) {
+        if (rank == 0) printf("threads: FAIL provided=%d np=%d\n", provided, np);
+        C(MPI_Abort, MPI_COMM_WORLD, 1);
+    }
+    pthread_t th[64];
+    for (long t = 0; t < nthreads; t++) pthread_create(&th[t], NULL, worker, (void *)t);
+    for (int t = 0; t < nthreads; t++) pthread_join(th[t], NULL);
+    /* The workers' calls, counted here (the C() macro is not thread-safe). */
+    for (long i = 0; i < isends; i++) expect_count_("MPI_Isend");
+    for (long i = 0; i < irecvs; i++) expect_count_("MPI_Irecv");
+    for (long i = 0; i < waitalls; i++) expect_count_("MPI_Waitall");
+    int total = 0;
+    C(MPI_Allreduce, &errors, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+    if (rank == 0) printf(total ? "threads: FAIL\n" : "threads: ok threads=%d n=%d\n", nthreads, n);
+    expect_write(rank);
+    MPI_Finalize();
+    return total ? 1 : 0;
+}
