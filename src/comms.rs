@@ -23,7 +23,8 @@
 use crate::ffi::{self, MPI_Comm};
 use crate::recorder::Recorder;
 use parking_lot::Mutex;
-use pmtrace_format::record::CODE_DEF_COMM;
+use pmtrace_format::record::{self, CODE_DEF_COMM};
+use pmtrace_format::varint::Sink;
 use std::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, Ordering};
 
 pub const WORLD_GID: u64 = 0;
@@ -232,32 +233,26 @@ const MEMBER_BATCH: usize = 512;
 fn write_def(rec: &mut Recorder, t: u64, info: &CommInfo, members: &[u32]) {
     let mut batches = members.chunks(MEMBER_BATCH);
     let first = batches.next().unwrap_or(&[]);
-    if !rec.begin_special(CODE_DEF_COMM, t, 96 + first.len() * 10) {
+    let Some(mut w) = rec.begin_special(CODE_DEF_COMM, t, t, 96 + first.len() * 10) else {
         return;
-    }
-    rec.put_u(u64::from(info.index));
-    rec.put_u(info.gid);
-    rec.put_u(info.inter as u64);
-    rec.put_u(u64::from(info.size));
-    rec.put_u(u64::from(info.rank));
-    rec.put_u(u64::from(info.remote_size));
-    rec.put_u(first.len() as u64);
+    };
+    w.put_u(u64::from(info.index));
+    w.put_u(info.gid);
+    w.put_u(info.inter as u64);
+    w.put_u(u64::from(info.size));
+    w.put_u(u64::from(info.rank));
+    w.put_u(u64::from(info.remote_size));
+    w.put_u(first.len() as u64);
     let mut prev = -1i64;
-    for &m in first {
-        rec.put_i(i64::from(m) - prev);
-        prev = i64::from(m);
-    }
-    rec.commit_part();
+    record::put_members(&mut w, &mut prev, first);
+    w.commit_part();
     for batch in batches {
-        if !rec.begin_continuation(16 + batch.len() * 10) {
+        let Some(mut w) = rec.begin_continuation(16 + batch.len() * 10) else {
             return;
-        }
-        rec.put_u(batch.len() as u64);
-        for &m in batch {
-            rec.put_i(i64::from(m) - prev);
-            prev = i64::from(m);
-        }
-        rec.commit_part();
+        };
+        w.put_u(batch.len() as u64);
+        record::put_members(&mut w, &mut prev, batch);
+        w.commit_part();
     }
 }
 

@@ -9,13 +9,14 @@
 use crate::comms::{self, CommInfo};
 use crate::ffi::{self, MPI_Comm, MPI_Datatype, MPI_Message, MPI_Request, MPI_Status};
 use crate::guard::{self, Guard, State};
-use crate::recorder::Recorder;
+use crate::recorder::{Recorder, Writer};
 use crate::requests::{key, Op, OpKind, MESSAGES, REQUESTS};
 use core::cell::RefCell;
 use core::ffi::{c_int, c_void};
 use pmtrace_format::record::{
     root_code, LIST_BATCH, MAX_FIXED_RECORD, MAX_LIST_ITEM, ST_CANCELLED, ST_EMPTY, ST_NONE,
 };
+use pmtrace_format::varint::Sink;
 use smallvec::SmallVec;
 
 /// One traced call: its id, times and return code.
@@ -51,10 +52,21 @@ impl<'g> Call<'g> {
 
     /// Starts this call's record with room for a fixed-size payload.
     #[inline(always)]
-    fn begin(&self) -> Option<&mut Recorder> {
-        let r = self.rec();
-        r.begin_call(self.func, self.t0, self.t1, self.rc, MAX_FIXED_RECORD)
-            .then_some(r)
+    fn begin(&self) -> Option<Writer<'_>> {
+        self.rec()
+            .begin_call(self.func, self.t0, self.t1, self.rc, MAX_FIXED_RECORD)
+    }
+
+    /// Starts this call's record with room for a list of `items`.
+    #[inline(always)]
+    fn begin_list(&self, items: usize) -> Option<Writer<'_>> {
+        self.rec().begin_call(
+            self.func,
+            self.t0,
+            self.t1,
+            self.rc,
+            MAX_FIXED_RECORD + items * MAX_LIST_ITEM,
+        )
     }
 }
 
@@ -92,7 +104,7 @@ pub fn plain(call: Call) {
 // ---- sends ----
 
 #[inline(always)]
-fn put_send(r: &mut Recorder, peer: c_int, tag: c_int, comm: u32, bytes: u64) {
+fn put_send(r: &mut Writer, peer: c_int, tag: c_int, comm: u32, bytes: u64) {
     r.put_i(i64::from(peer));
     r.put_i(i64::from(tag));
     r.put_u(u64::from(comm));
@@ -110,8 +122,8 @@ pub fn send(
     guarded(|| {
         let info = comm_info(&call, comm);
         let bytes = ffi::bytes_of(i64::from(count), datatype);
-        if let Some(r) = call.begin() {
-            put_send(r, peer, tag, info.index, bytes);
+        if let Some(mut r) = call.begin() {
+            put_send(&mut r, peer, tag, info.index, bytes);
             r.commit();
         }
     })
@@ -132,8 +144,8 @@ fn issue(
     guarded(|| {
         let info = comm_info(&call, comm);
         let bytes = ffi::bytes_of(i64::from(count), datatype);
-        let Some(r) = call.begin() else { return };
-        put_send(r, peer, tag, info.index, bytes);
+        let Some(mut r) = call.begin() else { return };
+        put_send(&mut r, peer, tag, info.index, bytes);
         let kind = match kind {
             OpKind::Recv { .. } => OpKind::Recv {
                 src: peer,
@@ -241,7 +253,7 @@ pub fn recv_init(
 /// A receive status relative to what was posted; nothing useful if the call failed.
 #[inline(always)]
 fn put_recv_status(
-    r: &mut Recorder,
+    r: &mut Writer,
     ok: bool,
     posted: (i32, i32, Option<u64>),
     status: *const MPI_Status,
@@ -266,9 +278,9 @@ pub fn recv(
     guarded(|| {
         let info = comm_info(&call, comm);
         let posted = ffi::bytes_of(i64::from(count), datatype);
-        let Some(r) = call.begin() else { return };
-        put_send(r, src, tag, info.index, posted);
-        put_recv_status(r, call.ok(), (src, tag, Some(posted)), status, 0);
+        let Some(mut r) = call.begin() else { return };
+        put_send(&mut r, src, tag, info.index, posted);
+        put_recv_status(&mut r, call.ok(), (src, tag, Some(posted)), status, 0);
         r.commit();
     })
 }
@@ -291,7 +303,7 @@ pub fn sendrecv(
         let info = comm_info(&call, comm);
         let bytes = ffi::bytes_of(i64::from(sendcount), sendtype);
         let posted = ffi::bytes_of(i64::from(recvcount), recvtype);
-        let Some(r) = call.begin() else { return };
+        let Some(mut r) = call.begin() else { return };
         r.put_i(i64::from(dest));
         r.put_i(i64::from(sendtag));
         r.put_u(bytes);
@@ -299,7 +311,13 @@ pub fn sendrecv(
         r.put_i(i64::from(recvtag));
         r.put_u(posted);
         r.put_u(u64::from(info.index));
-        put_recv_status(r, call.ok(), (source, recvtag, Some(posted)), status, 0);
+        put_recv_status(
+            &mut r,
+            call.ok(),
+            (source, recvtag, Some(posted)),
+            status,
+            0,
+        );
         r.commit();
     })
 }
@@ -320,7 +338,7 @@ pub fn probe(
         let info = comm_info(&call, comm);
         // SAFETY: MPI set *flag for this call when a flag was passed.
         let found = call.ok() && (flag.is_null() || unsafe { *flag } != 0);
-        let Some(r) = call.begin() else { return };
+        let Some(mut r) = call.begin() else { return };
         r.put_i(i64::from(src));
         r.put_i(i64::from(tag));
         r.put_u(u64::from(info.index));
@@ -354,10 +372,10 @@ pub fn mrecv(
     guarded(|| {
         let msg = MESSAGES.remove(key(message)).map(|m| m.0);
         let posted = ffi::bytes_of(i64::from(count), datatype);
-        let Some(r) = call.begin() else { return };
+        let Some(mut r) = call.begin() else { return };
         r.put_op_ref(msg);
         r.put_u(posted);
-        put_recv_status(r, call.ok(), EXPLICIT, status, 0);
+        put_recv_status(&mut r, call.ok(), EXPLICIT, status, 0);
         r.commit();
     })
 }
@@ -372,7 +390,7 @@ pub fn imrecv(
     guarded(|| {
         let msg = MESSAGES.remove(key(message)).map(|m| m.0);
         let posted = ffi::bytes_of(i64::from(count), datatype);
-        let Some(r) = call.begin() else { return };
+        let Some(mut r) = call.begin() else { return };
         r.put_op_ref(msg);
         r.put_u(posted);
         if call.ok() {
@@ -404,36 +422,32 @@ pub fn imrecv(
 
 pub fn start(call: Call, requests: &[MPI_Request], slots: *mut MPI_Request) {
     guarded(|| {
-        let r = call.rec();
         let n = if call.ok() { requests.len() } else { 0 };
         let mut batches = requests[..n].chunks(LIST_BATCH);
         let first = batches.next().unwrap_or(&[]);
-        if !r.begin_call(
-            call.func,
-            call.t0,
-            call.t1,
-            call.rc,
-            MAX_FIXED_RECORD + first.len() * MAX_LIST_ITEM,
-        ) {
+        let Some(mut w) = call.begin_list(first.len()) else {
             return;
-        }
-        r.put_u(first.len() as u64);
-        start_items(r, first, slots);
-        r.commit();
+        };
+        w.put_u(first.len() as u64);
+        start_items(&mut w, first, slots);
+        w.commit();
         let mut done = first.len();
         for batch in batches {
-            if !r.begin_continuation(32 + batch.len() * MAX_LIST_ITEM) {
+            let Some(mut w) = call
+                .rec()
+                .begin_continuation(32 + batch.len() * MAX_LIST_ITEM)
+            else {
                 return;
-            }
-            r.put_u(batch.len() as u64);
-            start_items(r, batch, slot_at(slots, done) as *const MPI_Request);
-            r.commit_part();
+            };
+            w.put_u(batch.len() as u64);
+            start_items(&mut w, batch, slot_at(slots, done) as *const MPI_Request);
+            w.commit_part();
             done += batch.len();
         }
     })
 }
 
-fn start_items(r: &mut Recorder, batch: &[MPI_Request], slots: *const MPI_Request) {
+fn start_items(r: &mut Writer, batch: &[MPI_Request], slots: *const MPI_Request) {
     for (i, &h) in batch.iter().enumerate() {
         let slot = slot_at(slots, i);
         let init = REQUESTS
@@ -589,33 +603,29 @@ pub fn complete(call: Call, requests: &[MPI_Request], slots: *const MPI_Request,
                 comms::define_idup(comm, parent_gid, nth, call.rec(), call.t0);
             }
         }
-        let r = call.rec();
         let mut batches = set.chunks(LIST_BATCH);
         let first = batches.next().unwrap_or(&[]);
-        if !r.begin_call(
-            call.func,
-            call.t0,
-            call.t1,
-            call.rc,
-            MAX_FIXED_RECORD + first.len() * MAX_LIST_ITEM,
-        ) {
+        let Some(mut w) = call.begin_list(first.len()) else {
             return;
-        }
-        r.put_u(first.len() as u64);
-        completion_items(r, first);
-        r.commit();
+        };
+        w.put_u(first.len() as u64);
+        completion_items(&mut w, first);
+        w.commit();
         for batch in batches {
-            if !r.begin_continuation(32 + batch.len() * MAX_LIST_ITEM) {
+            let Some(mut w) = call
+                .rec()
+                .begin_continuation(32 + batch.len() * MAX_LIST_ITEM)
+            else {
                 return;
-            }
-            r.put_u(batch.len() as u64);
-            completion_items(r, batch);
-            r.commit_part();
+            };
+            w.put_u(batch.len() as u64);
+            completion_items(&mut w, batch);
+            w.commit_part();
         }
     })
 }
 
-fn completion_items(r: &mut Recorder, batch: &[Completed]) {
+fn completion_items(r: &mut Writer, batch: &[Completed]) {
     for c in batch {
         r.put_op_ref(Some(c.op));
         let cancelled = c.cancelled && ffi::status_cancelled(c.status);
@@ -642,7 +652,7 @@ pub fn cancel(call: Call, request: MPI_Request, slot: *mut MPI_Request) {
                 }
             })
             .flatten();
-        if let Some(r) = call.begin() {
+        if let Some(mut r) = call.begin() {
             r.put_op_ref(op);
             r.commit();
         }
@@ -658,7 +668,7 @@ pub fn request_free(call: Call, request: MPI_Request, slot: *mut MPI_Request) {
             REQUESTS.get(key(request), slot)
         };
         let id = op.map(|op| op.id);
-        if let Some(r) = call.begin() {
+        if let Some(mut r) = call.begin() {
             r.put_op_ref(id);
             r.commit();
         }
@@ -979,7 +989,7 @@ fn coll_bytes(shape: Shape, a: &CollArgs, info: &CommInfo) -> (u64, u64) {
 }
 
 #[inline(always)]
-fn put_coll(r: &mut Recorder, info: &CommInfo, root: Option<i32>, sent: u64, recvd: u64) {
+fn put_coll(r: &mut Writer, info: &CommInfo, root: Option<i32>, sent: u64, recvd: u64) {
     // MPI orders collectives on one communicator, so no two threads start
     // one on it at once: a plain increment suffices.
     let seq = info.seq.load(core::sync::atomic::Ordering::Relaxed);
@@ -996,8 +1006,14 @@ pub fn coll(call: Call, shape: Shape, args: &CollArgs) {
     guarded(|| {
         let info = comm_info(&call, args.comm);
         let (sent, recvd) = coll_bytes(shape, args, info);
-        if let Some(r) = call.begin() {
-            put_coll(r, info, shape.rooted().then_some(args.root), sent, recvd);
+        if let Some(mut r) = call.begin() {
+            put_coll(
+                &mut r,
+                info,
+                shape.rooted().then_some(args.root),
+                sent,
+                recvd,
+            );
             r.commit();
         }
     })
@@ -1007,8 +1023,14 @@ pub fn icoll(call: Call, shape: Shape, args: &CollArgs, request: *mut MPI_Reques
     guarded(|| {
         let info = comm_info(&call, args.comm);
         let (sent, recvd) = coll_bytes(shape, args, info);
-        let Some(r) = call.begin() else { return };
-        put_coll(r, info, shape.rooted().then_some(args.root), sent, recvd);
+        let Some(mut r) = call.begin() else { return };
+        put_coll(
+            &mut r,
+            info,
+            shape.rooted().then_some(args.root),
+            sent,
+            recvd,
+        );
         if call.ok() {
             let id = r.take_op();
             // SAFETY: MPI just stored the new request handle there.
@@ -1055,7 +1077,7 @@ pub fn comm_new(call: Call, parent: Option<MPI_Comm>, newcomm: *mut MPI_Comm) {
         } else {
             None
         };
-        if let Some(r) = call.begin() {
+        if let Some(mut r) = call.begin() {
             r.put_u(parent.map_or(0, |p| u64::from(p) + 1));
             r.put_u(new.map_or(0, |n| u64::from(n) + 1));
             r.commit();
@@ -1069,8 +1091,8 @@ pub fn comm_idup(call: Call, comm: MPI_Comm, newcomm: *mut MPI_Comm, request: *m
         let nth = info
             .idups
             .fetch_add(1, core::sync::atomic::Ordering::Relaxed);
-        let Some(r) = call.begin() else { return };
-        put_coll(r, info, None, 0, 0);
+        let Some(mut r) = call.begin() else { return };
+        put_coll(&mut r, info, None, 0, 0);
         if call.ok() {
             let id = r.take_op();
             // SAFETY: MPI just stored the new request handle there.
@@ -1102,7 +1124,7 @@ pub fn comm_free(call: Call, comm: MPI_Comm) {
         if call.ok() {
             comms::forget(comm);
         }
-        if let Some(r) = call.begin() {
+        if let Some(mut r) = call.begin() {
             r.put_u(u64::from(index));
             r.commit();
         }

@@ -20,12 +20,13 @@ use crate::config::{Config, TimerChoice};
 use crate::ffi::{self, MPI_Comm};
 use crate::flusher::{Flusher, Msg, Totals};
 use crate::guard::{self, Guard, State};
-use crate::recorder::{self, Recorder};
+use crate::recorder::{self, Recorder, Writer};
 use crate::wrappers::{ids, real, FUNCTIONS};
 use core::ffi::{c_char, c_int, c_void};
 use parking_lot::Mutex;
 use pmtrace_format::meta::{self, FunctionDef, MpiConstants, RunInfo, TimerDef};
 use pmtrace_format::record::MAX_FIXED_RECORD;
+use pmtrace_format::varint::Sink;
 use std::fs::OpenOptions;
 use std::io::Write;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
@@ -413,12 +414,12 @@ fn start_tracing(
     recorder::set_main_thread();
     let rec = guard.recorder();
     rec.set_origin(t0);
-    if rec.begin_call(func, t0, t1, 0, MAX_FIXED_RECORD) {
+    if let Some(mut w) = rec.begin_call(func, t0, t1, 0, MAX_FIXED_RECORD) {
         if let Some((required, provided)) = thread {
-            rec.put_i(i64::from(required));
-            rec.put_i(i64::from(provided));
+            w.put_i(i64::from(required));
+            w.put_i(i64::from(provided));
         }
-        rec.commit();
+        w.commit();
     }
     comms::init(rank as u32, rec, t1);
 }
@@ -428,12 +429,12 @@ fn seal(
     rec: Option<&mut Recorder>,
     func: u32,
     t0: u64,
-    payload: impl FnOnce(&mut Recorder),
+    payload: impl FnOnce(&mut Writer),
 ) -> Option<Totals> {
     if let Some(rec) = rec {
-        if rec.begin_call(func, t0, clock::now(), 0, MAX_FIXED_RECORD) {
-            payload(rec);
-            rec.commit();
+        if let Some(mut w) = rec.begin_call(func, t0, clock::now(), 0, MAX_FIXED_RECORD) {
+            payload(&mut w);
+            w.commit();
         }
         rec.finish();
     }
@@ -585,9 +586,9 @@ pub unsafe extern "C" fn MPI_Pcontrol(level: c_int) -> c_int {
     let rc = unsafe { real::PMPI_Pcontrol(level) };
     let t1 = clock::now();
     let rec = guard.recorder();
-    if rec.begin_call(ids::MPI_PCONTROL, t0, t1, rc, MAX_FIXED_RECORD) {
-        rec.put_i(i64::from(level));
-        rec.commit();
+    if let Some(mut w) = rec.begin_call(ids::MPI_PCONTROL, t0, t1, rc, MAX_FIXED_RECORD) {
+        w.put_i(i64::from(level));
+        w.commit();
     }
     rc
 }

@@ -13,7 +13,7 @@ use crate::flusher::{Msg, Region, ThreadLink};
 use crossbeam_channel::{Receiver, Sender};
 use parking_lot::Mutex;
 use pmtrace_format::record::{self, CODE_BUFFER_WAIT, CODE_DEF_THREAD, FIRST_FUNCTION_CODE};
-use pmtrace_format::varint::{self, Sink};
+use pmtrace_format::varint::Sink;
 use pmtrace_format::CHUNK_HEADER_LEN;
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, OnceLock};
@@ -147,8 +147,9 @@ impl Recorder {
                 let link = self.link.as_ref().unwrap();
                 link.waits.fetch_add(1, Relaxed);
                 link.wait_ns.fetch_add(t1 - t0, Relaxed);
-                self.put_head(CODE_BUFFER_WAIT, t0, t1, 0);
-                self.commit_part();
+                if let Some(w) = self.begin_special(CODE_BUFFER_WAIT, t0, t1, 32) {
+                    w.commit_part();
+                }
                 return self.cap - self.pos >= need || self.fail();
             }
         };
@@ -197,9 +198,11 @@ impl Recorder {
         // The thread's first record names its OS thread id.
         if let Ok(r) = self.spares.as_ref().unwrap().recv() {
             self.activate(r);
-            self.put_head(CODE_DEF_THREAD, self.prev_end, self.prev_end, 0);
-            self.put_u(tid);
-            self.commit_part();
+            let t = self.prev_end;
+            if let Some(mut w) = self.begin_special(CODE_DEF_THREAD, t, t, 32) {
+                w.put_u(tid);
+                w.commit_part();
+            }
             true
         } else {
             false
@@ -248,79 +251,78 @@ impl Recorder {
         self.broken = true;
     }
 
+    /// Advances the thread's clock to a record spanning `t0..t1`; returns
+    /// (gap, duration). Times are kept monotone per thread.
     #[inline(always)]
-    pub fn put_i(&mut self, v: i64) {
-        Sink::put_i(self, v)
-    }
-
-    #[inline(always)]
-    pub fn put_u(&mut self, v: u64) {
-        Sink::put_u(self, v)
-    }
-
-    #[inline(always)]
-    pub fn put_status(
-        &mut self,
-        posted: (i32, i32, Option<u64>),
-        actual: (i32, i32, u64),
-        extra: u64,
-    ) {
-        record::put_status(self, posted, actual, extra);
-    }
-
-    /// Record head with times. Times are kept monotone per thread.
-    #[inline(always)]
-    fn put_head(&mut self, code: u64, t0: u64, t1: u64, rc: i32) {
-        let start = t0.max(self.prev_end);
-        let end = t1.max(start);
+    fn advance(&mut self, t0: u64, t1: u64) -> (u64, u64) {
         let prev = self.prev_end;
-        record::put_head(self, code, start - prev, end - start, rc);
+        let start = t0.max(prev);
+        let end = t1.max(start);
         self.prev_end = end;
+        (start - prev, end - start)
     }
 
-    /// Starts a call record; false if nothing can be recorded.
     #[inline(always)]
-    pub fn begin_call(&mut self, func: u32, t0: u64, t1: u64, rc: i32, need: usize) -> bool {
-        if !self.reserve(need) {
-            return false;
-        }
-        self.put_head(FIRST_FUNCTION_CODE + u64::from(func), t0, t1, rc);
-        true
+    fn writer(&mut self) -> Writer<'_> {
+        // SAFETY: `pos <= cap`, inside the mapped payload.
+        let p = unsafe { self.base.add(self.pos) };
+        Writer { rec: self, p }
     }
 
-    /// Starts a non-call record (definitions).
-    pub fn begin_special(&mut self, code: u64, t: u64, need: usize) -> bool {
+    /// Starts a call record with room for `need` bytes; `None` if nothing
+    /// can be recorded.
+    #[inline(always)]
+    pub fn begin_call(
+        &mut self,
+        func: u32,
+        t0: u64,
+        t1: u64,
+        rc: i32,
+        need: usize,
+    ) -> Option<Writer<'_>> {
         if !self.reserve(need) {
-            return false;
+            return None;
         }
-        self.put_head(code, t, t, 0);
-        true
+        let (gap, dur) = self.advance(t0, t1);
+        let mut w = self.writer();
+        record::put_head(&mut w, FIRST_FUNCTION_CODE + u64::from(func), gap, dur, rc);
+        Some(w)
+    }
+
+    /// Starts a non-call record (definitions, buffer waits).
+    pub fn begin_special(
+        &mut self,
+        code: u64,
+        t0: u64,
+        t1: u64,
+        need: usize,
+    ) -> Option<Writer<'_>> {
+        if !self.reserve(need) {
+            return None;
+        }
+        let (gap, dur) = self.advance(t0, t1);
+        let mut w = self.writer();
+        record::put_head(&mut w, code, gap, dur, 0);
+        Some(w)
     }
 
     /// Starts a continuation of the previous record's list.
-    pub fn begin_continuation(&mut self, need: usize) -> bool {
+    pub fn begin_continuation(&mut self, need: usize) -> Option<Writer<'_>> {
         if !self.reserve(need) {
-            return false;
+            return None;
         }
-        self.put_u(record::CODE_CONTINUATION << 1);
-        true
+        let mut w = self.writer();
+        w.put_u(record::CODE_CONTINUATION << 1);
+        Some(w)
     }
 
-    /// Ends a call record: publishes it to the flusher's view and counts it.
+    /// Publishes the fill to the flusher's view (plain stores: only this
+    /// thread writes them).
     #[inline(always)]
-    pub fn commit(&mut self) {
-        self.events += 1;
+    fn publish(&self) {
         if let Some(link) = self.link.as_ref() {
-            // Plain stores: only this thread writes them.
             link.pos.store(self.pos, Relaxed);
             link.events.store(self.events, Relaxed);
-        }
-    }
-
-    /// Ends a definition or continuation record (not an MPI call).
-    pub fn commit_part(&mut self) {
-        if let Some(link) = self.link.as_ref() {
-            link.pos.store(self.pos, Relaxed);
         }
     }
 
@@ -336,39 +338,83 @@ impl Recorder {
     pub fn next_op(&self) -> u64 {
         record::op_id(self.thread_index(), self.next_n)
     }
+}
+
+/// One record being written: a cursor into the active buffer, kept in a
+/// register while the record is encoded, stored back by `commit`.
+pub struct Writer<'a> {
+    rec: &'a mut Recorder,
+    p: *mut u8,
+}
+
+impl Writer<'_> {
+    #[inline(always)]
+    pub fn put_status(
+        &mut self,
+        posted: (i32, i32, Option<u64>),
+        actual: (i32, i32, u64),
+        extra: u64,
+    ) {
+        record::put_status(self, posted, actual, extra);
+    }
+
+    /// Takes the id of the operation this record creates.
+    #[inline(always)]
+    pub fn take_op(&mut self) -> u64 {
+        self.rec.take_op()
+    }
 
     #[inline(always)]
     pub fn put_op_ref(&mut self, id: Option<u64>) {
-        let next = self.next_op();
+        let next = self.rec.next_op();
         self.put_i(record::op_ref(next, id));
     }
 
     #[inline(always)]
     pub fn put_coll_seq(&mut self, comm: u32, seq: u64) {
-        let code = record::coll_seq_code(self.last_coll, comm, seq);
-        self.last_coll = Some((comm, seq));
+        let code = record::coll_seq_code(self.rec.last_coll, comm, seq);
+        self.rec.last_coll = Some((comm, seq));
         self.put_u(code);
+    }
+
+    #[inline(always)]
+    fn store(&mut self) {
+        // SAFETY: `p` only moved forward from `base + pos` within the room
+        // reserved for this record.
+        self.rec.pos = unsafe { self.p.offset_from(self.rec.base) } as usize;
+    }
+
+    /// Ends a call record: stores it and counts it.
+    #[inline(always)]
+    pub fn commit(mut self) {
+        self.store();
+        self.rec.events += 1;
+        self.rec.publish();
+    }
+
+    /// Ends a definition or continuation record (not an MPI call).
+    pub fn commit_part(mut self) {
+        self.store();
+        self.rec.publish();
     }
 }
 
-impl Sink for Recorder {
+impl Sink for Writer<'_> {
     /// Appends a varint, without bounds checks: every record reserved its
     /// maximum size first.
     #[inline(always)]
     fn put_u(&mut self, mut v: u64) {
-        debug_assert!(self.cap - self.pos >= varint::MAX_VARINT);
         // SAFETY: `reserve` guaranteed room for the whole record, and no
         // record writes more than it reserved (MAX_FIXED_RECORD or the list
-        // sizes), so `pos` stays inside the mapped payload.
+        // sizes), so the cursor stays inside the mapped payload.
         unsafe {
-            let mut p = self.base.add(self.pos);
             while v >= 0x80 {
-                *p = (v as u8) | 0x80;
-                p = p.add(1);
+                *self.p = (v as u8) | 0x80;
+                self.p = self.p.add(1);
                 v >>= 7;
             }
-            *p = v as u8;
-            self.pos = p.offset_from(self.base) as usize + 1;
+            *self.p = v as u8;
+            self.p = self.p.add(1);
         }
     }
 }
