@@ -44,8 +44,8 @@ fn check_program(test: &str, prog_name: &str, np: u32) -> Run {
 }
 
 #[test]
-fn examples_trace_exactly_their_calls_at_np_2_3_4_8() {
-    for np in [2, 3, 4, 8] {
+fn examples_trace_exactly_their_calls_at_np_2_to_8() {
+    for np in 2..=8 {
         for name in EXAMPLES {
             check_program("examples", name, np);
         }
@@ -477,4 +477,76 @@ fn every_thread_records_its_own_stream_under_thread_multiple() {
 #[test]
 fn mpi_finalize_from_a_static_destructor_is_traced() {
     check_program("late", "late_finalize", 3);
+}
+
+#[test]
+fn an_aborted_job_keeps_its_trace() {
+    let dir = scratch("abort");
+    let np = 3;
+    let prog = prog("abort");
+    let plain = mpirun(&dir, np, &prog, &[], Mode::Plain, &[]);
+    let traced = mpirun(&dir, np, &prog, &[], Mode::Preload, &[]);
+    assert_ne!(plain.code, 0);
+    assert_eq!(traced.code, plain.code, "same exit status");
+    assert_eq!(traced.stdout, plain.stdout);
+    let trace = Trace::open(&traced.trace).unwrap();
+    // The aborting rank sealed its trace, MPI_Abort included.
+    let r0 = &trace.ranks[0];
+    assert!(r0.complete());
+    let names: Vec<&str> = r0.calls().map(|(_, c)| r0.function_name(c.func)).collect();
+    assert_eq!(
+        names
+            .iter()
+            .filter(|n| **n == "MPI_Sendrecv_replace")
+            .count(),
+        10
+    );
+    assert_eq!(names.last(), Some(&"MPI_Abort"));
+    // The killed ranks never sealed theirs, yet every call they finished is there.
+    for r in &trace.ranks[1..] {
+        let calls: Vec<&str> = r.calls().map(|(_, c)| r.function_name(c.func)).collect();
+        assert_eq!(
+            calls
+                .iter()
+                .filter(|n| **n == "MPI_Sendrecv_replace")
+                .count(),
+            10,
+            "rank {}",
+            r.rank
+        );
+        assert!(calls.contains(&"MPI_Barrier"), "rank {}", r.rank);
+    }
+    let rep = report(&traced.trace);
+    assert_eq!(rep["messages"]["matched"], 10 * np as u64);
+}
+
+/// Names of the dynamic symbols a binary defines.
+fn defined_symbols(path: &std::path::Path) -> Vec<String> {
+    let out = std::process::Command::new("nm")
+        .args(["-D", "--defined-only"])
+        .arg(path)
+        .output()
+        .expect("nm");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| l.split_whitespace().nth(2).map(String::from))
+        .collect()
+}
+
+#[test]
+fn the_library_exports_only_mpi_symbols_and_the_cli_none() {
+    let lib = defined_symbols(&lib());
+    assert!(lib.len() > 300, "{} symbols", lib.len());
+    let foreign: Vec<&String> = lib.iter().filter(|s| !s.starts_with("MPI_")).collect();
+    assert!(foreign.is_empty(), "non-MPI exports: {foreign:?}");
+    let out = std::process::Command::new("nm")
+        .arg(cli())
+        .output()
+        .expect("nm");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let mpi: Vec<&str> = text
+        .lines()
+        .filter(|l| l.contains(" T MPI_") || l.contains(" T PMPI_"))
+        .collect();
+    assert!(mpi.is_empty(), "the CLI defines MPI symbols: {mpi:?}");
 }
