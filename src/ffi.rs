@@ -130,37 +130,54 @@ pub fn is_request_null(r: MPI_Request) -> bool {
 /// must be dropped when one is freed.
 pub static TYPE_GENERATION: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
-std::thread_local! {
-    /// The last datatype this thread sized: (handle, generation, size).
-    static LAST_TYPE: core::cell::Cell<(u64, u64, u64)> = const { core::cell::Cell::new((u64::MAX, u64::MAX, 0)) };
+/// A thread's cache of the last datatype it sized: most calls repeat it.
+pub struct TypeSizes {
+    key: u64,
+    generation: u64,
+    size: u64,
 }
 
-/// Size in bytes of one element of `datatype` (its type size, not extent).
-#[inline]
-pub fn type_size(datatype: MPI_Datatype) -> u64 {
-    let key = handle_key(datatype);
-    let generation = TYPE_GENERATION.load(std::sync::atomic::Ordering::Relaxed);
-    let cached = LAST_TYPE
-        .try_with(|c| c.get())
-        .unwrap_or((u64::MAX, u64::MAX, 0));
-    if cached.0 == key && cached.1 == generation {
-        return cached.2;
+impl TypeSizes {
+    pub const fn new() -> Self {
+        TypeSizes {
+            key: u64::MAX,
+            generation: u64::MAX,
+            size: 0,
+        }
     }
-    let mut size: MPI_Count = 0;
-    // SAFETY: a query on a handle the application passed to MPI.
-    let rc = unsafe { PMPI_Type_size_x(datatype, &mut size) };
-    let size = if rc != 0 || size < 0 { 0 } else { size as u64 };
-    let _ = LAST_TYPE.try_with(|c| c.set((key, generation, size)));
-    size
+
+    /// Size in bytes of one element of `datatype` (its type size, not extent).
+    #[inline]
+    pub fn size(&mut self, datatype: MPI_Datatype) -> u64 {
+        let key = handle_key(datatype);
+        let generation = TYPE_GENERATION.load(std::sync::atomic::Ordering::Relaxed);
+        if self.key != key || self.generation != generation {
+            let mut size: MPI_Count = 0;
+            // SAFETY: a query on a handle the application passed to MPI.
+            let rc = unsafe { PMPI_Type_size_x(datatype, &mut size) };
+            *self = TypeSizes {
+                key,
+                generation,
+                size: if rc != 0 || size < 0 { 0 } else { size as u64 },
+            };
+        }
+        self.size
+    }
+
+    /// Bytes in `count` elements of `datatype`.
+    #[inline]
+    pub fn bytes(&mut self, count: i64, datatype: MPI_Datatype) -> u64 {
+        if count <= 0 {
+            return 0;
+        }
+        (count as u64).saturating_mul(self.size(datatype))
+    }
 }
 
-/// Bytes in `count` elements of `datatype`.
-#[inline]
-pub fn bytes_of(count: i64, datatype: MPI_Datatype) -> u64 {
-    if count <= 0 {
-        return 0;
+impl Default for TypeSizes {
+    fn default() -> Self {
+        Self::new()
     }
-    (count as u64).saturating_mul(type_size(datatype))
 }
 
 /// Bytes a completed receive actually took, from its status.

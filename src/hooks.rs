@@ -7,7 +7,7 @@
 //! (the application carries on untraced).
 
 use crate::comms::{self, CommInfo};
-use crate::ffi::{self, MPI_Comm, MPI_Datatype, MPI_Message, MPI_Request, MPI_Status};
+use crate::ffi::{self, MPI_Comm, MPI_Datatype, MPI_Message, MPI_Request, MPI_Status, TypeSizes};
 use crate::guard::{self, Guard, State};
 use crate::recorder::{Recorder, Writer};
 use crate::requests::{key, Op, OpKind, MESSAGES, REQUESTS};
@@ -48,6 +48,12 @@ impl<'g> Call<'g> {
     #[inline(always)]
     fn ok(&self) -> bool {
         self.rc == 0
+    }
+
+    /// Bytes in `count` elements of `datatype`.
+    #[inline(always)]
+    fn bytes(&self, count: c_int, datatype: MPI_Datatype) -> u64 {
+        self.rec().types.bytes(i64::from(count), datatype)
     }
 
     /// Starts this call's record with room for a fixed-size payload.
@@ -121,7 +127,7 @@ pub fn send(
 ) {
     guarded(|| {
         let info = comm_info(&call, comm);
-        let bytes = ffi::bytes_of(i64::from(count), datatype);
+        let bytes = call.bytes(count, datatype);
         if let Some(mut r) = call.begin() {
             put_send(&mut r, peer, tag, info.index, bytes);
             r.commit();
@@ -143,7 +149,7 @@ fn issue(
 ) {
     guarded(|| {
         let info = comm_info(&call, comm);
-        let bytes = ffi::bytes_of(i64::from(count), datatype);
+        let bytes = call.bytes(count, datatype);
         let Some(mut r) = call.begin() else { return };
         put_send(&mut r, peer, tag, info.index, bytes);
         let kind = match kind {
@@ -277,7 +283,7 @@ pub fn recv(
 ) {
     guarded(|| {
         let info = comm_info(&call, comm);
-        let posted = ffi::bytes_of(i64::from(count), datatype);
+        let posted = call.bytes(count, datatype);
         let Some(mut r) = call.begin() else { return };
         put_send(&mut r, src, tag, info.index, posted);
         put_recv_status(&mut r, call.ok(), (src, tag, Some(posted)), status, 0);
@@ -301,8 +307,8 @@ pub fn sendrecv(
 ) {
     guarded(|| {
         let info = comm_info(&call, comm);
-        let bytes = ffi::bytes_of(i64::from(sendcount), sendtype);
-        let posted = ffi::bytes_of(i64::from(recvcount), recvtype);
+        let bytes = call.bytes(sendcount, sendtype);
+        let posted = call.bytes(recvcount, recvtype);
         let Some(mut r) = call.begin() else { return };
         r.put_i(i64::from(dest));
         r.put_i(i64::from(sendtag));
@@ -371,7 +377,7 @@ pub fn mrecv(
 ) {
     guarded(|| {
         let msg = MESSAGES.remove(key(message)).map(|m| m.0);
-        let posted = ffi::bytes_of(i64::from(count), datatype);
+        let posted = call.bytes(count, datatype);
         let Some(mut r) = call.begin() else { return };
         r.put_op_ref(msg);
         r.put_u(posted);
@@ -389,7 +395,7 @@ pub fn imrecv(
 ) {
     guarded(|| {
         let msg = MESSAGES.remove(key(message)).map(|m| m.0);
-        let posted = ffi::bytes_of(i64::from(count), datatype);
+        let posted = call.bytes(count, datatype);
         let Some(mut r) = call.begin() else { return };
         r.put_op_ref(msg);
         r.put_u(posted);
@@ -760,6 +766,7 @@ impl CollArgs {
 
 /// Sum of `counts[..n]`, each times the size of its type.
 fn sum_bytes(
+    sizes: &mut TypeSizes,
     counts: *const c_int,
     n: usize,
     datatype: MPI_Datatype,
@@ -782,7 +789,7 @@ fn sum_bytes(
                 },
             )
         };
-        total = total.saturating_add(ffi::bytes_of(i64::from(c), t));
+        total = total.saturating_add(sizes.bytes(i64::from(c), t));
     }
     total
 }
@@ -812,9 +819,13 @@ fn degrees(comm: MPI_Comm, rank: u32) -> (usize, usize) {
 }
 
 /// Bytes this rank sends and receives in a collective.
-fn coll_bytes(shape: Shape, a: &CollArgs, info: &CommInfo) -> (u64, u64) {
+fn coll_bytes(sizes: &mut TypeSizes, shape: Shape, a: &CollArgs, info: &CommInfo) -> (u64, u64) {
+    macro_rules! b {
+        ($n:expr, $t:expr) => {
+            sizes.bytes(i64::from($n), $t)
+        };
+    }
     let c = ffi::consts();
-    let b = |n: c_int, t: MPI_Datatype| ffi::bytes_of(i64::from(n), t);
     let in_place = a.sendbuf as usize == c.in_place;
     let recv_in_place = a.recvbuf as usize == c.in_place;
     // Peers whose blocks a rank handles: the remote group on an intercommunicator.
@@ -824,7 +835,7 @@ fn coll_bytes(shape: Shape, a: &CollArgs, info: &CommInfo) -> (u64, u64) {
         info.size
     } as c_int;
     let peers_u = peers.max(0) as usize;
-    let data = b(a.count, a.datatype);
+    let data = b!(a.count, a.datatype);
     // Rooted collectives on an intercommunicator: MPI_ROOT sends (or
     // gathers), MPI_PROC_NULL does nothing, the others are the leaves.
     enum Role {
@@ -860,11 +871,12 @@ fn coll_bytes(shape: Shape, a: &CollArgs, info: &CommInfo) -> (u64, u64) {
         },
         Shape::Allreduce | Shape::Scan => (data, data),
         Shape::ReduceScatterBlock => (
-            b(a.recvcount, a.datatype) * info.size as u64,
-            b(a.recvcount, a.datatype),
+            b!(a.recvcount, a.datatype) * info.size as u64,
+            b!(a.recvcount, a.datatype),
         ),
         Shape::ReduceScatter => {
             let total = sum_bytes(
+                sizes,
                 a.recvcounts,
                 info.size as usize,
                 a.datatype,
@@ -874,83 +886,95 @@ fn coll_bytes(shape: Shape, a: &CollArgs, info: &CommInfo) -> (u64, u64) {
             let mine = if a.recvcounts.is_null() {
                 0
             } else {
-                b(unsafe { *a.recvcounts.add(info.rank as usize) }, a.datatype)
+                b!(unsafe { *a.recvcounts.add(info.rank as usize) }, a.datatype)
             };
             (total, mine)
         }
         Shape::Gather | Shape::Gatherv => {
             let gathered = if shape == Shape::Gather {
-                b(a.recvcount, a.recvtype) * peers_u as u64
+                b!(a.recvcount, a.recvtype) * peers_u as u64
             } else {
-                sum_bytes(a.recvcounts, peers_u, a.recvtype, core::ptr::null())
+                sum_bytes(sizes, a.recvcounts, peers_u, a.recvtype, core::ptr::null())
             };
             match role {
                 Role::Root if info.inter => (0, gathered),
                 Role::Root if in_place => (0, gathered),
-                Role::Root => (b(a.sendcount, a.sendtype), gathered),
-                Role::Leaf => (b(a.sendcount, a.sendtype), 0),
+                Role::Root => (b!(a.sendcount, a.sendtype), gathered),
+                Role::Leaf => (b!(a.sendcount, a.sendtype), 0),
                 Role::Idle => (0, 0),
             }
         }
         Shape::Scatter | Shape::Scatterv => {
             let scattered = if shape == Shape::Scatter {
-                b(a.sendcount, a.sendtype) * peers_u as u64
+                b!(a.sendcount, a.sendtype) * peers_u as u64
             } else {
-                sum_bytes(a.sendcounts, peers_u, a.sendtype, core::ptr::null())
+                sum_bytes(sizes, a.sendcounts, peers_u, a.sendtype, core::ptr::null())
             };
             match role {
                 Role::Root if info.inter || recv_in_place => (scattered, 0),
-                Role::Root => (scattered, b(a.recvcount, a.recvtype)),
-                Role::Leaf => (0, b(a.recvcount, a.recvtype)),
+                Role::Root => (scattered, b!(a.recvcount, a.recvtype)),
+                Role::Leaf => (0, b!(a.recvcount, a.recvtype)),
                 Role::Idle => (0, 0),
             }
         }
         Shape::Allgather => {
-            let block = b(a.recvcount, a.recvtype);
+            let block = b!(a.recvcount, a.recvtype);
             (
                 if in_place {
                     block
                 } else {
-                    b(a.sendcount, a.sendtype)
+                    b!(a.sendcount, a.sendtype)
                 },
                 block * peers_u as u64,
             )
         }
         Shape::Allgatherv => {
-            let total = sum_bytes(a.recvcounts, peers_u, a.recvtype, core::ptr::null());
+            let total = sum_bytes(sizes, a.recvcounts, peers_u, a.recvtype, core::ptr::null());
             let sent = if in_place {
                 // SAFETY: recvcounts has one entry per rank of the group.
-                b(unsafe { *a.recvcounts.add(info.rank as usize) }, a.recvtype)
+                b!(unsafe { *a.recvcounts.add(info.rank as usize) }, a.recvtype)
             } else {
-                b(a.sendcount, a.sendtype)
+                b!(a.sendcount, a.sendtype)
             };
             (sent, total)
         }
         Shape::Alltoall => {
-            let r = b(a.recvcount, a.recvtype) * peers_u as u64;
+            let r = b!(a.recvcount, a.recvtype) * peers_u as u64;
             (
                 if in_place {
                     r
                 } else {
-                    b(a.sendcount, a.sendtype) * peers_u as u64
+                    b!(a.sendcount, a.sendtype) * peers_u as u64
                 },
                 r,
             )
         }
         Shape::Alltoallv | Shape::Alltoallw => {
-            let types = |t: *const MPI_Datatype| {
+            let per_peer = |t: *const MPI_Datatype| {
                 if shape == Shape::Alltoallw {
                     t
                 } else {
                     core::ptr::null()
                 }
             };
-            let r = sum_bytes(a.recvcounts, peers_u, a.recvtype, types(a.recvtypes));
+            let r = sum_bytes(
+                sizes,
+                a.recvcounts,
+                peers_u,
+                a.recvtype,
+                per_peer(a.recvtypes),
+            );
             (
                 if in_place {
                     r
                 } else {
-                    sum_bytes(a.sendcounts, peers_u, a.sendtype, types(a.sendtypes))
+                    sum_bytes(
+                        sizes,
+                        a.sendcounts,
+                        peers_u,
+                        a.sendtype,
+                        per_peer(a.sendtypes),
+                    )
                 },
                 r,
             )
@@ -960,20 +984,20 @@ fn coll_bytes(shape: Shape, a: &CollArgs, info: &CommInfo) -> (u64, u64) {
             // Allgather sends the same block to every out-neighbour,
             // alltoall one block each: the same bytes either way.
             (
-                b(a.sendcount, a.sendtype) * outs as u64,
-                b(a.recvcount, a.recvtype) * ins as u64,
+                b!(a.sendcount, a.sendtype) * outs as u64,
+                b!(a.recvcount, a.recvtype) * ins as u64,
             )
         }
         Shape::NeighborAllgatherv => {
             let (ins, outs) = degrees(a.comm, info.rank);
             (
-                b(a.sendcount, a.sendtype) * outs as u64,
-                sum_bytes(a.recvcounts, ins, a.recvtype, core::ptr::null()),
+                b!(a.sendcount, a.sendtype) * outs as u64,
+                sum_bytes(sizes, a.recvcounts, ins, a.recvtype, core::ptr::null()),
             )
         }
         Shape::NeighborAlltoallv | Shape::NeighborAlltoallw => {
             let (ins, outs) = degrees(a.comm, info.rank);
-            let types = |t: *const MPI_Datatype| {
+            let per_peer = |t: *const MPI_Datatype| {
                 if shape == Shape::NeighborAlltoallw {
                     t
                 } else {
@@ -981,8 +1005,8 @@ fn coll_bytes(shape: Shape, a: &CollArgs, info: &CommInfo) -> (u64, u64) {
                 }
             };
             (
-                sum_bytes(a.sendcounts, outs, a.sendtype, types(a.sendtypes)),
-                sum_bytes(a.recvcounts, ins, a.recvtype, types(a.recvtypes)),
+                sum_bytes(sizes, a.sendcounts, outs, a.sendtype, per_peer(a.sendtypes)),
+                sum_bytes(sizes, a.recvcounts, ins, a.recvtype, per_peer(a.recvtypes)),
             )
         }
     }
@@ -1005,7 +1029,7 @@ fn put_coll(r: &mut Writer, info: &CommInfo, root: Option<i32>, sent: u64, recvd
 pub fn coll(call: Call, shape: Shape, args: &CollArgs) {
     guarded(|| {
         let info = comm_info(&call, args.comm);
-        let (sent, recvd) = coll_bytes(shape, args, info);
+        let (sent, recvd) = coll_bytes(&mut call.rec().types, shape, args, info);
         if let Some(mut r) = call.begin() {
             put_coll(
                 &mut r,
@@ -1022,7 +1046,7 @@ pub fn coll(call: Call, shape: Shape, args: &CollArgs) {
 pub fn icoll(call: Call, shape: Shape, args: &CollArgs, request: *mut MPI_Request) {
     guarded(|| {
         let info = comm_info(&call, args.comm);
-        let (sent, recvd) = coll_bytes(shape, args, info);
+        let (sent, recvd) = coll_bytes(&mut call.rec().types, shape, args, info);
         let Some(mut r) = call.begin() else { return };
         put_coll(
             &mut r,

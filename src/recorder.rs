@@ -70,6 +70,8 @@ pub struct Recorder {
     /// The communicator of this thread's previous call: most calls repeat it.
     pub last_comm: Option<(u64, &'static crate::comms::CommInfo)>,
     pub comm_generation: u64,
+    /// Sizes of the datatype this thread used last.
+    pub types: crate::ffi::TypeSizes,
     /// Tracing failed on this thread (no buffer could be had).
     broken: bool,
 }
@@ -90,6 +92,7 @@ impl Recorder {
             spares: None,
             last_comm: None,
             comm_generation: 0,
+            types: crate::ffi::TypeSizes::new(),
             broken: false,
         }
     }
