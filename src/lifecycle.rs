@@ -34,7 +34,6 @@ use std::path::{Path, PathBuf};
 
 /// What the runtime keeps between init and finalize.
 struct Session {
-    tool_comm: MPI_Comm,
     rank: i32,
     dir: Option<PathBuf>,
     flusher: Option<std::thread::JoinHandle<()>>,
@@ -191,7 +190,7 @@ fn prepare_dir(cfg: &Config) -> Result<PathBuf, String> {
     Ok(abs)
 }
 
-/// Rank 0's directory (or error) to every rank, over the tool communicator.
+/// Rank 0's directory (or error) to every rank.
 fn share_dir(
     comm: MPI_Comm,
     rank: i32,
@@ -269,13 +268,14 @@ fn start_tracing(
 ) {
     let c = ffi::consts();
     let (mut rank, mut size) = (0, 0);
-    let mut tool_comm: MPI_Comm = world();
-    // SAFETY: local queries and a duplicate of world, which every rank makes
-    // here, inside its MPI_Init.
+    // The tool talks over MPI_COMM_WORLD itself, and only inside MPI_Init
+    // and MPI_Finalize, where the application can have no communication
+    // pending. (A duplicate would cost every later progress call: creating a
+    // communicator switches on Open MPI's nonblocking-collective progress.)
+    // SAFETY: local queries.
     unsafe {
         ffi::PMPI_Comm_rank(world(), &mut rank);
         ffi::PMPI_Comm_size(world(), &mut size);
-        ffi::PMPI_Comm_dup(world(), &mut tool_comm);
     }
     let cfg = Config::from_env();
     let invariant = clock::tsc_is_invariant();
@@ -296,9 +296,8 @@ fn start_tracing(
     let t1 = clock::now();
 
     let mine = (rank == 0).then(|| prepare_dir(&cfg));
-    let shared = share_dir(tool_comm, rank, mine);
+    let shared = share_dir(world(), rank, mine);
     *SESSION.lock() = Some(Session {
-        tool_comm,
         rank,
         dir: None,
         flusher: None,
@@ -476,11 +475,8 @@ fn seal(
 #[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C" fn MPI_Finalize() -> c_int {
     let guard = Guard::acquire_any();
-    let session = SESSION
-        .lock()
-        .as_ref()
-        .map(|s| (s.tool_comm, s.rank, s.dir.clone()));
-    if let Some((tool_comm, rank, dir)) = session {
+    let session = SESSION.lock().as_ref().map(|s| (s.rank, s.dir.clone()));
+    if let Some((rank, dir)) = session {
         let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             let t0 = clock::now();
             let totals = if guard::state() == State::Active {
@@ -495,7 +491,7 @@ pub unsafe extern "C" fn MPI_Finalize() -> c_int {
             } else {
                 None
             };
-            summarize(tool_comm, rank, dir.as_deref(), totals);
+            summarize(rank, dir.as_deref(), totals);
         }));
     }
     drop(guard);
@@ -504,7 +500,7 @@ pub unsafe extern "C" fn MPI_Finalize() -> c_int {
 }
 
 /// Sums the ranks' counts to rank 0, which prints the one summary line.
-fn summarize(tool_comm: MPI_Comm, rank: i32, dir: Option<&Path>, totals: Option<Totals>) {
+fn summarize(rank: i32, dir: Option<&Path>, totals: Option<Totals>) {
     let c = ffi::consts();
     let t = totals.unwrap_or_default();
     let traced = u64::from(t.file_bytes > 0);
@@ -512,11 +508,10 @@ fn summarize(tool_comm: MPI_Comm, rank: i32, dir: Option<&Path>, totals: Option<
     let mine = [t.events, t.bytes, dropped, traced, t.waits];
     let mut sum = [0u64; 5];
     let mut size = 0;
-    let mut tc = tool_comm;
-    // SAFETY: a tool-internal reduction over the tool communicator, which
-    // every rank that started tracing reaches in its MPI_Finalize.
+    // SAFETY: a tool-internal reduction over world, which every rank that
+    // started tracing reaches in its MPI_Finalize.
     unsafe {
-        ffi::PMPI_Comm_size(tool_comm, &mut size);
+        ffi::PMPI_Comm_size(world(), &mut size);
         ffi::PMPI_Reduce(
             mine.as_ptr() as *const c_void,
             sum.as_mut_ptr() as *mut c_void,
@@ -524,9 +519,8 @@ fn summarize(tool_comm: MPI_Comm, rank: i32, dir: Option<&Path>, totals: Option<
             c.uint64,
             c.op_sum,
             0,
-            tool_comm,
+            world(),
         );
-        ffi::PMPI_Comm_free(&mut tc);
     }
     if rank != 0 {
         return;
