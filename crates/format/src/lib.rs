@@ -47,6 +47,11 @@
 //! until the first zero byte, since fresh file pages are zero-filled and no
 //! record starts with a zero byte.
 //!
+//! A thread's chunks are numbered by `seq` from 0 without gaps; they can lie
+//! anywhere in the file, interleaved with other threads' chunks. A chunk
+//! whose thread is [`UNOWNED_THREAD`] is a spare buffer no thread needed: it
+//! holds no records. The trailer chunk is last.
+//!
 //! # Records
 //!
 //! See [`record`] for the encoding: a varint head (record code and error

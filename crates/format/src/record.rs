@@ -43,8 +43,13 @@
 //!           flags: 1 source present, 2 tag present, 4 bytes present,
 //!                  8 cancelled, 16 nothing found (probe/test miss),
 //!                  32 no status (a completed non-receive)
-//!           an absent field equals the posted value
+//!           an absent field equals the posted value; mrecv, and the
+//!           completions of imrecv, write every field (nothing is posted)
 //! ```
+//!
+//! **Communicator indices** are never reused within a rank: a communicator
+//! freed and another created with the same handle get different indices, each
+//! with its own DefComm record (written before the first record that uses it).
 //!
 //! **Operation ids.** Every nonblocking operation, persistent request,
 //! started instance and matched-probe message gets an id: `thread << 40 | n`
