@@ -90,11 +90,27 @@ fn main() -> ExitCode {
         Ok(code) => code,
         Err(err) if is_broken_pipe(&err) => ExitCode::SUCCESS,
         Err(err) => {
-            let msg = format!("{err:#}").replace('\n', " ");
-            eprintln!("pmtrace: error: {msg}");
+            eprintln!("pmtrace: error: {}", one_line(&err));
             ExitCode::FAILURE
         }
     }
+}
+
+/// The error and its causes on one line, each cause once (library errors
+/// already name their cause in their own message).
+fn one_line(err: &anyhow::Error) -> String {
+    let mut msg = String::new();
+    for cause in err.chain() {
+        let text = cause.to_string();
+        if msg.contains(&text) {
+            continue;
+        }
+        if !msg.is_empty() {
+            msg.push_str(": ");
+        }
+        msg.push_str(&text);
+    }
+    msg.replace('\n', " ")
 }
 
 /// A reader closed our stdout (`pmtrace export ... -o - | head`): not an error.
