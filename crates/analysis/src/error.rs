@@ -12,7 +12,7 @@ use thiserror::Error;
 #[non_exhaustive]
 pub enum ReadError {
     /// The directory or one of its files could not be read at all.
-    #[error("cannot read {path}", path = .path.display())]
+    #[error("cannot read {path}: {source}", path = .path.display())]
     Io { path: PathBuf, source: io::Error },
     /// The directory holds no `rank-NNNNN.pmt` file.
     #[error("no pmtrace rank files (rank-NNNNN.pmt) in {dir}", dir = .dir.display())]

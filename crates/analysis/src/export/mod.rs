@@ -13,6 +13,6 @@ pub mod text;
 #[derive(Debug, Error)]
 #[non_exhaustive]
 pub enum ExportError {
-    #[error("cannot write {path}", path = .path.display())]
+    #[error("cannot write {path}: {source}", path = .path.display())]
     Io { path: PathBuf, source: io::Error },
 }
