@@ -139,8 +139,20 @@ fn insert(comm: MPI_Comm, info: &'static CommInfo) {
     }
 }
 
+/// Takes a handle about to be freed out of the table.
+pub fn release(comm: MPI_Comm) -> Option<&'static CommInfo> {
+    let info = lookup(comm)?;
+    forget(comm);
+    Some(info)
+}
+
+/// Puts back a handle whose free failed.
+pub fn restore(comm: MPI_Comm, info: &'static CommInfo) {
+    insert(comm, info);
+}
+
 /// Forgets a freed handle.
-pub fn forget(comm: MPI_Comm) {
+fn forget(comm: MPI_Comm) {
     let _lock = INSERT.lock();
     // Per-thread caches of the last communicator are now stale.
     GENERATION.fetch_add(1, Ordering::Relaxed);
@@ -289,6 +301,39 @@ fn define_local(comm: MPI_Comm, rec: &mut Recorder, t: u64) -> &'static CommInfo
     let n = CONSTRUCTED.fetch_add(1, Ordering::Relaxed);
     let gid = LOCAL_GID_BIT | (u64::from(WORLD_RANK.load(Ordering::Relaxed)) << 32) | n;
     define(comm, gid, rec, t)
+}
+
+/// Stands for a communicator handle that a failed call passed (it may not
+/// be a valid handle, so pmtrace does not ask MPI about it).
+pub fn unknown(rec: &mut Recorder, t: u64) -> &'static CommInfo {
+    static UNKNOWN: std::sync::OnceLock<&'static CommInfo> = std::sync::OnceLock::new();
+    if let Some(info) = UNKNOWN.get() {
+        return info;
+    }
+    let _lock = INSERT.lock();
+    if let Some(info) = UNKNOWN.get() {
+        return info;
+    }
+    let info: &'static CommInfo = Box::leak(Box::new(CommInfo {
+        index: NEXT_INDEX.fetch_add(1, Ordering::Relaxed),
+        gid: LOCAL_GID_BIT | (u64::from(WORLD_RANK.load(Ordering::Relaxed)) << 32),
+        size: 0,
+        rank: 0,
+        inter: false,
+        remote_size: 0,
+        seq: AtomicU64::new(0),
+        idups: AtomicU64::new(0),
+    }));
+    write_def(rec, t, info, &[]);
+    let _ = UNKNOWN.set(info);
+    info
+}
+
+/// Defines a communicator made by the dynamic-process calls (spawn,
+/// accept, connect, join). Its other side may be a program pmtrace does not
+/// trace, so no collective is run on it: its id is local to this rank.
+pub fn define_dynamic(comm: MPI_Comm, rec: &mut Recorder, t: u64) -> &'static CommInfo {
+    define_local(comm, rec, t)
 }
 
 /// Defines a communicator a blocking constructor just returned: agrees on

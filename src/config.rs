@@ -96,7 +96,12 @@ impl Config {
     }
 
     pub fn from_env() -> Config {
-        Config::from_vars(std::env::vars())
+        // vars_os: `vars` panics on any variable that is not UTF-8.
+        Config::from_vars(std::env::vars_os().filter_map(|(k, v)| {
+            let k = k.to_string_lossy().into_owned();
+            k.starts_with("PMTRACE_")
+                .then(|| (k, v.to_string_lossy().into_owned()))
+        }))
     }
 
     /// The effective configuration, for the trace's run record.

@@ -16,6 +16,7 @@ extern "C" {
     fn pmtrace_mpi_char() -> MPI_Datatype;
     fn pmtrace_mpi_op_max() -> MPI_Op;
     fn pmtrace_mpi_op_sum() -> MPI_Op;
+    fn pmtrace_mpi_op_min() -> MPI_Op;
     fn pmtrace_status_bytes(status: *const MPI_Status) -> core::ffi::c_longlong;
     fn pmtrace_status_cancelled(status: *const MPI_Status) -> core::ffi::c_int;
 }
@@ -34,6 +35,7 @@ pub struct Consts {
     pub char: MPI_Datatype,
     pub op_max: MPI_Op,
     pub op_sum: MPI_Op,
+    pub op_min: MPI_Op,
 }
 
 // SAFETY: handle values are plain identifiers, valid from any thread.
@@ -60,6 +62,7 @@ pub fn consts() -> &'static Consts {
                 char: pmtrace_mpi_char(),
                 op_max: pmtrace_mpi_op_max(),
                 op_sum: pmtrace_mpi_op_sum(),
+                op_min: pmtrace_mpi_op_min(),
             }
         }
     })
@@ -100,23 +103,33 @@ pub fn status_or_local(
 /// Reads `*request` (the caller's handle) before MPI overwrites it.
 ///
 /// # Safety
-/// `request` must be valid for reads, as MPI requires.
+/// `request` must be null or valid for reads.
 #[inline(always)]
 pub unsafe fn request_value(request: *const MPI_Request) -> MPI_Request {
+    if request.is_null() {
+        // An erroneous call: MPI will say so; pmtrace must not crash first.
+        return unsafe { RSMPI_REQUEST_NULL };
+    }
     unsafe { *request }
 }
 
 /// # Safety
-/// `message` must be valid for reads, as MPI requires.
+/// `message` must be null or valid for reads.
 #[inline(always)]
 pub unsafe fn message_value(message: *const MPI_Message) -> MPI_Message {
+    if message.is_null() {
+        return unsafe { RSMPI_MESSAGE_NULL };
+    }
     unsafe { *message }
 }
 
 /// # Safety
-/// `comm` must be valid for reads, as MPI requires.
+/// `comm` must be null or valid for reads.
 #[inline(always)]
 pub unsafe fn comm_value(comm: *const MPI_Comm) -> MPI_Comm {
+    if comm.is_null() {
+        return unsafe { RSMPI_COMM_NULL };
+    }
     unsafe { *comm }
 }
 

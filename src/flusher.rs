@@ -75,6 +75,8 @@ pub enum Msg {
         thread: u32,
         last: bool,
     },
+    /// Tracing will not start after all: stop without writing anything.
+    Abandon,
     Finish {
         trailer: Box<dyn FnOnce(&Totals) -> meta::Trailer + Send>,
         reply: Sender<Totals>,
@@ -310,6 +312,7 @@ impl Flusher {
                         }
                     }
                 }
+                Msg::Abandon => return,
                 Msg::Finish { trailer, reply } => {
                     self.finish(trailer);
                     let _ = reply.send(self.totals.clone());

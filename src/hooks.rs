@@ -3,12 +3,13 @@
 //! kind; payload layouts are those of `pmtrace_format::record`.
 //!
 //! A hook never lets a panic escape into C: the body runs under
-//! `catch_unwind`, and a panic turns tracing off for the rest of the run
-//! (the application carries on untraced).
+//! `catch_unwind`, and a panic stops recording for the rest of the run (later
+//! events are counted as dropped; the application carries on, and the
+//! wrappers keep their part in the communicator id agreement).
 
 use crate::comms::{self, CommInfo};
 use crate::ffi::{self, MPI_Comm, MPI_Datatype, MPI_Message, MPI_Request, MPI_Status, TypeSizes};
-use crate::guard::{self, Guard, State};
+use crate::guard::Guard;
 use crate::recorder::{Recorder, Writer};
 use crate::requests::{key, Op, OpKind, MESSAGES, REQUESTS};
 use core::cell::RefCell;
@@ -50,10 +51,24 @@ impl<'g> Call<'g> {
         self.rc == 0
     }
 
-    /// Bytes in `count` elements of `datatype`.
+    /// Bytes in `count` elements of `datatype`; 0 for a failed call,
+    /// whose arguments may be invalid (and asking MPI about an invalid
+    /// handle would raise an error the application did not cause).
     #[inline(always)]
     fn bytes(&self, count: c_int, datatype: MPI_Datatype) -> u64 {
+        if !self.ok() {
+            return 0;
+        }
         self.rec().types.bytes(i64::from(count), datatype)
+    }
+
+    /// Bytes this rank sends and receives in a collective (none if it failed).
+    #[inline(always)]
+    fn coll_bytes(&self, shape: Shape, args: &CollArgs, info: &CommInfo) -> (u64, u64) {
+        if !self.ok() {
+            return (0, 0);
+        }
+        coll_bytes(&mut self.rec().types, shape, args, info)
     }
 
     /// Starts this call's record with room for a fixed-size payload.
@@ -80,13 +95,19 @@ impl<'g> Call<'g> {
 #[inline(always)]
 fn guarded(f: impl FnOnce()) {
     if std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).is_err() {
-        guard::set_state(State::Disabled);
+        crate::recorder::stop_recording();
     }
 }
 
+/// The communicator of a call. A communicator pmtrace does not know is
+/// defined on first sight, unless the call failed (the handle may be invalid).
 #[inline(always)]
 fn comm_info(call: &Call, comm: MPI_Comm) -> &'static CommInfo {
-    comms::resolve(comm, call.rec(), call.t0)
+    if call.ok() {
+        comms::resolve(comm, call.rec(), call.t0)
+    } else {
+        comms::lookup(comm).unwrap_or_else(|| comms::unknown(call.rec(), call.t0))
+    }
 }
 
 /// Source, tag and bytes of a filled status.
@@ -372,11 +393,10 @@ pub fn mrecv(
     call: Call,
     count: c_int,
     datatype: MPI_Datatype,
-    message: MPI_Message,
+    msg: Option<u64>,
     status: *mut MPI_Status,
 ) {
     guarded(|| {
-        let msg = MESSAGES.remove(key(message)).map(|m| m.0);
         let posted = call.bytes(count, datatype);
         let Some(mut r) = call.begin() else { return };
         r.put_op_ref(msg);
@@ -390,11 +410,10 @@ pub fn imrecv(
     call: Call,
     count: c_int,
     datatype: MPI_Datatype,
-    message: MPI_Message,
+    msg: Option<u64>,
     request: *mut MPI_Request,
 ) {
     guarded(|| {
-        let msg = MESSAGES.remove(key(message)).map(|m| m.0);
         let posted = call.bytes(count, datatype);
         let Some(mut r) = call.begin() else { return };
         r.put_op_ref(msg);
@@ -494,23 +513,35 @@ struct Completed {
     op: u64,
     kind: OpKind,
     cancelled: bool,
+    /// Null when MPI freed the request without reporting it (an error).
     status: *const MPI_Status,
+    slot: usize,
 }
 
-/// Takes the operation behind a completed request out of the table.
+/// Takes the operation behind a completed request out of the table. A
+/// nonpersistent request completed only if MPI set the application's handle
+/// to MPI_REQUEST_NULL (Open MPI keeps a failed request alive, for one).
 fn complete_op(
     handle: MPI_Request,
     slot: usize,
     status: *const MPI_Status,
     out: &mut SmallVec<[Completed; 8]>,
 ) {
-    if ffi::is_request_null(handle) {
+    if ffi::is_request_null(handle) || out.iter().any(|c| c.slot == slot) {
         return;
     }
     let k = key(handle);
     let Some(op) = REQUESTS.get(k, slot) else {
         return;
     };
+    // SAFETY: `slot` is the address of the application's handle that this
+    // completion call was given (valid for the call's duration).
+    let after = unsafe { *(slot as *const MPI_Request) };
+    // Without a status (the final scan of `completed_set`), only freed
+    // nonpersistent requests count; a persistent one is never freed here.
+    if (!op.persistent && !ffi::is_request_null(after)) || (op.persistent && status.is_null()) {
+        return;
+    }
     let id = if op.persistent {
         // An inactive persistent request completes at once and has no instance.
         let Some(inst) = REQUESTS
@@ -529,6 +560,7 @@ fn complete_op(
         kind: op.kind,
         cancelled: op.cancelled,
         status,
+        slot,
     });
 }
 
@@ -590,6 +622,13 @@ fn completed_set(
             _ => {}
         }
     }
+    // A nonpersistent request MPI freed without reporting it complete (a
+    // failed call, in libraries that free failed requests) is over too.
+    for (i, &h) in requests.iter().enumerate() {
+        if !ffi::is_request_null(h) {
+            complete_op(h, at(i), core::ptr::null(), &mut out);
+        }
+    }
     out
 }
 
@@ -634,10 +673,10 @@ pub fn complete(call: Call, requests: &[MPI_Request], slots: *const MPI_Request,
 fn completion_items(r: &mut Writer, batch: &[Completed]) {
     for c in batch {
         r.put_op_ref(Some(c.op));
-        let cancelled = c.cancelled && ffi::status_cancelled(c.status);
+        let cancelled = c.cancelled && !c.status.is_null() && ffi::status_cancelled(c.status);
         let extra = if cancelled { ST_CANCELLED } else { 0 };
         match c.kind {
-            OpKind::Recv { src, tag, posted } if !cancelled => {
+            OpKind::Recv { src, tag, posted } if !cancelled && !c.status.is_null() => {
                 r.put_status((src, tag, posted), actual(c.status), extra)
             }
             _ => r.put_u(ST_NONE | extra),
@@ -835,7 +874,13 @@ fn coll_bytes(sizes: &mut TypeSizes, shape: Shape, a: &CollArgs, info: &CommInfo
         info.size
     } as c_int;
     let peers_u = peers.max(0) as usize;
-    let data = b!(a.count, a.datatype);
+    // Arguments significant only at the root (or only at non-roots) are read
+    // only there: elsewhere they may be garbage or null.
+    macro_rules! data {
+        () => {
+            b!(a.count, a.datatype)
+        };
+    }
     // Rooted collectives on an intercommunicator: MPI_ROOT sends (or
     // gathers), MPI_PROC_NULL does nothing, the others are the leaves.
     enum Role {
@@ -859,17 +904,17 @@ fn coll_bytes(sizes: &mut TypeSizes, shape: Shape, a: &CollArgs, info: &CommInfo
     match shape {
         Shape::Barrier => (0, 0),
         Shape::Bcast => match role {
-            Role::Root => (data, 0),
-            Role::Leaf => (0, data),
+            Role::Root => (data!(), 0),
+            Role::Leaf => (0, data!()),
             Role::Idle => (0, 0),
         },
         Shape::Reduce => match role {
-            Role::Root if info.inter => (0, data),
-            Role::Root => (data, data),
-            Role::Leaf => (data, 0),
+            Role::Root if info.inter => (0, data!()),
+            Role::Root => (data!(), data!()),
+            Role::Leaf => (data!(), 0),
             Role::Idle => (0, 0),
         },
-        Shape::Allreduce | Shape::Scan => (data, data),
+        Shape::Allreduce | Shape::Scan => (data!(), data!()),
         Shape::ReduceScatterBlock => (
             b!(a.recvcount, a.datatype) * info.size as u64,
             b!(a.recvcount, a.datatype),
@@ -891,28 +936,31 @@ fn coll_bytes(sizes: &mut TypeSizes, shape: Shape, a: &CollArgs, info: &CommInfo
             (total, mine)
         }
         Shape::Gather | Shape::Gatherv => {
-            let gathered = if shape == Shape::Gather {
-                b!(a.recvcount, a.recvtype) * peers_u as u64
-            } else {
-                sum_bytes(sizes, a.recvcounts, peers_u, a.recvtype, core::ptr::null())
+            let gathered = |sizes: &mut TypeSizes| {
+                if shape == Shape::Gather {
+                    sizes.bytes(i64::from(a.recvcount), a.recvtype) * peers_u as u64
+                } else {
+                    sum_bytes(sizes, a.recvcounts, peers_u, a.recvtype, core::ptr::null())
+                }
             };
             match role {
-                Role::Root if info.inter => (0, gathered),
-                Role::Root if in_place => (0, gathered),
-                Role::Root => (b!(a.sendcount, a.sendtype), gathered),
+                Role::Root if info.inter || in_place => (0, gathered(sizes)),
+                Role::Root => (b!(a.sendcount, a.sendtype), gathered(sizes)),
                 Role::Leaf => (b!(a.sendcount, a.sendtype), 0),
                 Role::Idle => (0, 0),
             }
         }
         Shape::Scatter | Shape::Scatterv => {
-            let scattered = if shape == Shape::Scatter {
-                b!(a.sendcount, a.sendtype) * peers_u as u64
-            } else {
-                sum_bytes(sizes, a.sendcounts, peers_u, a.sendtype, core::ptr::null())
+            let scattered = |sizes: &mut TypeSizes| {
+                if shape == Shape::Scatter {
+                    sizes.bytes(i64::from(a.sendcount), a.sendtype) * peers_u as u64
+                } else {
+                    sum_bytes(sizes, a.sendcounts, peers_u, a.sendtype, core::ptr::null())
+                }
             };
             match role {
-                Role::Root if info.inter || recv_in_place => (scattered, 0),
-                Role::Root => (scattered, b!(a.recvcount, a.recvtype)),
+                Role::Root if info.inter || recv_in_place => (scattered(sizes), 0),
+                Role::Root => (scattered(sizes), b!(a.recvcount, a.recvtype)),
                 Role::Leaf => (0, b!(a.recvcount, a.recvtype)),
                 Role::Idle => (0, 0),
             }
@@ -1012,13 +1060,20 @@ fn coll_bytes(sizes: &mut TypeSizes, shape: Shape, a: &CollArgs, info: &CommInfo
     }
 }
 
+/// The sequence number of this rank's next collective on `info`. Counted
+/// whether or not the record can be written, so that numbers stay aligned
+/// across ranks. MPI orders collectives on one communicator, so no two
+/// threads start one on it at once: a plain increment suffices.
 #[inline(always)]
-fn put_coll(r: &mut Writer, info: &CommInfo, root: Option<i32>, sent: u64, recvd: u64) {
-    // MPI orders collectives on one communicator, so no two threads start
-    // one on it at once: a plain increment suffices.
+fn next_seq(info: &CommInfo) -> u64 {
     let seq = info.seq.load(core::sync::atomic::Ordering::Relaxed);
     info.seq
         .store(seq + 1, core::sync::atomic::Ordering::Relaxed);
+    seq
+}
+
+#[inline(always)]
+fn put_coll(r: &mut Writer, info: &CommInfo, seq: u64, root: Option<i32>, sent: u64, recvd: u64) {
     r.put_u(u64::from(info.index));
     r.put_u(root_code(root));
     r.put_u(sent);
@@ -1029,11 +1084,13 @@ fn put_coll(r: &mut Writer, info: &CommInfo, root: Option<i32>, sent: u64, recvd
 pub fn coll(call: Call, shape: Shape, args: &CollArgs) {
     guarded(|| {
         let info = comm_info(&call, args.comm);
-        let (sent, recvd) = coll_bytes(&mut call.rec().types, shape, args, info);
+        let seq = next_seq(info);
+        let (sent, recvd) = call.coll_bytes(shape, args, info);
         if let Some(mut r) = call.begin() {
             put_coll(
                 &mut r,
                 info,
+                seq,
                 shape.rooted().then_some(args.root),
                 sent,
                 recvd,
@@ -1046,11 +1103,13 @@ pub fn coll(call: Call, shape: Shape, args: &CollArgs) {
 pub fn icoll(call: Call, shape: Shape, args: &CollArgs, request: *mut MPI_Request) {
     guarded(|| {
         let info = comm_info(&call, args.comm);
-        let (sent, recvd) = coll_bytes(&mut call.rec().types, shape, args, info);
+        let seq = next_seq(info);
+        let (sent, recvd) = call.coll_bytes(shape, args, info);
         let Some(mut r) = call.begin() else { return };
         put_coll(
             &mut r,
             info,
+            seq,
             shape.rooted().then_some(args.root),
             sent,
             recvd,
@@ -1077,14 +1136,32 @@ pub fn icoll(call: Call, shape: Shape, args: &CollArgs, request: *mut MPI_Reques
 
 // ---- datatypes ----
 
-pub fn type_free(call: Call) {
+/// The operation id of a matched-probe message, taken out of the table
+/// before the receive that consumes the message.
+pub fn claim_message(message: MPI_Message) -> Option<u64> {
+    MESSAGES.remove(key(message)).map(|m| m.0)
+}
+
+/// Before `MPI_Type_free`: cached datatype sizes become stale.
+pub fn types_changing() {
     ffi::TYPE_GENERATION.fetch_add(1, core::sync::atomic::Ordering::Relaxed);
-    plain(call)
 }
 
 // ---- communicators ----
 
-pub fn comm_new(call: Call, parent: Option<MPI_Comm>, newcomm: *mut MPI_Comm) {
+/// How a new communicator came about, which decides how its id is found.
+pub enum Origin {
+    /// A collective constructor over the members (dup, split, create, ...):
+    /// they agree on the id.
+    Constructed,
+    /// Spawn, accept, connect, join: the other side may be untraced, so
+    /// the id is local.
+    Dynamic,
+    /// `MPI_Comm_get_parent`: known already, or local.
+    Parent,
+}
+
+pub fn comm_new(call: Call, parent: Option<MPI_Comm>, newcomm: *mut MPI_Comm, origin: Origin) {
     guarded(|| {
         let parent = parent.map(|p| comm_info(&call, p).index);
         let new = if call.ok() {
@@ -1093,17 +1170,20 @@ pub fn comm_new(call: Call, parent: Option<MPI_Comm>, newcomm: *mut MPI_Comm) {
             // SAFETY: reads an initialised constant of mpi-sys's shim.
             if ffi::handle_key(c) == ffi::handle_key(unsafe { ffi::RSMPI_COMM_NULL }) {
                 None
-            } else if call.func == crate::wrappers::ids::MPI_COMM_GET_PARENT {
-                Some(comm_info(&call, c).index)
             } else {
-                Some(comms::define_constructed(c, call.rec(), call.t0).index)
+                let (rec, t) = (call.rec(), call.t0);
+                Some(match origin {
+                    Origin::Constructed => comms::define_constructed(c, rec, t),
+                    Origin::Dynamic => comms::define_dynamic(c, rec, t),
+                    Origin::Parent => comms::resolve(c, rec, t),
+                })
             }
         } else {
             None
         };
         if let Some(mut r) = call.begin() {
             r.put_u(parent.map_or(0, |p| u64::from(p) + 1));
-            r.put_u(new.map_or(0, |n| u64::from(n) + 1));
+            r.put_u(new.map_or(0, |n| u64::from(n.index) + 1));
             r.commit();
         }
     })
@@ -1112,11 +1192,12 @@ pub fn comm_new(call: Call, parent: Option<MPI_Comm>, newcomm: *mut MPI_Comm) {
 pub fn comm_idup(call: Call, comm: MPI_Comm, newcomm: *mut MPI_Comm, request: *mut MPI_Request) {
     guarded(|| {
         let info = comm_info(&call, comm);
+        let seq = next_seq(info);
         let nth = info
             .idups
             .fetch_add(1, core::sync::atomic::Ordering::Relaxed);
         let Some(mut r) = call.begin() else { return };
-        put_coll(&mut r, info, None, 0, 0);
+        put_coll(&mut r, info, seq, None, 0, 0);
         if call.ok() {
             let id = r.take_op();
             // SAFETY: MPI just stored the new request handle there.
@@ -1142,12 +1223,23 @@ pub fn comm_idup(call: Call, comm: MPI_Comm, newcomm: *mut MPI_Comm, request: *m
     })
 }
 
-pub fn comm_free(call: Call, comm: MPI_Comm) {
+/// Before `MPI_Comm_free`/`MPI_Comm_disconnect`: the communicator is taken
+/// out of the table (looked up only: the handle is about to die).
+pub fn release_comm(comm: MPI_Comm) -> Option<&'static CommInfo> {
+    comms::release(comm)
+}
+
+pub fn comm_free(call: Call, comm: MPI_Comm, released: Option<&'static CommInfo>) {
     guarded(|| {
-        let index = comm_info(&call, comm).index;
-        if call.ok() {
-            comms::forget(comm);
+        if !call.ok() {
+            // Still alive after all.
+            if let Some(info) = released {
+                comms::restore(comm, info);
+            }
         }
+        let index = released
+            .unwrap_or_else(|| comms::unknown(call.rec(), call.t0))
+            .index;
         if let Some(mut r) = call.begin() {
             r.put_u(u64::from(index));
             r.commit();

@@ -266,7 +266,6 @@ fn start_tracing(
     p0: clock::Pair,
     thread: Option<(c_int, c_int)>,
 ) {
-    let c = ffi::consts();
     let (mut rank, mut size) = (0, 0);
     // The tool talks over MPI_COMM_WORLD itself, and only inside MPI_Init
     // and MPI_Finalize, where the application can have no communication
@@ -320,27 +319,60 @@ fn start_tracing(
         }
     };
     let path = dir.join(pmtrace_format::rank_file_name(rank as u32));
-    let file = match OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create_new(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-        .mode(0o600)
-        .open(&path)
-    {
-        Ok(f) => f,
-        Err(e) => {
-            warn(&format!(
-                "rank {rank} cannot create {}: {e}; tracing disabled on this rank",
-                path.display()
-            ));
-            guard::set_state(State::Disabled);
-            return;
+    let header = build_header(rank, size, t0, thread, use_tsc, &cfg, &dir);
+    let local = open_trace(&path, &header, cfg.buffer_size);
+    // All ranks trace or none: a rank without a trace file would skip the
+    // communicator id agreement (a hidden collective) that the others run.
+    let failed_rank = lowest_failed_rank(rank, local.is_err());
+    if let Some(bad) = failed_rank {
+        if let Err(e) = &local {
+            if rank == bad {
+                warn(&format!("rank {rank}: {e}; tracing disabled on all ranks"));
+            }
         }
-    };
+        if let Ok((tx, handle)) = local {
+            // Our own file, just created: nothing else refers to it.
+            let _ = tx.send(Msg::Abandon);
+            let _ = handle.join();
+            let _ = std::fs::remove_file(&path);
+        }
+        guard::set_state(State::Disabled);
+        return;
+    }
+    let Ok((tx, handle)) = local else { return };
+    recorder::set_flusher(tx);
+    if let Some(s) = SESSION.lock().as_mut() {
+        s.dir = Some(dir);
+        s.flusher = Some(handle);
+    }
+    guard::set_state(State::Active);
 
+    recorder::set_main_thread();
+    let rec = guard.recorder();
+    rec.set_origin(t0);
+    if let Some(mut w) = rec.begin_call(func, t0, t1, 0, MAX_FIXED_RECORD) {
+        if let Some((required, provided)) = thread {
+            w.put_i(i64::from(required));
+            w.put_i(i64::from(provided));
+        }
+        w.commit();
+    }
+    comms::init(rank as u32, rec, t1);
+}
+
+#[allow(clippy::too_many_arguments)]
+fn build_header(
+    rank: i32,
+    size: i32,
+    t0: u64,
+    thread: Option<(c_int, c_int)>,
+    use_tsc: bool,
+    cfg: &Config,
+    dir: &Path,
+) -> meta::Header {
+    let c = ffi::consts();
     let timer_name = if use_tsc { "tsc" } else { "monotonic" };
-    let header = meta::Header {
+    meta::Header {
         library_version: env!("CARGO_PKG_VERSION").to_string(),
         mpi_library: mpi_library(),
         rank: rank as u32,
@@ -377,50 +409,55 @@ fn start_tracing(
                 .unwrap_or(0),
             config: cfg.effective(&dir.display().to_string(), timer_name),
         }),
-    };
-    let bytes = pmtrace_format::encode_file_header(&header);
-    use std::os::unix::fs::FileExt;
-    if let Err(e) = file.write_all_at(&bytes, 0) {
-        warn(&format!(
-            "rank {rank} cannot write {}: {e}; tracing disabled on this rank",
-            path.display()
-        ));
-        guard::set_state(State::Disabled);
-        return;
     }
+}
+
+/// Creates this rank's file (exclusively), writes its header and starts
+/// the flusher on it.
+fn open_trace(
+    path: &Path,
+    header: &meta::Header,
+    buffer_size: usize,
+) -> Result<(crossbeam_channel::Sender<Msg>, std::thread::JoinHandle<()>), String> {
+    use std::os::unix::fs::FileExt;
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create_new(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .mode(0o600)
+        .open(path)
+        .map_err(|e| format!("cannot create {}: {e}", path.display()))?;
+    let bytes = pmtrace_format::encode_file_header(header);
+    file.write_all_at(&bytes, 0)
+        .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
     let (tx, rx) = crossbeam_channel::unbounded::<Msg>();
-    let flusher = Flusher::new(file, bytes.len() as u64, cfg.buffer_size);
-    let handle = match std::thread::Builder::new()
+    let flusher = Flusher::new(file, bytes.len() as u64, buffer_size);
+    let handle = std::thread::Builder::new()
         .name("pmtrace-flusher".into())
         .spawn(move || flusher.run(rx))
-    {
-        Ok(h) => h,
-        Err(e) => {
-            warn(&format!(
-                "rank {rank} cannot start its writer thread: {e}; tracing disabled on this rank"
-            ));
-            guard::set_state(State::Disabled);
-            return;
-        }
-    };
-    recorder::set_flusher(tx);
-    if let Some(s) = SESSION.lock().as_mut() {
-        s.dir = Some(dir);
-        s.flusher = Some(handle);
-    }
-    guard::set_state(State::Active);
+        .map_err(|e| format!("cannot start its writer thread: {e}"))?;
+    Ok((tx, handle))
+}
 
-    recorder::set_main_thread();
-    let rec = guard.recorder();
-    rec.set_origin(t0);
-    if let Some(mut w) = rec.begin_call(func, t0, t1, 0, MAX_FIXED_RECORD) {
-        if let Some((required, provided)) = thread {
-            w.put_i(i64::from(required));
-            w.put_i(i64::from(provided));
-        }
-        w.commit();
+/// The lowest world rank that failed, if any (an allreduce over world).
+fn lowest_failed_rank(rank: i32, failed: bool) -> Option<i32> {
+    let c = ffi::consts();
+    let mine: u64 = if failed { rank as u64 } else { u64::MAX };
+    let mut lowest = u64::MAX;
+    // SAFETY: a tool-internal reduction of one u64 over world, which every
+    // rank reaches here inside its MPI_Init.
+    unsafe {
+        ffi::PMPI_Allreduce(
+            &mine as *const u64 as *const c_void,
+            &mut lowest as *mut u64 as *mut c_void,
+            1,
+            c.uint64,
+            c.op_min,
+            world(),
+        );
     }
-    comms::init(rank as u32, rec, t1);
+    (lowest != u64::MAX).then_some(lowest as i32)
 }
 
 /// Records the closing call, seals everything and stops the flusher.

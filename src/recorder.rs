@@ -15,7 +15,7 @@ use parking_lot::Mutex;
 use pmtrace_format::record::{self, CODE_BUFFER_WAIT, CODE_DEF_THREAD, FIRST_FUNCTION_CODE};
 use pmtrace_format::varint::Sink;
 use pmtrace_format::CHUNK_HEADER_LEN;
-use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, OnceLock};
 
 static FLUSHER: OnceLock<Sender<Msg>> = OnceLock::new();
@@ -30,6 +30,18 @@ pub fn set_main_thread() {
 
 pub fn is_main_thread() -> bool {
     MAIN_TID.load(Relaxed) == gettid()
+}
+
+/// Set when the runtime hit a bug (a panic in a hook): from then on every
+/// thread counts its events as dropped instead of recording them, while the
+/// wrappers keep doing what the other ranks rely on (communicator ids).
+/// Most bytes a BufferWait record takes.
+const WAIT_RECORD: usize = 32;
+
+static STOPPED: AtomicBool = AtomicBool::new(false);
+
+pub fn stop_recording() {
+    STOPPED.store(true, Relaxed);
 }
 
 /// Events that could not be recorded (the trace file could not grow).
@@ -74,6 +86,9 @@ pub struct Recorder {
     pub types: crate::ffi::TypeSizes,
     /// Tracing failed on this thread (no buffer could be had).
     broken: bool,
+    /// A wait for a free buffer, written as its own record once the record
+    /// that was being written (and its continuations) is complete.
+    pending_wait: Option<(u64, u64)>,
 }
 
 impl Recorder {
@@ -94,6 +109,7 @@ impl Recorder {
             comm_generation: 0,
             types: crate::ffi::TypeSizes::new(),
             broken: false,
+            pending_wait: None,
         }
     }
 
@@ -112,7 +128,7 @@ impl Recorder {
     /// Makes room for `need` bytes. False if nothing can be recorded.
     #[inline(always)]
     pub fn reserve(&mut self, need: usize) -> bool {
-        if self.cap - self.pos >= need {
+        if self.cap - self.pos >= need && !STOPPED.load(Relaxed) {
             return true;
         }
         self.reserve_slow(need)
@@ -120,7 +136,7 @@ impl Recorder {
 
     #[cold]
     fn reserve_slow(&mut self, need: usize) -> bool {
-        if self.broken {
+        if self.broken || STOPPED.load(Relaxed) {
             DROPPED.fetch_add(1, Relaxed);
             return false;
         }
@@ -150,9 +166,7 @@ impl Recorder {
                 let link = self.link.as_ref().unwrap();
                 link.waits.fetch_add(1, Relaxed);
                 link.wait_ns.fetch_add(t1 - t0, Relaxed);
-                if let Some(w) = self.begin_special(CODE_BUFFER_WAIT, t0, t1, 32) {
-                    w.commit_part();
-                }
+                self.pending_wait = Some((t0, t1));
                 return self.cap - self.pos >= need || self.fail();
             }
         };
@@ -250,6 +264,11 @@ impl Recorder {
 
     /// Seals this thread's buffer for good (finalize, thread exit).
     pub fn finish(&mut self) {
+        if let Some((a, b)) = self.pending_wait.take() {
+            if self.reserve(WAIT_RECORD) {
+                self.write_wait(a, b);
+            }
+        }
         self.hand_off(true);
         self.broken = true;
     }
@@ -283,13 +302,49 @@ impl Recorder {
         rc: i32,
         need: usize,
     ) -> Option<Writer<'_>> {
-        if !self.reserve(need) {
+        if !self.ready(t0, need) {
             return None;
         }
         let (gap, dur) = self.advance(t0, t1);
         let mut w = self.writer();
         record::put_head(&mut w, FIRST_FUNCTION_CODE + u64::from(func), gap, dur, rc);
         Some(w)
+    }
+
+    /// Makes room for a record that starts at `t0`.
+    #[inline(always)]
+    fn ready(&mut self, t0: u64, need: usize) -> bool {
+        if self.cap - self.pos >= need && self.pending_wait.is_none() && !STOPPED.load(Relaxed) {
+            return true;
+        }
+        self.ready_slow(t0, need)
+    }
+
+    /// The slow start of a record. A thread's first record gives its first
+    /// chunk's time base. A buffer wait that happened while the previous
+    /// record was written is written now, before this record: it came after
+    /// that record's call and before this one's. A wait that happens while
+    /// making room for this record is written before the next one.
+    #[cold]
+    fn ready_slow(&mut self, t0: u64, need: usize) -> bool {
+        if self.link.is_none() && self.prev_end == 0 {
+            self.prev_end = t0;
+        }
+        let earlier = self.pending_wait.take();
+        if !self.reserve(need + WAIT_RECORD) {
+            return false;
+        }
+        if let Some((a, b)) = earlier {
+            self.write_wait(a, b);
+        }
+        true
+    }
+
+    fn write_wait(&mut self, t0: u64, t1: u64) {
+        let (gap, dur) = self.advance(t0, t1);
+        let mut w = self.writer();
+        record::put_head(&mut w, CODE_BUFFER_WAIT, gap, dur, 0);
+        w.commit_part();
     }
 
     /// Starts a non-call record (definitions, buffer waits).
@@ -300,7 +355,7 @@ impl Recorder {
         t1: u64,
         need: usize,
     ) -> Option<Writer<'_>> {
-        if !self.reserve(need) {
+        if !self.ready(t0, need) {
             return None;
         }
         let (gap, dur) = self.advance(t0, t1);
@@ -436,7 +491,7 @@ impl Drop for Recorder {
             if is_main_thread() {
                 crate::guard::adopt(core::mem::take(self));
             } else {
-                self.hand_off(true);
+                self.finish();
             }
         }
     }

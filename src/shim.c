@@ -12,6 +12,7 @@ MPI_Datatype pmtrace_mpi_uint64(void) { return MPI_UINT64_T; }
 MPI_Datatype pmtrace_mpi_char(void) { return MPI_CHAR; }
 MPI_Op pmtrace_mpi_op_max(void) { return MPI_MAX; }
 MPI_Op pmtrace_mpi_op_sum(void) { return MPI_SUM; }
+MPI_Op pmtrace_mpi_op_min(void) { return MPI_MIN; }
 
 /* Bytes a completed operation transferred, and whether it was cancelled,
  * read from the status fields of the implementation when they are known

@@ -550,3 +550,40 @@ fn the_library_exports_only_mpi_symbols_and_the_cli_none() {
         .collect();
     assert!(mpi.is_empty(), "the CLI defines MPI symbols: {mpi:?}");
 }
+
+#[test]
+fn a_rank_that_cannot_create_its_file_turns_tracing_off_on_every_rank() {
+    let dir = scratch("onerankfails");
+    let trace = dir.join("shared-trace");
+    std::fs::create_dir_all(&trace).unwrap();
+    // Rank 1's file exists already: it must not be touched, and rank 1
+    // cannot trace. The job splits communicators, where traced ranks would
+    // run a hidden collective an untraced rank does not.
+    let theirs = trace.join("rank-00001.pmt");
+    std::fs::write(&theirs, b"someone else's file").unwrap();
+    let prog = prog("collectives");
+    let plain = mpirun(&dir, 3, &prog, &[], Mode::Plain, &[]);
+    let run = mpirun(
+        &dir,
+        3,
+        &prog,
+        &[],
+        Mode::Preload,
+        &[("PMTRACE_DIR", trace.to_str().unwrap())],
+    );
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert_eq!(run.stdout, plain.stdout);
+    let lines = run.stderr_lines();
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    assert!(
+        lines[0].starts_with("pmtrace: warning: rank 1:")
+            && lines[0].contains("tracing disabled on all ranks"),
+        "{}",
+        lines[0]
+    );
+    assert_eq!(std::fs::read(&theirs).unwrap(), b"someone else's file");
+    assert!(
+        !trace.join("rank-00000.pmt").exists(),
+        "no partial trace is left"
+    );
+}

@@ -135,7 +135,7 @@ fn format_kind(kind: &str, name: &str) -> Result<&'static str, String> {
         | "testsome" => "Complete",
         "cancel" => "Cancel",
         "request_free" => "RequestFree",
-        "comm_new" | "comm_parent" => "CommNew",
+        "comm_new" | "comm_dynamic" | "comm_parent" => "CommNew",
         "comm_idup" => "Icoll",
         "comm_free" => "CommFree",
         k if k.starts_with("coll:") => "Coll",
@@ -266,7 +266,11 @@ fn body(e: &Entry) -> Result<(Vec<String>, String), String> {
     let call = "call";
     let hook = match e.kind.as_str() {
         "plain" => format!("hooks::plain({call})"),
-        "type_free" => format!("hooks::type_free({call})"),
+        "type_free" => {
+            // Cached sizes are dropped before the handle can be reused.
+            prep.push("hooks::types_changing();".into());
+            format!("hooks::plain({call})")
+        }
         "send" => format!(
             "hooks::send({call}, {}, {}, {}, {}, {})",
             r("count")?,
@@ -352,17 +356,21 @@ fn body(e: &Entry) -> Result<(Vec<String>, String), String> {
         ),
         "mrecv" | "imrecv" => {
             let m = r("message")?;
-            prep.push(format!("let message_in = unsafe {{ message_value({m}) }};"));
+            // The message is claimed before the real call: once it returns,
+            // another thread's probe may get the same handle.
+            prep.push(format!(
+                "let message_op = hooks::claim_message(unsafe {{ message_value({m}) }});"
+            ));
             if e.kind == "mrecv" {
                 format!(
-                    "hooks::mrecv({call}, {}, {}, message_in, {})",
+                    "hooks::mrecv({call}, {}, {}, message_op, {})",
                     r("count")?,
                     r("datatype")?,
                     r("status")?
                 )
             } else {
                 format!(
-                    "hooks::imrecv({call}, {}, {}, message_in, {})",
+                    "hooks::imrecv({call}, {}, {}, message_op, {})",
                     r("count")?,
                     r("datatype")?,
                     r("request")?
@@ -432,11 +440,22 @@ fn body(e: &Entry) -> Result<(Vec<String>, String), String> {
             let req = single_request_in(&mut prep)?;
             format!("hooks::{}({call}, {req}, {})", e.kind, r("request")?)
         }
-        "comm_new" => {
+        "comm_new" | "comm_dynamic" => {
             let parent = opt_role(e, "comm").map_or("None".to_string(), |c| format!("Some({c})"));
-            format!("hooks::comm_new({call}, {parent}, {})", r("newcomm")?)
+            let origin = if e.kind == "comm_new" {
+                "Constructed"
+            } else {
+                "Dynamic"
+            };
+            format!(
+                "hooks::comm_new({call}, {parent}, {}, Origin::{origin})",
+                r("newcomm")?
+            )
         }
-        "comm_parent" => format!("hooks::comm_new({call}, None, {})", r("newcomm")?),
+        "comm_parent" => format!(
+            "hooks::comm_new({call}, None, {}, Origin::Parent)",
+            r("newcomm")?
+        ),
         "comm_idup" => format!(
             "hooks::comm_idup({call}, {}, {}, {})",
             r("comm")?,
@@ -445,8 +464,11 @@ fn body(e: &Entry) -> Result<(Vec<String>, String), String> {
         ),
         "comm_free" => {
             let c = r("comm_inout")?;
+            // Forgotten before the real call: once it returns, another
+            // thread may get the same handle for a new communicator.
             prep.push(format!("let comm_in = unsafe {{ comm_value({c}) }};"));
-            format!("hooks::comm_free({call}, comm_in)")
+            prep.push("let released = hooks::release_comm(comm_in);".into());
+            format!("hooks::comm_free({call}, comm_in, released)")
         }
         k if k.starts_with("coll:") || k.starts_with("icoll:") => {
             let (prefix, shape) = k.split_once(':').unwrap();
