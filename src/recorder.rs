@@ -496,3 +496,133 @@ impl Drop for Recorder {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::flusher::{Flusher, Totals};
+    use pmtrace_format::meta::{self, FunctionDef, Header};
+    use pmtrace_format::record::{Payload, Record, CODE_DEF_COMM, MAX_FIXED_RECORD};
+    use std::io::Write;
+
+    /// The buffer machinery end to end, without MPI: one thread writes more
+    /// records than many small buffers hold, plus list records split into
+    /// continuations, and the trace reader gets every one back.
+    #[test]
+    fn records_through_rotating_buffers_all_come_back() {
+        let dir =
+            std::env::temp_dir().join(format!("pmtrace-recorder-test-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut header = Header::example();
+        header.world_size = 1;
+        header.functions = vec![
+            FunctionDef {
+                name: "MPI_Send".into(),
+                kind: "send".into(),
+            },
+            FunctionDef {
+                name: "MPI_Startall".into(),
+                kind: "start".into(),
+            },
+        ];
+        let bytes = pmtrace_format::encode_file_header(&header);
+        let mut file = std::fs::File::options()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .open(dir.join(pmtrace_format::rank_file_name(0)))
+            .unwrap();
+        file.write_all(&bytes).unwrap();
+        let (tx, rx) = crossbeam_channel::unbounded();
+        let flusher = Flusher::new(file, bytes.len() as u64, crate::config::MIN_BUFFER);
+        let handle = std::thread::spawn(move || flusher.run(rx));
+        set_flusher(tx.clone());
+
+        let mut rec = Recorder::new();
+        let mut t = 1_000u64;
+        {
+            let mut w = rec.begin_special(CODE_DEF_COMM, t, t, 64).unwrap();
+            for v in [0u64, 0, 0, 1, 0, 0, 0] {
+                w.put_u(v);
+            }
+            w.commit_part();
+        }
+        const SENDS: u64 = 100_000;
+        for i in 0..SENDS {
+            t += 50;
+            let mut w = rec.begin_call(0, t, t + 20, 0, MAX_FIXED_RECORD).unwrap();
+            w.put_i(1);
+            w.put_i((i % 100) as i64);
+            w.put_u(0);
+            w.put_u(8);
+            w.commit();
+        }
+        // A start of 1024 requests: one record and 15 continuations.
+        t += 50;
+        let mut w = rec
+            .begin_call(1, t, t + 10, 0, MAX_FIXED_RECORD + 64 * 48)
+            .unwrap();
+        w.put_u(64);
+        for _ in 0..64 {
+            w.put_i(0);
+            w.take_op();
+        }
+        w.commit();
+        for _ in 0..15 {
+            let mut w = rec.begin_continuation(32 + 64 * 48).unwrap();
+            w.put_u(64);
+            for _ in 0..64 {
+                w.put_i(0);
+                w.take_op();
+            }
+            w.commit_part();
+        }
+        rec.finish();
+        let (reply_tx, reply_rx) = crossbeam_channel::bounded(1);
+        let trailer = Box::new(|t: &Totals| meta::Trailer {
+            events: t.events,
+            bytes: t.bytes,
+            chunks: t.chunks,
+            buffer_waits: t.waits,
+            buffer_wait_ns: t.wait_ns,
+            dropped: 0,
+            threads: t.threads.clone(),
+            end_ns: 0,
+            monotonic_start_ns: 0,
+            monotonic_end_ns: 0,
+        });
+        tx.send(Msg::Finish {
+            trailer,
+            reply: reply_tx,
+        })
+        .unwrap();
+        let totals = reply_rx.recv().unwrap();
+        handle.join().unwrap();
+        assert!(
+            totals.chunks > 10,
+            "buffers rotated: {} chunks",
+            totals.chunks
+        );
+
+        let trace = pmtrace_analysis::Trace::open(&dir).unwrap();
+        let records = &trace.ranks[0].threads[0].records;
+        let sends = records
+            .iter()
+            .filter(|r| matches!(r, Record::Call(c) if matches!(c.payload, Payload::Send { bytes: 8, .. })))
+            .count() as u64;
+        assert_eq!(sends, SENDS);
+        let started: usize = records
+            .iter()
+            .filter_map(|r| match r {
+                Record::Call(c) => match &c.payload {
+                    Payload::Start { started } => Some(started.len()),
+                    _ => None,
+                },
+                _ => None,
+            })
+            .sum();
+        assert_eq!(started, 64 * 16);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
