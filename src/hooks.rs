@@ -157,7 +157,15 @@ pub fn send(
 }
 
 #[allow(clippy::too_many_arguments)]
-fn issue(
+/// What a nonblocking or persistent point-to-point call starts.
+pub enum Issued {
+    Send,
+    Recv,
+}
+
+/// Isend and its modes, Irecv, and the persistent `*_init` calls.
+#[allow(clippy::too_many_arguments)]
+pub fn issue(
     call: Call,
     count: c_int,
     datatype: MPI_Datatype,
@@ -165,7 +173,7 @@ fn issue(
     tag: c_int,
     comm: MPI_Comm,
     request: *mut MPI_Request,
-    kind: OpKind,
+    issued: Issued,
     persistent: bool,
 ) {
     guarded(|| {
@@ -173,13 +181,13 @@ fn issue(
         let bytes = call.bytes(count, datatype);
         let Some(mut r) = call.begin() else { return };
         put_send(&mut r, peer, tag, info.index, bytes);
-        let kind = match kind {
-            OpKind::Recv { .. } => OpKind::Recv {
+        let kind = match issued {
+            Issued::Recv => OpKind::Recv {
                 src: peer,
                 tag,
                 posted: Some(bytes),
             },
-            k => k,
+            Issued::Send => OpKind::Send,
         };
         if call.ok() {
             let id = r.take_op();
@@ -201,81 +209,7 @@ fn issue(
     })
 }
 
-pub fn isend(
-    call: Call,
-    count: c_int,
-    datatype: MPI_Datatype,
-    peer: c_int,
-    tag: c_int,
-    comm: MPI_Comm,
-    request: *mut MPI_Request,
-) {
-    issue(
-        call,
-        count,
-        datatype,
-        peer,
-        tag,
-        comm,
-        request,
-        OpKind::Send,
-        false,
-    )
-}
-
-pub fn send_init(
-    call: Call,
-    count: c_int,
-    datatype: MPI_Datatype,
-    peer: c_int,
-    tag: c_int,
-    comm: MPI_Comm,
-    request: *mut MPI_Request,
-) {
-    issue(
-        call,
-        count,
-        datatype,
-        peer,
-        tag,
-        comm,
-        request,
-        OpKind::Send,
-        true,
-    )
-}
-
 // ---- receives ----
-
-const RECV: OpKind = OpKind::Recv {
-    src: 0,
-    tag: 0,
-    posted: None,
-};
-
-pub fn irecv(
-    call: Call,
-    count: c_int,
-    datatype: MPI_Datatype,
-    src: c_int,
-    tag: c_int,
-    comm: MPI_Comm,
-    request: *mut MPI_Request,
-) {
-    issue(call, count, datatype, src, tag, comm, request, RECV, false)
-}
-
-pub fn recv_init(
-    call: Call,
-    count: c_int,
-    datatype: MPI_Datatype,
-    src: c_int,
-    tag: c_int,
-    comm: MPI_Comm,
-    request: *mut MPI_Request,
-) {
-    issue(call, count, datatype, src, tag, comm, request, RECV, true)
-}
 
 /// A receive status relative to what was posted; nothing useful if the call failed.
 #[inline(always)]

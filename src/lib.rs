@@ -37,7 +37,7 @@ pub mod wrappers {
     use crate::clock;
     use crate::ffi::{self, comm_value, message_value, request_value, status_or_local};
     use crate::guard::Guard;
-    use crate::hooks::{self, Call, CollArgs, Done, Origin, Scratch, Shape};
+    use crate::hooks::{self, Call, CollArgs, Done, Issued, Origin, Scratch, Shape};
     use core::ffi::{c_int, c_void};
     use core::mem::MaybeUninit;
     use pmtrace_format::Kind;

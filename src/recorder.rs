@@ -302,12 +302,18 @@ impl Recorder {
         rc: i32,
         need: usize,
     ) -> Option<Writer<'_>> {
+        self.begin(FIRST_FUNCTION_CODE + u64::from(func), t0, t1, rc, need)
+    }
+
+    /// Starts any record but a continuation: room, then its head.
+    #[inline(always)]
+    fn begin(&mut self, code: u64, t0: u64, t1: u64, rc: i32, need: usize) -> Option<Writer<'_>> {
         if !self.ready(t0, need) {
             return None;
         }
         let (gap, dur) = self.advance(t0, t1);
         let mut w = self.writer();
-        record::put_head(&mut w, FIRST_FUNCTION_CODE + u64::from(func), gap, dur, rc);
+        record::put_head(&mut w, code, gap, dur, rc);
         Some(w)
     }
 
@@ -355,13 +361,7 @@ impl Recorder {
         t1: u64,
         need: usize,
     ) -> Option<Writer<'_>> {
-        if !self.ready(t0, need) {
-            return None;
-        }
-        let (gap, dur) = self.advance(t0, t1);
-        let mut w = self.writer();
-        record::put_head(&mut w, code, gap, dur, 0);
-        Some(w)
+        self.begin(code, t0, t1, 0, need)
     }
 
     /// Starts a continuation of the previous record's list.

@@ -280,14 +280,19 @@ fn body(e: &Entry) -> Result<(Vec<String>, String), String> {
             r("comm")?
         ),
         "isend" | "send_init" | "irecv" | "recv_init" => format!(
-            "hooks::{}({call}, {}, {}, {}, {}, {}, {})",
-            e.kind,
+            "hooks::issue({call}, {}, {}, {}, {}, {}, {}, Issued::{}, {})",
             r("count")?,
             r("datatype")?,
             r("peer")?,
             r("tag")?,
             r("comm")?,
-            r("request")?
+            r("request")?,
+            if e.kind.starts_with("is") || e.kind == "send_init" {
+                "Send"
+            } else {
+                "Recv"
+            },
+            e.kind.ends_with("_init")
         ),
         "recv" => format!(
             "hooks::recv({call}, {}, {}, {}, {}, {}, {})",
