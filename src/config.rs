@@ -21,6 +21,8 @@ pub struct Config {
     pub dir: Option<String>,
     pub buffer_size: usize,
     pub timer: TimerChoice,
+    /// `PMTRACE_CLOCKS`: what every message carries (rank 0's choice wins).
+    pub clocks: crate::piggyback::Mode,
     pub warnings: Vec<String>,
 }
 
@@ -58,6 +60,7 @@ impl Config {
             dir: None,
             buffer_size: DEFAULT_BUFFER,
             timer: TimerChoice::Auto,
+            clocks: crate::piggyback::Mode::Lamport,
             warnings: Vec::new(),
         };
         for (k, v) in vars {
@@ -88,6 +91,12 @@ impl Config {
                         "PMTRACE_TIMER={v} is not tsc, monotonic or auto; using auto"
                     )),
                 },
+                "PMTRACE_CLOCKS" => match crate::piggyback::Mode::from_name(&v) {
+                    Some(m) => c.clocks = m,
+                    None => c.warnings.push(format!(
+                        "PMTRACE_CLOCKS={v} is not lamport, vector or none; using lamport"
+                    )),
+                },
                 k if KNOWN.contains(&k) => {}
                 _ => c.warnings.push(format!("unknown setting {k} ignored")),
             }
@@ -110,6 +119,7 @@ impl Config {
         m.insert("PMTRACE_DIR".into(), dir.into());
         m.insert("PMTRACE_BUFFER_SIZE".into(), self.buffer_size.to_string());
         m.insert("PMTRACE_TIMER".into(), timer.into());
+        m.insert("PMTRACE_CLOCKS".into(), self.clocks.name().into());
         m
     }
 }
@@ -151,8 +161,10 @@ mod tests {
             ("PMTRACE_BUFFER_SIZE", "1M"),
             ("PMTRACE_TIMER", "monotonic"),
             ("PMTRACE_DIR", "/tmp/t"),
+            ("PMTRACE_CLOCKS", "vector"),
             ("HOME", "/root"),
         ]);
+        assert_eq!(c.clocks, crate::piggyback::Mode::Vector);
         assert_eq!(c.buffer_size, 1 << 20);
         assert_eq!(c.timer, TimerChoice::Monotonic);
         assert_eq!(c.dir.as_deref(), Some("/tmp/t"));

@@ -14,6 +14,9 @@ extern "C" {
     fn pmtrace_mpi_err_pending() -> core::ffi::c_int;
     fn pmtrace_mpi_uint64() -> MPI_Datatype;
     fn pmtrace_mpi_char() -> MPI_Datatype;
+    fn pmtrace_mpi_byte() -> MPI_Datatype;
+    fn pmtrace_mpi_bottom() -> *const core::ffi::c_void;
+    fn pmtrace_status_set_bytes(status: *mut MPI_Status, n: core::ffi::c_longlong);
     fn pmtrace_mpi_op_max() -> MPI_Op;
     fn pmtrace_mpi_op_sum() -> MPI_Op;
     fn pmtrace_mpi_op_min() -> MPI_Op;
@@ -33,6 +36,8 @@ pub struct Consts {
     pub err_pending: i32,
     pub uint64: MPI_Datatype,
     pub char: MPI_Datatype,
+    pub byte: MPI_Datatype,
+    pub bottom: usize,
     pub op_max: MPI_Op,
     pub op_sum: MPI_Op,
     pub op_min: MPI_Op,
@@ -60,6 +65,8 @@ pub fn consts() -> &'static Consts {
                 err_pending: pmtrace_mpi_err_pending(),
                 uint64: pmtrace_mpi_uint64(),
                 char: pmtrace_mpi_char(),
+                byte: pmtrace_mpi_byte(),
+                bottom: pmtrace_mpi_bottom() as usize,
                 op_max: pmtrace_mpi_op_max(),
                 op_sum: pmtrace_mpi_op_sum(),
                 op_min: pmtrace_mpi_op_min(),
@@ -148,6 +155,9 @@ pub struct TypeSizes {
     key: u64,
     generation: u64,
     size: u64,
+    /// Elements are laid out without gaps from the buffer address on (size
+    /// equals extent and true extent, lower bounds zero).
+    dense: bool,
 }
 
 impl TypeSizes {
@@ -156,25 +166,56 @@ impl TypeSizes {
             key: u64::MAX,
             generation: u64::MAX,
             size: 0,
+            dense: false,
         }
+    }
+
+    #[inline]
+    fn load(&mut self, datatype: MPI_Datatype) {
+        let key = handle_key(datatype);
+        let generation = TYPE_GENERATION.load(std::sync::atomic::Ordering::Relaxed);
+        if self.key != key || self.generation != generation {
+            self.query(datatype, key, generation);
+        }
+    }
+
+    #[cold]
+    fn query(&mut self, datatype: MPI_Datatype, key: u64, generation: u64) {
+        let (mut size, mut lb, mut extent, mut tlb, mut textent): (
+            MPI_Count,
+            MPI_Count,
+            MPI_Count,
+            MPI_Count,
+            MPI_Count,
+        ) = (0, 0, 0, 0, 0);
+        // SAFETY: queries on a handle the application passed to MPI.
+        let ok = unsafe {
+            PMPI_Type_size_x(datatype, &mut size) == 0
+                && PMPI_Type_get_extent_x(datatype, &mut lb, &mut extent) == 0
+                && PMPI_Type_get_true_extent_x(datatype, &mut tlb, &mut textent) == 0
+        };
+        let size_ok = ok && size >= 0;
+        *self = TypeSizes {
+            key,
+            generation,
+            size: if size_ok { size as u64 } else { 0 },
+            dense: size_ok && size > 0 && lb == 0 && tlb == 0 && extent == size && textent == size,
+        };
     }
 
     /// Size in bytes of one element of `datatype` (its type size, not extent).
     #[inline]
     pub fn size(&mut self, datatype: MPI_Datatype) -> u64 {
-        let key = handle_key(datatype);
-        let generation = TYPE_GENERATION.load(std::sync::atomic::Ordering::Relaxed);
-        if self.key != key || self.generation != generation {
-            let mut size: MPI_Count = 0;
-            // SAFETY: a query on a handle the application passed to MPI.
-            let rc = unsafe { PMPI_Type_size_x(datatype, &mut size) };
-            *self = TypeSizes {
-                key,
-                generation,
-                size: if rc != 0 || size < 0 { 0 } else { size as u64 },
-            };
-        }
+        self.load(datatype);
         self.size
+    }
+
+    /// Bytes of `count` elements if they form one contiguous block starting
+    /// at the buffer address.
+    #[inline]
+    pub fn dense_bytes(&mut self, count: i64, datatype: MPI_Datatype) -> Option<u64> {
+        self.load(datatype);
+        (self.dense && count >= 0).then(|| (count as u64).saturating_mul(self.size))
     }
 
     /// Bytes in `count` elements of `datatype`.
@@ -198,6 +239,13 @@ impl Default for TypeSizes {
 pub fn status_bytes(status: *const MPI_Status) -> u64 {
     // SAFETY: `status` was filled by MPI for a completed operation.
     unsafe { pmtrace_status_bytes(status) }.max(0) as u64
+}
+
+/// Sets the byte count a status reports (what `MPI_Get_count` divides).
+#[inline]
+pub fn set_status_bytes(status: *mut MPI_Status, n: u64) {
+    // SAFETY: `status` is a status MPI filled for this call.
+    unsafe { pmtrace_status_set_bytes(status, n as core::ffi::c_longlong) }
 }
 
 #[inline]

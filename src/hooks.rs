@@ -10,6 +10,7 @@
 use crate::comms::{self, CommInfo};
 use crate::ffi::{self, MPI_Comm, MPI_Datatype, MPI_Message, MPI_Request, MPI_Status, TypeSizes};
 use crate::guard::Guard;
+use crate::piggyback::{self, Got};
 use crate::recorder::{Recorder, Writer};
 use crate::requests::{key, Op, OpKind, MESSAGES, REQUESTS};
 use core::cell::RefCell;
@@ -78,6 +79,18 @@ impl<'g> Call<'g> {
             .begin_call(self.func, self.t0, self.t1, self.rc, MAX_FIXED_RECORD)
     }
 
+    /// Starts this call's record with room for a fixed payload and one piggyback.
+    #[inline(always)]
+    fn begin_pb(&self) -> Option<Writer<'_>> {
+        self.rec().begin_call(
+            self.func,
+            self.t0,
+            self.t1,
+            self.rc,
+            MAX_FIXED_RECORD + piggyback::record_room(),
+        )
+    }
+
     /// Starts this call's record with room for a list of `items`.
     #[inline(always)]
     fn begin_list(&self, items: usize) -> Option<Writer<'_>> {
@@ -86,9 +99,21 @@ impl<'g> Call<'g> {
             self.t0,
             self.t1,
             self.rc,
-            MAX_FIXED_RECORD + items * MAX_LIST_ITEM,
+            MAX_FIXED_RECORD + items * item_room(),
         )
     }
+}
+
+/// Most bytes one list item takes, piggyback included.
+#[inline(always)]
+fn item_room() -> usize {
+    MAX_LIST_ITEM + piggyback::record_room()
+}
+
+/// Items per list record: fewer when vector clocks make items large.
+#[inline(always)]
+fn list_batch() -> usize {
+    (LIST_BATCH * MAX_LIST_ITEM / item_room()).clamp(1, LIST_BATCH)
 }
 
 /// Runs a hook body; a panic disables tracing instead of unwinding into C.
@@ -163,7 +188,9 @@ pub enum Issued {
     Recv,
 }
 
-/// Isend and its modes, Irecv, and the persistent `*_init` calls.
+/// Isend and its modes, Irecv, and the persistent `*_init` calls. `pb` is
+/// the piggyback slot the wrapper made; the request keeps it even when the
+/// call cannot be recorded, since completing it must unpack the message.
 #[allow(clippy::too_many_arguments)]
 pub fn issue(
     call: Call,
@@ -175,12 +202,11 @@ pub fn issue(
     request: *mut MPI_Request,
     issued: Issued,
     persistent: bool,
+    pb: usize,
 ) {
     guarded(|| {
         let info = comm_info(&call, comm);
         let bytes = call.bytes(count, datatype);
-        let Some(mut r) = call.begin() else { return };
-        put_send(&mut r, peer, tag, info.index, bytes);
         let kind = match issued {
             Issued::Recv => OpKind::Recv {
                 src: peer,
@@ -189,8 +215,9 @@ pub fn issue(
             },
             Issued::Send => OpKind::Send,
         };
+        let mut w = call.begin();
         if call.ok() {
-            let id = r.take_op();
+            let id = w.as_mut().map_or(0, |r| r.take_op());
             // SAFETY: MPI just stored the new request handle there.
             let handle = unsafe { *request };
             REQUESTS.insert(
@@ -202,10 +229,19 @@ pub fn issue(
                     instance: None,
                     cancelled: false,
                     slot: request as usize,
+                    pb,
                 },
             );
+            if !persistent {
+                piggyback::posted_recv(pb, true);
+            }
+        } else {
+            piggyback::release(pb);
         }
-        r.commit();
+        if let Some(mut r) = w {
+            put_send(&mut r, peer, tag, info.index, bytes);
+            r.commit();
+        }
     })
 }
 
@@ -219,14 +255,16 @@ fn put_recv_status(
     posted: (i32, i32, Option<u64>),
     status: *const MPI_Status,
     extra: u64,
+    got: Option<&Got>,
 ) {
     if ok {
-        r.put_status(posted, actual(status), extra);
+        r.put_status_pb(posted, actual(status), extra, got);
     } else {
         r.put_u(ST_NONE);
     }
 }
 
+#[allow(clippy::too_many_arguments)]
 pub fn recv(
     call: Call,
     count: c_int,
@@ -235,13 +273,21 @@ pub fn recv(
     tag: c_int,
     comm: MPI_Comm,
     status: *mut MPI_Status,
+    got: Option<Got>,
 ) {
     guarded(|| {
         let info = comm_info(&call, comm);
         let posted = call.bytes(count, datatype);
-        let Some(mut r) = call.begin() else { return };
+        let Some(mut r) = call.begin_pb() else { return };
         put_send(&mut r, src, tag, info.index, posted);
-        put_recv_status(&mut r, call.ok(), (src, tag, Some(posted)), status, 0);
+        put_recv_status(
+            &mut r,
+            call.ok(),
+            (src, tag, Some(posted)),
+            status,
+            0,
+            got.as_ref(),
+        );
         r.commit();
     })
 }
@@ -259,12 +305,13 @@ pub fn sendrecv(
     recvtag: c_int,
     comm: MPI_Comm,
     status: *mut MPI_Status,
+    got: Option<Got>,
 ) {
     guarded(|| {
         let info = comm_info(&call, comm);
         let bytes = call.bytes(sendcount, sendtype);
         let posted = call.bytes(recvcount, recvtype);
-        let Some(mut r) = call.begin() else { return };
+        let Some(mut r) = call.begin_pb() else { return };
         r.put_i(i64::from(dest));
         r.put_i(i64::from(sendtag));
         r.put_u(bytes);
@@ -278,6 +325,7 @@ pub fn sendrecv(
             (source, recvtag, Some(posted)),
             status,
             0,
+            got.as_ref(),
         );
         r.commit();
     })
@@ -299,6 +347,9 @@ pub fn probe(
         let info = comm_info(&call, comm);
         // SAFETY: MPI set *flag for this call when a flag was passed.
         let found = call.ok() && (flag.is_null() || unsafe { *flag } != 0);
+        if found {
+            piggyback::fix_probe_status(status);
+        }
         let Some(mut r) = call.begin() else { return };
         r.put_i(i64::from(src));
         r.put_i(i64::from(tag));
@@ -329,13 +380,14 @@ pub fn mrecv(
     datatype: MPI_Datatype,
     msg: Option<u64>,
     status: *mut MPI_Status,
+    got: Option<Got>,
 ) {
     guarded(|| {
         let posted = call.bytes(count, datatype);
-        let Some(mut r) = call.begin() else { return };
+        let Some(mut r) = call.begin_pb() else { return };
         r.put_op_ref(msg);
         r.put_u(posted);
-        put_recv_status(&mut r, call.ok(), EXPLICIT, status, 0);
+        put_recv_status(&mut r, call.ok(), EXPLICIT, status, 0, got.as_ref());
         r.commit();
     })
 }
@@ -346,14 +398,18 @@ pub fn imrecv(
     datatype: MPI_Datatype,
     msg: Option<u64>,
     request: *mut MPI_Request,
+    pb: usize,
 ) {
     guarded(|| {
         let posted = call.bytes(count, datatype);
-        let Some(mut r) = call.begin() else { return };
-        r.put_op_ref(msg);
-        r.put_u(posted);
+        let mut w = call.begin();
+        // The message reference is written before the new id is taken.
+        if let Some(r) = w.as_mut() {
+            r.put_op_ref(msg);
+            r.put_u(posted);
+        }
         if call.ok() {
-            let id = r.take_op();
+            let id = w.as_mut().map_or(0, |r| r.take_op());
             // SAFETY: MPI just stored the new request handle there.
             let handle = unsafe { *request };
             let kind = OpKind::Recv {
@@ -370,19 +426,49 @@ pub fn imrecv(
                     instance: None,
                     cancelled: false,
                     slot: request as usize,
+                    pb,
                 },
             );
+        } else {
+            piggyback::release(pb);
         }
-        r.commit();
+        if let Some(r) = w {
+            r.commit();
+        }
     })
 }
 
 // ---- persistent starts ----
 
+/// Before `MPI_Start(all)`: persistent sends load their next message.
+pub fn before_start(guard: &Guard, t0: u64, requests: &[MPI_Request], slots: *const MPI_Request) {
+    if piggyback::mode() == piggyback::Mode::None {
+        return;
+    }
+    for (i, &h) in requests.iter().enumerate() {
+        if let Some(op) = REQUESTS
+            .get(key(h), slot_at(slots, i))
+            .filter(|op| op.persistent)
+        {
+            piggyback::before_start(op.pb, guard.recorder(), t0);
+        }
+    }
+}
+
 pub fn start(call: Call, requests: &[MPI_Request], slots: *mut MPI_Request) {
     guarded(|| {
+        if piggyback::mode() != piggyback::Mode::None {
+            for (i, &h) in requests.iter().enumerate() {
+                if let Some(op) = REQUESTS
+                    .get(key(h), slot_at(slots, i))
+                    .filter(|op| op.persistent)
+                {
+                    piggyback::posted_recv(op.pb, call.ok());
+                }
+            }
+        }
         let n = if call.ok() { requests.len() } else { 0 };
-        let mut batches = requests[..n].chunks(LIST_BATCH);
+        let mut batches = requests[..n].chunks(list_batch());
         let first = batches.next().unwrap_or(&[]);
         let Some(mut w) = call.begin_list(first.len()) else {
             return;
@@ -394,7 +480,7 @@ pub fn start(call: Call, requests: &[MPI_Request], slots: *mut MPI_Request) {
         for batch in batches {
             let Some(mut w) = call
                 .rec()
-                .begin_continuation(32 + batch.len() * MAX_LIST_ITEM)
+                .begin_continuation(32 + batch.len() * item_room())
             else {
                 return;
             };
@@ -411,7 +497,7 @@ fn start_items(r: &mut Writer, batch: &[MPI_Request], slots: *const MPI_Request)
         let slot = slot_at(slots, i);
         let init = REQUESTS
             .get(key(h), slot)
-            .filter(|op| op.persistent)
+            .filter(|op| op.persistent && op.id != 0)
             .map(|op| op.id);
         r.put_op_ref(init);
         let instance = r.take_op();
@@ -450,6 +536,8 @@ struct Completed {
     /// Null when MPI freed the request without reporting it (an error).
     status: *const MPI_Status,
     slot: usize,
+    /// What the received message's piggyback said.
+    got: Option<Got>,
 }
 
 /// Takes the operation behind a completed request out of the table. A
@@ -476,6 +564,8 @@ fn complete_op(
     if (!op.persistent && !ffi::is_request_null(after)) || (op.persistent && status.is_null()) {
         return;
     }
+    let cancelled = op.cancelled && !status.is_null() && ffi::status_cancelled(status);
+    let got = piggyback::complete(op.pb, status as *mut MPI_Status, cancelled, op.persistent);
     let id = if op.persistent {
         // An inactive persistent request completes at once and has no instance.
         let Some(inst) = REQUESTS
@@ -495,6 +585,7 @@ fn complete_op(
         cancelled: op.cancelled,
         status,
         slot,
+        got,
     });
 }
 
@@ -582,7 +673,7 @@ pub fn complete(call: Call, requests: &[MPI_Request], slots: *const MPI_Request,
                 comms::define_idup(comm, parent_gid, nth, call.rec(), call.t0);
             }
         }
-        let mut batches = set.chunks(LIST_BATCH);
+        let mut batches = set.chunks(list_batch());
         let first = batches.next().unwrap_or(&[]);
         let Some(mut w) = call.begin_list(first.len()) else {
             return;
@@ -593,7 +684,7 @@ pub fn complete(call: Call, requests: &[MPI_Request], slots: *const MPI_Request,
         for batch in batches {
             let Some(mut w) = call
                 .rec()
-                .begin_continuation(32 + batch.len() * MAX_LIST_ITEM)
+                .begin_continuation(32 + batch.len() * item_room())
             else {
                 return;
             };
@@ -606,12 +697,12 @@ pub fn complete(call: Call, requests: &[MPI_Request], slots: *const MPI_Request,
 
 fn completion_items(r: &mut Writer, batch: &[Completed]) {
     for c in batch {
-        r.put_op_ref(Some(c.op));
+        r.put_op_ref((c.op != 0).then_some(c.op));
         let cancelled = c.cancelled && !c.status.is_null() && ffi::status_cancelled(c.status);
         let extra = if cancelled { ST_CANCELLED } else { 0 };
         match c.kind {
             OpKind::Recv { src, tag, posted } if !cancelled && !c.status.is_null() => {
-                r.put_status((src, tag, posted), actual(c.status), extra)
+                r.put_status_pb((src, tag, posted), actual(c.status), extra, c.got.as_ref())
             }
             _ => r.put_u(ST_NONE | extra),
         }
@@ -627,12 +718,30 @@ pub fn cancel(call: Call, request: MPI_Request, slot: *mut MPI_Request) {
                 if op.persistent {
                     op.instance
                 } else {
-                    Some(op.id)
+                    (op.id != 0).then_some(op.id)
                 }
             })
             .flatten();
         if let Some(mut r) = call.begin() {
             r.put_op_ref(op);
+            r.commit();
+        }
+    })
+}
+
+/// `MPI_Request_get_status`: a completed receive is unpacked now, since the
+/// application may read its buffer before completing the request.
+pub fn request_status(call: Call, request: MPI_Request, flag: *mut c_int, status: *mut MPI_Status) {
+    guarded(|| {
+        // SAFETY: MPI set *flag for this call.
+        if call.ok() && unsafe { *flag } != 0 && !ffi::is_request_null(request) {
+            // The handle is not stored in the application's array here; any
+            // live operation with this handle value will do.
+            if let Some(op) = REQUESTS.get(key(request), 0) {
+                piggyback::peek(op.pb, status);
+            }
+        }
+        if let Some(r) = call.begin() {
             r.commit();
         }
     })
@@ -646,7 +755,14 @@ pub fn request_free(call: Call, request: MPI_Request, slot: *mut MPI_Request) {
         } else {
             REQUESTS.get(key(request), slot)
         };
-        let id = op.map(|op| op.id);
+        if let Some(op) = op.filter(|op| call.ok() && op.persistent) {
+            // An inactive persistent request (freeing an active one is the
+            // rare case where the slot must outlive the handle: kept).
+            if op.instance.is_none() {
+                piggyback::release(op.pb);
+            }
+        }
+        let id = op.map(|op| op.id).filter(|&id| id != 0);
         if let Some(mut r) = call.begin() {
             r.put_op_ref(id);
             r.commit();
@@ -1061,6 +1177,7 @@ pub fn icoll(call: Call, shape: Shape, args: &CollArgs, request: *mut MPI_Reques
                     instance: None,
                     cancelled: false,
                     slot: request as usize,
+                    pb: 0,
                 },
             );
         }
@@ -1150,6 +1267,7 @@ pub fn comm_idup(call: Call, comm: MPI_Comm, newcomm: *mut MPI_Comm, request: *m
                     instance: None,
                     cancelled: false,
                     slot: request as usize,
+                    pb: 0,
                 },
             );
         }

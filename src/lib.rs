@@ -6,6 +6,7 @@
 //! - `wrappers`: generated from `wrappers/mpi.wrap` (one per MPI function);
 //! - `lifecycle`: the hand-written Init/Finalize/Abort/Pcontrol;
 //! - `hooks`: what each kind of call records;
+//! - `piggyback`: the hidden header on every message, and the clocks;
 //! - `recorder`: per-thread buffers in mapped file pages;
 //! - `flusher`: the background writer thread that owns the file;
 //! - `comms`, `requests`: communicator ids and live request state;
@@ -22,6 +23,7 @@ mod flusher;
 mod guard;
 mod hooks;
 mod lifecycle;
+mod piggyback;
 mod recorder;
 mod requests;
 
@@ -38,6 +40,7 @@ pub mod wrappers {
     use crate::ffi::{self, comm_value, message_value, request_value, status_or_local};
     use crate::guard::Guard;
     use crate::hooks::{self, Call, CollArgs, Done, Issued, Origin, Scratch, Shape};
+    use crate::piggyback as pb;
     use core::ffi::{c_int, c_void};
     use core::mem::MaybeUninit;
     use pmtrace_format::Kind;

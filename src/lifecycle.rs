@@ -20,6 +20,7 @@ use crate::config::{Config, TimerChoice};
 use crate::ffi::{self, MPI_Comm};
 use crate::flusher::{Flusher, Msg, Totals};
 use crate::guard::{self, Guard, State};
+use crate::piggyback::{self, Mode};
 use crate::recorder::{self, Recorder, Writer};
 use crate::wrappers::{ids, real, FUNCTIONS};
 use core::ffi::{c_char, c_int, c_void};
@@ -190,16 +191,18 @@ fn prepare_dir(cfg: &Config) -> Result<PathBuf, String> {
     Ok(abs)
 }
 
-/// Rank 0's directory (or error) to every rank.
+/// Rank 0's directory (or error) and piggyback mode to every rank: every
+/// message's layout depends on the mode, so one rank decides.
 fn share_dir(
     comm: MPI_Comm,
     rank: i32,
     mine: Option<Result<PathBuf, String>>,
-) -> Result<PathBuf, String> {
+    clocks: Mode,
+) -> (Result<PathBuf, String>, Mode) {
     let c = ffi::consts();
     let text = match &mine {
-        Some(Ok(p)) => format!("+{}", p.display()),
-        Some(Err(e)) => format!("-{e}"),
+        Some(Ok(p)) => format!("{}+{}", clocks as u8, p.display()),
+        Some(Err(e)) => format!("{}-{e}", clocks as u8),
         None => String::new(),
     };
     let mut len = text.len() as c_int;
@@ -219,10 +222,17 @@ fn share_dir(
         };
         ffi::PMPI_Bcast(buf.as_mut_ptr() as *mut c_void, len, c.char, 0, comm);
         let s = String::from_utf8_lossy(&buf).into_owned();
-        match s.strip_prefix('+') {
+        let mode = match s.as_bytes().first() {
+            Some(b'1') => Mode::Lamport,
+            Some(b'2') => Mode::Vector,
+            _ => Mode::None,
+        };
+        let s = s.get(1..).unwrap_or("");
+        let dir = match s.strip_prefix('+') {
             Some(p) => Ok(PathBuf::from(p)),
             None => Err(s.strip_prefix('-').unwrap_or("no directory").to_string()),
-        }
+        };
+        (dir, mode)
     }
 }
 
@@ -295,7 +305,7 @@ fn start_tracing(
     let t1 = clock::now();
 
     let mine = (rank == 0).then(|| prepare_dir(&cfg));
-    let shared = share_dir(world(), rank, mine);
+    let (shared, clocks) = share_dir(world(), rank, mine, cfg.clocks);
     *SESSION.lock() = Some(Session {
         rank,
         dir: None,
@@ -319,7 +329,7 @@ fn start_tracing(
         }
     };
     let path = dir.join(pmtrace_format::rank_file_name(rank as u32));
-    let header = build_header(rank, size, t0, thread, use_tsc, &cfg, &dir);
+    let header = build_header(rank, size, t0, thread, use_tsc, &cfg, &dir, clocks);
     let local = open_trace(&path, &header, cfg.buffer_size);
     // All ranks trace or none: a rank without a trace file would skip the
     // communicator id agreement (a hidden collective) that the others run.
@@ -345,6 +355,7 @@ fn start_tracing(
         s.dir = Some(dir);
         s.flusher = Some(handle);
     }
+    piggyback::enable(clocks, rank as usize, size as usize);
     guard::set_state(State::Active);
 
     recorder::set_main_thread();
@@ -369,6 +380,7 @@ fn build_header(
     use_tsc: bool,
     cfg: &Config,
     dir: &Path,
+    clocks: Mode,
 ) -> meta::Header {
     let c = ffi::consts();
     let timer_name = if use_tsc { "tsc" } else { "monotonic" };
@@ -407,8 +419,13 @@ fn build_header(
                 .duration_since(std::time::UNIX_EPOCH)
                 .map(|d| d.as_nanos() as u64)
                 .unwrap_or(0),
-            config: cfg.effective(&dir.display().to_string(), timer_name),
+            config: {
+                let mut m = cfg.effective(&dir.display().to_string(), timer_name);
+                m.insert("PMTRACE_CLOCKS".into(), clocks.name().into());
+                m
+            },
         }),
+        clocks: clocks.name().into(),
     }
 }
 

@@ -89,6 +89,15 @@ pub struct Recorder {
     /// A wait for a free buffer, written as its own record once the record
     /// that was being written (and its continuations) is complete.
     pending_wait: Option<(u64, u64)>,
+    /// Messages this thread sent (the `n` of message ids).
+    msg_n: u64,
+    /// Staging buffers of blocking sends and receives (see `piggyback`).
+    stage_out: Vec<u8>,
+    stage_in: Vec<u8>,
+    /// The previous recorded piggyback, for delta coding.
+    pb_prev: record::PbState,
+    /// Start of the record being written.
+    start: u64,
 }
 
 impl Recorder {
@@ -110,7 +119,45 @@ impl Recorder {
             types: crate::ffi::TypeSizes::new(),
             broken: false,
             pending_wait: None,
+            msg_n: 0,
+            stage_out: Vec::new(),
+            stage_in: Vec::new(),
+            pb_prev: record::PbState {
+                id: 0,
+                lc: 0,
+                vc: Vec::new(),
+            },
+            start: 0,
         }
+    }
+
+    /// The id of the next message this thread sends, taken. The thread is
+    /// registered first, so that the id names its stream.
+    #[inline(always)]
+    pub fn next_msg_id(&mut self) -> u64 {
+        if self.link.is_none() {
+            let _ = self.reserve(64);
+        }
+        self.msg_n += 1;
+        record::msg_id(self.thread_index(), self.msg_n)
+    }
+
+    /// The thread's staging buffer for outgoing messages, at least `n` bytes.
+    #[inline(always)]
+    pub fn stage_out(&mut self, n: usize) -> *mut u8 {
+        if self.stage_out.len() < n {
+            self.stage_out.resize(n.next_power_of_two(), 0);
+        }
+        self.stage_out.as_mut_ptr()
+    }
+
+    /// The thread's staging buffer for incoming messages, at least `n` bytes.
+    #[inline(always)]
+    pub fn stage_in(&mut self, n: usize) -> *mut u8 {
+        if self.stage_in.len() < n {
+            self.stage_in.resize(n.next_power_of_two(), 0);
+        }
+        self.stage_in.as_mut_ptr()
     }
 
     /// Sets the time base of this thread's first chunk (before its first
@@ -311,7 +358,9 @@ impl Recorder {
         if !self.ready(t0, need) {
             return None;
         }
+        let prev = self.prev_end;
         let (gap, dur) = self.advance(t0, t1);
+        self.start = prev + gap;
         let mut w = self.writer();
         record::put_head(&mut w, code, gap, dur, rc);
         Some(w)
@@ -414,6 +463,27 @@ impl Writer<'_> {
         extra: u64,
     ) {
         record::put_status(self, posted, actual, extra);
+    }
+
+    /// A receive status, with the piggyback the message carried.
+    #[inline(always)]
+    pub fn put_status_pb(
+        &mut self,
+        posted: (i32, i32, Option<u64>),
+        actual: (i32, i32, u64),
+        extra: u64,
+        got: Option<&crate::piggyback::Got>,
+    ) {
+        match got {
+            None => record::put_status(self, posted, actual, extra),
+            Some(g) => {
+                record::put_status(self, posted, actual, extra | record::ST_PIGGYBACK);
+                let start = self.rec.start;
+                let mut prev = core::mem::take(&mut self.rec.pb_prev);
+                record::put_pb(self, &mut prev, start, g.id, g.lc, g.sent, &g.vc);
+                self.rec.pb_prev = prev;
+            }
+        }
     }
 
     /// Takes the id of the operation this record creates.

@@ -10,6 +10,7 @@ int pmtrace_mpi_err_pending(void) { return MPI_ERR_PENDING; }
 int pmtrace_mpi_max_processor_name(void) { return MPI_MAX_PROCESSOR_NAME; }
 MPI_Datatype pmtrace_mpi_uint64(void) { return MPI_UINT64_T; }
 MPI_Datatype pmtrace_mpi_char(void) { return MPI_CHAR; }
+MPI_Datatype pmtrace_mpi_byte(void) { return MPI_BYTE; }
 MPI_Op pmtrace_mpi_op_max(void) { return MPI_MAX; }
 MPI_Op pmtrace_mpi_op_sum(void) { return MPI_SUM; }
 MPI_Op pmtrace_mpi_op_min(void) { return MPI_MIN; }
@@ -19,13 +20,19 @@ MPI_Op pmtrace_mpi_op_min(void) { return MPI_MIN; }
  * (this is the hot path of every receive); through MPI otherwise. */
 #if defined(OPEN_MPI)
 long long pmtrace_status_bytes(const MPI_Status *s) { return (long long)s->_ucount; }
+void pmtrace_status_set_bytes(MPI_Status *s, long long n) { s->_ucount = (size_t)n; }
 int pmtrace_status_cancelled(const MPI_Status *s) { return s->_cancelled; }
 #elif defined(MPICH)
 long long pmtrace_status_bytes(const MPI_Status *s) {
     return (long long)(((unsigned long long)(unsigned)s->count_hi_and_cancelled >> 1) << 32 | (unsigned)s->count_lo);
 }
 int pmtrace_status_cancelled(const MPI_Status *s) { return s->count_hi_and_cancelled & 1; }
+void pmtrace_status_set_bytes(MPI_Status *s, long long n) {
+    s->count_lo = (int)(unsigned)((unsigned long long)n & 0xffffffffu);
+    s->count_hi_and_cancelled = (int)((((unsigned long long)n >> 32) << 1) | (unsigned)(s->count_hi_and_cancelled & 1));
+}
 #else
+void pmtrace_status_set_bytes(MPI_Status *s, long long n) { PMPI_Status_set_elements_x(s, MPI_BYTE, (MPI_Count)n); }
 long long pmtrace_status_bytes(const MPI_Status *s) {
     MPI_Count n = 0;
     PMPI_Get_elements_x(s, MPI_BYTE, &n);

@@ -134,6 +134,7 @@ fn format_kind(kind: &str, name: &str) -> Result<&'static str, String> {
         "wait" | "test" | "waitany" | "testany" | "waitall" | "testall" | "waitsome"
         | "testsome" => "Complete",
         "cancel" => "Cancel",
+        "request_get_status" => "Plain",
         "request_free" => "RequestFree",
         "comm_new" | "comm_dynamic" | "comm_parent" => "CommNew",
         "comm_idup" => "Icoll",
@@ -280,7 +281,7 @@ fn body(e: &Entry) -> Result<(Vec<String>, String), String> {
             r("comm")?
         ),
         "isend" | "send_init" | "irecv" | "recv_init" => format!(
-            "hooks::issue({call}, {}, {}, {}, {}, {}, {}, Issued::{}, {})",
+            "hooks::issue({call}, {}, {}, {}, {}, {}, {}, Issued::{}, {}, pb_post_slot)",
             r("count")?,
             r("datatype")?,
             r("peer")?,
@@ -295,7 +296,7 @@ fn body(e: &Entry) -> Result<(Vec<String>, String), String> {
             e.kind.ends_with("_init")
         ),
         "recv" => format!(
-            "hooks::recv({call}, {}, {}, {}, {}, {}, {})",
+            "hooks::recv({call}, {}, {}, {}, {}, {}, {}, got)",
             r("count")?,
             r("datatype")?,
             r("peer")?,
@@ -304,7 +305,7 @@ fn body(e: &Entry) -> Result<(Vec<String>, String), String> {
             r("status")?
         ),
         "sendrecv" => format!(
-            "hooks::sendrecv({call}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {})",
+            "hooks::sendrecv({call}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, got)",
             r("sendcount")?,
             r("sendtype")?,
             r("peer")?,
@@ -317,7 +318,7 @@ fn body(e: &Entry) -> Result<(Vec<String>, String), String> {
             r("status")?
         ),
         "sendrecv_replace" => format!(
-            "hooks::sendrecv({call}, {c}, {d}, {}, {}, {c}, {d}, {}, {}, {}, {})",
+            "hooks::sendrecv({call}, {c}, {d}, {}, {}, {c}, {d}, {}, {}, {}, {}, got)",
             r("peer")?,
             r("sendtag")?,
             r("source")?,
@@ -368,14 +369,14 @@ fn body(e: &Entry) -> Result<(Vec<String>, String), String> {
             ));
             if e.kind == "mrecv" {
                 format!(
-                    "hooks::mrecv({call}, {}, {}, message_op, {})",
+                    "hooks::mrecv({call}, {}, {}, message_op, {}, got)",
                     r("count")?,
                     r("datatype")?,
                     r("status")?
                 )
             } else {
                 format!(
-                    "hooks::imrecv({call}, {}, {}, message_op, {})",
+                    "hooks::imrecv({call}, {}, {}, message_op, {}, pb_post_slot)",
                     r("count")?,
                     r("datatype")?,
                     r("request")?
@@ -440,6 +441,12 @@ fn body(e: &Entry) -> Result<(Vec<String>, String), String> {
             r("outcount")?,
             r("indices")?,
             r("statuses")?
+        ),
+        "request_get_status" => format!(
+            "hooks::request_status({call}, {}, {}, {})",
+            r("reqval")?,
+            r("flag")?,
+            r("status")?
         ),
         "cancel" | "request_free" => {
             let req = single_request_in(&mut prep)?;
@@ -522,6 +529,133 @@ fn body(e: &Entry) -> Result<(Vec<String>, String), String> {
         }
     };
     Ok((prep, hook))
+}
+
+/// What the piggyback layer does around the real call of an entry: lines
+/// after the start time is taken, the arguments it replaces (by role), and
+/// lines after the call returned.
+#[derive(Default)]
+struct Around {
+    pre: Vec<String>,
+    subst: Vec<(String, String)>,
+    post: Vec<String>,
+}
+
+fn around(e: &Entry) -> Result<Around, String> {
+    let r = |x: &str| role(e, x);
+    let mut a = Around::default();
+    let replace = |a: &mut Around, var: &str, roles: [&str; 3]| {
+        a.subst.push((roles[0].into(), format!("{var}.buf as _")));
+        a.subst.push((roles[1].into(), format!("{var}.count")));
+        a.subst.push((roles[2].into(), format!("{var}.datatype")));
+    };
+    let data = |x: [&str; 3]| -> Result<[String; 3], String> {
+        Ok([
+            r(x[0])?.to_string(),
+            r(x[1])?.to_string(),
+            r(x[2])?.to_string(),
+        ])
+    };
+    match e.kind.as_str() {
+        "send" => {
+            let [b, c, d] = data(["buf", "count", "datatype"])?;
+            a.pre.push(format!(
+                "let pb_out = pb::Out::new(guard.recorder(), t0, {b} as *const c_void, {c}, {d});"
+            ));
+            replace(&mut a, "pb_out", ["buf", "count", "datatype"]);
+            a.post.push("drop(pb_out);".into());
+        }
+        "isend" | "send_init" => {
+            let [b, c, d] = data(["buf", "count", "datatype"])?;
+            a.pre.push(format!(
+                "let pb_post = pb::post_send(guard.recorder(), t0, {b} as *const c_void, {c}, {d}, {});",
+                e.kind == "send_init"
+            ));
+            replace(&mut a, "pb_post", ["buf", "count", "datatype"]);
+            a.post
+                .push("let pb_post_slot = pb_post.into_slot();".into());
+        }
+        "irecv" | "recv_init" => {
+            let [b, c, d] = data(["buf", "count", "datatype"])?;
+            a.pre.push(format!(
+                "let pb_post = pb::post_recv(guard.recorder(), {b} as *mut c_void, {c}, {d}, pb::Rx::new({}, {}), {}, {});",
+                r("peer")?,
+                r("comm")?,
+                r("tag")?,
+                e.kind == "recv_init"
+            ));
+            replace(&mut a, "pb_post", ["buf", "count", "datatype"]);
+            a.post
+                .push("let pb_post_slot = pb_post.into_slot();".into());
+        }
+        "imrecv" => {
+            let [b, c, d] = data(["buf", "count", "datatype"])?;
+            a.pre.push(format!(
+                "let pb_post = pb::post_recv(guard.recorder(), {b} as *mut c_void, {c}, {d}, pb::Rx::matched(), 0, false);"
+            ));
+            replace(&mut a, "pb_post", ["buf", "count", "datatype"]);
+            a.post
+                .push("let pb_post_slot = pb_post.into_slot();".into());
+        }
+        "recv" | "mrecv" => {
+            let [b, c, d] = data(["buf", "count", "datatype"])?;
+            a.pre.push(format!(
+                "let pb_in = pb::In::new(guard.recorder(), {b} as *mut c_void, {c}, {d});"
+            ));
+            replace(&mut a, "pb_in", ["buf", "count", "datatype"]);
+            let rx = if e.kind == "recv" {
+                format!("pb::Rx::new({}, {})", r("peer")?, r("comm")?)
+            } else {
+                "pb::Rx::matched()".to_string()
+            };
+            a.post.push(format!(
+                "let got = pb_in.finish(rc, {}, {rx});",
+                r("status")?
+            ));
+        }
+        "sendrecv" => {
+            let [b, c, d] = data(["sendbuf", "sendcount", "sendtype"])?;
+            a.pre.push(format!(
+                "let pb_out = pb::Out::new(guard.recorder(), t0, {b} as *const c_void, {c}, {d});"
+            ));
+            replace(&mut a, "pb_out", ["sendbuf", "sendcount", "sendtype"]);
+            let [b, c, d] = data(["recvbuf", "recvcount", "recvtype"])?;
+            a.pre.push(format!(
+                "let pb_in = pb::In::new(guard.recorder(), {b} as *mut c_void, {c}, {d});"
+            ));
+            replace(&mut a, "pb_in", ["recvbuf", "recvcount", "recvtype"]);
+            a.post.push("drop(pb_out);".into());
+            a.post.push(format!(
+                "let got = pb_in.finish(rc, {}, pb::Rx::new({}, {}));",
+                r("status")?,
+                r("source")?,
+                r("comm")?
+            ));
+        }
+        "sendrecv_replace" => {
+            let [b, c, d] = data(["buf", "count", "datatype"])?;
+            a.pre.push(format!(
+                "let pb_rep = pb::Replace::new(guard.recorder(), t0, {b} as *mut c_void, {c}, {d});"
+            ));
+            replace(&mut a, "pb_rep", ["buf", "count", "datatype"]);
+            a.post.push(format!(
+                "let got = pb_rep.finish(rc, {}, pb::Rx::new({}, {}));",
+                r("status")?,
+                r("source")?,
+                r("comm")?
+            ));
+        }
+        "start" => a.pre.push(format!(
+            "hooks::before_start(&guard, t0, core::slice::from_ref(&request_in), {});",
+            r("request")?
+        )),
+        "startall" => a.pre.push(format!(
+            "hooks::before_start(&guard, t0, scratch.requests(), {});",
+            r("requests")?
+        )),
+        _ => {}
+    }
+    Ok(a)
 }
 
 /// Generates the whole module. `declared` holds the `PMPI_` names the
@@ -611,6 +745,18 @@ pub fn generate(entries: &[Entry], declared: &BTreeSet<String>) -> Result<String
         let args: Vec<&str> = e.params.iter().map(|p| p.name.as_str()).collect();
         let args = args.join(", ");
         let (prep, hook) = body(e)?;
+        let around = around(e)?;
+        let real_args: Vec<String> = e
+            .params
+            .iter()
+            .map(|p| {
+                p.role
+                    .as_ref()
+                    .and_then(|role| around.subst.iter().find(|(r, _)| r == role))
+                    .map_or(p.name.clone(), |(_, v)| v.clone())
+            })
+            .collect();
+        let real_args = real_args.join(", ");
         let rc_of = if e.ret.trim() == "int" {
             "rc"
         } else {
@@ -642,13 +788,29 @@ pub fn generate(entries: &[Entry], declared: &BTreeSet<String>) -> Result<String
             writeln!(o, "    {l}").unwrap();
         }
         writeln!(o, "    let t0 = clock::now();").unwrap();
+        for l in &around.pre {
+            writeln!(o, "    {l}").unwrap();
+        }
         writeln!(
             o,
-            "    // SAFETY: the caller's arguments; ignored statuses replaced by local storage."
+            "    // SAFETY: the caller's arguments; ignored statuses replaced by local"
         )
         .unwrap();
-        writeln!(o, "    let rc = unsafe {{ real::P{}({args}) }};", e.name).unwrap();
+        writeln!(
+            o,
+            "    // storage, message buffers by the piggyback layer's (see `piggyback`)."
+        )
+        .unwrap();
+        writeln!(
+            o,
+            "    let rc = unsafe {{ real::P{}({real_args}) }};",
+            e.name
+        )
+        .unwrap();
         writeln!(o, "    let t1 = clock::now();").unwrap();
+        for l in &around.post {
+            writeln!(o, "    {l}").unwrap();
+        }
         writeln!(
             o,
             "    let call = Call::new(&guard, ids::{}, t0, t1, {rc_of});",

@@ -333,6 +333,7 @@ impl RankBuilder {
                 start_unix_ns: 1_700_000_000_000_000_000,
                 config: BTreeMap::new(),
             }),
+            clocks: "none".into(),
         };
         RankBuilder {
             header,

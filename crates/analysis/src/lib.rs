@@ -13,6 +13,7 @@
 //! Library code returns typed errors ([`ReadError`], [`ExportError`]); the
 //! CLI turns them into one line on stderr. There is no `unsafe` here.
 
+pub mod clocks;
 pub mod comm;
 pub mod error;
 pub mod export;
@@ -21,6 +22,7 @@ pub mod matching;
 pub mod read;
 pub mod report;
 
+pub use clocks::{ClockReport, Clocks};
 pub use comm::{Comm, Comms};
 pub use error::ReadError;
 pub use export::ExportError;

@@ -32,7 +32,7 @@
 use std::collections::HashMap;
 
 use pmtrace_format::meta::MpiConstants;
-use pmtrace_format::record::{Call, Payload};
+use pmtrace_format::record::{Call, Payload, Pb};
 use pmtrace_format::{Kind, Status};
 
 use crate::read::{EventRef, Rank, Trace};
@@ -77,6 +77,28 @@ pub struct RecvEvent {
     pub post_item: usize,
     /// The completing call (`post` itself for a blocking receive).
     pub completion: EventRef,
+    /// Position within the completing call (a `waitall` completes several).
+    pub completion_item: usize,
+    /// How the receive was made, for the clock rules.
+    pub how: RecvHow,
+    /// Posted with `MPI_ANY_SOURCE` (a matched-probe receive never is: its
+    /// message was chosen by the probe).
+    pub wildcard: bool,
+    /// The tag it was posted with.
+    pub posted_tag: i32,
+    /// What the message's piggyback said, if it had one.
+    pub pb: Option<Pb>,
+}
+
+/// How a receive was made.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RecvHow {
+    /// `recv`, `sendrecv`: posted and completed by one call.
+    Blocking,
+    /// `irecv`, started `recv_init`: completed by a wait or test.
+    Nonblocking,
+    /// `mrecv`, `imrecv`: the message was matched by a probe.
+    Probed,
 }
 
 /// A matched pair: indices into [`Messages::sends`] and [`Messages::recvs`].
@@ -263,6 +285,8 @@ struct RankScan<'a> {
     /// Indices into `out.sends` of sends later found cancelled.
     cancelled: Vec<usize>,
     first_send: usize,
+    /// Receive operations made by `imrecv`.
+    probed: std::collections::HashSet<u64>,
 }
 
 impl<'a> RankScan<'a> {
@@ -277,6 +301,7 @@ impl<'a> RankScan<'a> {
             ops: HashMap::new(),
             cancelled: vec![],
             first_send,
+            probed: Default::default(),
         }
     }
 
@@ -354,7 +379,14 @@ impl<'a> RankScan<'a> {
 
     /// Records receive `p`, completed by `completion` (ending at `time`)
     /// with `status`, which this resolves against the posted values.
-    fn push_recv(&mut self, p: PostedRecv, status: Status, completion: EventRef, time: u64) {
+    fn push_recv(
+        &mut self,
+        p: PostedRecv,
+        status: Status,
+        completion: (EventRef, usize),
+        time: u64,
+        how: RecvHow,
+    ) {
         let status = status.resolve(p.src, p.tag, p.posted);
         let source = status.source.unwrap_or(p.src);
         if p.src == self.c.proc_null
@@ -379,7 +411,12 @@ impl<'a> RankScan<'a> {
             posted_at: p.at,
             post: p.post,
             post_item: p.item,
-            completion,
+            completion: completion.0,
+            completion_item: completion.1,
+            how,
+            wildcard: how != RecvHow::Probed && p.src == self.c.any_source,
+            posted_tag: p.tag,
+            pb: status.pb,
         });
     }
 
@@ -447,7 +484,7 @@ impl<'a> RankScan<'a> {
                 },
             ) => {
                 let p = posted(src, tag, self.comm_id(comm, t), n);
-                self.push_recv(p, status, at, call.t_end);
+                self.push_recv(p, status, (at, 0), call.t_end, RecvHow::Blocking);
             }
             (
                 Kind::Irecv,
@@ -502,7 +539,13 @@ impl<'a> RankScan<'a> {
                     at,
                     0,
                 );
-                self.push_recv(posted(src, rtag, comm, n), status, at, call.t_end);
+                self.push_recv(
+                    posted(src, rtag, comm, n),
+                    status,
+                    (at, 0),
+                    call.t_end,
+                    RecvHow::Blocking,
+                );
             }
             (
                 Kind::Mprobe | Kind::Improbe,
@@ -557,7 +600,13 @@ impl<'a> RankScan<'a> {
                 },
             ) => {
                 if let Some(Op::Probed(p)) = self.ops.get(&msg).copied() {
-                    self.push_recv(PostedRecv { posted, ..p }, status, at, call.t_end);
+                    self.push_recv(
+                        PostedRecv { posted, ..p },
+                        status,
+                        (at, 0),
+                        call.t_end,
+                        RecvHow::Probed,
+                    );
                 }
             }
             (
@@ -571,6 +620,7 @@ impl<'a> RankScan<'a> {
             ) => {
                 if let Some(Op::Probed(p)) = self.ops.get(&msg).copied() {
                     self.post_recv(op, PostedRecv { posted, ..p });
+                    self.probed.insert(op);
                 }
             }
             _ => {}
@@ -583,7 +633,7 @@ impl<'a> RankScan<'a> {
         let Payload::Complete { done } = &call.payload else {
             return;
         };
-        for c in done {
+        for (i, c) in done.iter().enumerate() {
             let Some(op) = c.op else { continue };
             if c.status.empty {
                 continue;
@@ -592,7 +642,12 @@ impl<'a> RankScan<'a> {
                 Some(Op::Recv(p, state @ Completed::No)) => {
                     *state = Completed::Yes;
                     let p = *p;
-                    self.push_recv(p, c.status, at, call.t_end);
+                    let how = if self.probed.contains(&op) {
+                        RecvHow::Probed
+                    } else {
+                        RecvHow::Nonblocking
+                    };
+                    self.push_recv(p, c.status, (at, i), call.t_end, how);
                 }
                 Some(&mut Op::Send(idx)) if c.status.cancelled => self.cancelled.push(idx),
                 _ => {}

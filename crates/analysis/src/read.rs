@@ -51,6 +51,9 @@ pub struct Thread {
     /// OS thread id, from the thread's `DefThread` record or the trailer.
     pub tid: Option<u64>,
     pub records: Vec<Record>,
+    /// Vector clocks of received piggybacks (see `pmtrace_format::record::Pb`),
+    /// `world_size` entries each; empty unless the trace has vector clocks.
+    pub vcs: Vec<u64>,
 }
 
 /// One rank's file, decoded.
@@ -432,7 +435,13 @@ impl RankFile {
                     ));
                 }
             }
-            let records = self.decode_thread(index, &chunks, &kinds, &mut warnings)?;
+            let vc_len = if header.clocks == "vector" {
+                header.world_size as usize
+            } else {
+                0
+            };
+            let (records, vcs) =
+                self.decode_thread(index, &chunks, &kinds, vc_len, &mut warnings)?;
             // Buffers that never got a record (spares, pooled buffers the
             // runtime marks with thread u32::MAX) are not threads.
             if !records.is_empty() {
@@ -440,6 +449,7 @@ impl RankFile {
                     index,
                     tid: None,
                     records,
+                    vcs,
                 });
             }
         }
@@ -544,9 +554,10 @@ impl RankFile {
         thread: u32,
         chunks: &[(u64, ChunkHeader)],
         kinds: &[Kind],
+        vc_len: usize,
         warnings: &mut Vec<String>,
-    ) -> Result<Vec<Record>, ReadError> {
-        let mut decoder = ThreadDecoder::new(thread);
+    ) -> Result<(Vec<Record>, Vec<u64>), ReadError> {
+        let mut decoder = ThreadDecoder::with_vc_len(thread, vc_len);
         let mut records: Vec<Record> = Vec::new();
         for (at, h) in chunks {
             let sealed = h.state == ChunkState::Sealed;
@@ -583,12 +594,12 @@ impl RankFile {
                         warnings.push(format!(
                             "thread {thread}: unsealed chunk at offset {at} stops making sense at offset {offset} ({e}); the thread's later records are dropped"
                         ));
-                        return Ok(records);
+                        return Ok((records, decoder.vc_arena));
                     }
                 }
             }
         }
-        Ok(records)
+        Ok((records, decoder.vc_arena))
     }
 }
 

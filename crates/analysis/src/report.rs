@@ -143,8 +143,8 @@ pub struct Report {
     pub dropped_events: u64,
     pub run: Option<RunSummary>,
     pub warnings: Vec<String>,
-    /// Piggybacked clock checks; null until the clocks analysis exists.
-    pub clocks: Option<serde_json::Value>,
+    /// Piggybacked clock checks (see [`crate::clocks`]).
+    pub clocks: Option<crate::clocks::ClockReport>,
     /// Timestamp synchronisation results; null until `pmtrace sync` ran.
     pub sync: Option<serde_json::Value>,
 }
@@ -279,7 +279,7 @@ impl Report {
             incomplete_ranks: trace.incomplete_ranks(),
             run,
             warnings: trace.all_warnings(),
-            clocks: None,
+            clocks: Some(crate::clocks::compute(trace, messages).report),
             sync: None,
         }
     }
@@ -443,6 +443,35 @@ impl Report {
                 s.reversed, s.clock_condition
             )?,
             None => writeln!(w, "  after sync: not synced yet (run `pmtrace sync`)")?,
+        }
+        if let Some(c) = &self.clocks {
+            writeln!(w, "\nLogical clocks ({})", c.mode)?;
+            if c.mode != "none" {
+                writeln!(
+                    w,
+                    "  matched by piggybacked id {}, disagreeing with FIFO matching {}, without id {}",
+                    c.matched_by_id, c.fifo_disagreements, c.unmatched_by_id
+                )?;
+                writeln!(
+                    w,
+                    "  clock condition broken: Lamport {}, vector {}",
+                    c.lamport_violations,
+                    c.vector_violations
+                        .map_or_else(|| "-".to_owned(), |v| v.to_string())
+                )?;
+                writeln!(
+                    w,
+                    "  piggybacks checked against the senders' clocks {}, differing {}; decreasing clocks {}",
+                    c.wire_checked, c.wire_mismatches, c.decreasing
+                )?;
+                if let Some(h) = &c.happens_before {
+                    writeln!(
+                        w,
+                        "  happens-before vs vector clocks: {} events, {} pairs, {} disagreements",
+                        h.events, h.pairs, h.disagreements
+                    )?;
+                }
+            }
         }
         Ok(())
     }

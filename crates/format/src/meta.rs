@@ -54,6 +54,14 @@ pub struct Header {
     /// Indexed by function id (record code minus [`crate::record::FIRST_FUNCTION_CODE`]).
     pub functions: Vec<FunctionDef>,
     pub run: Option<RunInfo>,
+    /// What every message carried: "lamport", "vector" (world-size vector
+    /// clocks too) or "none". The same on every rank.
+    #[serde(default = "no_clocks")]
+    pub clocks: String,
+}
+
+fn no_clocks() -> String {
+    "none".into()
 }
 
 impl Header {
@@ -85,6 +93,7 @@ impl Header {
                 },
             ],
             run: None,
+            clocks: "none".into(),
         }
     }
 }

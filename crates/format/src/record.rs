@@ -39,10 +39,15 @@
 //! abort                      comm:u code:i
 //! pcontrol                   level:i
 //! plain, init, finalize      (nothing)
-//! status := flags:u [source:i] [tag:i] [bytes:u]
+//! status := flags:u [source:i] [tag:i] [bytes:u] [pb]
 //!           flags: 1 source present, 2 tag present, 4 bytes present,
 //!                  8 cancelled, 16 nothing found (probe/test miss),
-//!                  32 no status (a completed non-receive)
+//!                  32 no status (a completed non-receive),
+//!                  64 a piggyback follows
+//! pb     := id:i lc:i sent:i vc:i*   (id and lc as deltas from the thread's
+//!           previous piggyback, sent as record start minus send time, the
+//!           vector clock (vector mode only, world-size entries) entrywise
+//!           against the previous one)
 //!           an absent field equals the posted value; mrecv, and the
 //!           completions of imrecv, write every field (nothing is posted)
 //! ```
@@ -59,6 +64,12 @@
 //! message). Ids are never written; readers count. A reference (`ref`) is
 //! zigzag(next − id) where `next` is the id the thread would assign next; 0
 //! means "not a traced operation".
+//!
+//! **Message ids.** With piggybacking on, every message a thread sends gets
+//! the id `thread << 40 | n`, `n` counting from 1 per thread in record order
+//! over send, isend (and modes), sendrecv records (failed ones included),
+//! and every started instance of a persistent send. The receiver records the
+//! id it got; the sender's ids are implicit.
 //!
 //! **Collective sequence numbers** are per communicator. `seqcode` is 0 when
 //! the collective is on the same communicator as the thread's previous
@@ -195,6 +206,63 @@ pub struct Status {
     /// A completion of an operation that has no receive status (a send, a
     /// collective).
     pub none: bool,
+    /// The piggyback the received message carried, if any.
+    pub pb: Option<Pb>,
+}
+
+/// A received message's piggyback: the sender's message id and Lamport
+/// clock, and the sender's timer value when it sent. In vector mode `vc`
+/// indexes the decoder's `vc_arena` (`vc_len` entries from `vc * vc_len`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Pb {
+    pub id: u64,
+    pub lc: u64,
+    pub sent: u64,
+    pub vc: Option<u32>,
+}
+
+/// Message ids: `thread << MSG_THREAD_SHIFT | n`, `n` counting the
+/// messages a thread sent from 1, in record order (see the module docs).
+pub const MSG_THREAD_SHIFT: u32 = 40;
+
+pub fn msg_id(thread: u32, n: u64) -> u64 {
+    (u64::from(thread) << MSG_THREAD_SHIFT) | n
+}
+
+/// The previous piggyback of a thread, against which the next is delta-coded.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PbState {
+    pub id: u64,
+    pub lc: u64,
+    pub vc: Vec<u64>,
+}
+
+/// Writes a piggyback (after a status with `ST_PIGGYBACK`): deltas against
+/// the thread's previous piggyback, the send time against the record start.
+#[inline(always)]
+pub fn put_pb<S: Sink>(
+    out: &mut S,
+    prev: &mut PbState,
+    start: u64,
+    id: u64,
+    lc: u64,
+    sent: u64,
+    vc: &[u64],
+) {
+    out.put_i(id.wrapping_sub(prev.id) as i64);
+    out.put_i(lc.wrapping_sub(prev.lc) as i64);
+    out.put_i(start.wrapping_sub(sent) as i64);
+    prev.id = id;
+    prev.lc = lc;
+    if !vc.is_empty() {
+        if prev.vc.len() != vc.len() {
+            prev.vc = vec![0; vc.len()];
+        }
+        for (p, &v) in prev.vc.iter_mut().zip(vc) {
+            out.put_i(v.wrapping_sub(*p) as i64);
+            *p = v;
+        }
+    }
 }
 
 pub const ST_SOURCE: u64 = 1;
@@ -203,6 +271,8 @@ pub const ST_BYTES: u64 = 4;
 pub const ST_CANCELLED: u64 = 8;
 pub const ST_EMPTY: u64 = 16;
 pub const ST_NONE: u64 = 32;
+/// A piggyback follows the status fields.
+pub const ST_PIGGYBACK: u64 = 64;
 
 impl Status {
     pub fn resolve(mut self, src: i32, tag: i32, bytes: u64) -> Status {
@@ -414,6 +484,13 @@ pub struct ThreadDecoder {
     prev_end: u64,
     next_n: u64,
     last_coll: Option<(u32, u64)>,
+    /// Start of the record being decoded.
+    start: u64,
+    pb: PbState,
+    /// Vector-clock entries per piggyback (0 unless vector mode).
+    pub vc_len: usize,
+    /// The vector clocks of decoded piggybacks (see [`Pb::vc`]).
+    pub vc_arena: Vec<u64>,
 }
 
 /// What the decoder needs to continue a list record in a later record.
@@ -452,13 +529,20 @@ fn u32v(buf: &[u8], pos: &mut usize) -> Result<u32, FormatError> {
 
 fn status(buf: &[u8], pos: &mut usize) -> Result<Status, FormatError> {
     let flags = u(buf, pos)?;
-    if flags >= 64 {
+    if flags >= 128 {
         return Err(corrupt("status flags"));
     }
     let mut s = Status {
         cancelled: flags & ST_CANCELLED != 0,
         empty: flags & ST_EMPTY != 0,
         none: flags & ST_NONE != 0,
+        // A placeholder until the decoder reads the piggyback itself.
+        pb: (flags & ST_PIGGYBACK != 0).then_some(Pb {
+            id: 0,
+            lc: 0,
+            sent: 0,
+            vc: None,
+        }),
         ..Status::default()
     };
     if flags & ST_SOURCE != 0 {
@@ -480,7 +564,49 @@ impl ThreadDecoder {
             prev_end: 0,
             next_n: 1,
             last_coll: None,
+            start: 0,
+            pb: PbState::default(),
+            vc_len: 0,
+            vc_arena: Vec::new(),
         }
+    }
+
+    /// A decoder for a trace whose piggybacks carry `vc_len` vector-clock
+    /// entries (0 without vector clocks).
+    pub fn with_vc_len(thread: u32, vc_len: usize) -> Self {
+        ThreadDecoder {
+            vc_len,
+            ..Self::new(thread)
+        }
+    }
+
+    fn status(&mut self, buf: &[u8], pos: &mut usize) -> Result<Status, FormatError> {
+        let mut s = status(buf, pos)?;
+        if s.pb.is_some() {
+            let id = self.pb.id.wrapping_add(i(buf, pos)? as u64);
+            let lc = self.pb.lc.wrapping_add(i(buf, pos)? as u64);
+            let sent = self.start.wrapping_sub(i(buf, pos)? as u64);
+            self.pb.id = id;
+            self.pb.lc = lc;
+            let vc = if self.vc_len > 0 {
+                check_count(buf, *pos, self.vc_len)?;
+                if self.pb.vc.len() != self.vc_len {
+                    self.pb.vc = vec![0; self.vc_len];
+                }
+                let at = u32::try_from(self.vc_arena.len() / self.vc_len)
+                    .map_err(|_| corrupt("too many vector clocks"))?;
+                for k in 0..self.vc_len {
+                    let v = self.pb.vc[k].wrapping_add(i(buf, pos)? as u64);
+                    self.pb.vc[k] = v;
+                    self.vc_arena.push(v);
+                }
+                Some(at)
+            } else {
+                None
+            };
+            s.pb = Some(Pb { id, lc, sent, vc });
+        }
+        Ok(s)
     }
 
     /// Call at the start of each chunk of this thread, in chunk order.
@@ -569,7 +695,7 @@ impl ThreadDecoder {
         check_count(buf, *pos, n)?;
         for _ in 0..n {
             let op = self.reference(buf, pos)?;
-            let status = status(buf, pos)?;
+            let status = self.status(buf, pos)?;
             out.push(Completion { op, status });
         }
         Ok(())
@@ -599,6 +725,7 @@ impl ThreadDecoder {
             .checked_add(dur)
             .ok_or_else(|| corrupt("time overflow"))?;
         self.prev_end = t_end;
+        self.start = t_start;
         let rc = if err { i32v(buf, pos)? } else { 0 };
         let ok = !err;
         match code {
@@ -669,7 +796,7 @@ impl ThreadDecoder {
                 let comm = u32v(buf, pos)?;
                 let posted = u(buf, pos)?;
                 let (status, op) = if kind == Kind::Recv {
-                    (Some(status(buf, pos)?.resolve(src, tag, posted)), None)
+                    (Some(self.status(buf, pos)?.resolve(src, tag, posted)), None)
                 } else {
                     (None, ok.then(|| self.take_id()))
                 };
@@ -690,7 +817,7 @@ impl ThreadDecoder {
                 let rtag = i32v(buf, pos)?;
                 let posted = u(buf, pos)?;
                 let comm = u32v(buf, pos)?;
-                let status = status(buf, pos)?.resolve(src, rtag, posted);
+                let status = self.status(buf, pos)?.resolve(src, rtag, posted);
                 Payload::Sendrecv {
                     peer,
                     stag,
@@ -723,7 +850,7 @@ impl ThreadDecoder {
                 let msg = self.reference(buf, pos)?;
                 let posted = u(buf, pos)?;
                 let (status, op) = if kind == Kind::Mrecv {
-                    (Some(status(buf, pos)?), None)
+                    (Some(self.status(buf, pos)?), None)
                 } else {
                     (None, ok.then(|| self.take_id()))
                 };

@@ -1,0 +1,866 @@
+//! Logical clocks, rebuilt from the trace and checked against what the
+//! messages carried.
+//!
+//! **Matching by id.** Every message carried its id (`thread << 40 | n`,
+//! see `pmtrace_format::record`); the receiver recorded it. Sends get their
+//! ids back by counting, per thread, the records that sent a message. A
+//! receive is matched to the send of its source rank with that id, and the
+//! result is compared with the FIFO-rule matching of [`Messages`].
+//!
+//! **Clocks.** The Lamport clocks follow LLCP (`003_…` §5.1) exactly as the
+//! runtime does (see the runtime's `piggyback` module): sends do not tick;
+//! completing a receive ticks once per pending wildcard receive it
+//! completes by non-overtaking, once for itself if it is a wildcard receive
+//! still pending (or blocking), then merges `max(LC, m.LC + 1)`.
+//! Collectives are logical messages (Becker et al., `000_…` §4): an exit
+//! takes the maximum of the clocks at the enters it depends on (1-to-N: the
+//! root's; N-to-1: all, at the root; N-to-N: all; Scan: ranks k ≤ i;
+//! Exscan: k < i). The runtime cannot merge collectives without an extra
+//! reduction per call, so it does not; this module does, offline.
+//!
+//! **Why the offline clocks are the rules' clocks.** The rules make every
+//! clock a function of (a) each rank's sequence of events, (b) which send
+//! each receive matched, (c) which enters each collective exit depends on.
+//! The trace holds all three exactly: the records in order, the
+//! piggybacked message ids, and per-communicator collective sequence
+//! numbers. [`compute`] applies each rule once per event in an order in
+//! which every event comes after everything it depends on (a real run has
+//! no causal cycle), so it computes exactly the values the rules define.
+//!
+//! **Checks.** The same pass run without collectives must reproduce, bit
+//! for bit, the clock each message carried (and its send time, and in
+//! vector mode its vector clock): that checks the runtime. With
+//! collectives, every matched pair must satisfy send < receive
+//! (`lamport_violations`, `vector_violations`), and on small runs the
+//! vector clocks must order two events exactly when a brute-force
+//! happens-before over the event graph does.
+
+use std::collections::HashMap;
+
+use pmtrace_format::record::{msg_id, Call, Payload};
+use pmtrace_format::Kind;
+use serde::Serialize;
+
+use crate::matching::{Messages, RecvHow};
+use crate::read::{EventRef, Trace};
+
+/// Largest number of events for the brute-force happens-before check.
+pub const HB_MAX_EVENTS: usize = 4000;
+
+/// What `pmtrace report --json` shows under `clocks`.
+#[derive(Debug, Clone, Default, Serialize, PartialEq, Eq)]
+pub struct ClockReport {
+    pub mode: String,
+    /// Receives matched to their send through the piggybacked id.
+    pub matched_by_id: u64,
+    /// Receives whose id matching differs from the FIFO-rule matching.
+    pub fifo_disagreements: u64,
+    /// Receives that carried no piggyback, or an id no send has.
+    pub unmatched_by_id: u64,
+    /// Matched pairs with send.lc >= recv.lc (after the merge).
+    pub lamport_violations: u64,
+    /// Matched pairs whose vector clocks are not ordered send < receive.
+    pub vector_violations: Option<u64>,
+    /// Piggybacks (clock, send time, vector clock) that differ from what the
+    /// sender's replayed clock says it sent.
+    pub wire_mismatches: u64,
+    /// Piggybacks checked against the replay (single-threaded senders).
+    pub wire_checked: u64,
+    /// Places where a clock decreased along a rank (or along one sender's
+    /// messages): 0 on every correct run.
+    pub decreasing: u64,
+    /// Brute-force happens-before check of the vector clocks (small runs).
+    pub happens_before: Option<HbCheck>,
+    /// Events whose dependencies could not be resolved (a trace with lost
+    /// events); their clocks use what was known.
+    pub forced: u64,
+}
+
+#[derive(Debug, Clone, Default, Serialize, PartialEq, Eq)]
+pub struct HbCheck {
+    pub events: u64,
+    pub pairs: u64,
+    /// Pairs where `VC(a) < VC(b)` and `a → b` disagree.
+    pub disagreements: u64,
+}
+
+/// Clocks of one trace.
+#[derive(Debug, Clone, Default)]
+pub struct Clocks {
+    /// The report's `clocks` object.
+    pub report: ClockReport,
+    /// Lamport clock of each call record after the call.
+    pub after_call: HashMap<EventRef, u64>,
+    /// For each receive of [`Messages::recvs`]: its LLCP match clock (the
+    /// clock it got when it matched) and its clock after the merge.
+    pub recv_lc: Vec<Option<(u64, u64)>>,
+    /// For each send of [`Messages::sends`]: the clock it carried (offline,
+    /// collectives included).
+    pub send_lc: Vec<Option<u64>>,
+    /// For each receive: the send it matched through its id.
+    pub by_id: Vec<Option<usize>>,
+}
+
+/// One step of a rank, in order.
+#[derive(Debug, Clone, Copy)]
+enum Ev {
+    Send(usize),
+    /// A message to MPI_PROC_NULL, or from a failed call: it still went
+    /// through the piggyback layer (an id and a vector-clock tick).
+    SendNowhere,
+    /// A nonblocking receive posted (index into `recvs`, post order).
+    Post(usize),
+    Recv(usize),
+    /// A collective instance: entered, exited.
+    Enter(usize),
+    Exit(usize),
+    /// The end of a call record.
+    End(EventRef),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Shape {
+    OneToN,
+    NToOne,
+    NToN,
+    Scan,
+    Exscan,
+}
+
+fn shape_of(name: &str) -> Shape {
+    let n = name.trim_start_matches("MPI_").to_ascii_lowercase();
+    let n = n
+        .strip_prefix('i')
+        .filter(|rest| {
+            [
+                "bcast",
+                "scatter",
+                "reduce",
+                "gather",
+                "allreduce",
+                "allgather",
+                "alltoall",
+                "scan",
+                "exscan",
+                "barrier",
+                "neighbor",
+            ]
+            .iter()
+            .any(|k| rest.starts_with(k))
+        })
+        .unwrap_or(&n);
+    if n.starts_with("bcast") || n.starts_with("scatter") {
+        Shape::OneToN
+    } else if n == "reduce" || n.starts_with("gather") {
+        Shape::NToOne
+    } else if n == "scan" {
+        Shape::Scan
+    } else if n == "exscan" {
+        Shape::Exscan
+    } else {
+        Shape::NToN
+    }
+}
+
+#[derive(Debug, Clone)]
+struct Instance {
+    shape: Shape,
+    /// World rank of the root, for rooted shapes.
+    root: Option<u32>,
+    size: usize,
+    /// (comm rank, clock at the enter, vector clock at the enter) per member.
+    enters: Vec<(u32, u64, Vec<u64>)>,
+}
+
+/// The events of every rank, and what they refer to.
+struct Plan {
+    events: Vec<Vec<Ev>>,
+    instances: Vec<Instance>,
+    /// For each instance, comm ranks by world rank.
+    comm_rank: Vec<HashMap<u32, u32>>,
+    /// Single-threaded ranks (the replay is exact there).
+    single: Vec<bool>,
+    /// Message id of each send.
+    send_ids: Vec<u64>,
+}
+
+fn plan(trace: &Trace, m: &Messages) -> Plan {
+    let n = trace.ranks.len();
+    let mut send_at: HashMap<(EventRef, usize), usize> = HashMap::new();
+    for (i, s) in m.sends.iter().enumerate() {
+        send_at.insert((s.call, s.item), i);
+    }
+    let mut recv_done: HashMap<(EventRef, usize), usize> = HashMap::new();
+    let mut recv_post: HashMap<(EventRef, usize), usize> = HashMap::new();
+    for (i, r) in m.recvs.iter().enumerate() {
+        recv_done.insert((r.completion, r.completion_item), i);
+        if r.how != RecvHow::Blocking {
+            recv_post.insert((r.post, r.post_item), i);
+        }
+    }
+    let mut send_ids = vec![0u64; m.sends.len()];
+    let mut instances: Vec<Instance> = Vec::new();
+    let mut comm_rank: Vec<HashMap<u32, u32>> = Vec::new();
+    let mut inst_of: HashMap<(u64, u64), usize> = HashMap::new();
+    let mut events = vec![Vec::new(); n];
+    let mut single = vec![true; n];
+    for (ri, rank) in trace.ranks.iter().enumerate() {
+        single[ri] = rank.threads.len() <= 1;
+        // Persistent sends, and the instances of icolls, by op id.
+        let mut send_inits = std::collections::HashSet::new();
+        for (_, c) in rank.calls() {
+            if let (Kind::SendInit, Payload::Send { op: Some(op), .. }) =
+                (rank.kind(c.func), &c.payload)
+            {
+                send_inits.insert(*op);
+            }
+        }
+        let mut icoll_of: HashMap<u64, usize> = HashMap::new();
+        // Calls of all threads in time order.
+        let mut calls: Vec<(EventRef, &Call)> = rank.calls().collect();
+        calls.sort_by_key(|(at, c)| (c.t_start, at.thread, at.index));
+        let mut sent_n: HashMap<u32, u64> = HashMap::new();
+        let evs = &mut events[ri];
+        for (at, call) in calls {
+            let kind = rank.kind(call.func);
+            let mut next_id = |thread: u32| {
+                let n = sent_n.entry(thread).or_insert(0);
+                *n += 1;
+                msg_id(thread, *n)
+            };
+            match (&call.payload, kind) {
+                (Payload::Send { .. }, Kind::Send | Kind::Isend) => {
+                    let id = next_id(at.thread);
+                    match send_at.get(&(at, 0)) {
+                        Some(&s) => {
+                            send_ids[s] = id;
+                            evs.push(Ev::Send(s));
+                        }
+                        None => evs.push(Ev::SendNowhere),
+                    }
+                }
+                (Payload::Sendrecv { .. }, _) => {
+                    let id = next_id(at.thread);
+                    match send_at.get(&(at, 0)) {
+                        Some(&s) => {
+                            send_ids[s] = id;
+                            evs.push(Ev::Send(s));
+                        }
+                        None => evs.push(Ev::SendNowhere),
+                    }
+                    if let Some(&r) = recv_done.get(&(at, 0)) {
+                        evs.push(Ev::Recv(r));
+                    }
+                }
+                (Payload::Recv { .. } | Payload::Mrecv { .. }, _) => {
+                    if let Some(&r) = recv_done.get(&(at, 0)) {
+                        evs.push(Ev::Recv(r));
+                    }
+                    if let Some(&r) = recv_post.get(&(at, 0)) {
+                        evs.push(Ev::Post(r));
+                    }
+                }
+                (Payload::Start { started }, _) => {
+                    for (item, (init, _)) in started.iter().enumerate() {
+                        if init.is_some_and(|i| send_inits.contains(&i)) {
+                            let id = next_id(at.thread);
+                            match send_at.get(&(at, item)) {
+                                Some(&s) => {
+                                    send_ids[s] = id;
+                                    evs.push(Ev::Send(s));
+                                }
+                                None => evs.push(Ev::SendNowhere),
+                            }
+                        } else if let Some(&r) = recv_post.get(&(at, item)) {
+                            evs.push(Ev::Post(r));
+                        }
+                    }
+                }
+                (Payload::Complete { done }, _) => {
+                    for (item, c) in done.iter().enumerate() {
+                        if let Some(&r) = recv_done.get(&(at, item)) {
+                            evs.push(Ev::Recv(r));
+                        } else if let Some(inst) = c.op.and_then(|op| icoll_of.remove(&op)) {
+                            evs.push(Ev::Exit(inst));
+                        }
+                    }
+                }
+                (
+                    &Payload::Coll {
+                        comm,
+                        root,
+                        seq,
+                        op,
+                        ..
+                    },
+                    _,
+                ) if call.rc == 0 => {
+                    let Some(def) = rank.comm_at(comm, call.t_start) else {
+                        evs.push(Ev::End(at));
+                        continue;
+                    };
+                    let gid = def.global_id;
+                    let Some(c) = trace.comms.get(gid) else {
+                        evs.push(Ev::End(at));
+                        continue;
+                    };
+                    let size = c.members.len() + c.remote_members.len();
+                    if size == 0 {
+                        evs.push(Ev::End(at));
+                        continue;
+                    }
+                    let inst = *inst_of.entry((gid, seq)).or_insert_with(|| {
+                        let shape = shape_of(rank.function_name(call.func));
+                        let rooted = matches!(shape, Shape::OneToN | Shape::NToOne);
+                        let root = if rooted && !c.inter {
+                            root.and_then(|r| u32::try_from(r).ok())
+                                .and_then(|r| c.members.get(r as usize).copied())
+                        } else {
+                            None
+                        };
+                        instances.push(Instance {
+                            shape: if rooted && root.is_none() {
+                                Shape::NToN
+                            } else {
+                                shape
+                            },
+                            root,
+                            size,
+                            enters: Vec::new(),
+                        });
+                        comm_rank.push(
+                            c.members
+                                .iter()
+                                .chain(&c.remote_members)
+                                .enumerate()
+                                .map(|(k, &w)| (w, k as u32))
+                                .collect(),
+                        );
+                        instances.len() - 1
+                    });
+                    evs.push(Ev::Enter(inst));
+                    if kind == Kind::Icoll {
+                        if let Some(op) = op {
+                            icoll_of.insert(op, inst);
+                        }
+                    } else {
+                        evs.push(Ev::Exit(inst));
+                    }
+                }
+                _ => {}
+            }
+            evs.push(Ev::End(at));
+        }
+    }
+    Plan {
+        events,
+        instances,
+        comm_rank,
+        single,
+        send_ids,
+    }
+}
+
+/// Per-rank clock state of the rules.
+#[derive(Clone)]
+struct State {
+    lc: u64,
+    vc: Vec<u64>,
+    /// Pending nonblocking wildcard receives: (recv index, comm, posted tag, post order).
+    pending: Vec<(usize, u64, i32, usize)>,
+    posts: usize,
+    /// Post order of each posted receive.
+    post_order: HashMap<usize, usize>,
+}
+
+/// The result of one pass.
+struct Pass {
+    send_lc: Vec<Option<u64>>,
+    send_vc: Vec<Option<Vec<u64>>>,
+    recv_lc: Vec<Option<(u64, u64)>>,
+    recv_vc: Vec<Option<Vec<u64>>>,
+    after_call: HashMap<EventRef, u64>,
+    forced: u64,
+    /// Events in evaluation order (a topological order), for the HB check:
+    /// (rank, vector clock, node kind) with sources of incoming edges.
+    nodes: Vec<Node>,
+}
+
+#[derive(Clone)]
+struct Node {
+    vc: Vec<u64>,
+    /// Nodes this one directly depends on besides its rank predecessor.
+    from: Vec<usize>,
+}
+
+/// Runs the rules over the whole trace. `collectives`: merge at collective
+/// exits (the full clocks) or not (what the runtime did). `wire`: take each
+/// receive's message clock from its piggyback rather than from the send.
+fn pass(
+    trace: &Trace,
+    m: &Messages,
+    p: &Plan,
+    by_id: &[Option<usize>],
+    collectives: bool,
+    vector: bool,
+    keep_nodes: bool,
+) -> Pass {
+    let n = trace.ranks.len();
+    let world = trace.world_size as usize;
+    let mut st: Vec<State> = (0..n)
+        .map(|_| State {
+            lc: 0,
+            vc: if vector { vec![0; world] } else { Vec::new() },
+            pending: Vec::new(),
+            posts: 0,
+            post_order: HashMap::new(),
+        })
+        .collect();
+    let mut out = Pass {
+        send_lc: vec![None; m.sends.len()],
+        send_vc: vec![None; m.sends.len()],
+        recv_lc: vec![None; m.recvs.len()],
+        recv_vc: vec![None; m.recvs.len()],
+        after_call: HashMap::new(),
+        forced: 0,
+        nodes: Vec::new(),
+    };
+    let mut send_node: Vec<Option<usize>> = vec![None; m.sends.len()];
+    let mut enter_node: Vec<Vec<(u32, usize)>> = vec![Vec::new(); p.instances.len()];
+    let mut last_node: Vec<Option<usize>> = vec![None; n];
+    let mut insts = p.instances.clone();
+    let mut cur = vec![0usize; n];
+    let any_tag = trace.constants().any_tag;
+    loop {
+        let mut progress = false;
+        let mut blocked: Option<usize> = None;
+        for r in 0..n {
+            let me = trace.ranks[r].rank as usize;
+            while cur[r] < p.events[r].len() {
+                let ev = p.events[r][cur[r]];
+                // Can this event go now?
+                let ready = match ev {
+                    Ev::Recv(ri) => match by_id[ri] {
+                        Some(s) => out.send_lc[s].is_some(),
+                        None => true,
+                    },
+                    Ev::Exit(i) => !collectives || insts[i].enters.len() >= insts[i].size,
+                    _ => true,
+                };
+                if !ready {
+                    blocked.get_or_insert(r);
+                    break;
+                }
+                step(
+                    ev,
+                    r,
+                    me,
+                    &mut st[r],
+                    &mut out,
+                    m,
+                    p,
+                    by_id,
+                    &mut insts,
+                    collectives,
+                    vector,
+                    any_tag,
+                    keep_nodes,
+                    &mut send_node,
+                    &mut enter_node,
+                    &mut last_node,
+                );
+                cur[r] += 1;
+                progress = true;
+            }
+        }
+        if (0..n).all(|r| cur[r] >= p.events[r].len()) {
+            break;
+        }
+        if !progress {
+            // A dependency that never comes (lost events): go on without it.
+            let r = blocked.unwrap_or(0);
+            let me = trace.ranks[r].rank as usize;
+            let ev = p.events[r][cur[r]];
+            out.forced += 1;
+            step(
+                ev,
+                r,
+                me,
+                &mut st[r],
+                &mut out,
+                m,
+                p,
+                &vec![None; by_id.len()],
+                &mut insts,
+                collectives,
+                vector,
+                any_tag,
+                keep_nodes,
+                &mut send_node,
+                &mut enter_node,
+                &mut last_node,
+            );
+            cur[r] += 1;
+        }
+    }
+    out
+}
+
+#[allow(clippy::too_many_arguments)]
+fn step(
+    ev: Ev,
+    r: usize,
+    me: usize,
+    s: &mut State,
+    out: &mut Pass,
+    m: &Messages,
+    p: &Plan,
+    by_id: &[Option<usize>],
+    insts: &mut [Instance],
+    collectives: bool,
+    vector: bool,
+    any_tag: i32,
+    keep_nodes: bool,
+    send_node: &mut [Option<usize>],
+    enter_node: &mut [Vec<(u32, usize)>],
+    last_node: &mut [Option<usize>],
+) {
+    let mut node = |out: &mut Pass, vc: &[u64], from: Vec<usize>| -> Option<usize> {
+        if !keep_nodes {
+            return None;
+        }
+        let mut f = from;
+        if let Some(prev) = last_node[r] {
+            f.push(prev);
+        }
+        out.nodes.push(Node {
+            vc: vc.to_vec(),
+            from: f,
+        });
+        let id = out.nodes.len() - 1;
+        last_node[r] = Some(id);
+        Some(id)
+    };
+    match ev {
+        Ev::Send(si) => {
+            if vector {
+                s.vc[me] += 1;
+            }
+            out.send_lc[si] = Some(s.lc);
+            if vector {
+                out.send_vc[si] = Some(s.vc.clone());
+            }
+            let vc = s.vc.clone();
+            send_node[si] = node(out, &vc, Vec::new());
+        }
+        Ev::SendNowhere => {
+            if vector {
+                s.vc[me] += 1;
+            }
+        }
+        Ev::Post(ri) => {
+            s.posts += 1;
+            s.post_order.insert(ri, s.posts);
+            let rv = &m.recvs[ri];
+            if rv.wildcard {
+                s.pending.push((ri, rv.comm, rv.posted_tag, s.posts));
+            }
+        }
+        Ev::Recv(ri) => {
+            let rv = &m.recvs[ri];
+            let my_post = s.post_order.get(&ri).copied().unwrap_or(usize::MAX);
+            // CompleteNow: pending receives that must have matched before this one.
+            let mut now: Vec<(usize, u64, i32, usize)> = s
+                .pending
+                .iter()
+                .copied()
+                .filter(|&(e, comm, tag, post)| {
+                    e != ri
+                        && comm == rv.comm
+                        && (tag == any_tag || tag == rv.tag)
+                        && post < my_post
+                })
+                .collect();
+            now.sort_by_key(|&(_, _, _, post)| post);
+            s.pending.retain(|e| !now.iter().any(|x| x.0 == e.0));
+            for &(e, ..) in &now {
+                // Its match clock; its merge comes at its own completion.
+                let after = out.recv_lc[e].map_or(0, |x| x.1);
+                out.recv_lc[e] = Some((s.lc, after));
+                s.lc += 1;
+            }
+            let was_pending = s
+                .pending
+                .iter()
+                .position(|e| e.0 == ri)
+                .map(|i| s.pending.swap_remove(i))
+                .is_some();
+            let match_lc = if rv.how == RecvHow::Nonblocking && rv.wildcard && !was_pending {
+                // Matched earlier, by a later receive's completion.
+                out.recv_lc[ri].map_or(s.lc, |x| x.0)
+            } else {
+                let lc = s.lc;
+                if rv.wildcard && (rv.how == RecvHow::Blocking || was_pending) {
+                    s.lc += 1;
+                }
+                lc
+            };
+            let sent = by_id[ri].and_then(|si| out.send_lc[si]);
+            if let Some(mlc) = sent {
+                s.lc = s.lc.max(mlc + 1);
+            }
+            out.recv_lc[ri] = Some((match_lc, s.lc));
+            let mut from = Vec::new();
+            if vector {
+                if let Some(v) = by_id[ri].and_then(|si| out.send_vc[si].as_ref()) {
+                    for (a, b) in s.vc.iter_mut().zip(v) {
+                        *a = (*a).max(*b);
+                    }
+                }
+                s.vc[me] += 1;
+                out.recv_vc[ri] = Some(s.vc.clone());
+            }
+            if let Some(n) = by_id[ri].and_then(|si| send_node[si]) {
+                from.push(n);
+            }
+            let vc = s.vc.clone();
+            node(out, &vc, from);
+        }
+        Ev::Enter(i) => {
+            if !collectives {
+                return;
+            }
+            if vector {
+                s.vc[me] += 1;
+            }
+            let cr = p.comm_rank[i].get(&(me as u32)).copied().unwrap_or(0);
+            insts[i].enters.push((cr, s.lc, s.vc.clone()));
+            let vc = s.vc.clone();
+            if let Some(nid) = node(out, &vc, Vec::new()) {
+                enter_node[i].push((cr, nid));
+            }
+        }
+        Ev::Exit(i) => {
+            if !collectives {
+                return;
+            }
+            let inst = &insts[i];
+            let mine = p.comm_rank[i].get(&(me as u32)).copied().unwrap_or(0);
+            let root_cr = inst.root.and_then(|w| p.comm_rank[i].get(&w).copied());
+            let depends = |k: u32| -> bool {
+                match inst.shape {
+                    Shape::NToN => true,
+                    Shape::OneToN => Some(k) == root_cr,
+                    Shape::NToOne => Some(mine) == root_cr,
+                    Shape::Scan => k <= mine,
+                    Shape::Exscan => k < mine,
+                }
+            };
+            let mut from = Vec::new();
+            for (k, lc, vc) in &inst.enters {
+                if !depends(*k) || *k == mine {
+                    continue;
+                }
+                s.lc = s.lc.max(*lc);
+                if vector {
+                    for (a, b) in s.vc.iter_mut().zip(vc) {
+                        *a = (*a).max(*b);
+                    }
+                }
+            }
+            for &(k, nid) in &enter_node[i] {
+                if depends(k) && k != mine {
+                    from.push(nid);
+                }
+            }
+            if vector {
+                s.vc[me] += 1;
+            }
+            let vc = s.vc.clone();
+            node(out, &vc, from);
+        }
+        Ev::End(at) => {
+            out.after_call.insert(at, s.lc);
+        }
+    }
+}
+
+/// `a < b` for vector clocks: every entry ≤ and one <.
+fn vc_less(a: &[u64], b: &[u64]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x <= y) && a != b
+}
+
+/// Rebuilds the clocks of `trace` and checks them.
+pub fn compute(trace: &Trace, m: &Messages) -> Clocks {
+    let mode = trace
+        .ranks
+        .first()
+        .map(|r| r.header.clocks.clone())
+        .unwrap_or_else(|| "none".into());
+    let vector = mode == "vector";
+    let p = plan(trace, m);
+    let mut report = ClockReport {
+        mode: mode.clone(),
+        ..ClockReport::default()
+    };
+    // Matching by id.
+    let mut id_to_send: HashMap<(u32, u64), usize> = HashMap::new();
+    for (i, s) in m.sends.iter().enumerate() {
+        if p.send_ids[i] != 0 {
+            id_to_send.insert((s.src, p.send_ids[i]), i);
+        }
+    }
+    let mut fifo: Vec<Option<usize>> = vec![None; m.recvs.len()];
+    for msg in &m.matched {
+        fifo[msg.recv] = Some(msg.send);
+    }
+    let mut by_id: Vec<Option<usize>> = vec![None; m.recvs.len()];
+    for (ri, r) in m.recvs.iter().enumerate() {
+        let found = match (r.pb, r.src) {
+            (Some(pb), Some(src)) => id_to_send.get(&(src, pb.id)).copied(),
+            _ => None,
+        };
+        by_id[ri] = found;
+        if mode != "none" {
+            if found.is_some() {
+                report.matched_by_id += 1;
+            } else {
+                report.unmatched_by_id += 1;
+            }
+            if found != fifo[ri] {
+                report.fifo_disagreements += 1;
+            }
+        }
+    }
+    if mode == "none" {
+        return Clocks {
+            report,
+            recv_lc: vec![None; m.recvs.len()],
+            send_lc: vec![None; m.sends.len()],
+            by_id,
+            ..Clocks::default()
+        };
+    }
+    // The runtime's view: no collectives; every piggyback must equal it.
+    let wire = pass(trace, m, &p, &by_id, false, vector, false);
+    for (ri, r) in m.recvs.iter().enumerate() {
+        let (Some(pb), Some(si)) = (r.pb, by_id[ri]) else {
+            continue;
+        };
+        let s = &m.sends[si];
+        if !(p.single[s.src as usize] && p.single[r.dst as usize]) {
+            continue;
+        }
+        report.wire_checked += 1;
+        let mut bad = wire.send_lc[si] != Some(pb.lc) || s.time != pb.sent;
+        if vector {
+            let got = pb.vc.and_then(|at| {
+                let th = trace.ranks[r.dst as usize].thread(r.completion.thread)?;
+                let w = trace.world_size as usize;
+                th.vcs
+                    .get(at as usize * w..(at as usize + 1) * w)
+                    .map(|v| v.to_vec())
+            });
+            bad |= got.as_deref() != wire.send_vc[si].as_deref();
+        }
+        if bad {
+            report.wire_mismatches += 1;
+        }
+    }
+    // Clocks carried by one sender never decrease with its message ids.
+    let mut by_sender: Vec<(u32, u64, u64)> = m
+        .recvs
+        .iter()
+        .filter_map(|r| Some((r.src?, r.pb?.id, r.pb?.lc)))
+        .collect();
+    by_sender.sort_unstable();
+    for w in by_sender.windows(2) {
+        let same_thread = w[0].0 == w[1].0
+            && w[0].1 >> pmtrace_format::record::MSG_THREAD_SHIFT
+                == w[1].1 >> pmtrace_format::record::MSG_THREAD_SHIFT;
+        if same_thread && w[1].2 < w[0].2 {
+            report.decreasing += 1;
+        }
+    }
+    // The full clocks, collectives merged.
+    let small = m.sends.len() + m.recvs.len() <= HB_MAX_EVENTS;
+    let full = pass(trace, m, &p, &by_id, true, vector, vector && small);
+    report.forced = full.forced;
+    for (ri, _) in m.recvs.iter().enumerate() {
+        let Some(si) = by_id[ri] else { continue };
+        if let (Some(s), Some((_, after))) = (full.send_lc[si], full.recv_lc[ri]) {
+            if s >= after {
+                report.lamport_violations += 1;
+            }
+        }
+    }
+    if vector {
+        let mut bad = 0;
+        for (ri, _) in m.recvs.iter().enumerate() {
+            let Some(si) = by_id[ri] else { continue };
+            if let (Some(a), Some(b)) = (&full.send_vc[si], &full.recv_vc[ri]) {
+                if !vc_less(a, b) {
+                    bad += 1;
+                }
+            }
+        }
+        report.vector_violations = Some(bad);
+        if small {
+            report.happens_before = Some(hb_check(&full.nodes));
+        }
+    }
+    // Clocks along each rank never decrease, call by call.
+    for rank in &trace.ranks {
+        let mut calls: Vec<(EventRef, u64)> = rank
+            .calls()
+            .filter_map(|(at, _)| full.after_call.get(&at).map(|&lc| (at, lc)))
+            .collect();
+        calls.sort_by_key(|(at, _)| (at.thread, at.index));
+        for w in calls.windows(2) {
+            if w[0].0.thread == w[1].0.thread && w[1].1 < w[0].1 {
+                report.decreasing += 1;
+            }
+        }
+    }
+    Clocks {
+        report,
+        after_call: full.after_call,
+        recv_lc: full.recv_lc,
+        send_lc: full.send_lc,
+        by_id,
+    }
+}
+
+/// Brute force: reachability over the event graph against vector order.
+fn hb_check(nodes: &[Node]) -> HbCheck {
+    let n = nodes.len();
+    let words = n.div_ceil(64);
+    let mut reach = vec![0u64; n * words];
+    for i in 0..n {
+        for &f in &nodes[i].from {
+            // `f` precedes `i` in the evaluation order.
+            for w in 0..words {
+                let v = reach[f * words + w];
+                reach[i * words + w] |= v;
+            }
+            reach[i * words + f / 64] |= 1 << (f % 64);
+        }
+    }
+    let mut c = HbCheck {
+        events: n as u64,
+        ..HbCheck::default()
+    };
+    for a in 0..n {
+        for b in 0..n {
+            if a == b {
+                continue;
+            }
+            c.pairs += 1;
+            let hb = reach[b * words + a / 64] >> (a % 64) & 1 == 1;
+            if hb != vc_less(&nodes[a].vc, &nodes[b].vc) {
+                c.disagreements += 1;
+            }
+        }
+    }
+    c
+}

@@ -1,0 +1,858 @@
+//! Piggybacking: a hidden header in front of every point-to-point message.
+//!
+//! **Layout.** Every message carries, before the user's data, a header of
+//! 24 bytes (the sender's Lamport clock, the message id, the sender's timer
+//! value at the send), followed in vector mode by the sender's vector clock
+//! (one u64 per world rank). Header first, so that a receive posted larger
+//! than the message still works.
+//!
+//! **Two routes, one wire format.** A dense message (contiguous type, no
+//! gaps) of at most [`COPY_MAX`] bytes is copied with its header into a
+//! staging buffer and sent as bytes; anything else goes as a struct datatype
+//! {header, user buffer} at `MPI_BOTTOM`, built per call (about 124 ns, and
+//! Open MPI's noncontiguous path) but with no copy. The bytes on the wire
+//! are the same either way, so each side chooses its route alone (measured
+//! crossover: about 4 KiB, see docs/notes.md).
+//!
+//! **Receives.** The header is taken off, the data copied to the user's
+//! buffer (staging route), and the status made to report the user's byte
+//! count, so `MPI_Get_count` and `MPI_Get_elements` see what they would
+//! without pmtrace. Probes get the same status fix. Nonblocking receives
+//! keep their staging [`Slot`] with the request until it completes.
+//!
+//! **Clocks (LLCP, `003_…` §5.1).** Sends attach the clock and do not tick.
+//! A nonblocking wildcard receive is *pending* from its post until it
+//! completes, or until a receive that must match after it (same
+//! communicator, a tag it accepts, posted later: MPI's non-overtaking rule)
+//! completes first. Completing a receive ticks once for each pending receive
+//! it completes, once more for itself when it is a wildcard receive still
+//! pending (or blocking), then merges: `LC = max(LC, m.LC + 1)` (the `+ 1`
+//! makes every receive strictly later than its send). Vector mode keeps a
+//! Mattern vector clock besides: own entry ticks at every send and every
+//! receive, receives merge entrywise. Collectives are not merged here: the
+//! CLI reconstructs them exactly from the trace (docs/notes.md has the
+//! argument and the costs).
+
+use crate::ffi::{self, MPI_Comm, MPI_Datatype, MPI_Status};
+use crate::recorder::Recorder;
+use core::ffi::{c_int, c_void};
+use parking_lot::Mutex;
+use std::sync::atomic::{AtomicU64, AtomicU8, AtomicUsize, Ordering::Relaxed};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Mode {
+    None = 0,
+    Lamport = 1,
+    Vector = 2,
+}
+
+impl Mode {
+    pub fn name(self) -> &'static str {
+        match self {
+            Mode::None => "none",
+            Mode::Lamport => "lamport",
+            Mode::Vector => "vector",
+        }
+    }
+
+    pub fn from_name(s: &str) -> Option<Mode> {
+        match s {
+            "none" => Some(Mode::None),
+            "lamport" => Some(Mode::Lamport),
+            "vector" => Some(Mode::Vector),
+            _ => None,
+        }
+    }
+}
+
+/// Header bytes before the vector clock.
+pub const BASE: usize = 24;
+/// Largest dense message sent through a staging copy.
+pub const COPY_MAX: u64 = 4096;
+
+static MODE: AtomicU8 = AtomicU8::new(0);
+static HDR: AtomicUsize = AtomicUsize::new(BASE);
+static ME: AtomicUsize = AtomicUsize::new(0);
+static LC: AtomicU64 = AtomicU64::new(0);
+static VC: Mutex<Vec<u64>> = Mutex::new(Vec::new());
+/// Nonblocking wildcard receives not yet matched (LLCP's Pending set).
+static PENDING: Mutex<Vec<Pending>> = Mutex::new(Vec::new());
+static PENDING_N: AtomicUsize = AtomicUsize::new(0);
+/// Post order of nonblocking receives.
+static POSTS: AtomicU64 = AtomicU64::new(1);
+/// Receives whose message carried no header (a sender that is not traced).
+pub static MISSING: AtomicU64 = AtomicU64::new(0);
+
+struct Pending {
+    slot: usize,
+    comm: u64,
+    tag: i32,
+    post: u64,
+}
+
+/// Switches piggybacking on; every rank does the same (agreed at init).
+pub fn enable(mode: Mode, rank: usize, size: usize) {
+    if mode == Mode::Vector {
+        *VC.lock() = vec![0; size];
+        HDR.store(BASE + 8 * size, Relaxed);
+    }
+    ME.store(rank, Relaxed);
+    MODE.store(mode as u8, Relaxed);
+}
+
+#[inline(always)]
+pub fn mode() -> Mode {
+    match MODE.load(Relaxed) {
+        0 => Mode::None,
+        1 => Mode::Lamport,
+        _ => Mode::Vector,
+    }
+}
+
+#[inline(always)]
+fn on() -> bool {
+    MODE.load(Relaxed) != 0
+}
+
+/// Most bytes a recorded piggyback takes (three varints, and the vector).
+#[inline(always)]
+pub fn record_room() -> usize {
+    if on() {
+        30 + 10 * ((header_len() - BASE) / 8)
+    } else {
+        0
+    }
+}
+
+#[inline(always)]
+pub fn header_len() -> usize {
+    HDR.load(Relaxed)
+}
+
+/// What a received message's header said.
+#[derive(Debug, Clone, Default)]
+pub struct Got {
+    pub id: u64,
+    pub lc: u64,
+    pub sent: u64,
+    /// Vector mode only.
+    pub vc: Vec<u64>,
+}
+
+/// Fills a header at `dst` for the next message of this thread.
+#[inline(always)]
+fn write_header(dst: *mut u8, rec: &mut Recorder, t0: u64) {
+    let id = rec.next_msg_id();
+    let lc = LC.load(Relaxed);
+    // SAFETY: `dst` has room for a whole header (callers size it so).
+    unsafe {
+        core::ptr::write_unaligned(dst as *mut u64, lc);
+        core::ptr::write_unaligned(dst.add(8) as *mut u64, id);
+        core::ptr::write_unaligned(dst.add(16) as *mut u64, t0);
+    }
+    if mode() == Mode::Vector {
+        let mut vc = VC.lock();
+        vc[ME.load(Relaxed)] += 1;
+        // SAFETY: as above; the header holds the whole vector.
+        unsafe {
+            core::ptr::copy_nonoverlapping(vc.as_ptr() as *const u8, dst.add(BASE), vc.len() * 8)
+        };
+    }
+}
+
+fn read_header(src: *const u8) -> Got {
+    // SAFETY: `src` holds a received header of `header_len()` bytes.
+    unsafe {
+        let mut g = Got {
+            lc: core::ptr::read_unaligned(src as *const u64),
+            id: core::ptr::read_unaligned(src.add(8) as *const u64),
+            sent: core::ptr::read_unaligned(src.add(16) as *const u64),
+            vc: Vec::new(),
+        };
+        if mode() == Mode::Vector {
+            let n = (header_len() - BASE) / 8;
+            g.vc = (0..n)
+                .map(|k| core::ptr::read_unaligned(src.add(BASE + 8 * k) as *const u64))
+                .collect();
+        }
+        g
+    }
+}
+
+/// A struct datatype {`hdr` bytes, `count` x `datatype` at `buf`} for use
+/// at MPI_BOTTOM; None if MPI refuses (bad user arguments: the call then
+/// goes through unchanged and fails as it would have).
+fn struct_type(
+    hdr: *const u8,
+    buf: *const c_void,
+    count: c_int,
+    datatype: MPI_Datatype,
+) -> Option<MPI_Datatype> {
+    let c = ffi::consts();
+    let lens = [header_len() as c_int, count];
+    let mut displs: [ffi::MPI_Aint; 2] = [0, 0];
+    let types = [c.byte, datatype];
+    // SAFETY: address queries and a type constructor on valid arrays.
+    unsafe {
+        if ffi::PMPI_Get_address(hdr as *const c_void, &mut displs[0]) != 0 {
+            return None;
+        }
+        displs[1] = (buf as usize).wrapping_sub(c.bottom) as ffi::MPI_Aint;
+        let mut t = core::mem::zeroed::<MPI_Datatype>();
+        if ffi::PMPI_Type_create_struct(2, lens.as_ptr(), displs.as_ptr(), types.as_ptr(), &mut t)
+            != 0
+        {
+            return None;
+        }
+        if ffi::PMPI_Type_commit(&mut t) != 0 {
+            ffi::PMPI_Type_free(&mut t);
+            return None;
+        }
+        Some(t)
+    }
+}
+
+fn free_type(t: &mut Option<MPI_Datatype>) {
+    if let Some(mut t) = t.take() {
+        // SAFETY: a type this module created and nobody else holds.
+        unsafe { ffi::PMPI_Type_free(&mut t) };
+    }
+}
+
+fn bottom() -> *const c_void {
+    ffi::consts().bottom as *const c_void
+}
+
+// ---- blocking sends ----
+
+/// The arguments a send passes to MPI instead of the user's.
+pub struct Out {
+    pub buf: *const c_void,
+    pub count: c_int,
+    pub datatype: MPI_Datatype,
+    temp: Option<MPI_Datatype>,
+}
+
+impl Out {
+    /// Packs a message for a blocking send; the staging buffer is the
+    /// thread's own, valid until its next call.
+    #[inline(always)]
+    pub fn new(
+        rec: &mut Recorder,
+        t0: u64,
+        buf: *const c_void,
+        count: c_int,
+        datatype: MPI_Datatype,
+    ) -> Out {
+        let mut out = Out {
+            buf,
+            count,
+            datatype,
+            temp: None,
+        };
+        if !on() {
+            return out;
+        }
+        let h = header_len();
+        match rec.types.dense_bytes(i64::from(count), datatype) {
+            Some(n) if n <= COPY_MAX => {
+                let stage = rec.stage_out(h + n as usize);
+                write_header(stage, rec, t0);
+                // SAFETY: the user's buffer holds `n` dense bytes; the
+                // staging buffer has room for header and data.
+                unsafe {
+                    core::ptr::copy_nonoverlapping(buf as *const u8, stage.add(h), n as usize)
+                };
+                out.buf = stage as *const c_void;
+                out.count = (h + n as usize) as c_int;
+                out.datatype = ffi::consts().byte;
+            }
+            _ => {
+                let hdr = rec.stage_out(h);
+                write_header(hdr, rec, t0);
+                if let Some(t) = struct_type(hdr, buf, count, datatype) {
+                    out.buf = bottom();
+                    out.count = 1;
+                    out.datatype = t;
+                    out.temp = Some(t);
+                }
+            }
+        }
+        out
+    }
+}
+
+impl Drop for Out {
+    fn drop(&mut self) {
+        free_type(&mut self.temp);
+    }
+}
+
+// ---- blocking receives ----
+
+/// What a receive expects: for the clock rules.
+#[derive(Clone, Copy)]
+pub struct Rx {
+    pub wildcard: bool,
+    pub comm: u64,
+}
+
+impl Rx {
+    #[inline(always)]
+    pub fn new(source: c_int, comm: MPI_Comm) -> Rx {
+        Rx {
+            wildcard: source == ffi::consts().any_source,
+            comm: ffi::handle_key(comm),
+        }
+    }
+
+    /// A matched-probe receive: the message was matched at the probe.
+    #[inline(always)]
+    pub fn matched() -> Rx {
+        Rx {
+            wildcard: false,
+            comm: 0,
+        }
+    }
+}
+
+/// The arguments a receive passes to MPI instead of the user's.
+pub struct In {
+    pub buf: *mut c_void,
+    pub count: c_int,
+    pub datatype: MPI_Datatype,
+    temp: Option<MPI_Datatype>,
+    user: *mut c_void,
+    posted: u64,
+    /// Header (and staged data when `staged`).
+    area: *mut u8,
+    staged: bool,
+}
+
+impl In {
+    #[inline(always)]
+    pub fn new(rec: &mut Recorder, buf: *mut c_void, count: c_int, datatype: MPI_Datatype) -> In {
+        let mut inp = In {
+            buf,
+            count,
+            datatype,
+            temp: None,
+            user: buf,
+            posted: 0,
+            area: core::ptr::null_mut(),
+            staged: false,
+        };
+        if !on() {
+            return inp;
+        }
+        let h = header_len();
+        match rec.types.dense_bytes(i64::from(count), datatype) {
+            Some(n) if n <= COPY_MAX => {
+                inp.area = rec.stage_in(h + n as usize);
+                inp.staged = true;
+                inp.posted = n;
+                inp.buf = inp.area as *mut c_void;
+                inp.count = (h + n as usize) as c_int;
+                inp.datatype = ffi::consts().byte;
+            }
+            _ => {
+                inp.area = rec.stage_in(h);
+                if let Some(t) = struct_type(inp.area, buf, count, datatype) {
+                    inp.buf = bottom() as *mut c_void;
+                    inp.count = 1;
+                    inp.datatype = t;
+                    inp.temp = Some(t);
+                } else {
+                    inp.area = core::ptr::null_mut();
+                }
+            }
+        }
+        inp
+    }
+
+    /// After the real call: unpacks, fixes the status, runs the clock rules.
+    #[inline(always)]
+    pub fn finish(mut self, rc: c_int, status: *mut MPI_Status, rx: Rx) -> Option<Got> {
+        free_type(&mut self.temp);
+        if self.area.is_null() || !completed_ok(rc, status) {
+            return None;
+        }
+        unpack(
+            self.area,
+            self.staged,
+            self.user,
+            self.posted,
+            status,
+            rx,
+            None,
+        )
+    }
+}
+
+/// Whether a receive delivered a message whose header can be read: the call
+/// succeeded, and the status is neither MPI_PROC_NULL's nor a cancellation.
+#[inline(always)]
+fn completed_ok(rc: c_int, status: *const MPI_Status) -> bool {
+    if rc != 0 {
+        return false;
+    }
+    let c = ffi::consts();
+    // SAFETY: MPI filled the status for this call.
+    let s = unsafe { &*status };
+    s.MPI_SOURCE != c.proc_null && !ffi::status_cancelled(status)
+}
+
+/// Takes the header off a received message at `area`.
+fn unpack(
+    area: *mut u8,
+    staged: bool,
+    user: *mut c_void,
+    posted: u64,
+    status: *mut MPI_Status,
+    rx: Rx,
+    own: Option<(usize, u64, i32)>,
+) -> Option<Got> {
+    let h = header_len() as u64;
+    let bytes = ffi::status_bytes(status);
+    if bytes < h {
+        // No header: the sender is not traced. Deliver what came.
+        MISSING.fetch_add(1, Relaxed);
+        if staged {
+            let n = bytes.min(posted) as usize;
+            // SAFETY: the staging area holds `bytes` received bytes; the
+            // user's buffer was posted with `posted` dense bytes.
+            unsafe { core::ptr::copy_nonoverlapping(area, user as *mut u8, n) };
+        }
+        return None;
+    }
+    let data = bytes - h;
+    if staged {
+        let n = data.min(posted) as usize;
+        // SAFETY: as above, the data follows the header.
+        unsafe { core::ptr::copy_nonoverlapping(area.add(h as usize), user as *mut u8, n) };
+    }
+    ffi::set_status_bytes(status, data);
+    let got = read_header(area);
+    // SAFETY: MPI filled the status.
+    let tag = unsafe { (*status).MPI_TAG };
+    receive_clock(rx, tag, own, &got);
+    Some(got)
+}
+
+/// LLCP rule R4 with the merge of the module docs; `own` is the slot, post
+/// number and posted tag of a nonblocking receive (None for blocking ones).
+fn receive_clock(rx: Rx, tag: i32, own: Option<(usize, u64, i32)>, got: &Got) {
+    let mut ticks = 0u64;
+    let mut was_pending = false;
+    if PENDING_N.load(Relaxed) > 0 {
+        let any_tag = ffi::consts().any_tag;
+        let post = own.map_or(u64::MAX, |o| o.1);
+        let mut p = PENDING.lock();
+        if let Some((slot, _, _)) = own {
+            if let Some(i) = p.iter().position(|e| e.slot == slot) {
+                p.swap_remove(i);
+                was_pending = true;
+            }
+        }
+        let before = p.len();
+        p.retain(|e| !(e.comm == rx.comm && (e.tag == any_tag || e.tag == tag) && e.post < post));
+        ticks = (before - p.len()) as u64;
+        PENDING_N.store(p.len(), Relaxed);
+    }
+    let own_tick = u64::from(rx.wildcard && (own.is_none() || was_pending));
+    let add = ticks + own_tick;
+    let floor = got.lc.saturating_add(1);
+    let _ = LC.fetch_update(Relaxed, Relaxed, |c| Some((c + add).max(floor)));
+    if mode() == Mode::Vector {
+        let mut vc = VC.lock();
+        for (mine, &theirs) in vc.iter_mut().zip(&got.vc) {
+            *mine = (*mine).max(theirs);
+        }
+        vc[ME.load(Relaxed)] += 1;
+    }
+}
+
+/// Fixes the status of a probe that found a message: the header is not the
+/// user's.
+#[inline(always)]
+pub fn fix_probe_status(status: *mut MPI_Status) {
+    if !on() {
+        return;
+    }
+    let h = header_len() as u64;
+    let bytes = ffi::status_bytes(status);
+    if bytes >= h {
+        ffi::set_status_bytes(status, bytes - h);
+    }
+}
+
+// ---- Sendrecv_replace ----
+
+/// One buffer both sent from and received into.
+pub struct Replace {
+    pub buf: *mut c_void,
+    pub count: c_int,
+    pub datatype: MPI_Datatype,
+    inner: In,
+}
+
+impl Replace {
+    pub fn new(
+        rec: &mut Recorder,
+        t0: u64,
+        buf: *mut c_void,
+        count: c_int,
+        datatype: MPI_Datatype,
+    ) -> Replace {
+        let mut inner = In::new(rec, buf, count, datatype);
+        if !inner.area.is_null() {
+            write_header(inner.area, rec, t0);
+            if inner.staged {
+                // SAFETY: dense user data of `posted` bytes into the staging area.
+                unsafe {
+                    core::ptr::copy_nonoverlapping(
+                        buf as *const u8,
+                        inner.area.add(header_len()),
+                        inner.posted as usize,
+                    )
+                };
+            }
+        }
+        Replace {
+            buf: inner.buf,
+            count: inner.count,
+            datatype: inner.datatype,
+            inner: core::mem::replace(&mut inner, In::empty()),
+        }
+    }
+
+    pub fn finish(self, rc: c_int, status: *mut MPI_Status, rx: Rx) -> Option<Got> {
+        self.inner.finish(rc, status, rx)
+    }
+}
+
+impl In {
+    fn empty() -> In {
+        In {
+            buf: core::ptr::null_mut(),
+            count: 0,
+            datatype: ffi::consts().byte,
+            temp: None,
+            user: core::ptr::null_mut(),
+            posted: 0,
+            area: core::ptr::null_mut(),
+            staged: false,
+        }
+    }
+}
+
+impl Drop for In {
+    fn drop(&mut self) {
+        free_type(&mut self.temp);
+    }
+}
+
+// ---- nonblocking and persistent operations ----
+
+/// Piggyback state that lives with a request until it completes (or, for a
+/// persistent request, until it is freed).
+pub struct Slot {
+    area: Vec<u8>,
+    staged: bool,
+    send: bool,
+    temp: Option<MPI_Datatype>,
+    user: *mut c_void,
+    posted: u64,
+    rx: Rx,
+    tag: i32,
+    post: u64,
+    /// A receive already unpacked (by `MPI_Request_get_status`).
+    got: Option<Got>,
+    data_len: u64,
+    /// Between the post (or `MPI_Start`) and the completion.
+    active: bool,
+}
+
+// SAFETY: a slot is owned by one request; the raw pointers are the
+// application's buffers, which MPI lets any thread complete.
+unsafe impl Send for Slot {}
+
+/// Substitute arguments for a nonblocking call, and the slot to keep.
+pub struct Posted {
+    pub buf: *mut c_void,
+    pub count: c_int,
+    pub datatype: MPI_Datatype,
+    pub slot: Option<Box<Slot>>,
+}
+
+impl Posted {
+    fn passthrough(buf: *mut c_void, count: c_int, datatype: MPI_Datatype) -> Posted {
+        Posted {
+            buf,
+            count,
+            datatype,
+            slot: None,
+        }
+    }
+
+    /// The slot as an integer for the request table (0: none).
+    pub fn into_slot(self) -> usize {
+        self.slot.map_or(0, |b| Box::into_raw(b) as usize)
+    }
+}
+
+fn new_slot(
+    rec: &mut Recorder,
+    buf: *mut c_void,
+    count: c_int,
+    datatype: MPI_Datatype,
+    send: bool,
+    rx: Rx,
+    tag: i32,
+) -> Option<Box<Slot>> {
+    let h = header_len();
+    let dense = rec
+        .types
+        .dense_bytes(i64::from(count), datatype)
+        .filter(|&n| n <= COPY_MAX);
+    let mut slot = Box::new(Slot {
+        area: vec![0u8; h + dense.unwrap_or(0) as usize],
+        staged: dense.is_some(),
+        send,
+        temp: None,
+        user: buf,
+        posted: dense.unwrap_or(0),
+        rx,
+        tag,
+        post: 0,
+        got: None,
+        data_len: 0,
+        active: false,
+    });
+    if dense.is_none() {
+        slot.temp = Some(struct_type(slot.area.as_ptr(), buf, count, datatype)?);
+    }
+    Some(slot)
+}
+
+fn slot_args(
+    slot: &Slot,
+    buf: *mut c_void,
+    count: c_int,
+    datatype: MPI_Datatype,
+) -> (*mut c_void, c_int, MPI_Datatype) {
+    if slot.staged {
+        (
+            slot.area.as_ptr() as *mut c_void,
+            slot.area.len() as c_int,
+            ffi::consts().byte,
+        )
+    } else if let Some(t) = slot.temp {
+        (bottom() as *mut c_void, 1, t)
+    } else {
+        (buf, count, datatype)
+    }
+}
+
+/// Refills a send slot's header (and staged data) for the message about to go.
+fn load_send(slot: &mut Slot, rec: &mut Recorder, t0: u64) {
+    write_header(slot.area.as_mut_ptr(), rec, t0);
+    if slot.staged {
+        let h = header_len();
+        let n = slot.area.len() - h;
+        // SAFETY: the user's buffer holds `n` dense bytes.
+        unsafe {
+            core::ptr::copy_nonoverlapping(slot.user as *const u8, slot.area.as_mut_ptr().add(h), n)
+        };
+    }
+}
+
+/// Isend (and modes) and Send_init (and modes).
+pub fn post_send(
+    rec: &mut Recorder,
+    t0: u64,
+    buf: *const c_void,
+    count: c_int,
+    datatype: MPI_Datatype,
+    persistent: bool,
+) -> Posted {
+    let buf = buf as *mut c_void;
+    if !on() {
+        return Posted::passthrough(buf, count, datatype);
+    }
+    let rx = Rx {
+        wildcard: false,
+        comm: 0,
+    };
+    let Some(mut slot) = new_slot(rec, buf, count, datatype, true, rx, 0) else {
+        return Posted::passthrough(buf, count, datatype);
+    };
+    if !persistent {
+        load_send(&mut slot, rec, t0);
+        slot.active = true;
+    }
+    let (b, c, d) = slot_args(&slot, buf, count, datatype);
+    Posted {
+        buf: b,
+        count: c,
+        datatype: d,
+        slot: Some(slot),
+    }
+}
+
+/// Irecv, Recv_init, Imrecv.
+pub fn post_recv(
+    rec: &mut Recorder,
+    buf: *mut c_void,
+    count: c_int,
+    datatype: MPI_Datatype,
+    rx: Rx,
+    tag: c_int,
+    persistent: bool,
+) -> Posted {
+    if !on() {
+        return Posted::passthrough(buf, count, datatype);
+    }
+    let Some(mut slot) = new_slot(rec, buf, count, datatype, false, rx, tag) else {
+        return Posted::passthrough(buf, count, datatype);
+    };
+    if !persistent {
+        slot.post = POSTS.fetch_add(1, Relaxed);
+        slot.active = true;
+    }
+    let (b, c, d) = slot_args(&slot, buf, count, datatype);
+    Posted {
+        buf: b,
+        count: c,
+        datatype: d,
+        slot: Some(slot),
+    }
+}
+
+/// After a nonblocking receive was posted (`ok`) or started: a wildcard one
+/// joins the pending set.
+pub fn posted_recv(slot: usize, ok: bool) {
+    if slot == 0 {
+        return;
+    }
+    // SAFETY: a live slot of this module.
+    let s = unsafe { &mut *(slot as *mut Slot) };
+    if s.send || !ok || !s.rx.wildcard {
+        return;
+    }
+    let mut p = PENDING.lock();
+    p.push(Pending {
+        slot,
+        comm: s.rx.comm,
+        tag: s.tag,
+        post: s.post,
+    });
+    PENDING_N.store(p.len(), Relaxed);
+}
+
+/// Before `MPI_Start`: a persistent send loads its next message, a
+/// persistent receive takes a new post number.
+pub fn before_start(slot: usize, rec: &mut Recorder, t0: u64) {
+    if slot == 0 {
+        return;
+    }
+    // SAFETY: a live slot of this module.
+    let s = unsafe { &mut *(slot as *mut Slot) };
+    s.active = true;
+    if s.send {
+        load_send(s, rec, t0);
+    } else {
+        s.post = POSTS.fetch_add(1, Relaxed);
+        s.got = None;
+    }
+}
+
+/// A request completed: a receive is unpacked (unless `MPI_Request_get_status`
+/// did it already) and its status fixed. A nonpersistent request's slot is
+/// freed; a persistent one stays for the next `MPI_Start`.
+pub fn complete(
+    slot: usize,
+    status: *mut MPI_Status,
+    cancelled: bool,
+    persistent: bool,
+) -> Option<Got> {
+    if slot == 0 {
+        return None;
+    }
+    // SAFETY: a live slot of this module, owned by the completed request.
+    let s = unsafe { &mut *(slot as *mut Slot) };
+    let mut got = None;
+    if !s.active {
+        // An inactive persistent request: nothing was in flight.
+    } else if !s.send {
+        if cancelled || status.is_null() || !completed_ok(0, status) {
+            forget_pending(slot);
+        } else if let Some(g) = s.got.take() {
+            ffi::set_status_bytes(status, s.data_len);
+            got = Some(g);
+        } else {
+            got = unpack(
+                s.area.as_mut_ptr(),
+                s.staged,
+                s.user,
+                s.posted,
+                status,
+                s.rx,
+                Some((slot, s.post, s.tag)),
+            );
+        }
+    }
+    s.active = false;
+    if !persistent {
+        release(slot);
+    }
+    got
+}
+
+/// `MPI_Request_get_status` found the request complete: unpack now (the
+/// user may read the buffer), keep what came for the completing call.
+pub fn peek(slot: usize, status: *mut MPI_Status) {
+    if slot == 0 {
+        return;
+    }
+    // SAFETY: a live slot of this module.
+    let s = unsafe { &mut *(slot as *mut Slot) };
+    if s.send || !s.active || status.is_null() || !completed_ok(0, status) {
+        return;
+    }
+    if s.got.is_some() {
+        ffi::set_status_bytes(status, s.data_len);
+    } else {
+        s.got = unpack(
+            s.area.as_mut_ptr(),
+            s.staged,
+            s.user,
+            s.posted,
+            status,
+            s.rx,
+            Some((slot, s.post, s.tag)),
+        );
+        s.data_len = ffi::status_bytes(status);
+    }
+}
+
+fn forget_pending(slot: usize) {
+    if PENDING_N.load(Relaxed) == 0 {
+        return;
+    }
+    let mut p = PENDING.lock();
+    p.retain(|e| e.slot != slot);
+    PENDING_N.store(p.len(), Relaxed);
+}
+
+/// Frees a slot (request freed or nonpersistent request complete).
+pub fn release(slot: usize) {
+    if slot == 0 {
+        return;
+    }
+    forget_pending(slot);
+    // SAFETY: the slot was made by `Posted::into_slot` and is released once.
+    let mut s = unsafe { Box::from_raw(slot as *mut Slot) };
+    free_type(&mut s.temp);
+}
