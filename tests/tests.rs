@@ -13,10 +13,26 @@ const EXAMPLES: &[&str] = &["ring", "pingpong", "halo2d", "master_worker", "coll
 /// Traces `prog` at `np` and checks transparency, exact call counts and
 /// exact message matching. Returns the traced run.
 fn check_program(test: &str, prog_name: &str, np: u32) -> Run {
-    let dir = scratch(&format!("{test}-{prog_name}-{np}"));
+    check_clocked(test, prog_name, np, &[], "lamport")
+}
+
+/// `check_program` with arguments and a piggyback mode; also checks every
+/// clock the report checks.
+fn check_clocked(test: &str, prog_name: &str, np: u32, args: &[&str], clocks: &str) -> Run {
+    let dir = scratch(&format!(
+        "{test}-{prog_name}-{np}-{clocks}-{}",
+        args.join("-")
+    ));
     let prog = prog(prog_name);
-    let plain = mpirun(&dir, np, &prog, &[], Mode::Plain, &[]);
-    let traced = mpirun(&dir, np, &prog, &[], Mode::Preload, &[]);
+    let plain = mpirun(&dir, np, &prog, args, Mode::Plain, &[]);
+    let traced = mpirun(
+        &dir,
+        np,
+        &prog,
+        args,
+        Mode::Preload,
+        &[("PMTRACE_CLOCKS", clocks)],
+    );
     assert_transparent(&plain, &traced, np);
 
     let trace = Trace::open(&traced.trace).unwrap_or_else(|e| panic!("{prog_name} np={np}: {e}"));
@@ -40,7 +56,39 @@ fn check_program(test: &str, prog_name: &str, np: u32) -> Run {
     assert_eq!(m["matched"], m["sent"], "{prog_name} np={np}");
     let total: u64 = expected.iter().map(|c| c.values().sum::<u64>()).sum();
     assert_eq!(rep["events"], total, "{prog_name} np={np}: report events");
+    check_clock_report(&rep, clocks, &format!("{prog_name} np={np}"));
     traced
+}
+
+/// The `clocks` object of a report: every check passes, every message
+/// matched through its piggybacked id, as FIFO matching does.
+fn check_clock_report(rep: &serde_json::Value, mode: &str, what: &str) {
+    let c = &rep["clocks"];
+    assert_eq!(c["mode"], mode, "{what}: {c}");
+    assert_eq!(
+        c["matched_by_id"], rep["messages"]["matched"],
+        "{what}: {c}"
+    );
+    for key in [
+        "fifo_disagreements",
+        "unmatched_by_id",
+        "lamport_violations",
+        "wire_mismatches",
+        "decreasing",
+        "forced",
+    ] {
+        assert_eq!(c[key], 0, "{what}: clocks.{key}: {c}");
+    }
+    if !what.starts_with("threads") {
+        // Every sender single-threaded: each piggyback is checked.
+        assert_eq!(c["wire_checked"], rep["messages"]["matched"], "{what}: {c}");
+    }
+    if mode == "vector" {
+        assert_eq!(c["vector_violations"], 0, "{what}: {c}");
+        let hb = &c["happens_before"];
+        assert!(hb["events"].as_u64().unwrap() > 0, "{what}: {c}");
+        assert_eq!(hb["disagreements"], 0, "{what}: {c}");
+    }
 }
 
 #[test]
@@ -48,6 +96,15 @@ fn examples_trace_exactly_their_calls_at_np_2_to_8() {
     for np in 2..=8 {
         for name in EXAMPLES {
             check_program("examples", name, np);
+        }
+    }
+}
+
+#[test]
+fn vector_clocks_are_transparent_and_exact_on_every_example() {
+    for np in [2, 4, 8] {
+        for name in EXAMPLES.iter().chain(&["coverage"]) {
+            check_clocked("vector", name, np, &[], "vector");
         }
     }
 }
@@ -586,4 +643,127 @@ fn a_rank_that_cannot_create_its_file_turns_tracing_off_on_every_rank() {
         !trace.join("rank-00000.pmt").exists(),
         "no partial trace is left"
     );
+}
+
+/// Clocks of a scenario run, addressed by function name and occurrence.
+struct ScenarioClocks {
+    trace: Trace,
+    messages: pmtrace_analysis::Messages,
+    clocks: pmtrace_analysis::Clocks,
+}
+
+impl ScenarioClocks {
+    fn run(scenario: &str, np: u32, mode: &str) -> ScenarioClocks {
+        let traced = check_clocked("scenario", "scenarios", np, &[scenario], mode);
+        let trace = Trace::open(&traced.trace).unwrap();
+        let messages = pmtrace_analysis::Messages::build(&trace);
+        let clocks = pmtrace_analysis::clocks::compute(&trace, &messages);
+        ScenarioClocks {
+            trace,
+            messages,
+            clocks,
+        }
+    }
+
+    /// The n-th call of `name` on `rank`.
+    fn call(&self, rank: usize, name: &str, n: usize) -> pmtrace_analysis::EventRef {
+        let r = &self.trace.ranks[rank];
+        r.calls()
+            .filter(|(_, c)| r.function_name(c.func) == name)
+            .nth(n)
+            .unwrap_or_else(|| panic!("rank {rank} has no {name} #{n}"))
+            .0
+    }
+
+    /// Lamport clock after the n-th call of `name` on `rank`.
+    fn after(&self, rank: usize, name: &str, n: usize) -> u64 {
+        self.clocks.after_call[&self.call(rank, name, n)]
+    }
+
+    /// (match clock, clock after the merge) of the receive posted by the
+    /// n-th call of `name` on `rank`.
+    fn recv(&self, rank: usize, name: &str, n: usize) -> (u64, u64) {
+        let at = self.call(rank, name, n);
+        let i = self
+            .messages
+            .recvs
+            .iter()
+            .position(|r| r.post == at)
+            .unwrap_or_else(|| panic!("no receive posted by {name} #{n} on rank {rank}"));
+        self.clocks.recv_lc[i].unwrap()
+    }
+}
+
+#[test]
+fn piggyback_scenarios_give_the_clocks_of_the_lazy_lamport_rules() {
+    for mode in ["lamport", "vector"] {
+        // The crooked barrier (Vo, Fig. 5.2): irecv [0], recv(*) [1], wait
+        // [2] on P1; every other event [0].
+        let s = ScenarioClocks::run("crooked", 3, mode);
+        for r in 0..3 {
+            assert_eq!(s.after(r, "MPI_Barrier", 0), 0, "{mode}: barrier on {r}");
+        }
+        assert_eq!(s.after(0, "MPI_Isend", 0), 0);
+        assert_eq!(s.after(0, "MPI_Wait", 0), 0);
+        assert_eq!(s.after(2, "MPI_Isend", 0), 0);
+        assert_eq!(s.after(2, "MPI_Wait", 0), 0);
+        assert_eq!(s.after(1, "MPI_Irecv", 0), 0);
+        assert_eq!(s.recv(1, "MPI_Irecv", 0).0, 0, "{mode}: irecv match clock");
+        assert_eq!(s.recv(1, "MPI_Recv", 0), (1, 2), "{mode}: recv(*)");
+        assert_eq!(s.after(1, "MPI_Wait", 0), 2, "{mode}: wait");
+
+        // Non-overtaking (Fig. 3.3): the pending wildcard irecv matched
+        // before the later recv from the same sender, so it gets the
+        // earlier clock although its wait comes last.
+        let s = ScenarioClocks::run("overtake", 2, mode);
+        assert_eq!(s.recv(1, "MPI_Irecv", 0), (0, 1), "{mode}: irecv(*)");
+        assert_eq!(s.recv(1, "MPI_Recv", 0), (1, 1), "{mode}: recv");
+        assert_eq!(s.after(1, "MPI_Wait", 0), 1);
+        assert_eq!(s.after(0, "MPI_Send", 0), 0);
+
+        // Two Irecv(*) completed by waits in reverse order (Fig. 2.14 with
+        // one sender, 2.15 with two): the second wait completes the first
+        // receive too (CompleteNow), so [0] and [1], both waits end at 2.
+        for np in [2, 3] {
+            let s = ScenarioClocks::run("reverse", np, mode);
+            let last = np as usize - 1;
+            assert_eq!(
+                s.recv(last, "MPI_Irecv", 0).0,
+                0,
+                "{mode} np={np}: first irecv"
+            );
+            assert_eq!(
+                s.recv(last, "MPI_Irecv", 1).0,
+                1,
+                "{mode} np={np}: second irecv"
+            );
+            assert_eq!(s.after(last, "MPI_Wait", 0), 2, "{mode} np={np}");
+            assert_eq!(s.after(last, "MPI_Wait", 1), 2, "{mode} np={np}");
+        }
+
+        // Partial receives: deterministic, no ticks but the +1 of each merge.
+        let s = ScenarioClocks::run("partial", 2, mode);
+        assert_eq!(s.recv(1, "MPI_Recv", 0), (0, 1));
+        assert_eq!(s.recv(1, "MPI_Recv", 1), (1, 1));
+        assert_eq!(s.recv(1, "MPI_Recv", 2), (1, 1));
+        // The wildcard Irecv ticks at its wait: matched at 1, then 2.
+        assert_eq!(s.recv(1, "MPI_Irecv", 0), (1, 2));
+        let bytes: Vec<u64> = s.messages.recvs.iter().map(|r| r.bytes).collect();
+        assert_eq!(
+            bytes,
+            [20, 16384, 48, 28],
+            "{mode}: user bytes, not the piggyback's"
+        );
+
+        // Probe then receive: the probe sees the user's size.
+        let s = ScenarioClocks::run("probe", 2, mode);
+        let st = |c: &Call| match &c.payload {
+            Payload::Probe { status, .. } => status.bytes,
+            p => panic!("{p:?}"),
+        };
+        assert_eq!(st(calls(&s.trace, 1, "MPI_Probe")[0]), Some(37 * 8));
+        assert_eq!(st(calls(&s.trace, 1, "MPI_Mprobe")[0]), Some(3 * 8));
+        assert_eq!(s.recv(1, "MPI_Recv", 0), (0, 1));
+        assert_eq!(s.recv(1, "MPI_Recv", 1), (1, 1));
+    }
 }
