@@ -51,4 +51,7 @@ pub mod wrappers {
     include!(concat!(env!("OUT_DIR"), "/wrappers.rs"));
 }
 
-pub use lifecycle::{MPI_Abort, MPI_Finalize, MPI_Init, MPI_Init_thread, MPI_Pcontrol};
+pub use lifecycle::{
+    MPI_Abort, MPI_Buffer_attach, MPI_Buffer_detach, MPI_Finalize, MPI_Init, MPI_Init_thread,
+    MPI_Pcontrol,
+};

@@ -765,5 +765,10 @@ fn piggyback_scenarios_give_the_clocks_of_the_lazy_lamport_rules() {
         assert_eq!(st(calls(&s.trace, 1, "MPI_Mprobe")[0]), Some(3 * 8));
         assert_eq!(s.recv(1, "MPI_Recv", 0), (0, 1));
         assert_eq!(s.recv(1, "MPI_Recv", 1), (1, 1));
+
+        // A buffer sized exactly for the application's message still holds
+        // it with the piggyback; the application gets its own buffer back.
+        let s = ScenarioClocks::run("bsend", 2, mode);
+        assert_eq!(s.messages.matched.len(), 2);
     }
 }

@@ -147,6 +147,7 @@ fn format_kind(kind: &str, name: &str) -> Result<&'static str, String> {
             "MPI_Finalize" => "Finalize",
             "MPI_Abort" => "Abort",
             "MPI_Pcontrol" => "Pcontrol",
+            "MPI_Buffer_attach" | "MPI_Buffer_detach" => "Plain",
             _ => return Err(format!("no hand-written wrapper is known for {name}")),
         },
         k => return Err(format!("unknown kind '{k}' for {name}")),

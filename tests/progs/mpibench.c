@@ -34,10 +34,13 @@ int main(int argc, char **argv) {
             MPI_Barrier(MPI_COMM_WORLD);
             double t0 = MPI_Wtime();
             for (long i = 0; i < iters; i++) {
-                if (rank == 0) {
+                /* Every pair (2k, 2k+1) plays; an odd last rank sits out. */
+                if (peer >= np) {
+                    break;
+                } else if (rank % 2 == 0) {
                     MPI_Send(b, 8, MPI_BYTE, peer, 0, MPI_COMM_WORLD);
                     MPI_Recv(b, 8, MPI_BYTE, peer, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
-                } else if (rank == 1) {
+                } else {
                     MPI_Recv(b, 8, MPI_BYTE, peer, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
                     MPI_Send(b, 8, MPI_BYTE, peer, 0, MPI_COMM_WORLD);
                 }

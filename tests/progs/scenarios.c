@@ -10,6 +10,7 @@
  *   partial   np=2  receives posted larger than the message, Get_count
  *                   and Get_elements (small, large, derived type, Irecv)
  *   probe     np=2  Probe then Recv of the probed size; Iprobe; Mprobe+Mrecv
+ *   bsend     np=2  a buffered send through a buffer sized exactly for it
  */
 #include "expect.h"
 #include <mpi.h>
@@ -163,6 +164,31 @@ static void probe(void) {
     }
 }
 
+static void bsend(void) {
+    int v[4] = {1, 2, 3, 4};
+    if (rank == 0) {
+        int size = 0;
+        C(MPI_Pack_size, 4, MPI_INT, MPI_COMM_WORLD, &size);
+        size += MPI_BSEND_OVERHEAD;
+        char *buf = malloc((size_t)size);
+        C(MPI_Buffer_attach, buf, size);
+        C(MPI_Bsend, v, 4, MPI_INT, 1, 3, MPI_COMM_WORLD);
+        void *back = NULL;
+        int back_size = 0;
+        C(MPI_Buffer_detach, &back, &back_size);
+        int same = back == buf && back_size == size;
+        C(MPI_Send, &same, 1, MPI_INT, 1, 4, MPI_COMM_WORLD);
+        free(buf);
+    } else if (rank == 1) {
+        int r[4] = {0};
+        int same = 0;
+        C(MPI_Recv, r, 4, MPI_INT, 0, 3, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+        C(MPI_Recv, &same, 1, MPI_INT, 0, 4, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+        printf("bsend: got %d %d %d %d; detach gave %s buffer back\n", r[0], r[1], r[2], r[3],
+               same ? "the attached" : "ANOTHER");
+    }
+}
+
 int main(int argc, char **argv) {
     C(MPI_Init, &argc, &argv);
     C(MPI_Comm_rank, MPI_COMM_WORLD, &rank);
@@ -173,6 +199,7 @@ int main(int argc, char **argv) {
     else if (!strcmp(what, "reverse")) reverse();
     else if (!strcmp(what, "partial")) partial();
     else if (!strcmp(what, "probe")) probe();
+    else if (!strcmp(what, "bsend")) bsend();
     else if (rank == 0) printf("scenarios: unknown scenario '%s'\n", what);
     expect_write(rank);
     MPI_Finalize();

@@ -174,7 +174,10 @@ struct Instance {
 
 /// The events of every rank, and what they refer to.
 struct Plan {
+    /// Per stream (one application thread of one rank), in order.
     events: Vec<Vec<Ev>>,
+    /// The rank (index into `trace.ranks`) of each stream.
+    stream_rank: Vec<usize>,
     instances: Vec<Instance>,
     /// For each instance, comm ranks by world rank.
     comm_rank: Vec<HashMap<u32, u32>>,
@@ -202,10 +205,18 @@ fn plan(trace: &Trace, m: &Messages) -> Plan {
     let mut instances: Vec<Instance> = Vec::new();
     let mut comm_rank: Vec<HashMap<u32, u32>> = Vec::new();
     let mut inst_of: HashMap<(u64, u64), usize> = HashMap::new();
-    let mut events = vec![Vec::new(); n];
+    let mut events: Vec<Vec<Ev>> = Vec::new();
+    let mut stream_rank = Vec::new();
     let mut single = vec![true; n];
     for (ri, rank) in trace.ranks.iter().enumerate() {
         single[ri] = rank.threads.len() <= 1;
+        // Threads are separate streams: their order is not MPI's to know.
+        let mut stream_of: HashMap<u32, usize> = HashMap::new();
+        for th in &rank.threads {
+            stream_of.insert(th.index, events.len());
+            events.push(Vec::new());
+            stream_rank.push(ri);
+        }
         // Persistent sends, and the instances of icolls, by op id.
         let mut send_inits = std::collections::HashSet::new();
         for (_, c) in rank.calls() {
@@ -220,8 +231,8 @@ fn plan(trace: &Trace, m: &Messages) -> Plan {
         let mut calls: Vec<(EventRef, &Call)> = rank.calls().collect();
         calls.sort_by_key(|(at, c)| (c.t_start, at.thread, at.index));
         let mut sent_n: HashMap<u32, u64> = HashMap::new();
-        let evs = &mut events[ri];
         for (at, call) in calls {
+            let evs = &mut events[stream_of[&at.thread]];
             let kind = rank.kind(call.func);
             let mut next_id = |thread: u32| {
                 let n = sent_n.entry(thread).or_insert(0);
@@ -354,6 +365,7 @@ fn plan(trace: &Trace, m: &Messages) -> Plan {
     }
     Plan {
         events,
+        stream_rank,
         instances,
         comm_rank,
         single,
@@ -405,7 +417,7 @@ fn pass(
     vector: bool,
     keep_nodes: bool,
 ) -> Pass {
-    let n = trace.ranks.len();
+    let n = p.events.len();
     let world = trace.world_size as usize;
     let mut st: Vec<State> = (0..n)
         .map(|_| State {
@@ -435,7 +447,7 @@ fn pass(
         let mut progress = false;
         let mut blocked: Option<usize> = None;
         for r in 0..n {
-            let me = trace.ranks[r].rank as usize;
+            let me = trace.ranks[p.stream_rank[r]].rank as usize;
             while cur[r] < p.events[r].len() {
                 let ev = p.events[r][cur[r]];
                 // Can this event go now?
@@ -479,7 +491,7 @@ fn pass(
         if !progress {
             // A dependency that never comes (lost events): go on without it.
             let r = blocked.unwrap_or(0);
-            let me = trace.ranks[r].rank as usize;
+            let me = trace.ranks[p.stream_rank[r]].rank as usize;
             let ev = p.events[r][cur[r]];
             out.forced += 1;
             step(
@@ -783,7 +795,7 @@ pub fn compute(trace: &Trace, m: &Messages) -> Clocks {
         }
     }
     // The full clocks, collectives merged.
-    let small = m.sends.len() + m.recvs.len() <= HB_MAX_EVENTS;
+    let small = m.sends.len() + m.recvs.len() <= HB_MAX_EVENTS && p.single.iter().all(|&s| s);
     let full = pass(trace, m, &p, &by_id, true, vector, vector && small);
     report.forced = full.forced;
     for (ri, _) in m.recvs.iter().enumerate() {
