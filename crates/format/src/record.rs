@@ -1029,6 +1029,52 @@ mod tests {
     }
 
     #[test]
+    fn piggybacks_are_delta_coded_and_round_trip_with_vector_clocks() {
+        let mut buf = vec![0u8; 512];
+        let mut w = SliceSink {
+            buf: &mut buf,
+            pos: 0,
+        };
+        let mut prev = PbState::default();
+        // Two waits, each completing a receive whose message carried a
+        // piggyback; the records start at 1000 and 2000.
+        let msgs = [
+            (msg_id(0, 7), 41u64, 990u64, [3u64, 9, 0]),
+            (msg_id(2, 8), 40, 1995, [4, 9, 1]),
+        ];
+        let mut start = 0;
+        for (k, &(id, lc, sent, vc)) in msgs.iter().enumerate() {
+            put_head(&mut w, f(2), if k == 0 { 1000 } else { 990 }, 10, 0);
+            start += if k == 0 { 1000 } else { 1000 };
+            w.put_u(1);
+            w.put_i(0);
+            put_status(&mut w, (1, 5, Some(8)), (1, 5, 8), ST_PIGGYBACK);
+            put_pb(&mut w, &mut prev, start, id, lc, sent, &vc);
+        }
+        // Deltas keep a steady stream of messages small.
+        assert!(
+            w.pos < 40,
+            "two completions with piggybacks took {} bytes",
+            w.pos
+        );
+        let mut d = ThreadDecoder::with_vc_len(0, 3);
+        let mut rd = 0;
+        for &(id, lc, sent, vc) in &msgs {
+            let Record::Call(Call {
+                payload: Payload::Complete { done },
+                ..
+            }) = d.record(&buf, &mut rd, KINDS).unwrap()
+            else {
+                panic!()
+            };
+            let pb = done[0].status.pb.unwrap();
+            assert_eq!((pb.id, pb.lc, pb.sent), (id, lc, sent));
+            let at = pb.vc.unwrap() as usize * 3;
+            assert_eq!(d.vc_arena[at..at + 3], vc);
+        }
+    }
+
+    #[test]
     fn iprobe_miss_is_seven_bytes() {
         let mut buf = vec![0u8; 64];
         let mut w = SliceSink {
