@@ -1045,7 +1045,7 @@ mod tests {
         let mut start = 0;
         for (k, &(id, lc, sent, vc)) in msgs.iter().enumerate() {
             put_head(&mut w, f(2), if k == 0 { 1000 } else { 990 }, 10, 0);
-            start += if k == 0 { 1000 } else { 1000 };
+            start += 1000;
             w.put_u(1);
             w.put_i(0);
             put_status(&mut w, (1, 5, Some(8)), (1, 5, 8), ST_PIGGYBACK);
