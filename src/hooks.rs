@@ -218,20 +218,7 @@ pub fn issue(
         let mut w = call.begin();
         if call.ok() {
             let id = w.as_mut().map_or(0, |r| r.take_op());
-            // SAFETY: MPI just stored the new request handle there.
-            let handle = unsafe { *request };
-            REQUESTS.insert(
-                key(handle),
-                Op {
-                    id,
-                    kind,
-                    persistent,
-                    instance: None,
-                    cancelled: false,
-                    slot: request as usize,
-                    pb,
-                },
-            );
+            register(request, id, kind, persistent, pb);
             if !persistent {
                 piggyback::posted_recv(pb, true);
             }
@@ -243,6 +230,25 @@ pub fn issue(
             r.commit();
         }
     })
+}
+
+/// Enters the operation a call just created under the request handle MPI
+/// stored at `request`.
+fn register(request: *mut MPI_Request, id: u64, kind: OpKind, persistent: bool, pb: usize) {
+    // SAFETY: MPI just stored the new request handle there.
+    let handle = unsafe { *request };
+    REQUESTS.insert(
+        key(handle),
+        Op {
+            id,
+            kind,
+            persistent,
+            instance: None,
+            cancelled: false,
+            slot: request as usize,
+            pb,
+        },
+    );
 }
 
 // ---- receives ----
@@ -410,25 +416,12 @@ pub fn imrecv(
         }
         if call.ok() {
             let id = w.as_mut().map_or(0, |r| r.take_op());
-            // SAFETY: MPI just stored the new request handle there.
-            let handle = unsafe { *request };
             let kind = OpKind::Recv {
                 src: EXPLICIT.0,
                 tag: EXPLICIT.1,
                 posted: EXPLICIT.2,
             };
-            REQUESTS.insert(
-                key(handle),
-                Op {
-                    id,
-                    kind,
-                    persistent: false,
-                    instance: None,
-                    cancelled: false,
-                    slot: request as usize,
-                    pb,
-                },
-            );
+            register(request, id, kind, false, pb);
         } else {
             piggyback::release(pb);
         }
@@ -1166,20 +1159,7 @@ pub fn icoll(call: Call, shape: Shape, args: &CollArgs, request: *mut MPI_Reques
         );
         if call.ok() {
             let id = r.take_op();
-            // SAFETY: MPI just stored the new request handle there.
-            let handle = unsafe { *request };
-            REQUESTS.insert(
-                key(handle),
-                Op {
-                    id,
-                    kind: OpKind::Coll,
-                    persistent: false,
-                    instance: None,
-                    cancelled: false,
-                    slot: request as usize,
-                    pb: 0,
-                },
-            );
+            register(request, id, OpKind::Coll, false, 0);
         }
         r.commit();
     })
@@ -1251,25 +1231,12 @@ pub fn comm_idup(call: Call, comm: MPI_Comm, newcomm: *mut MPI_Comm, request: *m
         put_coll(&mut r, info, seq, None, 0, 0);
         if call.ok() {
             let id = r.take_op();
-            // SAFETY: MPI just stored the new request handle there.
-            let handle = unsafe { *request };
             let kind = OpKind::Idup {
                 newcomm: newcomm as usize,
                 parent_gid: info.gid,
                 nth,
             };
-            REQUESTS.insert(
-                key(handle),
-                Op {
-                    id,
-                    kind,
-                    persistent: false,
-                    instance: None,
-                    cancelled: false,
-                    slot: request as usize,
-                    pb: 0,
-                },
-            );
+            register(request, id, kind, false, 0);
         }
         r.commit();
     })

@@ -81,8 +81,6 @@ static PENDING: Mutex<Vec<Pending>> = Mutex::new(Vec::new());
 static PENDING_N: AtomicUsize = AtomicUsize::new(0);
 /// Post order of nonblocking receives.
 static POSTS: AtomicU64 = AtomicU64::new(1);
-/// Receives whose message carried no header (a sender that is not traced).
-pub static MISSING: AtomicU64 = AtomicU64::new(0);
 
 struct Pending {
     slot: usize,
@@ -234,6 +232,14 @@ pub struct Out {
     temp: Option<MPI_Datatype>,
 }
 
+/// Bytes of a message that goes through a staging copy: dense and small.
+#[inline(always)]
+fn staged_len(rec: &mut Recorder, count: c_int, datatype: MPI_Datatype) -> Option<u64> {
+    rec.types
+        .dense_bytes(i64::from(count), datatype)
+        .filter(|&n| n <= COPY_MAX)
+}
+
 impl Out {
     /// Packs a message for a blocking send; the staging buffer is the
     /// thread's own, valid until its next call.
@@ -255,8 +261,8 @@ impl Out {
             return out;
         }
         let h = header_len();
-        match rec.types.dense_bytes(i64::from(count), datatype) {
-            Some(n) if n <= COPY_MAX => {
+        match staged_len(rec, count, datatype) {
+            Some(n) => {
                 let stage = rec.stage_out(h + n as usize);
                 write_header(stage, rec, t0);
                 // SAFETY: the user's buffer holds `n` dense bytes; the
@@ -307,7 +313,8 @@ impl Rx {
         }
     }
 
-    /// A matched-probe receive: the message was matched at the probe.
+    /// A matched-probe receive (its message was matched at the probe), or
+    /// no receive at all (a send's slot).
     #[inline(always)]
     pub fn matched() -> Rx {
         Rx {
@@ -347,8 +354,8 @@ impl In {
             return inp;
         }
         let h = header_len();
-        match rec.types.dense_bytes(i64::from(count), datatype) {
-            Some(n) if n <= COPY_MAX => {
+        match staged_len(rec, count, datatype) {
+            Some(n) => {
                 inp.area = rec.stage_in(h + n as usize);
                 inp.staged = true;
                 inp.posted = n;
@@ -416,8 +423,8 @@ fn unpack(
     let h = header_len() as u64;
     let bytes = ffi::status_bytes(status);
     if bytes < h {
-        // No header: the sender is not traced. Deliver what came.
-        MISSING.fetch_add(1, Relaxed);
+        // No header: the sender is not traced. Deliver what came (the
+        // report counts the receive as one without an id).
         if staged {
             let n = bytes.min(posted) as usize;
             // SAFETY: the staging area holds `bytes` received bytes; the
@@ -489,61 +496,31 @@ pub fn fix_probe_status(status: *mut MPI_Status) {
 
 // ---- Sendrecv_replace ----
 
-/// One buffer both sent from and received into.
-pub struct Replace {
-    pub buf: *mut c_void,
-    pub count: c_int,
-    pub datatype: MPI_Datatype,
-    inner: In,
-}
-
-impl Replace {
-    pub fn new(
+impl In {
+    /// One buffer both sent from and received into: the header (and staged
+    /// data) go out from the area the reply comes back into.
+    pub fn replace(
         rec: &mut Recorder,
         t0: u64,
         buf: *mut c_void,
         count: c_int,
         datatype: MPI_Datatype,
-    ) -> Replace {
-        let mut inner = In::new(rec, buf, count, datatype);
-        if !inner.area.is_null() {
-            write_header(inner.area, rec, t0);
-            if inner.staged {
+    ) -> In {
+        let inp = In::new(rec, buf, count, datatype);
+        if !inp.area.is_null() {
+            write_header(inp.area, rec, t0);
+            if inp.staged {
                 // SAFETY: dense user data of `posted` bytes into the staging area.
                 unsafe {
                     core::ptr::copy_nonoverlapping(
                         buf as *const u8,
-                        inner.area.add(header_len()),
-                        inner.posted as usize,
+                        inp.area.add(header_len()),
+                        inp.posted as usize,
                     )
                 };
             }
         }
-        Replace {
-            buf: inner.buf,
-            count: inner.count,
-            datatype: inner.datatype,
-            inner: core::mem::replace(&mut inner, In::empty()),
-        }
-    }
-
-    pub fn finish(self, rc: c_int, status: *mut MPI_Status, rx: Rx) -> Option<Got> {
-        self.inner.finish(rc, status, rx)
-    }
-}
-
-impl In {
-    fn empty() -> In {
-        In {
-            buf: core::ptr::null_mut(),
-            count: 0,
-            datatype: ffi::consts().byte,
-            temp: None,
-            user: core::ptr::null_mut(),
-            posted: 0,
-            area: core::ptr::null_mut(),
-            staged: false,
-        }
+        inp
     }
 }
 
@@ -612,10 +589,7 @@ fn new_slot(
     tag: i32,
 ) -> Option<Box<Slot>> {
     let h = header_len();
-    let dense = rec
-        .types
-        .dense_bytes(i64::from(count), datatype)
-        .filter(|&n| n <= COPY_MAX);
+    let dense = staged_len(rec, count, datatype);
     let mut slot = Box::new(Slot {
         area: vec![0u8; h + dense.unwrap_or(0) as usize],
         staged: dense.is_some(),
@@ -681,10 +655,7 @@ pub fn post_send(
     if !on() {
         return Posted::passthrough(buf, count, datatype);
     }
-    let rx = Rx {
-        wildcard: false,
-        comm: 0,
-    };
+    let rx = Rx::matched();
     let Some(mut slot) = new_slot(rec, buf, count, datatype, true, rx, 0) else {
         return Posted::passthrough(buf, count, datatype);
     };

@@ -636,7 +636,7 @@ fn around(e: &Entry) -> Result<Around, String> {
         "sendrecv_replace" => {
             let [b, c, d] = data(["buf", "count", "datatype"])?;
             a.pre.push(format!(
-                "let pb_rep = pb::Replace::new(guard.recorder(), t0, {b} as *mut c_void, {c}, {d});"
+                "let pb_rep = pb::In::replace(guard.recorder(), t0, {b} as *mut c_void, {c}, {d});"
             ));
             replace(&mut a, "pb_rep", ["buf", "count", "datatype"]);
             a.post.push(format!(

@@ -406,8 +406,7 @@ struct Node {
 }
 
 /// Runs the rules over the whole trace. `collectives`: merge at collective
-/// exits (the full clocks) or not (what the runtime did). `wire`: take each
-/// receive's message clock from its piggyback rather than from the send.
+/// exits (the full clocks) or not (what the runtime did).
 fn pass(
     trace: &Trace,
     m: &Messages,
@@ -419,69 +418,50 @@ fn pass(
 ) -> Pass {
     let n = p.events.len();
     let world = trace.world_size as usize;
-    let mut st: Vec<State> = (0..n)
-        .map(|_| State {
-            lc: 0,
-            vc: if vector { vec![0; world] } else { Vec::new() },
-            pending: Vec::new(),
-            posts: 0,
-            post_order: HashMap::new(),
-        })
-        .collect();
-    let mut out = Pass {
-        send_lc: vec![None; m.sends.len()],
-        send_vc: vec![None; m.sends.len()],
-        recv_lc: vec![None; m.recvs.len()],
-        recv_vc: vec![None; m.recvs.len()],
-        after_call: HashMap::new(),
-        forced: 0,
-        nodes: Vec::new(),
+    let mut w = Walker {
+        trace,
+        m,
+        p,
+        by_id,
+        collectives,
+        vector,
+        keep_nodes,
+        any_tag: trace.constants().any_tag,
+        st: (0..n)
+            .map(|_| State {
+                lc: 0,
+                vc: if vector { vec![0; world] } else { Vec::new() },
+                pending: Vec::new(),
+                posts: 0,
+                post_order: HashMap::new(),
+            })
+            .collect(),
+        out: Pass {
+            send_lc: vec![None; m.sends.len()],
+            send_vc: vec![None; m.sends.len()],
+            recv_lc: vec![None; m.recvs.len()],
+            recv_vc: vec![None; m.recvs.len()],
+            after_call: HashMap::new(),
+            forced: 0,
+            nodes: Vec::new(),
+        },
+        send_node: vec![None; m.sends.len()],
+        enter_node: vec![Vec::new(); p.instances.len()],
+        last_node: vec![None; n],
+        insts: p.instances.clone(),
     };
-    let mut send_node: Vec<Option<usize>> = vec![None; m.sends.len()];
-    let mut enter_node: Vec<Vec<(u32, usize)>> = vec![Vec::new(); p.instances.len()];
-    let mut last_node: Vec<Option<usize>> = vec![None; n];
-    let mut insts = p.instances.clone();
     let mut cur = vec![0usize; n];
-    let any_tag = trace.constants().any_tag;
     loop {
         let mut progress = false;
         let mut blocked: Option<usize> = None;
-        for r in 0..n {
-            let me = trace.ranks[p.stream_rank[r]].rank as usize;
-            while cur[r] < p.events[r].len() {
-                let ev = p.events[r][cur[r]];
-                // Can this event go now?
-                let ready = match ev {
-                    Ev::Recv(ri) => match by_id[ri] {
-                        Some(s) => out.send_lc[s].is_some(),
-                        None => true,
-                    },
-                    Ev::Exit(i) => !collectives || insts[i].enters.len() >= insts[i].size,
-                    _ => true,
-                };
-                if !ready {
+        for (r, at) in cur.iter_mut().enumerate() {
+            while let Some(&ev) = p.events[r].get(*at) {
+                if !w.ready(ev) {
                     blocked.get_or_insert(r);
                     break;
                 }
-                step(
-                    ev,
-                    r,
-                    me,
-                    &mut st[r],
-                    &mut out,
-                    m,
-                    p,
-                    by_id,
-                    &mut insts,
-                    collectives,
-                    vector,
-                    any_tag,
-                    keep_nodes,
-                    &mut send_node,
-                    &mut enter_node,
-                    &mut last_node,
-                );
-                cur[r] += 1;
+                w.step(r, ev, true);
+                *at += 1;
                 progress = true;
             }
         }
@@ -491,208 +471,223 @@ fn pass(
         if !progress {
             // A dependency that never comes (lost events): go on without it.
             let r = blocked.unwrap_or(0);
-            let me = trace.ranks[p.stream_rank[r]].rank as usize;
-            let ev = p.events[r][cur[r]];
-            out.forced += 1;
-            step(
-                ev,
-                r,
-                me,
-                &mut st[r],
-                &mut out,
-                m,
-                p,
-                &vec![None; by_id.len()],
-                &mut insts,
-                collectives,
-                vector,
-                any_tag,
-                keep_nodes,
-                &mut send_node,
-                &mut enter_node,
-                &mut last_node,
-            );
+            w.out.forced += 1;
+            w.step(r, p.events[r][cur[r]], false);
             cur[r] += 1;
         }
     }
-    out
+    w.out
 }
 
-#[allow(clippy::too_many_arguments)]
-fn step(
-    ev: Ev,
-    r: usize,
-    me: usize,
-    s: &mut State,
-    out: &mut Pass,
-    m: &Messages,
-    p: &Plan,
-    by_id: &[Option<usize>],
-    insts: &mut [Instance],
+/// The state of one pass over the streams.
+struct Walker<'a> {
+    trace: &'a Trace,
+    m: &'a Messages,
+    p: &'a Plan,
+    by_id: &'a [Option<usize>],
     collectives: bool,
     vector: bool,
-    any_tag: i32,
     keep_nodes: bool,
-    send_node: &mut [Option<usize>],
-    enter_node: &mut [Vec<(u32, usize)>],
-    last_node: &mut [Option<usize>],
-) {
-    let mut node = |out: &mut Pass, vc: &[u64], from: Vec<usize>| -> Option<usize> {
-        if !keep_nodes {
-            return None;
+    any_tag: i32,
+    st: Vec<State>,
+    out: Pass,
+    send_node: Vec<Option<usize>>,
+    enter_node: Vec<Vec<(u32, usize)>>,
+    last_node: Vec<Option<usize>>,
+    insts: Vec<Instance>,
+}
+
+impl Walker<'_> {
+    /// Whether everything `ev` depends on has happened.
+    fn ready(&self, ev: Ev) -> bool {
+        match ev {
+            Ev::Recv(ri) => self.by_id[ri].is_none_or(|s| self.out.send_lc[s].is_some()),
+            Ev::Exit(i) => !self.collectives || self.insts[i].enters.len() >= self.insts[i].size,
+            _ => true,
         }
-        let mut f = from;
-        if let Some(prev) = last_node[r] {
-            f.push(prev);
-        }
-        out.nodes.push(Node {
-            vc: vc.to_vec(),
-            from: f,
-        });
-        let id = out.nodes.len() - 1;
-        last_node[r] = Some(id);
-        Some(id)
-    };
-    match ev {
-        Ev::Send(si) => {
-            if vector {
-                s.vc[me] += 1;
+    }
+
+    /// Applies the rules to event `ev` of stream `r`; `matched`: a receive
+    /// merges its send's clock (false when forced past a missing send).
+    fn step(&mut self, r: usize, ev: Ev, matched: bool) {
+        let me = self.trace.ranks[self.p.stream_rank[r]].rank as usize;
+        let Walker {
+            m,
+            p,
+            by_id,
+            collectives,
+            vector,
+            keep_nodes,
+            any_tag,
+            st,
+            out,
+            send_node,
+            enter_node,
+            last_node,
+            insts,
+            ..
+        } = self;
+        let (m, p, collectives, vector, keep_nodes, any_tag) =
+            (*m, *p, *collectives, *vector, *keep_nodes, *any_tag);
+        let send_of = |ri: usize| if matched { by_id[ri] } else { None };
+        let s = &mut st[r];
+        let mut node = |out: &mut Pass, vc: &[u64], from: Vec<usize>| -> Option<usize> {
+            if !keep_nodes {
+                return None;
             }
-            out.send_lc[si] = Some(s.lc);
-            if vector {
-                out.send_vc[si] = Some(s.vc.clone());
+            let mut f = from;
+            if let Some(prev) = last_node[r] {
+                f.push(prev);
             }
-            let vc = s.vc.clone();
-            send_node[si] = node(out, &vc, Vec::new());
-        }
-        Ev::SendNowhere => {
-            if vector {
-                s.vc[me] += 1;
+            out.nodes.push(Node {
+                vc: vc.to_vec(),
+                from: f,
+            });
+            let id = out.nodes.len() - 1;
+            last_node[r] = Some(id);
+            Some(id)
+        };
+        match ev {
+            Ev::Send(si) => {
+                if vector {
+                    s.vc[me] += 1;
+                }
+                out.send_lc[si] = Some(s.lc);
+                if vector {
+                    out.send_vc[si] = Some(s.vc.clone());
+                }
+                let vc = s.vc.clone();
+                send_node[si] = node(out, &vc, Vec::new());
             }
-        }
-        Ev::Post(ri) => {
-            s.posts += 1;
-            s.post_order.insert(ri, s.posts);
-            let rv = &m.recvs[ri];
-            if rv.wildcard {
-                s.pending.push((ri, rv.comm, rv.posted_tag, s.posts));
+            Ev::SendNowhere => {
+                if vector {
+                    s.vc[me] += 1;
+                }
             }
-        }
-        Ev::Recv(ri) => {
-            let rv = &m.recvs[ri];
-            let my_post = s.post_order.get(&ri).copied().unwrap_or(usize::MAX);
-            // CompleteNow: pending receives that must have matched before this one.
-            let mut now: Vec<(usize, u64, i32, usize)> = s
-                .pending
-                .iter()
-                .copied()
-                .filter(|&(e, comm, tag, post)| {
-                    e != ri
-                        && comm == rv.comm
-                        && (tag == any_tag || tag == rv.tag)
-                        && post < my_post
-                })
-                .collect();
-            now.sort_by_key(|&(_, _, _, post)| post);
-            s.pending.retain(|e| !now.iter().any(|x| x.0 == e.0));
-            for &(e, ..) in &now {
-                // Its match clock; its merge comes at its own completion.
-                let after = out.recv_lc[e].map_or(0, |x| x.1);
-                out.recv_lc[e] = Some((s.lc, after));
-                s.lc += 1;
+            Ev::Post(ri) => {
+                s.posts += 1;
+                s.post_order.insert(ri, s.posts);
+                let rv = &m.recvs[ri];
+                if rv.wildcard {
+                    s.pending.push((ri, rv.comm, rv.posted_tag, s.posts));
+                }
             }
-            let was_pending = s
-                .pending
-                .iter()
-                .position(|e| e.0 == ri)
-                .map(|i| s.pending.swap_remove(i))
-                .is_some();
-            let match_lc = if rv.how == RecvHow::Nonblocking && rv.wildcard && !was_pending {
-                // Matched earlier, by a later receive's completion.
-                out.recv_lc[ri].map_or(s.lc, |x| x.0)
-            } else {
-                let lc = s.lc;
-                if rv.wildcard && (rv.how == RecvHow::Blocking || was_pending) {
+            Ev::Recv(ri) => {
+                let rv = &m.recvs[ri];
+                let my_post = s.post_order.get(&ri).copied().unwrap_or(usize::MAX);
+                // CompleteNow: pending receives that must have matched before this one.
+                let mut now: Vec<(usize, u64, i32, usize)> = s
+                    .pending
+                    .iter()
+                    .copied()
+                    .filter(|&(e, comm, tag, post)| {
+                        e != ri
+                            && comm == rv.comm
+                            && (tag == any_tag || tag == rv.tag)
+                            && post < my_post
+                    })
+                    .collect();
+                now.sort_by_key(|&(_, _, _, post)| post);
+                s.pending.retain(|e| !now.iter().any(|x| x.0 == e.0));
+                for &(e, ..) in &now {
+                    // Its match clock; its merge comes at its own completion.
+                    let after = out.recv_lc[e].map_or(0, |x| x.1);
+                    out.recv_lc[e] = Some((s.lc, after));
                     s.lc += 1;
                 }
-                lc
-            };
-            let sent = by_id[ri].and_then(|si| out.send_lc[si]);
-            if let Some(mlc) = sent {
-                s.lc = s.lc.max(mlc + 1);
-            }
-            out.recv_lc[ri] = Some((match_lc, s.lc));
-            let mut from = Vec::new();
-            if vector {
-                if let Some(v) = by_id[ri].and_then(|si| out.send_vc[si].as_ref()) {
-                    for (a, b) in s.vc.iter_mut().zip(v) {
-                        *a = (*a).max(*b);
+                let was_pending = s
+                    .pending
+                    .iter()
+                    .position(|e| e.0 == ri)
+                    .map(|i| s.pending.swap_remove(i))
+                    .is_some();
+                let match_lc = if rv.how == RecvHow::Nonblocking && rv.wildcard && !was_pending {
+                    // Matched earlier, by a later receive's completion.
+                    out.recv_lc[ri].map_or(s.lc, |x| x.0)
+                } else {
+                    let lc = s.lc;
+                    if rv.wildcard && (rv.how == RecvHow::Blocking || was_pending) {
+                        s.lc += 1;
                     }
+                    lc
+                };
+                let sent = send_of(ri).and_then(|si| out.send_lc[si]);
+                if let Some(mlc) = sent {
+                    s.lc = s.lc.max(mlc + 1);
                 }
-                s.vc[me] += 1;
-                out.recv_vc[ri] = Some(s.vc.clone());
-            }
-            if let Some(n) = by_id[ri].and_then(|si| send_node[si]) {
-                from.push(n);
-            }
-            let vc = s.vc.clone();
-            node(out, &vc, from);
-        }
-        Ev::Enter(i) => {
-            if !collectives {
-                return;
-            }
-            if vector {
-                s.vc[me] += 1;
-            }
-            let cr = p.comm_rank[i].get(&(me as u32)).copied().unwrap_or(0);
-            insts[i].enters.push((cr, s.lc, s.vc.clone()));
-            let vc = s.vc.clone();
-            if let Some(nid) = node(out, &vc, Vec::new()) {
-                enter_node[i].push((cr, nid));
-            }
-        }
-        Ev::Exit(i) => {
-            if !collectives {
-                return;
-            }
-            let inst = &insts[i];
-            let mine = p.comm_rank[i].get(&(me as u32)).copied().unwrap_or(0);
-            let root_cr = inst.root.and_then(|w| p.comm_rank[i].get(&w).copied());
-            let depends = |k: u32| -> bool {
-                match inst.shape {
-                    Shape::NToN => true,
-                    Shape::OneToN => Some(k) == root_cr,
-                    Shape::NToOne => Some(mine) == root_cr,
-                    Shape::Scan => k <= mine,
-                    Shape::Exscan => k < mine,
-                }
-            };
-            let mut from = Vec::new();
-            for (k, lc, vc) in &inst.enters {
-                if !depends(*k) || *k == mine {
-                    continue;
-                }
-                s.lc = s.lc.max(*lc);
+                out.recv_lc[ri] = Some((match_lc, s.lc));
+                let mut from = Vec::new();
                 if vector {
-                    for (a, b) in s.vc.iter_mut().zip(vc) {
-                        *a = (*a).max(*b);
+                    if let Some(v) = send_of(ri).and_then(|si| out.send_vc[si].as_ref()) {
+                        for (a, b) in s.vc.iter_mut().zip(v) {
+                            *a = (*a).max(*b);
+                        }
+                    }
+                    s.vc[me] += 1;
+                    out.recv_vc[ri] = Some(s.vc.clone());
+                }
+                if let Some(n) = send_of(ri).and_then(|si| send_node[si]) {
+                    from.push(n);
+                }
+                let vc = s.vc.clone();
+                node(out, &vc, from);
+            }
+            Ev::Enter(i) => {
+                if !collectives {
+                    return;
+                }
+                if vector {
+                    s.vc[me] += 1;
+                }
+                let cr = p.comm_rank[i].get(&(me as u32)).copied().unwrap_or(0);
+                insts[i].enters.push((cr, s.lc, s.vc.clone()));
+                let vc = s.vc.clone();
+                if let Some(nid) = node(out, &vc, Vec::new()) {
+                    enter_node[i].push((cr, nid));
+                }
+            }
+            Ev::Exit(i) => {
+                if !collectives {
+                    return;
+                }
+                let inst = &insts[i];
+                let mine = p.comm_rank[i].get(&(me as u32)).copied().unwrap_or(0);
+                let root_cr = inst.root.and_then(|w| p.comm_rank[i].get(&w).copied());
+                let depends = |k: u32| -> bool {
+                    match inst.shape {
+                        Shape::NToN => true,
+                        Shape::OneToN => Some(k) == root_cr,
+                        Shape::NToOne => Some(mine) == root_cr,
+                        Shape::Scan => k <= mine,
+                        Shape::Exscan => k < mine,
+                    }
+                };
+                let mut from = Vec::new();
+                for (k, lc, vc) in &inst.enters {
+                    if !depends(*k) || *k == mine {
+                        continue;
+                    }
+                    s.lc = s.lc.max(*lc);
+                    if vector {
+                        for (a, b) in s.vc.iter_mut().zip(vc) {
+                            *a = (*a).max(*b);
+                        }
                     }
                 }
-            }
-            for &(k, nid) in &enter_node[i] {
-                if depends(k) && k != mine {
-                    from.push(nid);
+                for &(k, nid) in &enter_node[i] {
+                    if depends(k) && k != mine {
+                        from.push(nid);
+                    }
                 }
+                if vector {
+                    s.vc[me] += 1;
+                }
+                let vc = s.vc.clone();
+                node(out, &vc, from);
             }
-            if vector {
-                s.vc[me] += 1;
+            Ev::End(at) => {
+                out.after_call.insert(at, s.lc);
             }
-            let vc = s.vc.clone();
-            node(out, &vc, from);
-        }
-        Ev::End(at) => {
-            out.after_call.insert(at, s.lc);
         }
     }
 }
