@@ -7,6 +7,7 @@
 //! - `lifecycle`: the hand-written Init/Finalize/Abort/Pcontrol;
 //! - `hooks`: what each kind of call records;
 //! - `piggyback`: the hidden header on every message, and the clocks;
+//! - `peers`: finds ranks that run without pmtrace, before any message;
 //! - `recorder`: per-thread buffers in mapped file pages;
 //! - `flusher`: the background writer thread that owns the file;
 //! - `comms`, `requests`: communicator ids and live request state;
@@ -23,6 +24,7 @@ mod flusher;
 mod guard;
 mod hooks;
 mod lifecycle;
+mod peers;
 mod piggyback;
 mod recorder;
 mod requests;

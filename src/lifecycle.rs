@@ -20,6 +20,7 @@ use crate::config::{Config, TimerChoice};
 use crate::ffi::{self, MPI_Comm};
 use crate::flusher::{Flusher, Msg, Totals};
 use crate::guard::{self, Guard, State};
+use crate::peers;
 use crate::piggyback::{self, Mode};
 use crate::recorder::{self, Recorder, Writer};
 use crate::wrappers::{ids, real, FUNCTIONS};
@@ -60,9 +61,17 @@ pub unsafe extern "C" fn MPI_Init(argc: *mut c_int, argv: *mut *mut *mut c_char)
     }
     let t0 = clock::monotonic();
     let p0 = clock::pair();
+    let announced = peers::announce();
     // SAFETY: the caller's arguments, passed through.
     let rc = unsafe { real::PMPI_Init(argc as *mut c_void, argv as *mut c_void) };
-    start(guard.as_ref().unwrap(), ids::MPI_INIT, t0, p0, rc, None);
+    start(
+        guard.as_ref().unwrap(),
+        ids::MPI_INIT,
+        (t0, p0),
+        announced,
+        rc,
+        None,
+    );
     rc
 }
 
@@ -87,6 +96,7 @@ pub unsafe extern "C" fn MPI_Init_thread(
     }
     let t0 = clock::monotonic();
     let p0 = clock::pair();
+    let announced = peers::announce();
     // SAFETY: the caller's arguments, passed through.
     let rc = unsafe {
         real::PMPI_Init_thread(
@@ -101,8 +111,8 @@ pub unsafe extern "C" fn MPI_Init_thread(
     start(
         guard.as_ref().unwrap(),
         ids::MPI_INIT_THREAD,
-        t0,
-        p0,
+        (t0, p0),
+        announced,
         rc,
         Some((required, got)),
     );
@@ -112,8 +122,8 @@ pub unsafe extern "C" fn MPI_Init_thread(
 fn start(
     guard: &Guard,
     func: u32,
-    t0: u64,
-    p0: clock::Pair,
+    (t0, p0): (u64, clock::Pair),
+    announced: Option<peers::Announced>,
     rc: c_int,
     thread: Option<(c_int, c_int)>,
 ) {
@@ -122,7 +132,7 @@ fn start(
         return;
     }
     let started = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        start_tracing(guard, func, t0, p0, thread)
+        start_tracing(guard, func, t0, p0, announced, thread)
     }));
     if started.is_err() {
         guard::set_state(State::Disabled);
@@ -274,6 +284,7 @@ fn start_tracing(
     func: u32,
     t0: u64,
     p0: clock::Pair,
+    announced: Option<peers::Announced>,
     thread: Option<(c_int, c_int)>,
 ) {
     let (mut rank, mut size) = (0, 0);
@@ -285,6 +296,23 @@ fn start_tracing(
     unsafe {
         ffi::PMPI_Comm_rank(world(), &mut rank);
         ffi::PMPI_Comm_size(world(), &mut size);
+    }
+    if let Some(announced) = announced {
+        let missing = announced.unmatched(size as u32);
+        if !missing.is_empty() {
+            let first_traced = (0..size as u32).find(|r| missing.binary_search(r).is_err());
+            if first_traced == Some(rank as u32) {
+                warn(&format!(
+                    "rank{} {} of {size} run{} without pmtrace (or with another version); \
+                     tracing disabled on all ranks",
+                    if missing.len() > 1 { "s" } else { "" },
+                    peers::ranges(&missing),
+                    if missing.len() > 1 { "" } else { "s" },
+                ));
+            }
+            guard::set_state(State::Disabled);
+            return;
+        }
     }
     let cfg = Config::from_env();
     let invariant = clock::tsc_is_invariant();

@@ -781,3 +781,70 @@ fn piggyback_scenarios_give_the_clocks_of_the_lazy_lamport_rules() {
         assert_eq!(s.messages.matched.len(), 2);
     }
 }
+
+/// `pmtrace run` over an MPMD line whose `untraced` app contexts drop
+/// `LD_PRELOAD` (`env -u`): those ranks run without pmtrace.
+fn run_with_untraced_ranks(
+    dir: &std::path::Path,
+    prog: &std::path::Path,
+    contexts: &[(u32, bool)],
+) -> (std::process::Output, std::path::PathBuf) {
+    let trace = dir.join(format!("trace-{}", contexts.len()));
+    let _ = std::fs::remove_dir_all(&trace);
+    let mut cmd = std::process::Command::new(cli());
+    cmd.arg("run")
+        .arg("--out")
+        .arg(&trace)
+        .arg("--")
+        .arg("mpirun")
+        .arg("--oversubscribe");
+    for (i, &(np, traced)) in contexts.iter().enumerate() {
+        if i > 0 {
+            cmd.arg(":");
+        }
+        cmd.arg("-np").arg(np.to_string());
+        if !traced {
+            cmd.args(["env", "-u", "LD_PRELOAD"]);
+        }
+        cmd.arg(prog);
+    }
+    cmd.env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1");
+    (cmd.output().expect("pmtrace run"), trace)
+}
+
+#[test]
+fn a_rank_without_pmtrace_is_found_at_init_and_the_job_runs_untraced() {
+    let dir = scratch("untraced-rank");
+    // Wildcard receives on rank 0: any stray message of the tool's would be
+    // taken as a worker's result.
+    let prog = prog("master_worker");
+    let plain = mpirun(&dir, 4, &prog, &[], Mode::Plain, &[]);
+    assert_eq!(plain.code, 0);
+    for (contexts, who) in [
+        (&[(3, true), (1, false)][..], "rank 3 of 4 runs"),
+        (&[(1, false), (3, true)][..], "rank 0 of 4 runs"),
+        (
+            &[(1, true), (1, false), (1, true), (1, false)][..],
+            "ranks 1, 3 of 4 run",
+        ),
+    ] {
+        let (out, trace) = run_with_untraced_ranks(&dir, &prog, contexts);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(0), "{stderr}");
+        assert_eq!(String::from_utf8_lossy(&out.stdout), plain.stdout, "{who}");
+        let lines: Vec<&str> = stderr.lines().collect();
+        assert_eq!(lines.len(), 2, "{lines:?}");
+        assert_eq!(
+            lines[0],
+            format!("pmtrace: warning: {who} without pmtrace (or with another version); tracing disabled on all ranks")
+        );
+        assert!(
+            lines[1].starts_with("pmtrace: no rank wrote a trace"),
+            "{}",
+            lines[1]
+        );
+        let files = std::fs::read_dir(&trace).unwrap().count();
+        assert_eq!(files, 0, "no rank file is left in {}", trace.display());
+    }
+}

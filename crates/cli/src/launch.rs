@@ -64,10 +64,7 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
         .expect("clap requires a launcher");
 
     let mut cmd = Command::new(program);
-    if is_open_mpi_launcher(program) {
-        cmd.args(["-x", "LD_PRELOAD", "-x", "PMTRACE_DIR"]);
-    }
-    cmd.args(rest)
+    cmd.args(launcher_args(program, rest))
         .env(
             "LD_PRELOAD",
             preload_value(&lib, env::var_os("LD_PRELOAD").as_deref()),
@@ -82,7 +79,18 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
         (None, Some(signal)) => 128 + signal,
         (None, None) => 1,
     };
-    if code == 0 {
+    let written = std::fs::read_dir(&abs_dir)
+        .map(|d| {
+            d.flatten()
+                .any(|e| e.file_name().to_string_lossy().ends_with(".pmt"))
+        })
+        .unwrap_or(false);
+    if code == 0 && !written {
+        eprintln!(
+            "pmtrace: no rank wrote a trace in {} (tracing was disabled, or the program never called MPI_Init)",
+            dir.display()
+        );
+    } else if code == 0 {
         eprintln!("pmtrace: trace in {}", dir.display());
     } else {
         eprintln!(
@@ -92,6 +100,24 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
         );
     }
     Ok(ExitCode::from(u8::try_from(code).unwrap_or(1)))
+}
+
+/// The launcher's arguments, with `-x LD_PRELOAD -x PMTRACE_DIR` for Open
+/// MPI at the front and after every `:`, since each app context of an MPMD
+/// line takes its own exports.
+fn launcher_args(program: &OsStr, rest: &[OsString]) -> Vec<OsString> {
+    let exports = ["-x", "LD_PRELOAD", "-x", "PMTRACE_DIR"].map(OsString::from);
+    if !is_open_mpi_launcher(program) {
+        return rest.to_vec();
+    }
+    let mut out = exports.to_vec();
+    for a in rest {
+        out.push(a.clone());
+        if a == ":" {
+            out.extend(exports.iter().cloned());
+        }
+    }
+    out
 }
 
 /// `--lib`, else `$PMTRACE_LIB`, else libpmtrace.so beside this executable;
@@ -236,5 +262,19 @@ mod tests {
         assert!(is_open_mpi_launcher(OsStr::new("/usr/bin/mpirun.openmpi")));
         assert!(!is_open_mpi_launcher(OsStr::new("srun")));
         assert!(!is_open_mpi_launcher(OsStr::new("./app")));
+    }
+
+    #[test]
+    fn every_app_context_of_an_open_mpi_line_gets_the_exports() {
+        let args: Vec<OsString> = ["-np", "1", "./a", ":", "-np", "3", "./b"]
+            .map(OsString::from)
+            .to_vec();
+        let got = launcher_args(OsStr::new("mpirun.openmpi"), &args);
+        let x = "-x LD_PRELOAD -x PMTRACE_DIR";
+        assert_eq!(
+            got.join(OsStr::new(" ")),
+            OsString::from(format!("{x} -np 1 ./a : {x} -np 3 ./b"))
+        );
+        assert_eq!(launcher_args(OsStr::new("srun"), &args), args);
     }
 }

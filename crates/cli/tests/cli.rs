@@ -293,7 +293,7 @@ fn run_exports_the_variables_through_open_mpi_and_reports_the_trace() {
     let mpirun = s.join("mpirun");
     write_script(
         &mpirun,
-        "if [ \"$1\" = --version ]; then echo 'mpirun (Open MPI) 4.1.4'; exit 0; fi\necho \"$*\"\n",
+        "if [ \"$1\" = --version ]; then echo 'mpirun (Open MPI) 4.1.4'; exit 0; fi\necho \"$*\"\n: > \"$PMTRACE_DIR/rank-00000.pmt\"\n",
     );
     let o = pmtrace(&[
         &"run", &"--lib", &lib, &"--out", &out, &"--", &mpirun, &"-np", &"4", &"./app",
