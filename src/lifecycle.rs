@@ -383,7 +383,10 @@ fn start_tracing(
         s.dir = Some(dir);
         s.flusher = Some(handle);
     }
-    piggyback::enable(clocks, rank as usize, size as usize);
+    // SAFETY: reads an initialised constant of mpi-sys's shim.
+    let multiple = unsafe { ffi::RSMPI_THREAD_MULTIPLE };
+    let serial = thread.is_none_or(|(_, provided)| provided < multiple);
+    piggyback::enable(clocks, rank as usize, size as usize, serial);
     guard::set_state(State::Active);
 
     recorder::set_main_thread();

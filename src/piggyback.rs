@@ -37,7 +37,7 @@ use crate::ffi::{self, MPI_Comm, MPI_Datatype, MPI_Status};
 use crate::recorder::Recorder;
 use core::ffi::{c_int, c_void};
 use parking_lot::Mutex;
-use std::sync::atomic::{AtomicU64, AtomicU8, AtomicUsize, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering::Relaxed};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(u8)]
@@ -75,6 +75,9 @@ static MODE: AtomicU8 = AtomicU8::new(0);
 static HDR: AtomicUsize = AtomicUsize::new(BASE);
 static ME: AtomicUsize = AtomicUsize::new(0);
 static LC: AtomicU64 = AtomicU64::new(0);
+/// At most one thread calls MPI at a time (below MPI_THREAD_MULTIPLE): the
+/// clock merge needs no atomic read-modify-write.
+static SERIAL: AtomicBool = AtomicBool::new(true);
 static VC: Mutex<Vec<u64>> = Mutex::new(Vec::new());
 /// Nonblocking wildcard receives not yet matched (LLCP's Pending set).
 static PENDING: Mutex<Vec<Pending>> = Mutex::new(Vec::new());
@@ -90,7 +93,8 @@ struct Pending {
 }
 
 /// Switches piggybacking on; every rank does the same (agreed at init).
-pub fn enable(mode: Mode, rank: usize, size: usize) {
+pub fn enable(mode: Mode, rank: usize, size: usize, serial: bool) {
+    SERIAL.store(serial, Relaxed);
     if mode == Mode::Vector {
         *VC.lock() = vec![0; size];
         HDR.store(BASE + 8 * size, Relaxed);
@@ -470,7 +474,11 @@ fn receive_clock(rx: Rx, tag: i32, own: Option<(usize, u64, i32)>, got: &Got) {
     let own_tick = u64::from(rx.wildcard && (own.is_none() || was_pending));
     let add = ticks + own_tick;
     let floor = got.lc.saturating_add(1);
-    let _ = LC.fetch_update(Relaxed, Relaxed, |c| Some((c + add).max(floor)));
+    if SERIAL.load(Relaxed) {
+        LC.store((LC.load(Relaxed) + add).max(floor), Relaxed);
+    } else {
+        let _ = LC.fetch_update(Relaxed, Relaxed, |c| Some((c + add).max(floor)));
+    }
     if mode() == Mode::Vector {
         let mut vc = VC.lock();
         for (mine, &theirs) in vc.iter_mut().zip(&got.vc) {
