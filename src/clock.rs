@@ -8,7 +8,9 @@
 //! CLOCK_MONOTONIC, and the TSC scale is anchored so that both agree at the
 //! switch: time never steps.
 
+use pmtrace_format::sim::ClockSim;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::OnceLock;
 
 static USE_TSC: AtomicBool = AtomicBool::new(false);
 static TSC_BASE: AtomicU64 = AtomicU64::new(0);
@@ -44,12 +46,33 @@ pub fn tsc() -> u64 {
 /// The trace timer, in ns.
 #[inline(always)]
 pub fn now() -> u64 {
-    if USE_TSC.load(Relaxed) {
+    let t = if USE_TSC.load(Relaxed) {
         let dt = tsc().wrapping_sub(TSC_BASE.load(Relaxed));
         NS_BASE.load(Relaxed) + ((u128::from(dt) * u128::from(MULT.load(Relaxed))) >> 32) as u64
     } else {
         monotonic()
+    };
+    if SIMULATED.load(Relaxed) {
+        return simulated(t);
     }
+    t
+}
+
+/// `PMTRACE_CLOCK_SIM`: the clock this rank pretends to have.
+static SIM: OnceLock<ClockSim> = OnceLock::new();
+static SIMULATED: AtomicBool = AtomicBool::new(false);
+
+/// From now on every reading of `now()` goes through `sim`.
+pub fn simulate(sim: ClockSim) {
+    if SIM.set(sim).is_ok() && !sim.is_identity() {
+        SIMULATED.store(true, Relaxed);
+    }
+}
+
+/// A true reading as this rank's (possibly simulated) timer shows it.
+#[cold]
+pub fn simulated(t: u64) -> u64 {
+    SIM.get().map_or(t, |s| s.apply(t))
 }
 
 /// Whether this CPU's TSC runs at a constant rate through sleep states.

@@ -23,6 +23,9 @@ pub struct Config {
     pub timer: TimerChoice,
     /// `PMTRACE_CLOCKS`: what every message carries (rank 0's choice wins).
     pub clocks: crate::piggyback::Mode,
+    /// `PMTRACE_CLOCK_SIM`: simulated clock skew, for testing sync.
+    pub clock_sim: Option<pmtrace_format::sim::SimSpec>,
+    clock_sim_text: Option<String>,
     pub warnings: Vec<String>,
 }
 
@@ -61,6 +64,8 @@ impl Config {
             buffer_size: DEFAULT_BUFFER,
             timer: TimerChoice::Auto,
             clocks: crate::piggyback::Mode::Lamport,
+            clock_sim: None,
+            clock_sim_text: None,
             warnings: Vec::new(),
         };
         for (k, v) in vars {
@@ -97,6 +102,15 @@ impl Config {
                         "PMTRACE_CLOCKS={v} is not lamport, vector or none; using lamport"
                     )),
                 },
+                "PMTRACE_CLOCK_SIM" => match pmtrace_format::sim::SimSpec::parse(&v) {
+                    Ok(spec) => {
+                        c.clock_sim = Some(spec);
+                        c.clock_sim_text = Some(v);
+                    }
+                    Err(e) => c.warnings.push(format!(
+                        "PMTRACE_CLOCK_SIM={v}: {e} (seed=N[,offset_us=X][,drift_ppm=Y][,drift_change_s=S]); clocks not simulated"
+                    )),
+                },
                 k if KNOWN.contains(&k) => {}
                 _ => c.warnings.push(format!("unknown setting {k} ignored")),
             }
@@ -120,6 +134,9 @@ impl Config {
         m.insert("PMTRACE_BUFFER_SIZE".into(), self.buffer_size.to_string());
         m.insert("PMTRACE_TIMER".into(), timer.into());
         m.insert("PMTRACE_CLOCKS".into(), self.clocks.name().into());
+        if let Some(t) = &self.clock_sim_text {
+            m.insert("PMTRACE_CLOCK_SIM".into(), t.clone());
+        }
         m
     }
 }
@@ -169,6 +186,25 @@ mod tests {
         assert_eq!(c.timer, TimerChoice::Monotonic);
         assert_eq!(c.dir.as_deref(), Some("/tmp/t"));
         assert!(c.warnings.is_empty());
+    }
+
+    #[test]
+    fn clock_simulation_is_parsed_or_warned_about() {
+        let c = cfg(&[("PMTRACE_CLOCK_SIM", "seed=4,drift_ppm=10")]);
+        let spec = c.clock_sim.unwrap();
+        assert_eq!(
+            (spec.seed, spec.drift_ppm, spec.offset_us),
+            (4, 10.0, 5000.0)
+        );
+        assert!(c.warnings.is_empty());
+        let c = cfg(&[("PMTRACE_CLOCK_SIM", "drift_ppm=10")]);
+        assert!(c.clock_sim.is_none());
+        assert_eq!(c.warnings.len(), 1);
+        assert!(
+            c.warnings[0].contains("seed=N is required"),
+            "{}",
+            c.warnings[0]
+        );
     }
 
     #[test]

@@ -330,6 +330,13 @@ fn start_tracing(
     if use_tsc {
         clock::start_tsc(p0);
     }
+    // From here on every timestamp is the rank's simulated one, the start of
+    // MPI_Init included.
+    let sim = cfg.clock_sim.map(|spec| spec.for_rank(rank as u32, t0));
+    if let Some(sim) = sim {
+        clock::simulate(sim);
+    }
+    let t0 = clock::simulated(t0);
     let t1 = clock::now();
 
     let mine = (rank == 0).then(|| prepare_dir(&cfg));
@@ -357,7 +364,8 @@ fn start_tracing(
         }
     };
     let path = dir.join(pmtrace_format::rank_file_name(rank as u32));
-    let header = build_header(rank, size, t0, thread, use_tsc, &cfg, &dir, clocks);
+    let mut header = build_header(rank, size, t0, thread, use_tsc, &cfg, &dir, clocks);
+    header.clock_sim = sim;
     let local = open_trace(&path, &header, cfg.buffer_size);
     // All ranks trace or none: a rank without a trace file would skip the
     // communicator id agreement (a hidden collective) that the others run.
@@ -457,6 +465,7 @@ fn build_header(
             },
         }),
         clocks: clocks.name().into(),
+        clock_sim: None,
     }
 }
 

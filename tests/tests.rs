@@ -848,3 +848,47 @@ fn a_rank_without_pmtrace_is_found_at_init_and_the_job_runs_untraced() {
         assert_eq!(files, 0, "no rank file is left in {}", trace.display());
     }
 }
+
+#[test]
+fn simulated_clocks_skew_every_rank_but_zero_and_the_true_time_is_recovered() {
+    let dir = scratch("clocksim");
+    for name in ["halo2d", "master_worker"] {
+        let prog = prog(name);
+        let plain = mpirun(&dir, 8, &prog, &[], Mode::Plain, &[]);
+        let traced = mpirun(
+            &dir,
+            8,
+            &prog,
+            &[],
+            Mode::Preload,
+            &[("PMTRACE_CLOCK_SIM", "seed=11")],
+        );
+        assert_transparent(&plain, &traced, 8);
+        let trace = Trace::open(&traced.trace).unwrap();
+        let sims: Vec<_> = trace
+            .ranks
+            .iter()
+            .map(|r| r.header.clock_sim.expect("every rank records its clock"))
+            .collect();
+        assert!(sims[0].is_identity(), "rank 0 keeps the true clock");
+        for (r, s) in sims.iter().enumerate().skip(1) {
+            assert!(
+                s.offset_ns.abs() <= 5e6 && s.drift_ppm.abs() <= 50.0,
+                "rank {r}: {s:?}"
+            );
+            assert!(s.offset_ns.abs() > 1.0, "rank {r} is skewed");
+        }
+        let messages = pmtrace_analysis::Messages::build(&trace);
+        let raw = messages.violations(0);
+        assert!(
+            raw.reversed * 4 >= messages.matched.len() as u64,
+            "{name}: only {} of {} messages reversed",
+            raw.reversed,
+            messages.matched.len()
+        );
+        // Mapped back to true time (one host, one physical clock), no
+        // message goes backward.
+        let truth = messages.violations_in(0, |r, t| trace.ranks[r as usize].header.true_time(t));
+        assert_eq!(truth.reversed, 0, "{name}");
+    }
+}

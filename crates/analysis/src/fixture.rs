@@ -334,6 +334,7 @@ impl RankBuilder {
                 config: BTreeMap::new(),
             }),
             clocks: "none".into(),
+            clock_sim: None,
         };
         RankBuilder {
             header,

@@ -207,12 +207,19 @@ impl Messages {
 
     /// Causality violations of the recorded timestamps (see [`Violations`]).
     pub fn violations(&self, mu_ns: u64) -> Violations {
+        self.violations_in(mu_ns, |_, t| t)
+    }
+
+    /// Violations with every time mapped through `time(rank, t)` first (to
+    /// corrected or true time).
+    pub fn violations_in(&self, mu_ns: u64, time: impl Fn(u32, u64) -> u64) -> Violations {
         let mut v = Violations {
             mu_ns,
             ..Violations::default()
         };
         for m in &self.matched {
-            let (sent, received) = (self.sends[m.send].time, self.recvs[m.recv].time);
+            let (s, r) = (&self.sends[m.send], &self.recvs[m.recv]);
+            let (sent, received) = (time(s.src, s.time), time(r.dst, r.time));
             v.reversed += u64::from(received < sent);
             v.clock_condition += u64::from(received < sent.saturating_add(mu_ns));
         }

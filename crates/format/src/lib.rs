@@ -62,6 +62,7 @@ pub mod chunk;
 pub mod error;
 pub mod meta;
 pub mod record;
+pub mod sim;
 pub mod varint;
 
 pub use chunk::UNOWNED_THREAD;

@@ -58,6 +58,10 @@ pub struct Header {
     /// clocks too) or "none". The same on every rank.
     #[serde(default = "no_clocks")]
     pub clocks: String,
+    /// `PMTRACE_CLOCK_SIM`: this rank's simulated clock (a testing knob).
+    /// Every timestamp of the rank went through it.
+    #[serde(default)]
+    pub clock_sim: Option<crate::sim::ClockSim>,
 }
 
 fn no_clocks() -> String {
@@ -65,6 +69,12 @@ fn no_clocks() -> String {
 }
 
 impl Header {
+    /// The true time of this rank's timestamp `t`: `t` itself unless the
+    /// run simulated clock skew (`PMTRACE_CLOCK_SIM`).
+    pub fn true_time(&self, t: u64) -> u64 {
+        self.clock_sim.as_ref().map_or(t, |s| s.true_time(t))
+    }
+
     /// A small valid header for tests.
     pub fn example() -> Self {
         Header {
@@ -94,6 +104,7 @@ impl Header {
             ],
             run: None,
             clocks: "none".into(),
+            clock_sim: None,
         }
     }
 }
