@@ -26,8 +26,12 @@ pub struct Config {
     /// `PMTRACE_CLOCK_SIM`: simulated clock skew, for testing sync.
     pub clock_sim: Option<pmtrace_format::sim::SimSpec>,
     clock_sim_text: Option<String>,
+    /// `PMTRACE_SYNC_REPS`: ping-pongs per clock offset measurement.
+    pub sync_reps: u32,
     pub warnings: Vec<String>,
 }
+
+pub const DEFAULT_SYNC_REPS: u32 = 10;
 
 /// Variables the runtime reads, and the ones other parts of pmtrace set in
 /// the same environment (so they are not "unknown").
@@ -66,6 +70,7 @@ impl Config {
             clocks: crate::piggyback::Mode::Lamport,
             clock_sim: None,
             clock_sim_text: None,
+            sync_reps: DEFAULT_SYNC_REPS,
             warnings: Vec::new(),
         };
         for (k, v) in vars {
@@ -111,6 +116,12 @@ impl Config {
                         "PMTRACE_CLOCK_SIM={v}: {e} (seed=N[,offset_us=X][,drift_ppm=Y][,drift_change_s=S]); clocks not simulated"
                     )),
                 },
+                "PMTRACE_SYNC_REPS" => match v.trim().parse::<u32>() {
+                    Ok(n) if (1..=1000).contains(&n) => c.sync_reps = n,
+                    _ => c.warnings.push(format!(
+                        "PMTRACE_SYNC_REPS={v} is not a count between 1 and 1000; using {DEFAULT_SYNC_REPS}"
+                    )),
+                },
                 k if KNOWN.contains(&k) => {}
                 _ => c.warnings.push(format!("unknown setting {k} ignored")),
             }
@@ -134,6 +145,7 @@ impl Config {
         m.insert("PMTRACE_BUFFER_SIZE".into(), self.buffer_size.to_string());
         m.insert("PMTRACE_TIMER".into(), timer.into());
         m.insert("PMTRACE_CLOCKS".into(), self.clocks.name().into());
+        m.insert("PMTRACE_SYNC_REPS".into(), self.sync_reps.to_string());
         if let Some(t) = &self.clock_sim_text {
             m.insert("PMTRACE_CLOCK_SIM".into(), t.clone());
         }

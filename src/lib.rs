@@ -8,6 +8,7 @@
 //! - `hooks`: what each kind of call records;
 //! - `piggyback`: the hidden header on every message, and the clocks;
 //! - `peers`: finds ranks that run without pmtrace, before any message;
+//! - `offsets`: clock offsets to rank 0 at init and finalize;
 //! - `recorder`: per-thread buffers in mapped file pages;
 //! - `flusher`: the background writer thread that owns the file;
 //! - `comms`, `requests`: communicator ids and live request state;
@@ -24,6 +25,7 @@ mod flusher;
 mod guard;
 mod hooks;
 mod lifecycle;
+mod offsets;
 mod peers;
 mod piggyback;
 mod recorder;

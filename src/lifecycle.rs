@@ -20,6 +20,7 @@ use crate::config::{Config, TimerChoice};
 use crate::ffi::{self, MPI_Comm};
 use crate::flusher::{Flusher, Msg, Totals};
 use crate::guard::{self, Guard, State};
+use crate::offsets;
 use crate::peers;
 use crate::piggyback::{self, Mode};
 use crate::recorder::{self, Recorder, Writer};
@@ -47,6 +48,10 @@ struct Session {
 unsafe impl Send for Session {}
 
 static SESSION: Mutex<Option<Session>> = Mutex::new(None);
+/// How to measure the offset again at finalize: (reps, own clock).
+static SYNC: Mutex<Option<(u32, bool)>> = Mutex::new(None);
+/// The offset measured inside MPI_Finalize, for the trailer.
+static FINAL_OFFSET: Mutex<Option<meta::OffsetSample>> = Mutex::new(None);
 
 fn warn(msg: &str) {
     let _ = writeln!(std::io::stderr(), "pmtrace: warning: {msg}");
@@ -364,8 +369,18 @@ fn start_tracing(
         }
     };
     let path = dir.join(pmtrace_format::rank_file_name(rank as u32));
+    let own_clock = sim.is_some();
+    let offset = offsets::measure(
+        rank as usize,
+        size as usize,
+        cfg.sync_reps,
+        &hostname(),
+        own_clock,
+    );
+    *SYNC.lock() = Some((cfg.sync_reps, own_clock));
     let mut header = build_header(rank, size, t0, thread, use_tsc, &cfg, &dir, clocks);
     header.clock_sim = sim;
+    header.offset_init = Some(offset);
     let local = open_trace(&path, &header, cfg.buffer_size);
     // All ranks trace or none: a rank without a trace file would skip the
     // communicator id agreement (a hidden collective) that the others run.
@@ -466,6 +481,7 @@ fn build_header(
         }),
         clocks: clocks.name().into(),
         clock_sim: None,
+        offset_init: None,
     }
 }
 
@@ -552,6 +568,7 @@ fn seal(
         end_ns,
         monotonic_start_ns: mono_start,
         monotonic_end_ns: mono_end,
+        offset_finalize: *FINAL_OFFSET.lock(),
     });
     let _ = start_ns;
     tx.send(Msg::Finish {
@@ -573,6 +590,23 @@ pub unsafe extern "C" fn MPI_Finalize() -> c_int {
     if let Some((rank, dir)) = session {
         let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             let t0 = clock::now();
+            if guard::state() == State::Active {
+                if let Some((reps, own)) = *SYNC.lock() {
+                    let (mut r, mut n) = (0, 0);
+                    // SAFETY: local queries.
+                    unsafe {
+                        ffi::PMPI_Comm_rank(world(), &mut r);
+                        ffi::PMPI_Comm_size(world(), &mut n);
+                    }
+                    *FINAL_OFFSET.lock() = Some(offsets::measure_private(
+                        r as usize,
+                        n as usize,
+                        reps,
+                        &hostname(),
+                        own,
+                    ));
+                }
+            }
             let totals = if guard::state() == State::Active {
                 // No guard only if this thread's thread-locals are gone and
                 // it is not the main thread: seal without recording the call.

@@ -661,6 +661,7 @@ mod tests {
             end_ns: 0,
             monotonic_start_ns: 0,
             monotonic_end_ns: 0,
+            offset_finalize: None,
         });
         tx.send(Msg::Finish {
             trailer,

@@ -890,5 +890,52 @@ fn simulated_clocks_skew_every_rank_but_zero_and_the_true_time_is_recovered() {
         // message goes backward.
         let truth = messages.violations_in(0, |r, t| trace.ranks[r as usize].header.true_time(t));
         assert_eq!(truth.reversed, 0, "{name}");
+        // The offsets measured at init and finalize hold the true offset
+        // within their error bound: every rank has its own clock here.
+        for r in &trace.ranks {
+            let fin = r.trailer.as_ref().unwrap().offset_finalize;
+            for (when, o) in [("init", r.header.offset_init), ("finalize", fin)] {
+                let o = o.unwrap_or_else(|| panic!("rank {} has no {when} offset", r.rank));
+                let truth = r.header.true_time(o.local_ns) as i64 - o.local_ns as i64;
+                assert!(
+                    (o.offset_ns - truth).unsigned_abs() <= o.error_ns + 2,
+                    "{name} rank {} at {when}: measured {} true {truth} bound {}",
+                    r.rank,
+                    o.offset_ns,
+                    o.error_ns
+                );
+                assert_eq!(o.measured_by, r.rank, "own clock, own measurement");
+                assert_eq!((o.hosts, o.reps), (1, 10));
+            }
+        }
+    }
+}
+
+#[test]
+fn ranks_of_one_host_share_the_offset_their_leader_measured() {
+    let dir = scratch("offsets");
+    let run = mpirun(
+        &dir,
+        4,
+        &prog("ring"),
+        &[],
+        Mode::Preload,
+        &[("PMTRACE_SYNC_REPS", "5")],
+    );
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let trace = Trace::open(&run.trace).unwrap();
+    for r in &trace.ranks {
+        let fin = r.trailer.as_ref().unwrap().offset_finalize;
+        for o in [r.header.offset_init, fin] {
+            let o = o.unwrap();
+            // One host, one clock: rank 0 measured for everyone, offset 0.
+            assert_eq!(
+                (o.offset_ns, o.error_ns, o.measured_by, o.hosts, o.reps),
+                (0, 0, 0, 1, 5)
+            );
+            let mu = o.latency_intra_ns.expect("two ranks share the host");
+            assert!(mu > 0 && mu < 1_000_000, "intra-host latency {mu} ns");
+            assert_eq!(o.latency_inter_ns, None);
+        }
     }
 }

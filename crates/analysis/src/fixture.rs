@@ -335,6 +335,7 @@ impl RankBuilder {
             }),
             clocks: "none".into(),
             clock_sim: None,
+            offset_init: None,
         };
         RankBuilder {
             header,
@@ -476,6 +477,7 @@ impl RankBuilder {
             end_ns,
             monotonic_start_ns: 0,
             monotonic_end_ns: end_ns,
+            offset_finalize: None,
         };
         let json = serde_json::to_vec(&trailer).expect("trailer serializes");
         let h = ChunkHeader {

@@ -62,6 +62,30 @@ pub struct Header {
     /// Every timestamp of the rank went through it.
     #[serde(default)]
     pub clock_sim: Option<crate::sim::ClockSim>,
+    /// This rank's clock offset to rank 0, measured inside MPI_Init.
+    #[serde(default)]
+    pub offset_init: Option<OffsetSample>,
+}
+
+/// A clock offset to rank 0: rank 0's time ≈ local time + `offset_ns`, at
+/// local time `local_ns`, within ±`error_ns`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OffsetSample {
+    pub offset_ns: i64,
+    /// Half the round trips along the path to rank 0: a bound on the error.
+    pub error_ns: u64,
+    pub local_ns: u64,
+    /// The rank that measured for this rank's clock (its host's leader; the
+    /// rank itself when it has its own clock).
+    pub measured_by: u32,
+    /// Distinct hosts in the job.
+    pub hosts: u32,
+    /// Smallest one-way latency (RTT/2) seen within a host, and between
+    /// hosts (None where there was no such pair).
+    pub latency_intra_ns: Option<u64>,
+    pub latency_inter_ns: Option<u64>,
+    /// Ping-pongs per measurement (the smallest round trip is kept).
+    pub reps: u32,
 }
 
 fn no_clocks() -> String {
@@ -105,6 +129,7 @@ impl Header {
             run: None,
             clocks: "none".into(),
             clock_sim: None,
+            offset_init: None,
         }
     }
 }
@@ -158,4 +183,8 @@ pub struct Trailer {
     /// so a reader can rescale a TSC timer exactly.
     pub monotonic_start_ns: u64,
     pub monotonic_end_ns: u64,
+    /// The clock offset to rank 0 measured inside MPI_Finalize (None after
+    /// MPI_Abort, or when tracing ended early).
+    #[serde(default)]
+    pub offset_finalize: Option<OffsetSample>,
 }
