@@ -9,10 +9,13 @@
 //! switch: time never steps.
 
 use pmtrace_format::sim::ClockSim;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering::Relaxed};
 use std::sync::OnceLock;
 
-static USE_TSC: AtomicBool = AtomicBool::new(false);
+/// What `now()` does, read once per call: `TSC` and `SIMULATED` bits.
+static TIMER: AtomicU8 = AtomicU8::new(0);
+const TSC: u8 = 1;
+const SIMULATED: u8 = 2;
 static TSC_BASE: AtomicU64 = AtomicU64::new(0);
 static NS_BASE: AtomicU64 = AtomicU64::new(0);
 /// Nanoseconds per tick, 32.32 fixed point.
@@ -46,13 +49,14 @@ pub fn tsc() -> u64 {
 /// The trace timer, in ns.
 #[inline(always)]
 pub fn now() -> u64 {
-    let t = if USE_TSC.load(Relaxed) {
+    let timer = TIMER.load(Relaxed);
+    let t = if timer & TSC != 0 {
         let dt = tsc().wrapping_sub(TSC_BASE.load(Relaxed));
         NS_BASE.load(Relaxed) + ((u128::from(dt) * u128::from(MULT.load(Relaxed))) >> 32) as u64
     } else {
         monotonic()
     };
-    if SIMULATED.load(Relaxed) {
+    if timer & SIMULATED != 0 {
         return simulated(t);
     }
     t
@@ -60,12 +64,11 @@ pub fn now() -> u64 {
 
 /// `PMTRACE_CLOCK_SIM`: the clock this rank pretends to have.
 static SIM: OnceLock<ClockSim> = OnceLock::new();
-static SIMULATED: AtomicBool = AtomicBool::new(false);
 
 /// From now on every reading of `now()` goes through `sim`.
 pub fn simulate(sim: ClockSim) {
     if SIM.set(sim).is_ok() && !sim.is_identity() {
-        SIMULATED.store(true, Relaxed);
+        TIMER.fetch_or(SIMULATED, Relaxed);
     }
 }
 
@@ -138,12 +141,12 @@ pub fn start_tsc(first: Pair) -> f64 {
     NS_BASE.store(second.mono, Relaxed);
     MULT.store(mult, Relaxed);
     TSC_HZ_BITS.store(hz.to_bits(), Relaxed);
-    USE_TSC.store(true, Relaxed);
+    TIMER.fetch_or(TSC, Relaxed);
     hz
 }
 
 pub fn using_tsc() -> bool {
-    USE_TSC.load(Relaxed)
+    TIMER.load(Relaxed) & TSC != 0
 }
 
 pub fn tsc_hz() -> Option<f64> {

@@ -220,6 +220,16 @@ mod tests {
     }
 
     #[test]
+    fn sync_repetitions_are_bounded() {
+        assert_eq!(cfg(&[("PMTRACE_SYNC_REPS", "25")]).sync_reps, 25);
+        for bad in ["0", "1001", "many"] {
+            let c = cfg(&[("PMTRACE_SYNC_REPS", bad)]);
+            assert_eq!(c.sync_reps, DEFAULT_SYNC_REPS);
+            assert_eq!(c.warnings.len(), 1, "{bad}");
+        }
+    }
+
+    #[test]
     fn buffer_below_minimum_is_refused() {
         assert_eq!(
             cfg(&[("PMTRACE_BUFFER_SIZE", "4K")]).buffer_size,

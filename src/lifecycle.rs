@@ -48,8 +48,8 @@ struct Session {
 unsafe impl Send for Session {}
 
 static SESSION: Mutex<Option<Session>> = Mutex::new(None);
-/// How to measure the offset again at finalize: (reps, own clock).
-static SYNC: Mutex<Option<(u32, bool)>> = Mutex::new(None);
+/// How to measure the offset again at finalize: (rank, size, reps, own clock).
+static SYNC: Mutex<Option<(usize, usize, u32, bool)>> = Mutex::new(None);
 /// The offset measured inside MPI_Finalize, for the trailer.
 static FINAL_OFFSET: Mutex<Option<meta::OffsetSample>> = Mutex::new(None);
 
@@ -371,13 +371,14 @@ fn start_tracing(
     let path = dir.join(pmtrace_format::rank_file_name(rank as u32));
     let own_clock = sim.is_some();
     let offset = offsets::measure(
+        world(),
         rank as usize,
         size as usize,
         cfg.sync_reps,
         &hostname(),
         own_clock,
     );
-    *SYNC.lock() = Some((cfg.sync_reps, own_clock));
+    *SYNC.lock() = Some((rank as usize, size as usize, cfg.sync_reps, own_clock));
     let mut header = build_header(rank, size, t0, thread, use_tsc, &cfg, &dir, clocks);
     header.clock_sim = sim;
     header.offset_init = Some(offset);
@@ -591,20 +592,9 @@ pub unsafe extern "C" fn MPI_Finalize() -> c_int {
         let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             let t0 = clock::now();
             if guard::state() == State::Active {
-                if let Some((reps, own)) = *SYNC.lock() {
-                    let (mut r, mut n) = (0, 0);
-                    // SAFETY: local queries.
-                    unsafe {
-                        ffi::PMPI_Comm_rank(world(), &mut r);
-                        ffi::PMPI_Comm_size(world(), &mut n);
-                    }
-                    *FINAL_OFFSET.lock() = Some(offsets::measure_private(
-                        r as usize,
-                        n as usize,
-                        reps,
-                        &hostname(),
-                        own,
-                    ));
+                if let Some((rank, size, reps, own)) = *SYNC.lock() {
+                    *FINAL_OFFSET.lock() =
+                        Some(offsets::measure_private(rank, size, reps, &hostname(), own));
                 }
             }
             let totals = if guard::state() == State::Active {

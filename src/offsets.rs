@@ -23,18 +23,12 @@ use pmtrace_format::meta::OffsetSample;
 
 const TAG: i32 = 0x7074;
 
-thread_local! {
-    /// The communicator of the measurement under way.
-    static COMM: core::cell::Cell<Option<MPI_Comm>> = const { core::cell::Cell::new(None) };
-}
-
 fn world() -> MPI_Comm {
     // SAFETY: reads an initialised constant of mpi-sys's shim.
-    COMM.with(|c| c.get())
-        .unwrap_or(unsafe { ffi::RSMPI_COMM_WORLD })
+    unsafe { ffi::RSMPI_COMM_WORLD }
 }
 
-fn send_u64s(v: &[u64], to: i32) {
+fn send_u64s(comm: MPI_Comm, v: &[u64], to: i32) {
     // SAFETY: a tool-internal send of a local array.
     unsafe {
         ffi::PMPI_Send(
@@ -43,12 +37,12 @@ fn send_u64s(v: &[u64], to: i32) {
             ffi::consts().uint64,
             to,
             TAG,
-            world(),
+            comm,
         );
     }
 }
 
-fn recv_u64s(v: &mut [u64], from: i32) {
+fn recv_u64s(comm: MPI_Comm, v: &mut [u64], from: i32) {
     let mut status = core::mem::MaybeUninit::<ffi::MPI_Status>::uninit();
     // SAFETY: a tool-internal receive into a local array.
     unsafe {
@@ -58,13 +52,13 @@ fn recv_u64s(v: &mut [u64], from: i32) {
             ffi::consts().uint64,
             from,
             TAG,
-            world(),
+            comm,
             status.as_mut_ptr(),
         );
     }
 }
 
-fn allgather(mine: &[u64], size: usize) -> Vec<u64> {
+fn allgather(comm: MPI_Comm, mine: &[u64], size: usize) -> Vec<u64> {
     let mut all = vec![0u64; mine.len() * size];
     let c = ffi::consts();
     // SAFETY: a tool-internal allgather of equal-sized local arrays.
@@ -76,7 +70,7 @@ fn allgather(mine: &[u64], size: usize) -> Vec<u64> {
             all.as_mut_ptr() as *mut c_void,
             mine.len() as i32,
             c.uint64,
-            world(),
+            comm,
         );
     }
     all
@@ -84,13 +78,13 @@ fn allgather(mine: &[u64], size: usize) -> Vec<u64> {
 
 /// The best of `reps` ping-pongs with `peer`, seen from the pinging side:
 /// (offset peer→me, RTT, the peer's reading at that sample).
-fn ping(peer: i32, reps: u32) -> (i64, u64, u64) {
+fn ping(comm: MPI_Comm, peer: i32, reps: u32) -> (i64, u64, u64) {
     let mut best = (0i64, u64::MAX, 0u64);
     for _ in 0..reps {
         let t1 = clock::now();
-        send_u64s(&[1], peer);
+        send_u64s(comm, &[1], peer);
         let mut theirs = [0u64];
-        recv_u64s(&mut theirs, peer);
+        recv_u64s(comm, &mut theirs, peer);
         let t4 = clock::now();
         let rtt = t4.saturating_sub(t1);
         if rtt < best.1 {
@@ -98,20 +92,20 @@ fn ping(peer: i32, reps: u32) -> (i64, u64, u64) {
             best = (mid as i64 - theirs[0] as i64, rtt, theirs[0]);
         }
     }
-    send_u64s(&[0], peer);
+    send_u64s(comm, &[0], peer);
     best
 }
 
 /// The other side of `ping`: answers with this rank's reading until told
 /// to stop.
-fn pong(peer: i32) {
+fn pong(comm: MPI_Comm, peer: i32) {
     loop {
         let mut go = [0u64];
-        recv_u64s(&mut go, peer);
+        recv_u64s(comm, &mut go, peer);
         if go[0] == 0 {
             return;
         }
-        send_u64s(&[clock::now()], peer);
+        send_u64s(comm, &[clock::now()], peer);
     }
 }
 
@@ -135,23 +129,23 @@ pub fn measure_private(
 ) -> OffsetSample {
     let mut dup = core::mem::MaybeUninit::<MPI_Comm>::uninit();
     // SAFETY: a collective duplicate of the world, freed below.
-    let ok = unsafe { ffi::PMPI_Comm_dup(ffi::RSMPI_COMM_WORLD, dup.as_mut_ptr()) } == 0;
+    let ok = unsafe { ffi::PMPI_Comm_dup(world(), dup.as_mut_ptr()) } == 0;
     if !ok {
-        return measure(rank, size, reps, hostname, own_clock);
+        return measure(world(), rank, size, reps, hostname, own_clock);
     }
     // SAFETY: initialised by the successful dup.
     let mut dup = unsafe { dup.assume_init() };
-    COMM.with(|c| c.set(Some(dup)));
-    let out = measure(rank, size, reps, hostname, own_clock);
-    COMM.with(|c| c.set(None));
+    let out = measure(dup, rank, size, reps, hostname, own_clock);
     // SAFETY: our own communicator, no operation pending on it.
     unsafe { ffi::PMPI_Comm_free(&mut dup) };
     out
 }
 
-/// Every rank's offset to rank 0; collective over the world.
-/// `own_clock`: this rank's clock is its own (simulated), not its host's.
+/// Every rank's offset to rank 0; collective over `comm` (the world, or a
+/// duplicate of it). `own_clock`: this rank's clock is its own
+/// (simulated), not its host's.
 pub fn measure(
+    comm: MPI_Comm,
     rank: usize,
     size: usize,
     reps: u32,
@@ -166,7 +160,7 @@ pub fn measure(
     } else {
         host
     };
-    let ids = allgather(&[host, group], size);
+    let ids = allgather(comm, &[host, group], size);
     let (hosts, groups): (Vec<u64>, Vec<u64>) = ids.chunks(2).map(|c| (c[0], c[1])).unzip();
     let leader_of = |r: usize| groups.iter().position(|&g| g == groups[r]).unwrap_or(r);
     let leaders: Vec<usize> = (0..size).filter(|&r| leader_of(r) == r).collect();
@@ -178,18 +172,18 @@ pub fn measure(
     if let Some(k) = leaders.iter().position(|&l| l == rank) {
         if k > 0 {
             let parent = leaders[(k - 1) / 2] as i32;
-            pong(parent);
+            pong(comm, parent);
             let mut got = [0u64; 3];
-            recv_u64s(&mut got, parent);
+            recv_u64s(comm, &mut got, parent);
             mine = (got[0] as i64, got[1], got[2]);
         }
         for c in [2 * k + 1, 2 * k + 2] {
             let Some(&child) = leaders.get(c) else {
                 continue;
             };
-            let (theta, rtt, at) = ping(child as i32, reps);
+            let (theta, rtt, at) = ping(comm, child as i32, reps);
             let offset = theta + mine.0;
-            send_u64s(&[offset as u64, rtt / 2 + mine.1, at], child as i32);
+            send_u64s(comm, &[offset as u64, rtt / 2 + mine.1, at], child as i32);
             if hosts[child] == hosts[rank] {
                 intra = intra.min(rtt / 2);
             } else {
@@ -202,13 +196,13 @@ pub fn measure(
     if !own_clock {
         if let Some(peer) = (1..size).find(|&r| hosts[r] == hosts[0]) {
             if rank == 0 {
-                intra = intra.min(ping(peer as i32, reps).1 / 2);
+                intra = intra.min(ping(comm, peer as i32, reps).1 / 2);
             } else if rank == peer {
-                pong(0);
+                pong(comm, 0);
             }
         }
     }
-    let all = allgather(&[mine.0 as u64, mine.1, mine.2, intra, inter], size);
+    let all = allgather(comm, &[mine.0 as u64, mine.1, mine.2, intra, inter], size);
     let row = |r: usize| &all[5 * r..5 * r + 5];
     let lead = row(leader_of(rank));
     let min_of = |i: usize| {
