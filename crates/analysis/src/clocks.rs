@@ -118,8 +118,9 @@ enum Ev {
     End(EventRef),
 }
 
+/// How a collective's enters and exits depend on each other (Becker et al. §4).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Shape {
+pub enum Shape {
     OneToN,
     NToOne,
     NToN,
@@ -127,7 +128,7 @@ enum Shape {
     Exscan,
 }
 
-fn shape_of(name: &str) -> Shape {
+pub(crate) fn shape_of(name: &str) -> Shape {
     let n = name.trim_start_matches("MPI_").to_ascii_lowercase();
     let n = n
         .strip_prefix('i')

@@ -79,6 +79,9 @@ pub const FUNCTIONS: &[(&str, Kind)] = &[
     ("MPI_Init_thread", Kind::InitThread),
     ("MPI_Abort", Kind::Abort),
     ("MPI_Pcontrol", Kind::Pcontrol),
+    ("MPI_Reduce", Kind::Coll),
+    ("MPI_Scan", Kind::Coll),
+    ("MPI_Exscan", Kind::Coll),
 ];
 
 fn function_id(name: &str) -> u32 {

@@ -21,6 +21,7 @@ pub mod fixture;
 pub mod matching;
 pub mod read;
 pub mod report;
+pub mod sync;
 
 pub use clocks::{ClockReport, Clocks};
 pub use comm::{Comm, Comms};

@@ -6,3 +6,4 @@ mod util;
 mod matching;
 mod read;
 mod report;
+mod sync;

@@ -1,0 +1,218 @@
+//! Timestamp synchronization: `pmtrace sync`.
+//!
+//! ```text
+//!  recorded times ─► 1 interpolate ─► 2 regress ─► 3 CLC ─► sync.pmts
+//!                    offsets at init   offsets from   forward and backward
+//!                    and finalize      the messages   amortization
+//! ```
+//!
+//! 1. [`interp`]: each rank's offset to rank 0, measured at `MPI_Init` and
+//!    `MPI_Finalize`, interpolated linearly.
+//! 2. [`regress`]: what is left of each clock group's offset, estimated
+//!    from the matched messages both ways, through other groups where a
+//!    group never talks to rank 0's.
+//! 3. [`clc`]: the controlled logical clock removes the violations left,
+//!    point-to-point and collective, keeping local intervals.
+//!
+//! The work is done on a [`graph::Graph`] of every timestamp. Each step is
+//! measured ([`quality`]): violations, events moved, interval deviation,
+//! order kept, and, under `PMTRACE_CLOCK_SIM`, the error against the true
+//! time. The result is stored beside the rank files ([`store`]); the
+//! recorded times are never touched.
+
+pub mod clc;
+pub mod graph;
+pub mod interp;
+pub mod quality;
+pub mod regress;
+pub mod replay;
+pub mod store;
+
+use std::time::Instant;
+
+use serde::{Deserialize, Serialize};
+
+pub use clc::ClcParams;
+pub use graph::Graph;
+pub use quality::{ErrorStats, SyncViolations};
+pub use store::Synced;
+
+use crate::matching::Messages;
+use crate::read::Trace;
+
+/// What `pmtrace sync` may be told.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct SyncParams {
+    pub clc: ClcParams,
+    /// μ between clock groups of one host; `None`: measured at init.
+    pub mu_intra_ns: Option<u64>,
+    /// μ between hosts; `None`: measured at init.
+    pub mu_inter_ns: Option<u64>,
+    /// Step 2 (regression over the messages).
+    pub regression: bool,
+}
+
+impl Default for SyncParams {
+    fn default() -> Self {
+        SyncParams {
+            clc: ClcParams::default(),
+            mu_intra_ns: None,
+            mu_inter_ns: None,
+            regression: true,
+        }
+    }
+}
+
+/// The parameters a sync ran with, as the report shows them.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct UsedParams {
+    pub gamma: f64,
+    pub delta_ns: u64,
+    pub mu_intra_ns: u64,
+    pub mu_inter_ns: u64,
+    /// `null`: each jump's window is the jump divided by `ramp`.
+    pub window_ns: Option<u64>,
+    pub ramp: f64,
+    pub regression: bool,
+}
+
+/// The times before any step.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Recorded {
+    pub violations: SyncViolations,
+    pub error_ns: Option<ErrorStats>,
+}
+
+/// One step and the times after it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StepReport {
+    pub name: String,
+    /// Events (records) with a timestamp this step changed.
+    pub events_moved: u64,
+    pub max_shift_ns: u64,
+    pub violations: SyncViolations,
+    /// Becker's weighted interval deviation against the recorded intervals.
+    pub interval_deviation: f64,
+    /// Neighbouring timestamps of one thread whose order changed (always 0).
+    pub order_inversions: u64,
+    pub error_ns: Option<ErrorStats>,
+    /// regress: clock groups with a path of messages to rank 0's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub groups_reached: Option<u64>,
+    /// clc: receives pushed forward.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub jumps: Option<u64>,
+    /// clc: timestamps whose send was never recorded (lost events).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub forced: Option<u64>,
+}
+
+/// What `pmtrace report --json` shows under `sync`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SyncReport {
+    pub params: UsedParams,
+    /// Sets of ranks that read one clock.
+    pub clock_groups: u64,
+    /// Timestamps synchronized (two per record).
+    pub timestamps: u64,
+    pub recorded: Recorded,
+    pub steps: Vec<StepReport>,
+    /// After the last step.
+    pub interval_deviation: f64,
+    /// After the last step; `null` unless the run simulated clocks.
+    pub error_ns: Option<ErrorStats>,
+    pub seconds: f64,
+}
+
+/// μ measured at init and finalize: the smallest over every rank.
+pub fn measured_mu(trace: &Trace) -> (Option<u64>, Option<u64>) {
+    let samples = trace.ranks.iter().flat_map(|r| {
+        [
+            r.header.offset_init,
+            r.trailer.as_ref().and_then(|t| t.offset_finalize),
+        ]
+        .into_iter()
+        .flatten()
+    });
+    let (mut intra, mut inter): (Option<u64>, Option<u64>) = (None, None);
+    for s in samples {
+        if let Some(v) = s.latency_intra_ns {
+            intra = Some(intra.map_or(v, |m| m.min(v)));
+        }
+        if let Some(v) = s.latency_inter_ns {
+            inter = Some(inter.map_or(v, |m| m.min(v)));
+        }
+    }
+    (intra, inter)
+}
+
+/// Synchronizes the timestamps of `trace`.
+pub fn sync(trace: &Trace, m: &Messages, params: &SyncParams) -> Synced {
+    let began = Instant::now();
+    let (intra, inter) = measured_mu(trace);
+    let mu_intra = params.mu_intra_ns.or(intra).unwrap_or(0);
+    let mu_inter = params.mu_inter_ns.or(inter).unwrap_or(mu_intra);
+    let g = Graph::build(trace, m, mu_intra, mu_inter);
+    let step = |name: &str, before: &[Vec<u64>], after: &[Vec<u64>]| {
+        let (events_moved, max_shift_ns) = quality::moved(&g, before, after);
+        StepReport {
+            name: name.into(),
+            events_moved,
+            max_shift_ns,
+            violations: quality::violations(&g, after),
+            interval_deviation: quality::interval_deviation(&g, after),
+            order_inversions: quality::order_inversions(after),
+            error_ns: quality::error(trace, &g, after),
+            groups_reached: None,
+            jumps: None,
+            forced: None,
+        }
+    };
+    let recorded = Recorded {
+        violations: quality::violations(&g, &g.raw),
+        error_ns: quality::error(trace, &g, &g.raw),
+    };
+    let mut steps = Vec::new();
+    let mut t = g.raw.clone();
+    interp::apply(&g, &interp::lines(trace), &mut t);
+    steps.push(step("interpolate", &g.raw, &t));
+    if params.regression {
+        let reference = g.locs.iter().find(|l| l.rank == 0).map_or(0, |l| l.group);
+        let correction = regress::estimate(&g, &t, reference);
+        let before = t.clone();
+        regress::apply(&g, &correction, &mut t);
+        let mut s = step("regress", &before, &t);
+        s.groups_reached = Some(correction.reached() as u64);
+        steps.push(s);
+    }
+    let (after, outcome) = clc::run(&g, &t, &params.clc);
+    let mut s = step("clc", &t, &after);
+    s.jumps = Some(outcome.jumps);
+    s.forced = Some(outcome.forced);
+    steps.push(s);
+    let last = steps.last().expect("clc ran");
+    let report = SyncReport {
+        params: UsedParams {
+            gamma: params.clc.gamma,
+            delta_ns: params.clc.delta_ns,
+            mu_intra_ns: mu_intra,
+            mu_inter_ns: mu_inter,
+            window_ns: params.clc.window_ns,
+            ramp: params.clc.ramp,
+            regression: params.regression,
+        },
+        clock_groups: g
+            .locs
+            .iter()
+            .map(|l| l.group)
+            .max()
+            .map_or(0, |m| u64::from(m) + 1),
+        timestamps: g.stamps() as u64,
+        recorded,
+        interval_deviation: last.interval_deviation,
+        error_ns: last.error_ns,
+        steps,
+        seconds: began.elapsed().as_secs_f64(),
+    };
+    Synced::from_graph(trace, &g, &after, report)
+}

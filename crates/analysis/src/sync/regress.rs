@@ -1,0 +1,524 @@
+//! Step 2: the remaining offset of each clock group, estimated from the
+//! application's own messages (Clément and Dagenais, `002_…`; the
+//! min-delay corridor of one-way messages).
+//!
+//! After step 1 every group's time is rank 0's time plus a small error
+//! `e(t)`. A message from group B to group A that left at `s` and arrived
+//! at `r` (both as step 1 corrected them) says
+//!
+//! ```text
+//!  r − s = latency + e_A − e_B     so     e_A − e_B ≤ r − s         (upper)
+//!  and a message from A to B:             e_A − e_B ≥ −(r − s)      (lower)
+//! ```
+//!
+//! The difference `d = e_A − e_B` lies in a corridor between the lowest
+//! upper bound and the highest lower bound. Time is cut into windows with a
+//! few messages each way; in each window the middle of the corridor is one
+//! estimate of `d` (the fastest message each way bounds it best, and the
+//! middle assumes the fastest messages took equally long both ways):
+//!
+//! ```text
+//!   d ▲   ·  ·     ·  ·    ·   ← upper bounds (B→A messages)
+//!     │ ─ ─ ─ ─ ─ ─ ─ ─ ─ ─ ─ ─ ← fitted d(t) through the window middles
+//!     │    ·   ·  ·      ·  ·  ← lower bounds (A→B messages)
+//!     └────────────────────────► t
+//! ```
+//!
+//! A line is fitted through the window estimates by least squares, with
+//! outliers (windows whose fastest messages were slow) rejected by their
+//! distance to the fit in median absolute deviations. When the line leaves
+//! structure the estimates do not (the drift changed mid-run), a continuous
+//! piecewise-linear fit with knots at quantiles of the estimates replaces
+//! it.
+//!
+//! Pairs of groups with messages both ways form a graph; each group takes
+//! the cheapest path to the reference group (rank 0's), where the cost of
+//! a pair is its corridor width plus its fit residual, and `e` adds up
+//! along the path. Groups with no path keep the step 1 times.
+
+use std::collections::{BTreeMap, BinaryHeap};
+
+use super::graph::Graph;
+
+/// A continuous piecewise-linear function; linear beyond its end knots.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Pwl {
+    /// (t, value), t strictly increasing; at least one knot.
+    pub knots: Vec<(f64, f64)>,
+}
+
+impl Pwl {
+    pub fn eval(&self, t: f64) -> f64 {
+        let k = &self.knots;
+        if k.len() == 1 {
+            return k[0].1;
+        }
+        let j = match k.iter().position(|&(kt, _)| kt > t) {
+            Some(0) => 0,
+            Some(j) => j - 1,
+            None => k.len() - 2,
+        };
+        let ((t0, v0), (t1, v1)) = (k[j], k[j + 1]);
+        v0 + (v1 - v0) * (t - t0) / (t1 - t0)
+    }
+
+    fn max_slope(&self) -> f64 {
+        self.knots
+            .windows(2)
+            .map(|w| ((w[1].1 - w[0].1) / (w[1].0 - w[0].0)).abs())
+            .fold(0.0, f64::max)
+    }
+}
+
+/// One estimate of `d` in one window.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Point {
+    pub t: f64,
+    pub d: f64,
+    /// Corridor width (upper − lower); negative when the bounds cross.
+    pub width: f64,
+}
+
+/// `d = e_a − e_b` for one pair of clock groups.
+#[derive(Debug, Clone)]
+pub struct PairFit {
+    pub a: u32,
+    pub b: u32,
+    pub d: Pwl,
+    pub cost: f64,
+}
+
+/// The step 2 correction of every clock group: `e(t)`, or `None` where no
+/// path of messages reaches the reference group.
+#[derive(Debug, Clone, Default)]
+pub struct Correction {
+    /// Per group: the path to the reference, as (pair fit, sign).
+    pub paths: Vec<Option<Vec<(usize, f64)>>>,
+    pub fits: Vec<PairFit>,
+}
+
+impl Correction {
+    /// The error of group `group` at time `t` (0 for the reference).
+    pub fn error(&self, group: u32, t: f64) -> Option<f64> {
+        let path = self.paths.get(group as usize)?.as_ref()?;
+        Some(
+            path.iter()
+                .map(|&(f, sign)| sign * self.fits[f].d.eval(t))
+                .sum(),
+        )
+    }
+
+    /// Groups with a path to the reference (the reference included).
+    pub fn reached(&self) -> usize {
+        self.paths.iter().flatten().count()
+    }
+}
+
+/// (time, bound) samples of one side of a corridor.
+type Samples = Vec<(f64, f64)>;
+
+/// Estimates the correction from the matched messages of `g` in times `t`.
+pub fn estimate(g: &Graph, t: &[Vec<u64>], reference: u32) -> Correction {
+    let groups = g.locs.iter().map(|l| l.group).max().map_or(0, |m| m + 1);
+    let origin = t.iter().flat_map(|v| v.first()).copied().min().unwrap_or(0);
+    let at = |n: super::graph::Node| t[n.loc as usize][n.k as usize].saturating_sub(origin) as f64;
+    // (upper, lower) samples per pair (a < b): (time, bound on e_a − e_b).
+    let mut samples: BTreeMap<(u32, u32), (Samples, Samples)> = BTreeMap::new();
+    for &(s, r) in &g.msgs {
+        let (gs, gr) = (g.locs[s.loc as usize].group, g.locs[r.loc as usize].group);
+        if gs == gr {
+            continue;
+        }
+        let (ts, tr) = (at(s), at(r));
+        let (mid, lat) = ((ts + tr) / 2.0, tr - ts);
+        if gr < gs {
+            samples.entry((gr, gs)).or_default().0.push((mid, lat));
+        } else {
+            samples.entry((gs, gr)).or_default().1.push((mid, -lat));
+        }
+    }
+    let mut fits = Vec::new();
+    for ((a, b), (up, low)) in samples {
+        let points = windows(up, low);
+        if let Some((d, cost)) = fit(&points) {
+            fits.push(PairFit {
+                a,
+                b,
+                d: shift(d, origin as f64),
+                cost,
+            });
+        }
+    }
+    let paths = shortest_paths(groups as usize, reference, &fits);
+    Correction { paths, fits }
+}
+
+/// Moves the knots of `d` from times relative to `origin` to absolute times.
+fn shift(mut d: Pwl, origin: f64) -> Pwl {
+    for k in &mut d.knots {
+        k.0 += origin;
+    }
+    d
+}
+
+/// Applies the correction to times `t` (in node order).
+pub fn apply(g: &Graph, c: &Correction, t: &mut [Vec<u64>]) {
+    for (loc, ts) in g.locs.iter().zip(t.iter_mut()) {
+        if c.error(loc.group, 0.0).is_none() {
+            continue;
+        }
+        for v in ts.iter_mut() {
+            let e = c.error(loc.group, *v as f64).unwrap_or(0.0).round() as i64;
+            *v = (*v as i64 - e).max(0) as u64;
+        }
+    }
+}
+
+/// The corridor middles, one per window with messages both ways.
+pub fn windows(mut up: Vec<(f64, f64)>, mut low: Vec<(f64, f64)>) -> Vec<Point> {
+    let n = up.len().min(low.len());
+    if n == 0 {
+        return Vec::new();
+    }
+    up.sort_by(|x, y| x.0.total_cmp(&y.0));
+    low.sort_by(|x, y| x.0.total_cmp(&y.0));
+    let lo = up[0].0.min(low[0].0);
+    let hi = up[up.len() - 1].0.max(low[low.len() - 1].0);
+    let w = (n / 4).clamp(1, 4096);
+    let span = (hi - lo) / w as f64;
+    let slot = |t: f64| {
+        if span > 0.0 {
+            (((t - lo) / span) as usize).min(w - 1)
+        } else {
+            0
+        }
+    };
+    // Per window: the lowest upper bound and the highest lower bound.
+    let mut best_up: Vec<Option<(f64, f64)>> = vec![None; w];
+    let mut best_low: Vec<Option<(f64, f64)>> = vec![None; w];
+    for (t, v) in up {
+        let b = &mut best_up[slot(t)];
+        if b.is_none_or(|(_, bv)| v < bv) {
+            *b = Some((t, v));
+        }
+    }
+    for (t, v) in low {
+        let b = &mut best_low[slot(t)];
+        if b.is_none_or(|(_, bv)| v > bv) {
+            *b = Some((t, v));
+        }
+    }
+    best_up
+        .into_iter()
+        .zip(best_low)
+        .filter_map(|(u, l)| {
+            let ((tu, u), (tl, l)) = (u?, l?);
+            Some(Point {
+                t: (tu + tl) / 2.0,
+                d: (u + l) / 2.0,
+                width: u - l,
+            })
+        })
+        .collect()
+}
+
+/// Fits `d(t)` through the window estimates; returns it with its cost
+/// (half the median corridor width plus the residual).
+pub fn fit(points: &[Point]) -> Option<(Pwl, f64)> {
+    if points.is_empty() {
+        return None;
+    }
+    let mut pts: Vec<Point> = points.to_vec();
+    pts.sort_by(|x, y| x.t.total_cmp(&y.t));
+    // Outliers (windows whose fastest messages were all slow) stand out
+    // from their neighbours; a drift change does not.
+    let local: Vec<f64> = (0..pts.len())
+        .map(|i| {
+            let near: Vec<f64> = pts[i.saturating_sub(3)..(i + 4).min(pts.len())]
+                .iter()
+                .map(|p| p.d)
+                .collect();
+            pts[i].d - median(&near)
+        })
+        .collect();
+    let spread: Vec<f64> = local.iter().map(|r| r.abs()).collect();
+    let limit = (4.0 * 1.4826 * median(&spread)).max(100.0);
+    let keep: Vec<Point> = pts
+        .iter()
+        .zip(&local)
+        .filter(|(_, r)| r.abs() <= limit)
+        .map(|(p, _)| *p)
+        .collect();
+    let keep = if keep.is_empty() { pts } else { keep };
+    let rms = |f: &Pwl, pts: &[Point]| {
+        (pts.iter().map(|p| (p.d - f.eval(p.t)).powi(2)).sum::<f64>() / pts.len() as f64).sqrt()
+    };
+    let line = line_fit(&keep);
+    let line_rms = rms(&line, &keep);
+    let (mut best, mut best_rms) = (line.clone(), line_rms);
+    if keep.len() >= 16 {
+        let knots = (keep.len() / 8).clamp(2, 24);
+        if let Some(sp) = spline_fit(&keep, knots, &line) {
+            let sp_rms = rms(&sp, &keep);
+            if line_rms > 1.5 * sp_rms + 50.0 && sp.max_slope() < 1e-3 {
+                (best, best_rms) = (sp, sp_rms);
+            }
+        }
+    }
+    let widths: Vec<f64> = keep.iter().map(|p| p.width.abs()).collect();
+    Some((best, median(&widths) / 2.0 + best_rms))
+}
+
+/// Least squares line through `pts` (a constant for one point or one time).
+fn line_fit(pts: &[Point]) -> Pwl {
+    let n = pts.len() as f64;
+    let mt = pts.iter().map(|p| p.t).sum::<f64>() / n;
+    let md = pts.iter().map(|p| p.d).sum::<f64>() / n;
+    let stt: f64 = pts.iter().map(|p| (p.t - mt).powi(2)).sum();
+    if pts.len() < 2 || stt <= 0.0 {
+        return Pwl {
+            knots: vec![(mt, md)],
+        };
+    }
+    let slope = pts.iter().map(|p| (p.t - mt) * (p.d - md)).sum::<f64>() / stt;
+    let (t0, t1) = (pts[0].t, pts[pts.len() - 1].t);
+    Pwl {
+        knots: vec![(t0, md + slope * (t0 - mt)), (t1, md + slope * (t1 - mt))],
+    }
+}
+
+/// Least squares continuous piecewise-linear fit with `m` knots at
+/// quantiles of the point times, pulled slightly towards `prior` where a
+/// knot has little data.
+fn spline_fit(pts: &[Point], m: usize, prior: &Pwl) -> Option<Pwl> {
+    if pts.len() < 2 * m {
+        return None;
+    }
+    let mut ts: Vec<f64> = (0..m)
+        .map(|j| pts[(j * (pts.len() - 1)) / (m - 1)].t)
+        .collect();
+    ts.dedup();
+    let m = ts.len();
+    if m < 2 {
+        return None;
+    }
+    // Tridiagonal normal equations: diag a, off-diagonal b, right side r.
+    let (mut a, mut b, mut r) = (vec![0.0; m], vec![0.0; m], vec![0.0; m]);
+    for p in pts {
+        let j = match ts.iter().position(|&k| k > p.t) {
+            Some(0) => 0,
+            Some(j) => j - 1,
+            None => m - 2,
+        };
+        let w = ((p.t - ts[j]) / (ts[j + 1] - ts[j])).clamp(0.0, 1.0);
+        a[j] += (1.0 - w) * (1.0 - w);
+        a[j + 1] += w * w;
+        b[j] += (1.0 - w) * w;
+        r[j] += (1.0 - w) * p.d;
+        r[j + 1] += w * p.d;
+    }
+    let eps = 1e-6 * pts.len() as f64 / m as f64;
+    for j in 0..m {
+        a[j] += eps;
+        r[j] += eps * prior.eval(ts[j]);
+    }
+    // Thomas algorithm.
+    let (mut c, mut d) = (vec![0.0; m], vec![0.0; m]);
+    c[0] = b[0] / a[0];
+    d[0] = r[0] / a[0];
+    for j in 1..m {
+        let den = a[j] - b[j - 1] * c[j - 1];
+        if den.abs() < 1e-12 {
+            return None;
+        }
+        c[j] = b[j] / den;
+        d[j] = (r[j] - b[j - 1] * d[j - 1]) / den;
+    }
+    let mut v = vec![0.0; m];
+    v[m - 1] = d[m - 1];
+    for j in (0..m - 1).rev() {
+        v[j] = d[j] - c[j] * v[j + 1];
+    }
+    Some(Pwl {
+        knots: ts.into_iter().zip(v).collect(),
+    })
+}
+
+fn median(xs: &[f64]) -> f64 {
+    if xs.is_empty() {
+        return 0.0;
+    }
+    let mut v = xs.to_vec();
+    let mid = v.len() / 2;
+    let (_, m, _) = v.select_nth_unstable_by(mid, f64::total_cmp);
+    *m
+}
+
+/// Dijkstra from the reference group over the pair fits.
+fn shortest_paths(
+    groups: usize,
+    reference: u32,
+    fits: &[PairFit],
+) -> Vec<Option<Vec<(usize, f64)>>> {
+    let mut adj: Vec<Vec<(usize, u32, f64)>> = vec![Vec::new(); groups];
+    for (i, f) in fits.iter().enumerate() {
+        // From b, reaching a: e_a = e_b + d.  From a, reaching b: e_b = e_a − d.
+        adj[f.b as usize].push((i, f.a, 1.0));
+        adj[f.a as usize].push((i, f.b, -1.0));
+    }
+    let mut dist = vec![f64::INFINITY; groups];
+    let mut paths: Vec<Option<Vec<(usize, f64)>>> = vec![None; groups];
+    let Some(d0) = dist.get_mut(reference as usize) else {
+        return paths;
+    };
+    *d0 = 0.0;
+    paths[reference as usize] = Some(Vec::new());
+    #[derive(PartialEq)]
+    struct Item(f64, u32);
+    impl Eq for Item {}
+    impl PartialOrd for Item {
+        fn partial_cmp(&self, o: &Self) -> Option<std::cmp::Ordering> {
+            Some(self.cmp(o))
+        }
+    }
+    impl Ord for Item {
+        fn cmp(&self, o: &Self) -> std::cmp::Ordering {
+            o.0.total_cmp(&self.0).then(o.1.cmp(&self.1))
+        }
+    }
+    let mut heap = BinaryHeap::from([Item(0.0, reference)]);
+    while let Some(Item(dv, v)) = heap.pop() {
+        if dv > dist[v as usize] {
+            continue;
+        }
+        for &(f, to, sign) in &adj[v as usize] {
+            let nd = dv + fits[f].cost.max(1.0);
+            if nd < dist[to as usize] {
+                dist[to as usize] = nd;
+                let mut p = paths[v as usize].clone().unwrap_or_default();
+                p.push((f, sign));
+                paths[to as usize] = Some(p);
+                heap.push(Item(nd, to));
+            }
+        }
+    }
+    paths
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Messages both ways between two clocks whose true difference is
+    /// `d(t)`, with latencies from `lat(i)`.
+    fn corridor(n: usize, d: impl Fn(f64) -> f64, lat: impl Fn(usize) -> f64) -> Vec<Point> {
+        let mut up = Vec::new();
+        let mut low = Vec::new();
+        for i in 0..n {
+            let t = i as f64 * 1000.0;
+            up.push((t, d(t) + lat(i)));
+            low.push((t + 500.0, d(t + 500.0) - lat(i + 7)));
+        }
+        windows(up, low)
+    }
+
+    #[test]
+    fn a_constant_offset_is_the_corridor_middle() {
+        let pts = corridor(
+            400,
+            |_| 2_500.0,
+            |i| {
+                if i % 3 == 0 {
+                    300.0
+                } else {
+                    300.0 + (i % 13) as f64 * 200.0
+                }
+            },
+        );
+        let (f, _) = fit(&pts).expect("points");
+        for t in [0.0, 100_000.0, 399_000.0] {
+            assert!((f.eval(t) - 2_500.0).abs() < 1.0, "{}", f.eval(t));
+        }
+    }
+
+    #[test]
+    fn a_drift_is_a_line_and_slow_windows_are_rejected() {
+        // 40 ppm drift; every 50th window has only slow messages.
+        let d = |t: f64| -1_000.0 + 40e-6 * t;
+        let pts = corridor(
+            2000,
+            d,
+            |i| if (i / 4) % 50 == 3 { 90_000.0 } else { 400.0 },
+        );
+        let (f, _) = fit(&pts).expect("points");
+        assert_eq!(f.knots.len(), 2, "a line");
+        for t in [0.0, 1e6, 1.9e6] {
+            assert!(
+                (f.eval(t) - d(t)).abs() < 20.0,
+                "at {t}: {} vs {}",
+                f.eval(t),
+                d(t)
+            );
+        }
+    }
+
+    #[test]
+    fn a_drift_change_is_followed_piecewise() {
+        // +50 ppm, then −50 ppm from t = 1 s.
+        let d = |t: f64| {
+            if t < 1e9 {
+                50e-6 * t
+            } else {
+                50e3 - 50e-6 * (t - 1e9)
+            }
+        };
+        let mut up = Vec::new();
+        let mut low = Vec::new();
+        for i in 0..4000 {
+            let t = i as f64 * 500_000.0;
+            up.push((t, d(t) + 500.0));
+            low.push((t + 250_000.0, d(t + 250_000.0) - 500.0));
+        }
+        let (f, _) = fit(&windows(up, low)).expect("points");
+        assert!(f.knots.len() > 2, "piecewise");
+        let worst = (0..200)
+            .map(|i| i as f64 * 1e7)
+            .map(|t| (f.eval(t) - d(t)).abs())
+            .fold(0.0, f64::max);
+        assert!(worst < 5_000.0, "worst error {worst} ns");
+        let typical = (f.eval(0.5e9) - d(0.5e9)).abs();
+        assert!(typical < 1_000.0, "{typical}");
+    }
+
+    #[test]
+    fn groups_are_reached_through_other_groups() {
+        // 0 ↔ 1 and 1 ↔ 2 only: e_1 − e_0 = 100, e_2 − e_1 = 50.
+        let fits = vec![
+            PairFit {
+                a: 0,
+                b: 1,
+                d: Pwl {
+                    knots: vec![(0.0, -100.0)],
+                },
+                cost: 10.0,
+            },
+            PairFit {
+                a: 1,
+                b: 2,
+                d: Pwl {
+                    knots: vec![(0.0, -50.0)],
+                },
+                cost: 10.0,
+            },
+        ];
+        let c = Correction {
+            paths: shortest_paths(4, 0, &fits),
+            fits,
+        };
+        assert_eq!(c.error(0, 5.0), Some(0.0));
+        assert_eq!(c.error(1, 5.0), Some(100.0));
+        assert_eq!(c.error(2, 5.0), Some(150.0));
+        assert_eq!(c.error(3, 5.0), None);
+        assert_eq!(c.reached(), 3);
+    }
+}

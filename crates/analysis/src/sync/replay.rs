@@ -1,0 +1,136 @@
+//! Visiting every node of the graph after everything it depends on.
+//!
+//! Each location is walked in its own order; a location's next node is
+//! *ready* once the sends (and collective enters) it depends on were
+//! visited. Among ready nodes the one with the smallest key goes first, so
+//! a key of corrected time gives a merged order that is both time-ordered
+//! and causal. A real run has no causal cycle; a trace with lost events can
+//! leave a node waiting for a send that never comes, and then the blocked
+//! node with the smallest key is visited anyway (counted as forced).
+
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+
+use super::graph::{Dep, Graph, Node, Out};
+use crate::clocks::Shape;
+
+/// Visits every node of `g` once, in a causal order, smallest `key` first
+/// among the ready ones. Returns how many nodes were visited before their
+/// dependencies (lost events).
+pub fn replay<K: Ord + Copy>(
+    g: &Graph,
+    key: impl Fn(Node) -> K,
+    mut visit: impl FnMut(Node),
+) -> u64 {
+    let mut r = Replay {
+        g,
+        next: vec![0; g.locs.len()],
+        entered: g
+            .insts
+            .iter()
+            .map(|i| vec![false; i.members.len()])
+            .collect(),
+        count: vec![0; g.insts.len()],
+        present: g
+            .insts
+            .iter()
+            .map(|i| i.members.iter().flatten().count() as u32)
+            .collect(),
+        queued: vec![false; g.locs.len()],
+    };
+    let mut heap: BinaryHeap<Reverse<(K, u32)>> = BinaryHeap::new();
+    let mut left = g.stamps();
+    for loc in 0..g.locs.len() as u32 {
+        r.offer(loc, &key, &mut heap);
+    }
+    let mut forced = 0;
+    while left > 0 {
+        let loc = match heap.pop() {
+            Some(Reverse((_, loc))) => {
+                r.queued[loc as usize] = false;
+                loc
+            }
+            None => {
+                forced += 1;
+                (0..g.locs.len() as u32)
+                    .filter(|&l| (r.next[l as usize] as usize) < g.raw[l as usize].len())
+                    .min_by_key(|&l| key(r.head(l)))
+                    .expect("nodes left")
+            }
+        };
+        let n = r.head(loc);
+        visit(n);
+        left -= 1;
+        r.next[loc as usize] += 1;
+        r.offer(loc, &key, &mut heap);
+        for &out in g.outs(n) {
+            match out {
+                Out::Msg(to) => r.offer(to.loc, &key, &mut heap),
+                Out::Enter { inst, member } => {
+                    r.entered[inst as usize][member as usize] = true;
+                    r.count[inst as usize] += 1;
+                    for m in g.insts[inst as usize].members.iter().flatten() {
+                        r.offer(m.loc, &key, &mut heap);
+                    }
+                }
+            }
+        }
+    }
+    forced
+}
+
+struct Replay<'g> {
+    g: &'g Graph,
+    /// Per location: the next node to visit.
+    next: Vec<u32>,
+    /// Per instance and member: its enter was visited.
+    entered: Vec<Vec<bool>>,
+    count: Vec<u32>,
+    present: Vec<u32>,
+    /// The location's next node is in the heap.
+    queued: Vec<bool>,
+}
+
+impl Replay<'_> {
+    fn head(&self, loc: u32) -> Node {
+        Node {
+            loc,
+            k: self.next[loc as usize],
+        }
+    }
+
+    /// Queues the next node of `loc` if it is ready and not queued yet.
+    fn offer<K: Ord + Copy>(
+        &mut self,
+        loc: u32,
+        key: &impl Fn(Node) -> K,
+        heap: &mut BinaryHeap<Reverse<(K, u32)>>,
+    ) {
+        let l = loc as usize;
+        if self.queued[l] || self.next[l] as usize >= self.g.raw[l].len() {
+            return;
+        }
+        let n = self.head(loc);
+        if self.g.deps(n).iter().all(|&d| self.ready(d)) {
+            self.queued[l] = true;
+            heap.push(Reverse((key(n), loc)));
+        }
+    }
+
+    fn ready(&self, d: Dep) -> bool {
+        match d {
+            Dep::Msg(s) => self.next[s.loc as usize] > s.k,
+            Dep::Coll { inst, member } => {
+                let i = inst as usize;
+                let inst = &self.g.insts[i];
+                if inst.shape == Shape::NToN {
+                    // Every present member, this one included (its enter
+                    // came first on its own location).
+                    self.count[i] >= self.present[i]
+                } else {
+                    inst.senders(member).all(|k| self.entered[i][k as usize])
+                }
+            }
+        }
+    }
+}

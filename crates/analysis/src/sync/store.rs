@@ -1,0 +1,205 @@
+//! Synchronized times, kept beside the rank files in `DIR/sync.pmts`.
+//!
+//! ```text
+//!  offset  size  field
+//!  0       8     magic "PMTSYNC1"
+//!  8       4     JSON length n (u32, little endian)
+//!  12      n     JSON: the sync report and, per rank, the rank file's size
+//!                and each thread's record count (to spot a stale file)
+//!  12+n    ...   per rank, per thread (in file order), per stamp
+//!                (2·record + 0 start, + 1 end): zigzag varint of
+//!                shift − previous shift, shift = synced − recorded
+//!  end−4   4     crc32 of everything before it
+//! ```
+//!
+//! Shifts change slowly along a thread, so most take one byte. The file is
+//! written beside the trace and renamed into place; the rank files are
+//! never changed.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use pmtrace_format::chunk::payload_crc;
+use pmtrace_format::varint::{get_i, put_i, MAX_VARINT};
+use serde::{Deserialize, Serialize};
+
+use super::graph::{stamps_of, Graph};
+use super::SyncReport;
+use crate::error::ReadError;
+use crate::read::{EventRef, Trace};
+
+/// The name of the file `pmtrace sync` writes in a trace directory.
+pub const SYNC_FILE: &str = "sync.pmts";
+const MAGIC: &[u8; 8] = b"PMTSYNC1";
+
+/// Synchronized times of a whole trace.
+#[derive(Debug, Clone)]
+pub struct Synced {
+    pub report: SyncReport,
+    /// [rank][thread slot][stamp position].
+    times: Vec<Vec<Vec<u64>>>,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+struct Meta {
+    report: SyncReport,
+    ranks: Vec<RankPrint>,
+}
+
+/// What the times were computed for.
+#[derive(Debug, PartialEq, Eq, Serialize, Deserialize)]
+struct RankPrint {
+    file_bytes: u64,
+    /// (thread index, records) per thread.
+    threads: Vec<(u32, u64)>,
+}
+
+fn prints(trace: &Trace) -> Vec<RankPrint> {
+    trace
+        .ranks
+        .iter()
+        .map(|r| RankPrint {
+            file_bytes: r.file_bytes,
+            threads: r
+                .threads
+                .iter()
+                .map(|t| (t.index, t.records.len() as u64))
+                .collect(),
+        })
+        .collect()
+}
+
+impl Synced {
+    /// Times in node order of `g` become times by rank, thread and stamp.
+    pub fn from_graph(trace: &Trace, g: &Graph, t: &[Vec<u64>], report: SyncReport) -> Synced {
+        let mut times: Vec<Vec<Vec<u64>>> = trace
+            .ranks
+            .iter()
+            .map(|r| vec![Vec::new(); r.threads.len()])
+            .collect();
+        for (loc, by_pos) in g.locs.iter().zip(g.by_position(t)) {
+            times[loc.rank as usize][loc.slot] = by_pos;
+        }
+        Synced { report, times }
+    }
+
+    /// The synchronized start (or end) of the record at `at`.
+    pub fn time(&self, trace: &Trace, at: EventRef, end: bool) -> Option<u64> {
+        let rank = trace.ranks.get(at.rank as usize)?;
+        let slot = rank
+            .threads
+            .binary_search_by_key(&at.thread, |t| t.index)
+            .ok()?;
+        self.times[at.rank as usize][slot]
+            .get(2 * at.index + usize::from(end))
+            .copied()
+    }
+
+    /// The synchronized times in node order of `g`.
+    pub fn node_times(&self, g: &Graph) -> Vec<Vec<u64>> {
+        g.locs
+            .iter()
+            .zip(&g.pos)
+            .map(|(loc, pos)| {
+                let ts = &self.times[loc.rank as usize][loc.slot];
+                pos.iter().map(|&p| ts[p as usize]).collect()
+            })
+            .collect()
+    }
+
+    pub fn path(dir: &Path) -> PathBuf {
+        dir.join(SYNC_FILE)
+    }
+
+    /// Writes the times beside the trace's rank files; returns the path.
+    pub fn write(&self, trace: &Trace) -> Result<PathBuf, ReadError> {
+        let meta = Meta {
+            report: self.report.clone(),
+            ranks: prints(trace),
+        };
+        let json = serde_json::to_vec(&meta).expect("the report serializes");
+        let mut out = Vec::with_capacity(16 + json.len() + self.stamps());
+        out.extend_from_slice(MAGIC);
+        out.extend_from_slice(&(json.len() as u32).to_le_bytes());
+        out.extend_from_slice(&json);
+        let mut buf = [0u8; MAX_VARINT];
+        for (rank, threads) in trace.ranks.iter().zip(&self.times) {
+            for (th, ts) in rank.threads.iter().zip(threads) {
+                let mut prev = 0i64;
+                for (p, &v) in ts.iter().enumerate() {
+                    let (a, b) = stamps_of(&th.records[p / 2]);
+                    let shift = v as i64 - (if p % 2 == 0 { a } else { b }) as i64;
+                    let mut n = 0;
+                    put_i(&mut buf, &mut n, shift - prev);
+                    out.extend_from_slice(&buf[..n]);
+                    prev = shift;
+                }
+            }
+        }
+        let crc = payload_crc(&out);
+        out.extend_from_slice(&crc.to_le_bytes());
+        let path = Synced::path(&trace.dir);
+        let tmp = trace.dir.join(format!(".{SYNC_FILE}.tmp"));
+        let io = |source| ReadError::Io {
+            path: path.clone(),
+            source,
+        };
+        fs::write(&tmp, &out).map_err(io)?;
+        fs::rename(&tmp, &path).map_err(io)?;
+        Ok(path)
+    }
+
+    /// Reads `DIR/sync.pmts` if `pmtrace sync` wrote one for this trace.
+    pub fn load(trace: &Trace) -> Result<Option<Synced>, ReadError> {
+        let path = Synced::path(&trace.dir);
+        let bytes = match fs::read(&path) {
+            Ok(b) => b,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(source) => return Err(ReadError::Io { path, source }),
+        };
+        let bad =
+            |why: &str| ReadError::corrupt(SYNC_FILE, format!("{why}; run `pmtrace sync` again"));
+        if bytes.len() < 16 || &bytes[..8] != MAGIC {
+            return Err(bad("not a pmtrace sync file"));
+        }
+        let (body, crc) = bytes.split_at(bytes.len() - 4);
+        if payload_crc(body) != u32::from_le_bytes(crc.try_into().expect("4 bytes")) {
+            return Err(bad("checksum mismatch"));
+        }
+        let n = u32::from_le_bytes(body[8..12].try_into().expect("4 bytes")) as usize;
+        let json = body.get(12..12 + n).ok_or_else(|| bad("truncated"))?;
+        let meta: Meta = serde_json::from_slice(json).map_err(|_| bad("unreadable header"))?;
+        if meta.ranks != prints(trace) {
+            return Err(bad("made for other rank files"));
+        }
+        let mut pos = 12 + n;
+        let mut times = Vec::with_capacity(trace.ranks.len());
+        for rank in &trace.ranks {
+            let mut threads = Vec::with_capacity(rank.threads.len());
+            for th in &rank.threads {
+                let mut ts = Vec::with_capacity(th.records.len() * 2);
+                let mut shift = 0i64;
+                for rec in &th.records {
+                    let (a, b) = stamps_of(rec);
+                    for t in [a, b] {
+                        shift += get_i(body, &mut pos).ok_or_else(|| bad("truncated"))?;
+                        ts.push((t as i64 + shift) as u64);
+                    }
+                }
+                threads.push(ts);
+            }
+            times.push(threads);
+        }
+        if pos != body.len() {
+            return Err(bad("trailing bytes"));
+        }
+        Ok(Some(Synced {
+            report: meta.report,
+            times,
+        }))
+    }
+
+    fn stamps(&self) -> usize {
+        self.times.iter().flatten().map(Vec::len).sum()
+    }
+}
