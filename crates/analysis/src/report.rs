@@ -15,6 +15,11 @@
 //!   call). `violations.clock_condition`: matched messages with receive
 //!   time < send time + μ, μ being `violations.mu_ns` (a minimum message
 //!   latency; 0 unless given, which makes it equal `reversed`).
+//! - `violations_after_sync`: the same counts on the times `pmtrace sync`
+//!   wrote, with the μ the sync used between clock groups (0 within one
+//!   clock), and the same counts for the logical messages of collectives
+//!   (`collective_reversed`, `collective_clock_condition`).
+//! - `sync`: the report `pmtrace sync` stored (see [`crate::sync`]).
 //! - `bytes_total`: size of the rank files; `bytes_payload`: what the
 //!   records take in them; `bytes_per_call`: `bytes_payload / events`.
 
@@ -26,6 +31,7 @@ use serde::Serialize;
 
 use crate::matching::{Messages, Violations};
 use crate::read::Trace;
+use crate::sync::{quality, Graph, SyncReport, SyncViolations, Synced};
 
 /// How to compute the report.
 #[derive(Debug, Clone, Copy, Default)]
@@ -132,7 +138,7 @@ pub struct Report {
     pub messages: MessageCounts,
     pub violations: Violations,
     /// The same counts after `pmtrace sync`; null until a sync exists.
-    pub violations_after_sync: Option<Violations>,
+    pub violations_after_sync: Option<SyncViolations>,
     pub functions: BTreeMap<String, FunctionStats>,
     pub per_rank: Vec<RankSummary>,
     pub matrix: Vec<MatrixCell>,
@@ -146,7 +152,7 @@ pub struct Report {
     /// Piggybacked clock checks (see [`crate::clocks`]).
     pub clocks: Option<crate::clocks::ClockReport>,
     /// Timestamp synchronisation results; null until `pmtrace sync` ran.
-    pub sync: Option<serde_json::Value>,
+    pub sync: Option<SyncReport>,
 }
 
 impl Report {
@@ -282,6 +288,16 @@ impl Report {
             clocks: Some(crate::clocks::compute(trace, messages).report),
             sync: None,
         }
+    }
+
+    /// Adds what `pmtrace sync` stored: its report, and the violations
+    /// left in its times, counted afresh.
+    pub fn with_sync(mut self, trace: &Trace, messages: &Messages, synced: &Synced) -> Report {
+        let p = synced.report.params;
+        let g = Graph::build(trace, messages, p.mu_intra_ns, p.mu_inter_ns);
+        self.violations_after_sync = Some(quality::violations(&g, &synced.node_times(&g)));
+        self.sync = Some(synced.report.clone());
+        self
     }
 
     /// The report as a person reads it.
@@ -439,10 +455,13 @@ impl Report {
         match &self.violations_after_sync {
             Some(s) => writeln!(
                 w,
-                "  after sync: reversed {}, clock condition {}",
-                s.reversed, s.clock_condition
+                "  after sync: reversed {}, clock condition {}; collectives: reversed {}, clock condition {}",
+                s.reversed, s.clock_condition, s.collective_reversed, s.collective_clock_condition
             )?,
             None => writeln!(w, "  after sync: not synced yet (run `pmtrace sync`)")?,
+        }
+        if let Some(sync) = &self.sync {
+            sync.write_text(w)?;
         }
         if let Some(c) = &self.clocks {
             writeln!(w, "\nLogical clocks ({})", c.mode)?;

@@ -14,6 +14,7 @@ use std::process::ExitCode;
 use anyhow::{bail, Context, Result};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use pmtrace_analysis::export::text;
+use pmtrace_analysis::sync::{ClcParams, SyncParams, Synced};
 use pmtrace_analysis::{Messages, Report, ReportOptions, Trace};
 
 /// Trace MPI programs and analyse their traces.
@@ -22,7 +23,7 @@ use pmtrace_analysis::{Messages, Report, ReportOptions, Trace};
     name = "pmtrace",
     version,
     propagate_version = true,
-    after_help = "Typical use:\n  pmtrace run --out ring.trace -- mpirun -np 4 ./ring\n  pmtrace report ring.trace\n  pmtrace export ring.trace --format text -o ring.txt"
+    after_help = "Typical use:\n  pmtrace run --out ring.trace -- mpirun -np 4 ./ring\n  pmtrace sync ring.trace\n  pmtrace report ring.trace\n  pmtrace export ring.trace --format text -o ring.txt"
 )]
 struct Cli {
     #[command(subcommand)]
@@ -32,6 +33,7 @@ struct Cli {
 #[derive(Debug, Subcommand)]
 enum Command {
     Report(ReportArgs),
+    Sync(SyncArgs),
     Export(ExportArgs),
     Run(launch::RunArgs),
 }
@@ -57,6 +59,69 @@ struct ReportArgs {
     /// a matched message violates it if received before send time + μ.
     #[arg(long, value_name = "NS", default_value_t = 0)]
     mu_ns: u64,
+}
+
+/// Correct the timestamps of a trace so that no message points backward
+/// in time.
+///
+/// Three steps, each measured: (1) each rank's clock offset to rank 0,
+/// measured inside MPI_Init and MPI_Finalize, interpolated linearly;
+/// (2) the offset left, estimated from the application's messages both
+/// ways (fastest message each way per time window, a fitted line or,
+/// when the drift changed, a piecewise line), through other ranks where a
+/// rank never talks to rank 0; (3) the controlled logical clock (Becker et
+/// al.), which pushes every receive (and collective exit) to at least its
+/// send (enter) + μ and amortizes each jump forward (γ) and backward (a
+/// ramp that stops sends short of their receives).
+///
+/// The corrected times go to DIR/sync.pmts; the rank files are never
+/// changed. `pmtrace report` then shows the violations left and the
+/// quality of each step.
+#[derive(Debug, Args)]
+struct SyncArgs {
+    /// The trace directory.
+    dir: PathBuf,
+    /// Pace of the clock after a jump, in (0, 1].
+    #[arg(long, default_value_t = 0.99, value_parser = parse_gamma)]
+    gamma: f64,
+    /// Minimum step between two timestamps recorded apart, in ns.
+    #[arg(long, value_name = "NS", default_value_t = 1)]
+    delta_ns: u64,
+    /// Minimum message latency between ranks of one host with different
+    /// clocks, in ns [default: measured at MPI_Init].
+    #[arg(long, value_name = "NS")]
+    mu_intra_ns: Option<u64>,
+    /// Minimum message latency between hosts, in ns [default: measured at
+    /// MPI_Init, else the intra-host value].
+    #[arg(long, value_name = "NS")]
+    mu_inter_ns: Option<u64>,
+    /// Backward amortization window, in ns [default: each jump divided by
+    /// --ramp].
+    #[arg(long, value_name = "NS")]
+    window_ns: Option<u64>,
+    /// Slope of the backward ramp when the window is not fixed.
+    #[arg(long, default_value_t = 0.01, value_parser = parse_ramp)]
+    ramp: f64,
+    /// Skip step 2 (the regression over messages).
+    #[arg(long)]
+    no_regression: bool,
+    /// Print the sync report as one JSON object instead of text.
+    #[arg(long)]
+    json: bool,
+}
+
+fn parse_gamma(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(g) if g > 0.0 && g <= 1.0 => Ok(g),
+        _ => Err(format!("{s} is not a number in (0, 1]")),
+    }
+}
+
+fn parse_ramp(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(r) if r > 0.0 && r <= 1.0 => Ok(r),
+        _ => Err(format!("{s} is not a slope in (0, 1]")),
+    }
 }
 
 /// Write a trace in another format.
@@ -124,6 +189,7 @@ fn is_broken_pipe(err: &anyhow::Error) -> bool {
 fn run(cli: Cli) -> Result<ExitCode> {
     match cli.command {
         Command::Report(args) => report(args),
+        Command::Sync(args) => sync(args),
         Command::Export(args) => export(args),
         Command::Run(args) => launch::run(args),
     }
@@ -132,13 +198,47 @@ fn run(cli: Cli) -> Result<ExitCode> {
 fn report(args: ReportArgs) -> Result<ExitCode> {
     let trace = Trace::open(&args.dir)?;
     let messages = Messages::build(&trace);
-    let report = Report::build(&trace, &messages, ReportOptions { mu_ns: args.mu_ns });
+    let mut report = Report::build(&trace, &messages, ReportOptions { mu_ns: args.mu_ns });
+    if let Some(synced) = Synced::load(&trace)? {
+        report = report.with_sync(&trace, &messages, &synced);
+    }
     let mut out = BufWriter::new(io::stdout().lock());
     if args.json {
         serde_json::to_writer_pretty(&mut out, &report).context("cannot write the report")?;
         writeln!(out)?;
     } else {
         report.write_text(&mut out)?;
+    }
+    out.flush()?;
+    Ok(ExitCode::SUCCESS)
+}
+
+fn sync(args: SyncArgs) -> Result<ExitCode> {
+    let trace = Trace::open(&args.dir)?;
+    for warning in trace.all_warnings() {
+        eprintln!("pmtrace: warning: {warning}");
+    }
+    let messages = Messages::build(&trace);
+    let params = SyncParams {
+        clc: ClcParams {
+            gamma: args.gamma,
+            delta_ns: args.delta_ns,
+            window_ns: args.window_ns,
+            ramp: args.ramp,
+        },
+        mu_intra_ns: args.mu_intra_ns,
+        mu_inter_ns: args.mu_inter_ns,
+        regression: !args.no_regression,
+    };
+    let synced = pmtrace_analysis::sync::sync(&trace, &messages, &params);
+    let path = synced.write(&trace)?;
+    let mut out = BufWriter::new(io::stdout().lock());
+    if args.json {
+        serde_json::to_writer_pretty(&mut out, &synced.report).context("cannot write the report")?;
+        writeln!(out)?;
+    } else {
+        synced.report.write_text(&mut out)?;
+        writeln!(out, "\nsynced times written to {}", path.display())?;
     }
     out.flush()?;
     Ok(ExitCode::SUCCESS)

@@ -261,6 +261,11 @@ impl Graph {
         g
     }
 
+    /// Number of clock groups.
+    pub fn groups(&self) -> usize {
+        self.locs.iter().map(|l| l.group as usize + 1).max().unwrap_or(0)
+    }
+
     /// Total number of stamps.
     pub fn stamps(&self) -> usize {
         self.raw.iter().map(Vec::len).sum()

@@ -18,12 +18,44 @@ pub struct OffsetLine {
 }
 
 impl OffsetLine {
-    /// Rank 0's time for local time `t`.
+    /// Rank 0's time for local time `t`. Before the first measurement and
+    /// after the last, the line goes on only when its slope is known better
+    /// than the slope itself is large; else the offset is held. (When
+    /// `MPI_Init` takes longer than the computation, extrapolating a slope
+    /// made of two close, noisy measurements would multiply their errors
+    /// far beyond any real drift.)
     pub fn apply(&self, t: u64) -> u64 {
+        self.map(t, !self.slope_is_known())
+    }
+
+    /// Whether the slope's uncertainty (the two error bounds over the
+    /// time between the measurements) is below the slope.
+    fn slope_is_known(&self) -> bool {
+        let (Some(a), Some(b)) = (self.init, self.fin) else {
+            return false;
+        };
+        let span = b.local_ns.saturating_sub(a.local_ns) as f64;
+        let rise = (b.offset_ns - a.offset_ns).unsigned_abs() as f64;
+        span > 0.0 && ((a.error_ns + b.error_ns) as f64) < rise
+    }
+
+    /// Rank 0's time for local time `t` on the line, extrapolated beyond
+    /// the measurements too (what step 2 corrects, as one line under a
+    /// constant drift).
+    pub fn extrapolate(&self, t: u64) -> u64 {
+        self.map(t, false)
+    }
+
+    fn map(&self, t: u64, hold: bool) -> u64 {
         let off = match (self.init, self.fin) {
             (Some(a), Some(b)) if b.local_ns > a.local_ns => {
+                let at = if hold {
+                    t.clamp(a.local_ns, b.local_ns)
+                } else {
+                    t
+                };
                 let (t, la, lb) = (
-                    i128::from(t),
+                    i128::from(at),
                     i128::from(a.local_ns),
                     i128::from(b.local_ns),
                 );
@@ -34,6 +66,14 @@ impl OffsetLine {
             (None, None) => 0,
         };
         (i128::from(t) + off).clamp(0, i128::from(u64::MAX)) as u64
+    }
+}
+
+impl OffsetLine {
+    /// How far step 1 may be off: the larger error bound of the two
+    /// measurements; `None` without any.
+    pub fn bound(&self) -> Option<u64> {
+        [self.init, self.fin].into_iter().flatten().map(|s| s.error_ns).max()
     }
 }
 
@@ -78,15 +118,35 @@ mod tests {
 
     #[test]
     fn the_offset_is_interpolated_between_init_and_finalize() {
+        let mut line = OffsetLine {
+            init: Some(sample(1_000, 500)),
+            fin: Some(sample(11_000, -500)),
+        };
+        line.init.as_mut().unwrap().error_ns = 1_000;
+        assert_eq!(line.apply(1_000), 1_500);
+        assert_eq!(line.apply(6_000), 6_000);
+        assert_eq!(line.apply(11_000), 10_500);
+        // Beyond the measurements the offset is held.
+        assert_eq!(line.apply(21_000), 20_500);
+        assert_eq!(line.apply(0), 500);
+        assert_eq!(line.extrapolate(21_000), 19_500);
+    }
+
+    #[test]
+    fn a_well_measured_slope_goes_on_beyond_the_measurements() {
+        // A rise of 1000 ns against error bounds of 2·100 ns.
         let line = OffsetLine {
             init: Some(sample(1_000, 500)),
             fin: Some(sample(11_000, -500)),
         };
-        assert_eq!(line.apply(1_000), 1_500);
-        assert_eq!(line.apply(6_000), 6_000);
-        assert_eq!(line.apply(11_000), 10_500);
-        // Beyond the measurements the line goes on.
+        assert_eq!(line.apply(0), 600);
         assert_eq!(line.apply(21_000), 19_500);
+        // The same rise against bounds of 2·600 ns: held.
+        let mut noisy = line;
+        noisy.init.as_mut().unwrap().error_ns = 600;
+        noisy.fin.as_mut().unwrap().error_ns = 600;
+        assert_eq!(noisy.apply(0), 500);
+        assert_eq!(noisy.apply(21_000), 20_500);
     }
 
     #[test]

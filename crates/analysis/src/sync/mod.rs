@@ -124,6 +124,53 @@ pub struct SyncReport {
     pub seconds: f64,
 }
 
+impl SyncReport {
+    /// The report's sync section, as a person reads it.
+    pub fn write_text(&self, w: &mut dyn std::io::Write) -> std::io::Result<()> {
+        use crate::report::human_ns;
+        let p = &self.params;
+        writeln!(
+            w,
+            "\nTimestamp sync ({} clock groups; γ {}, δ {} ns, μ {} ns within a host, {} ns across hosts; {:.2} s)",
+            self.clock_groups, p.gamma, p.delta_ns, p.mu_intra_ns, p.mu_inter_ns, self.seconds
+        )?;
+        writeln!(
+            w,
+            "  {:<12} {:>8} {:>10} {:>9} {:>9} {:>9} {:>9} {:>9}  {}",
+            "step", "moved", "max shift", "reversed", "cond.", "coll.rev", "coll.cond", "int.dev", "error median / p99 / max"
+        )?;
+        let err = |e: &Option<ErrorStats>| match e {
+            Some(e) => format!(
+                "{} / {} / {}",
+                human_ns(e.median as f64),
+                human_ns(e.p99 as f64),
+                human_ns(e.max as f64)
+            ),
+            None => "-".into(),
+        };
+        let row = |w: &mut dyn std::io::Write, name: &str, moved: String, shift: String, v: &SyncViolations, dev: String, e: String| {
+            writeln!(
+                w,
+                "  {:<12} {:>8} {:>10} {:>9} {:>9} {:>9} {:>9} {:>9}  {}",
+                name, moved, shift, v.reversed, v.clock_condition, v.collective_reversed, v.collective_clock_condition, dev, e
+            )
+        };
+        row(w, "recorded", "-".into(), "-".into(), &self.recorded.violations, "-".into(), err(&self.recorded.error_ns))?;
+        for s in &self.steps {
+            row(
+                w,
+                &s.name,
+                s.events_moved.to_string(),
+                human_ns(s.max_shift_ns as f64),
+                &s.violations,
+                format!("{:.4}%", s.interval_deviation * 100.0),
+                err(&s.error_ns),
+            )?;
+        }
+        Ok(())
+    }
+}
+
 /// μ measured at init and finalize: the smallest over every rank.
 pub fn measured_mu(trace: &Trace) -> (Option<u64>, Option<u64>) {
     let samples = trace.ranks.iter().flat_map(|r| {
@@ -146,13 +193,52 @@ pub fn measured_mu(trace: &Trace) -> (Option<u64>, Option<u64>) {
     (intra, inter)
 }
 
+/// The measured μ, lowered to what the messages show; 0 if unmeasured.
+fn cap(measured: Option<u64>, shown: Option<u64>) -> u64 {
+    match (measured, shown) {
+        (Some(m), Some(s)) => m.min(s),
+        (Some(m), None) => m,
+        (None, _) => 0,
+    }
+}
+
 /// Synchronizes the timestamps of `trace`.
 pub fn sync(trace: &Trace, m: &Messages, params: &SyncParams) -> Synced {
     let began = Instant::now();
     let (intra, inter) = measured_mu(trace);
-    let mu_intra = params.mu_intra_ns.or(intra).unwrap_or(0);
-    let mu_inter = params.mu_inter_ns.or(inter).unwrap_or(mu_intra);
-    let g = Graph::build(trace, m, mu_intra, mu_inter);
+    let mut g = Graph::build(trace, m, 0, 0);
+    // Steps 1 and 2.
+    let lines = interp::lines(trace);
+    let mut t1 = g.raw.clone();
+    interp::apply(&g, &lines, &mut t1);
+    let mut reached = None;
+    let t2 = params.regression.then(|| {
+        let reference = g.locs.iter().find(|l| l.rank == 0).map_or(0, |l| l.group);
+        let mut anchors: Vec<Option<u64>> = vec![None; g.groups()];
+        for loc in &g.locs {
+            let b = lines[loc.rank as usize].bound();
+            let a = &mut anchors[loc.group as usize];
+            *a = match (*a, b) {
+                (Some(x), Some(y)) => Some(x.max(y)),
+                (x, y) => x.or(y),
+            };
+        }
+        let correction = regress::estimate(&g, &t1, reference, &anchors);
+        let mut t2 = t1.clone();
+        regress::apply(&g, &correction, &lines, &mut t2);
+        reached = Some(correction.reached() as u64);
+        t2
+    });
+    // μ: as given, else as measured at init, but never more than the
+    // messages themselves show (a startup measurement on a loaded node
+    // can be far above the latency of the run).
+    let input = t2.as_ref().unwrap_or(&t1);
+    let (floor_intra, floor_inter) = (
+        quality::latency_floor(&g, input, true),
+        quality::latency_floor(&g, input, false),
+    );
+    g.mu_intra = params.mu_intra_ns.unwrap_or(cap(intra, floor_intra));
+    g.mu_inter = params.mu_inter_ns.unwrap_or(cap(inter.or(intra), floor_inter));
     let step = |name: &str, before: &[Vec<u64>], after: &[Vec<u64>]| {
         let (events_moved, max_shift_ns) = quality::moved(&g, before, after);
         StepReport {
@@ -172,24 +258,19 @@ pub fn sync(trace: &Trace, m: &Messages, params: &SyncParams) -> Synced {
         violations: quality::violations(&g, &g.raw),
         error_ns: quality::error(trace, &g, &g.raw),
     };
-    let mut steps = Vec::new();
-    let mut t = g.raw.clone();
-    interp::apply(&g, &interp::lines(trace), &mut t);
-    steps.push(step("interpolate", &g.raw, &t));
-    if params.regression {
-        let reference = g.locs.iter().find(|l| l.rank == 0).map_or(0, |l| l.group);
-        let correction = regress::estimate(&g, &t, reference);
-        let before = t.clone();
-        regress::apply(&g, &correction, &mut t);
-        let mut s = step("regress", &before, &t);
-        s.groups_reached = Some(correction.reached() as u64);
+    let mut steps = vec![step("interpolate", &g.raw, &t1)];
+    if let Some(t2) = &t2 {
+        let mut s = step("regress", &t1, t2);
+        s.groups_reached = reached;
         steps.push(s);
     }
+    let t = t2.unwrap_or(t1);
     let (after, outcome) = clc::run(&g, &t, &params.clc);
     let mut s = step("clc", &t, &after);
     s.jumps = Some(outcome.jumps);
     s.forced = Some(outcome.forced);
     steps.push(s);
+    let (mu_intra, mu_inter) = (g.mu_intra, g.mu_inter);
     let last = steps.last().expect("clc ran");
     let report = SyncReport {
         params: UsedParams {

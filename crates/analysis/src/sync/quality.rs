@@ -65,6 +65,26 @@ pub fn violations(g: &Graph, t: &[Vec<u64>]) -> SyncViolations {
     v
 }
 
+/// The 1st percentile of the latencies (receive − send) of messages
+/// between different clock groups, on one host or across hosts; 0 if that
+/// is negative, `None` without such messages.
+pub fn latency_floor(g: &Graph, t: &[Vec<u64>], same_host: bool) -> Option<u64> {
+    let mut lat: Vec<i64> = g
+        .msgs
+        .iter()
+        .filter(|(s, r)| {
+            let (a, b) = (&g.locs[s.loc as usize], &g.locs[r.loc as usize]);
+            a.group != b.group && (a.host == b.host) == same_host
+        })
+        .map(|(s, r)| t[r.loc as usize][r.k as usize] as i64 - t[s.loc as usize][s.k as usize] as i64)
+        .collect();
+    if lat.is_empty() {
+        return None;
+    }
+    let at = (lat.len() - 1) / 100;
+    Some((*lat.select_nth_unstable(at).1).max(0) as u64)
+}
+
 /// Events (records) with a stamp that differs between `a` and `b`, and
 /// the largest difference.
 pub fn moved(g: &Graph, a: &[Vec<u64>], b: &[Vec<u64>]) -> (u64, u64) {
@@ -126,6 +146,12 @@ pub fn error(trace: &Trace, g: &Graph, t: &[Vec<u64>]) -> Option<ErrorStats> {
                 .zip(new)
                 .map(|(&r, &n)| h.true_time(r).abs_diff(n)),
         );
+        if std::env::var_os("PMTRACE_DEBUG_ERR").is_some() {
+            let (k, e) = raw.iter().zip(new).map(|(&r, &n)| h.true_time(r).abs_diff(n)).enumerate().max_by_key(|x| x.1).unwrap_or((0, 0));
+            let mut sorted: Vec<u64> = raw.iter().zip(new).map(|(&r, &n)| h.true_time(r).abs_diff(n)).collect();
+            sorted.sort_unstable();
+            eprintln!("rank {} max err {e} at k {k} of {}; median {} p99 {}", loc.rank, raw.len(), sorted[sorted.len()/2], sorted[sorted.len()*99/100]);
+        }
     }
     if errs.is_empty() {
         return Some(ErrorStats::default());

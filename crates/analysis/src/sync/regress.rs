@@ -33,12 +33,17 @@
 //!
 //! Pairs of groups with messages both ways form a graph; each group takes
 //! the cheapest path to the reference group (rank 0's), where the cost of
-//! a pair is its corridor width plus its fit residual, and `e` adds up
-//! along the path. Groups with no path keep the step 1 times.
+//! a pair is half its corridor width plus its fit residual, and `e` adds
+//! up along the path. Step 1 is a path too: straight to the reference,
+//! with `e = 0` at the cost of its measurement's error bound. So a group
+//! whose messages say less than its offset measurement (slow messages, a
+//! short run) keeps the step 1 times, and a group with no messages both
+//! ways can still anchor others.
 
 use std::collections::{BTreeMap, BinaryHeap};
 
 use super::graph::Graph;
+use super::interp::OffsetLine;
 
 /// A continuous piecewise-linear function; linear beyond its end knots.
 #[derive(Debug, Clone, PartialEq)]
@@ -86,6 +91,8 @@ pub struct PairFit {
     pub b: u32,
     pub d: Pwl,
     pub cost: f64,
+    /// Fitted to messages (else: step 1's own offset, `d = 0`).
+    pub messages: bool,
 }
 
 /// The step 2 correction of every clock group: `e(t)`, or `None` where no
@@ -108,18 +115,31 @@ impl Correction {
         )
     }
 
-    /// Groups with a path to the reference (the reference included).
+    /// Whether group `group` is corrected through messages.
+    pub fn corrects(&self, group: u32) -> bool {
+        self.paths
+            .get(group as usize)
+            .and_then(Option::as_ref)
+            .is_some_and(|p| p.iter().any(|&(f, _)| self.fits[f].messages))
+    }
+
+    /// Groups corrected through messages.
     pub fn reached(&self) -> usize {
-        self.paths.iter().flatten().count()
+        self.paths
+            .iter()
+            .flatten()
+            .filter(|p| p.iter().any(|&(f, _)| self.fits[f].messages))
+            .count()
     }
 }
 
 /// (time, bound) samples of one side of a corridor.
 type Samples = Vec<(f64, f64)>;
 
-/// Estimates the correction from the matched messages of `g` in times `t`.
-pub fn estimate(g: &Graph, t: &[Vec<u64>], reference: u32) -> Correction {
-    let groups = g.locs.iter().map(|l| l.group).max().map_or(0, |m| m + 1);
+/// Estimates the correction from the matched messages of `g` in times
+/// `t`; `anchors`: per group, the error bound of step 1 (`None`: unknown).
+pub fn estimate(g: &Graph, t: &[Vec<u64>], reference: u32, anchors: &[Option<u64>]) -> Correction {
+    let groups = g.groups();
     let origin = t.iter().flat_map(|v| v.first()).copied().min().unwrap_or(0);
     let at = |n: super::graph::Node| t[n.loc as usize][n.k as usize].saturating_sub(origin) as f64;
     // (upper, lower) samples per pair (a < b): (time, bound on e_a − e_b).
@@ -139,17 +159,41 @@ pub fn estimate(g: &Graph, t: &[Vec<u64>], reference: u32) -> Correction {
     }
     let mut fits = Vec::new();
     for ((a, b), (up, low)) in samples {
+        let (nu, nl) = (up.len(), low.len());
         let points = windows(up, low);
+        if std::env::var_os("PMTRACE_DEBUG_REGRESS").is_some() {
+            eprintln!("pair {a}-{b}: up {nu} low {nl} windows {}", points.len());
+            for p in &points {
+                eprintln!("  t {:.0} d {:.0} w {:.0}", p.t, p.d, p.width);
+            }
+            if let Some((d, c)) = fit(&points) {
+                eprintln!("  fit {:?} cost {c:.0}", d.knots);
+            }
+        }
         if let Some((d, cost)) = fit(&points) {
             fits.push(PairFit {
                 a,
                 b,
                 d: shift(d, origin as f64),
                 cost,
+                messages: true,
             });
         }
     }
-    let paths = shortest_paths(groups as usize, reference, &fits);
+    for (group, bound) in anchors.iter().enumerate() {
+        if let (Some(bound), false) = (bound, group as u32 == reference) {
+            fits.push(PairFit {
+                a: reference,
+                b: group as u32,
+                d: Pwl {
+                    knots: vec![(0.0, 0.0)],
+                },
+                cost: *bound as f64,
+                messages: false,
+            });
+        }
+    }
+    let paths = shortest_paths(groups, reference, &fits);
     Correction { paths, fits }
 }
 
@@ -162,14 +206,23 @@ fn shift(mut d: Pwl, origin: f64) -> Pwl {
 }
 
 /// Applies the correction to times `t` (in node order).
-pub fn apply(g: &Graph, c: &Correction, t: &mut [Vec<u64>]) {
-    for (loc, ts) in g.locs.iter().zip(t.iter_mut()) {
-        if c.error(loc.group, 0.0).is_none() {
+///
+/// A group corrected through messages starts again from its recorded
+/// times on step 1's line *extrapolated* beyond the offset measurements:
+/// under a constant drift its error is then one line, which the fit
+/// (linear beyond its ends) follows back into `MPI_Init` and on after the
+/// last message. Step 1 itself holds the offset there, which is the better
+/// guess when nothing else is known.
+pub fn apply(g: &Graph, c: &Correction, lines: &[OffsetLine], t: &mut [Vec<u64>]) {
+    for ((loc, ts), raw) in g.locs.iter().zip(t.iter_mut()).zip(&g.raw) {
+        if !c.corrects(loc.group) {
             continue;
         }
-        for v in ts.iter_mut() {
-            let e = c.error(loc.group, *v as f64).unwrap_or(0.0).round() as i64;
-            *v = (*v as i64 - e).max(0) as u64;
+        let line = lines[loc.rank as usize];
+        for (v, &r) in ts.iter_mut().zip(raw) {
+            let on_line = line.extrapolate(r);
+            let e = c.error(loc.group, on_line as f64).unwrap_or(0.0).round() as i64;
+            *v = (on_line as i64 - e).max(0) as u64;
         }
     }
 }
@@ -184,7 +237,8 @@ pub fn windows(mut up: Vec<(f64, f64)>, mut low: Vec<(f64, f64)>) -> Vec<Point> 
     low.sort_by(|x, y| x.0.total_cmp(&y.0));
     let lo = up[0].0.min(low[0].0);
     let hi = up[up.len() - 1].0.max(low[low.len() - 1].0);
-    let w = (n / 4).clamp(1, 4096);
+    // Enough messages per window that one of them was fast each way.
+    let w = (n / 32).clamp(1, 512);
     let span = (hi - lo) / w as f64;
     let slot = |t: f64| {
         if span > 0.0 {
@@ -501,6 +555,7 @@ mod tests {
                     knots: vec![(0.0, -100.0)],
                 },
                 cost: 10.0,
+                messages: true,
             },
             PairFit {
                 a: 1,
@@ -509,6 +564,7 @@ mod tests {
                     knots: vec![(0.0, -50.0)],
                 },
                 cost: 10.0,
+                messages: true,
             },
         ];
         let c = Correction {
@@ -519,6 +575,6 @@ mod tests {
         assert_eq!(c.error(1, 5.0), Some(100.0));
         assert_eq!(c.error(2, 5.0), Some(150.0));
         assert_eq!(c.error(3, 5.0), None);
-        assert_eq!(c.reached(), 3);
+        assert_eq!(c.reached(), 2, "groups 1 and 2, through messages");
     }
 }
