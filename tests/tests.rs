@@ -908,6 +908,119 @@ fn simulated_clocks_skew_every_rank_but_zero_and_the_true_time_is_recovered() {
                 assert_eq!((o.hosts, o.reps), (1, 10));
             }
         }
+        check_sync_removes_every_violation(name, &traced.trace);
+    }
+}
+
+/// `pmtrace sync` on a trace with hundreds of reversed messages: none left,
+/// point-to-point or collective, and every step keeps each thread's order
+/// and the local intervals.
+fn check_sync_removes_every_violation(name: &str, trace: &std::path::Path) {
+    let before = report(trace);
+    assert!(before["sync"].is_null() && before["violations_after_sync"].is_null());
+    let out = pmtrace(&["sync", trace.to_str().unwrap()]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        out.stderr.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(trace.join("sync.pmts").is_file());
+    let rep = report(trace);
+    let sync = &rep["sync"];
+    let recorded = &sync["recorded"]["violations"];
+    assert!(
+        recorded["reversed"].as_u64().unwrap() >= 40,
+        "{name}: {recorded}"
+    );
+    let names: Vec<&str> = sync["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["interpolate", "regress", "clc"], "{name}");
+    for step in sync["steps"].as_array().unwrap() {
+        assert_eq!(step["order_inversions"], 0, "{name}: {step}");
+        assert!(step["events_moved"].is_u64() && step["max_shift_ns"].is_u64());
+        assert!(
+            step["error_ns"]["median"].is_u64(),
+            "simulated: errors measured"
+        );
+    }
+    for key in [
+        "reversed",
+        "clock_condition",
+        "collective_reversed",
+        "collective_clock_condition",
+    ] {
+        assert_eq!(rep["violations_after_sync"][key], 0, "{name}: {key}");
+        assert_eq!(sync["steps"][2]["violations"][key], 0, "{name}: {key}");
+    }
+    let deviation = sync["interval_deviation"].as_f64().unwrap();
+    assert!(deviation < 0.01, "{name}: interval deviation {deviation}");
+    // Interpolation alone brings every event within 50 us of the true
+    // time here (offsets of up to 5 ms before).
+    let max = sync["steps"][0]["error_ns"]["max"].as_u64().unwrap();
+    assert!(max < 50_000, "{name}: {max} ns");
+    // The recorded times are still there.
+    assert_eq!(rep["violations"], before["violations"]);
+    // The merged log: every call's end once, in synchronized-time order.
+    let log = trace.with_extension("log");
+    let out = pmtrace(&[
+        "merge",
+        trace.to_str().unwrap(),
+        "-o",
+        log.to_str().unwrap(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = std::fs::read_to_string(&log).unwrap();
+    let times: Vec<u64> = text
+        .lines()
+        .skip(1)
+        .map(|l| l.split(' ').next().unwrap().parse().unwrap())
+        .collect();
+    assert!(
+        times.windows(2).all(|w| w[0] <= w[1]),
+        "{name}: merged log out of order"
+    );
+    let exits = text.lines().filter(|l| l.contains(" exit r")).count() as u64;
+    assert_eq!(exits, rep["events"].as_u64().unwrap(), "{name}");
+}
+
+#[test]
+fn a_trace_without_violations_passes_through_sync_unchanged() {
+    let dir = scratch("sync-identity");
+    for name in ["halo2d", "collectives"] {
+        let run = mpirun(&dir, 4, &prog(name), &[], Mode::Preload, &[]);
+        assert_eq!(run.code, 0, "{}", run.stderr);
+        let out = pmtrace(&["sync", "--json", run.trace.to_str().unwrap()]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let sync: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(sync["clock_groups"], 1, "one host, one clock");
+        assert!(sync["error_ns"].is_null(), "no simulated clocks");
+        for step in sync["steps"].as_array().unwrap() {
+            assert_eq!(
+                (&step["events_moved"], &step["max_shift_ns"]),
+                (&serde_json::json!(0), &serde_json::json!(0)),
+                "{name}: {step}"
+            );
+        }
+        assert_eq!(sync["interval_deviation"], 0.0);
+        let rep = report(&run.trace);
+        assert_eq!(rep["violations_after_sync"]["reversed"], 0);
     }
 }
 

@@ -59,8 +59,8 @@ fn plain() -> Payload {
     Payload::None
 }
 
-#[test]
-fn a_receive_before_its_send_jumps_to_the_send_plus_mu() {
+/// Rank 0 sends at 1000; rank 1's receive of it ends at 950.
+fn one_reversed_message() -> TraceBuilder {
     let mut tb = world(2);
     tb.rank(0)
         .thread(0)
@@ -68,6 +68,12 @@ fn a_receive_before_its_send_jumps_to_the_send_plus_mu() {
     tb.rank(1)
         .thread(0)
         .call("MPI_Recv", 900, 950, recv(0, 7, 0, 8, status(0, 7, 8)));
+    tb
+}
+
+#[test]
+fn a_receive_before_its_send_jumps_to_the_send_plus_mu() {
+    let tb = one_reversed_message();
     let (raw, t) = clc_times(&tb, ClcParams::default(), false);
     assert_eq!(raw[1][2], (900, 950));
     assert_eq!(t[1][2], (900, 1_100), "end = send start 1000 + μ 100");
@@ -358,4 +364,40 @@ fn sync_writes_times_beside_the_trace_and_reads_them_back() {
     std::fs::write(&path, &bytes[..bytes.len() - 9]).unwrap();
     let err = Synced::load(&trace).unwrap_err().to_string();
     assert!(err.contains("run `pmtrace sync` again"), "{err}");
+}
+
+#[test]
+fn the_merged_log_is_in_synchronized_time_and_a_receive_follows_its_send() {
+    // Rank 1's receive ends at 950, before rank 0 sent at 1000; μ 0 here,
+    // so after sync the receive ends exactly when the send starts.
+    let (_dir, trace) = open(&one_reversed_message(), "merge");
+    let m = Messages::build(&trace);
+    let params = SyncParams {
+        mu_inter_ns: Some(0),
+        ..SyncParams::default()
+    };
+    let synced = pmtrace_analysis::sync::sync(&trace, &m, &params);
+    let mut out = Vec::new();
+    let lines = pmtrace_analysis::export::merged::write(&trace, &m, &synced, &mut out).unwrap();
+    let text = String::from_utf8(out).unwrap();
+    let body: Vec<&str> = text.lines().skip(1).collect();
+    assert_eq!(lines as usize, body.len() + 1);
+    // 4 DefComm lines, then two lines per call.
+    assert_eq!(body.len(), 4 + 4, "{text}");
+    let times: Vec<u64> = body
+        .iter()
+        .map(|l| l.split(' ').next().unwrap().parse().unwrap())
+        .collect();
+    assert!(times.windows(2).all(|w| w[0] <= w[1]), "{text}");
+    let at = |needle: &str| body.iter().position(|l| l.contains(needle)).unwrap();
+    let send = at("enter r0 t0 1000 +10 MPI_Send");
+    let recv_end = at("exit r1 t0 MPI_Recv");
+    assert!(send < recv_end, "{text}");
+    assert!(body[recv_end].starts_with("1000 exit"), "{text}");
+    // The receive's start moved up the backward ramp, short of its end.
+    let start = at("enter r1 t0 900 +50 MPI_Recv");
+    assert!(
+        start < recv_end && (900..1_000).contains(&times[start]),
+        "{text}"
+    );
 }

@@ -13,7 +13,7 @@ use std::process::ExitCode;
 
 use anyhow::{bail, Context, Result};
 use clap::{Args, Parser, Subcommand, ValueEnum};
-use pmtrace_analysis::export::text;
+use pmtrace_analysis::export::{merged, text};
 use pmtrace_analysis::sync::{ClcParams, SyncParams, Synced};
 use pmtrace_analysis::{Messages, Report, ReportOptions, Trace};
 
@@ -34,6 +34,7 @@ struct Cli {
 enum Command {
     Report(ReportArgs),
     Sync(SyncArgs),
+    Merge(MergeArgs),
     Export(ExportArgs),
     Run(launch::RunArgs),
 }
@@ -124,6 +125,21 @@ fn parse_ramp(s: &str) -> Result<f64, String> {
     }
 }
 
+/// Write one log of all ranks' events in synchronized-time order.
+///
+/// Two lines per call (its start, `enter`, with its arguments, and its
+/// end, `exit`), in the order of the times `pmtrace sync` wrote; that
+/// order is causal too: a receive never precedes its send. A trace that
+/// was not synced is synchronized in memory first, with the defaults.
+#[derive(Debug, Args)]
+struct MergeArgs {
+    /// The trace directory.
+    dir: PathBuf,
+    /// Output file; `-` writes to standard output.
+    #[arg(short = 'o', long = "output", value_name = "FILE")]
+    output: PathBuf,
+}
+
 /// Write a trace in another format.
 ///
 /// `text` writes one line per recorded event, all ranks and threads merged
@@ -190,6 +206,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
     match cli.command {
         Command::Report(args) => report(args),
         Command::Sync(args) => sync(args),
+        Command::Merge(args) => merge(args),
         Command::Export(args) => export(args),
         Command::Run(args) => launch::run(args),
     }
@@ -234,13 +251,43 @@ fn sync(args: SyncArgs) -> Result<ExitCode> {
     let path = synced.write(&trace)?;
     let mut out = BufWriter::new(io::stdout().lock());
     if args.json {
-        serde_json::to_writer_pretty(&mut out, &synced.report).context("cannot write the report")?;
+        serde_json::to_writer_pretty(&mut out, &synced.report)
+            .context("cannot write the report")?;
         writeln!(out)?;
     } else {
         synced.report.write_text(&mut out)?;
         writeln!(out, "\nsynced times written to {}", path.display())?;
     }
     out.flush()?;
+    Ok(ExitCode::SUCCESS)
+}
+
+fn merge(args: MergeArgs) -> Result<ExitCode> {
+    let trace = Trace::open(&args.dir)?;
+    let messages = Messages::build(&trace);
+    let synced = match Synced::load(&trace)? {
+        Some(s) => s,
+        None => {
+            eprintln!(
+                "pmtrace: note: {} is not synced; synchronizing in memory (`pmtrace sync` keeps the result)",
+                args.dir.display()
+            );
+            pmtrace_analysis::sync::sync(&trace, &messages, &SyncParams::default())
+        }
+    };
+    let write = |out: &mut dyn Write| -> io::Result<()> {
+        merged::write(&trace, &messages, &synced, out)?;
+        out.flush()
+    };
+    if args.output.as_os_str() == "-" {
+        write(&mut BufWriter::new(io::stdout().lock()))
+            .context("cannot write to standard output")?;
+    } else {
+        let file = std::fs::File::create(&args.output)
+            .with_context(|| format!("cannot create {}", args.output.display()))?;
+        write(&mut BufWriter::new(file))
+            .with_context(|| format!("cannot write {}", args.output.display()))?;
+    }
     Ok(ExitCode::SUCCESS)
 }
 

@@ -7,6 +7,7 @@ use std::path::PathBuf;
 
 use thiserror::Error;
 
+pub mod merged;
 pub mod text;
 
 /// Why an export failed.

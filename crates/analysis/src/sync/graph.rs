@@ -263,7 +263,11 @@ impl Graph {
 
     /// Number of clock groups.
     pub fn groups(&self) -> usize {
-        self.locs.iter().map(|l| l.group as usize + 1).max().unwrap_or(0)
+        self.locs
+            .iter()
+            .map(|l| l.group as usize + 1)
+            .max()
+            .unwrap_or(0)
     }
 
     /// Total number of stamps.

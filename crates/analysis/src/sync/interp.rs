@@ -73,7 +73,11 @@ impl OffsetLine {
     /// How far step 1 may be off: the larger error bound of the two
     /// measurements; `None` without any.
     pub fn bound(&self) -> Option<u64> {
-        [self.init, self.fin].into_iter().flatten().map(|s| s.error_ns).max()
+        [self.init, self.fin]
+            .into_iter()
+            .flatten()
+            .map(|s| s.error_ns)
+            .max()
     }
 }
 

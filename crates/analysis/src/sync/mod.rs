@@ -136,8 +136,8 @@ impl SyncReport {
         )?;
         writeln!(
             w,
-            "  {:<12} {:>8} {:>10} {:>9} {:>9} {:>9} {:>9} {:>9}  {}",
-            "step", "moved", "max shift", "reversed", "cond.", "coll.rev", "coll.cond", "int.dev", "error median / p99 / max"
+            "  {:<12} {:>8} {:>10} {:>9} {:>9} {:>9} {:>9} {:>9}  error median / p99 / max",
+            "step", "moved", "max shift", "reversed", "cond.", "coll.rev", "coll.cond", "int.dev",
         )?;
         let err = |e: &Option<ErrorStats>| match e {
             Some(e) => format!(
@@ -148,14 +148,36 @@ impl SyncReport {
             ),
             None => "-".into(),
         };
-        let row = |w: &mut dyn std::io::Write, name: &str, moved: String, shift: String, v: &SyncViolations, dev: String, e: String| {
+        let row = |w: &mut dyn std::io::Write,
+                   name: &str,
+                   moved: String,
+                   shift: String,
+                   v: &SyncViolations,
+                   dev: String,
+                   e: String| {
             writeln!(
                 w,
                 "  {:<12} {:>8} {:>10} {:>9} {:>9} {:>9} {:>9} {:>9}  {}",
-                name, moved, shift, v.reversed, v.clock_condition, v.collective_reversed, v.collective_clock_condition, dev, e
+                name,
+                moved,
+                shift,
+                v.reversed,
+                v.clock_condition,
+                v.collective_reversed,
+                v.collective_clock_condition,
+                dev,
+                e
             )
         };
-        row(w, "recorded", "-".into(), "-".into(), &self.recorded.violations, "-".into(), err(&self.recorded.error_ns))?;
+        row(
+            w,
+            "recorded",
+            "-".into(),
+            "-".into(),
+            &self.recorded.violations,
+            "-".into(),
+            err(&self.recorded.error_ns),
+        )?;
         for s in &self.steps {
             row(
                 w,
@@ -238,7 +260,9 @@ pub fn sync(trace: &Trace, m: &Messages, params: &SyncParams) -> Synced {
         quality::latency_floor(&g, input, false),
     );
     g.mu_intra = params.mu_intra_ns.unwrap_or(cap(intra, floor_intra));
-    g.mu_inter = params.mu_inter_ns.unwrap_or(cap(inter.or(intra), floor_inter));
+    g.mu_inter = params
+        .mu_inter_ns
+        .unwrap_or(cap(inter.or(intra), floor_inter));
     let step = |name: &str, before: &[Vec<u64>], after: &[Vec<u64>]| {
         let (events_moved, max_shift_ns) = quality::moved(&g, before, after);
         StepReport {

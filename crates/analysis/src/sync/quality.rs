@@ -76,7 +76,9 @@ pub fn latency_floor(g: &Graph, t: &[Vec<u64>], same_host: bool) -> Option<u64> 
             let (a, b) = (&g.locs[s.loc as usize], &g.locs[r.loc as usize]);
             a.group != b.group && (a.host == b.host) == same_host
         })
-        .map(|(s, r)| t[r.loc as usize][r.k as usize] as i64 - t[s.loc as usize][s.k as usize] as i64)
+        .map(|(s, r)| {
+            t[r.loc as usize][r.k as usize] as i64 - t[s.loc as usize][s.k as usize] as i64
+        })
         .collect();
     if lat.is_empty() {
         return None;
@@ -146,12 +148,6 @@ pub fn error(trace: &Trace, g: &Graph, t: &[Vec<u64>]) -> Option<ErrorStats> {
                 .zip(new)
                 .map(|(&r, &n)| h.true_time(r).abs_diff(n)),
         );
-        if std::env::var_os("PMTRACE_DEBUG_ERR").is_some() {
-            let (k, e) = raw.iter().zip(new).map(|(&r, &n)| h.true_time(r).abs_diff(n)).enumerate().max_by_key(|x| x.1).unwrap_or((0, 0));
-            let mut sorted: Vec<u64> = raw.iter().zip(new).map(|(&r, &n)| h.true_time(r).abs_diff(n)).collect();
-            sorted.sort_unstable();
-            eprintln!("rank {} max err {e} at k {k} of {}; median {} p99 {}", loc.rank, raw.len(), sorted[sorted.len()/2], sorted[sorted.len()*99/100]);
-        }
     }
     if errs.is_empty() {
         return Some(ErrorStats::default());

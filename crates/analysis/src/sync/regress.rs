@@ -159,17 +159,7 @@ pub fn estimate(g: &Graph, t: &[Vec<u64>], reference: u32, anchors: &[Option<u64
     }
     let mut fits = Vec::new();
     for ((a, b), (up, low)) in samples {
-        let (nu, nl) = (up.len(), low.len());
         let points = windows(up, low);
-        if std::env::var_os("PMTRACE_DEBUG_REGRESS").is_some() {
-            eprintln!("pair {a}-{b}: up {nu} low {nl} windows {}", points.len());
-            for p in &points {
-                eprintln!("  t {:.0} d {:.0} w {:.0}", p.t, p.d, p.width);
-            }
-            if let Some((d, c)) = fit(&points) {
-                eprintln!("  fit {:?} cost {c:.0}", d.knots);
-            }
-        }
         if let Some((d, cost)) = fit(&points) {
             fits.push(PairFit {
                 a,
