@@ -29,14 +29,17 @@ impl OffsetLine {
     }
 
     /// Whether the slope's uncertainty (the two error bounds over the
-    /// time between the measurements) is below the slope.
+    /// time between the measurements) is below half the slope.
     fn slope_is_known(&self) -> bool {
         let (Some(a), Some(b)) = (self.init, self.fin) else {
             return false;
         };
         let span = b.local_ns.saturating_sub(a.local_ns) as f64;
         let rise = (b.offset_ns - a.offset_ns).unsigned_abs() as f64;
-        span > 0.0 && ((a.error_ns + b.error_ns) as f64) < rise
+        // Holding errs by the true slope times the distance, at least
+        // (rise − bounds) / span; going on errs by at most bounds / span.
+        // And no real clock drifts by 500 ppm: such a slope is noise.
+        span > 0.0 && 2.0 * ((a.error_ns + b.error_ns) as f64) < rise && rise / span < 500e-6
     }
 
     /// Rank 0's time for local time `t` on the line, extrapolated beyond
@@ -138,19 +141,25 @@ mod tests {
 
     #[test]
     fn a_well_measured_slope_goes_on_beyond_the_measurements() {
-        // A rise of 1000 ns against error bounds of 2·100 ns.
+        // A rise of 1000 ns over 10 s (0.1 ppm) against error bounds of 2·100 ns.
         let line = OffsetLine {
-            init: Some(sample(1_000, 500)),
-            fin: Some(sample(11_000, -500)),
+            init: Some(sample(1_000_000_000, 500)),
+            fin: Some(sample(11_000_000_000, -500)),
         };
         assert_eq!(line.apply(0), 600);
-        assert_eq!(line.apply(21_000), 19_500);
-        // The same rise against bounds of 2·600 ns: held.
+        assert_eq!(line.apply(21_000_000_000), 21_000_000_000 - 1_500);
+        // The same rise against bounds of 2·300 ns: held.
         let mut noisy = line;
-        noisy.init.as_mut().unwrap().error_ns = 600;
-        noisy.fin.as_mut().unwrap().error_ns = 600;
+        noisy.init.as_mut().unwrap().error_ns = 300;
+        noisy.fin.as_mut().unwrap().error_ns = 300;
         assert_eq!(noisy.apply(0), 500);
-        assert_eq!(noisy.apply(21_000), 20_500);
+        assert_eq!(noisy.apply(21_000_000_000), 21_000_000_000 - 500);
+        // A slope no clock has (1000 ppm) is noise: held.
+        let wild = OffsetLine {
+            init: Some(sample(1_000_000, 500)),
+            fin: Some(sample(11_000_000, -9_500)),
+        };
+        assert_eq!(wild.apply(0), 500);
     }
 
     #[test]

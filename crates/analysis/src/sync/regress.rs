@@ -35,7 +35,9 @@
 //! the cheapest path to the reference group (rank 0's), where the cost of
 //! a pair is half its corridor width plus its fit residual, and `e` adds
 //! up along the path. Step 1 is a path too: straight to the reference,
-//! with `e = 0` at the cost of its measurement's error bound. So a group
+//! with `e = 0` at the cost of its measurement's error bound, or of how
+//! far outside the corridor with rank 0's group its times are (the 90th
+//! percentile over the windows), whichever is larger. So a group
 //! whose messages say less than its offset measurement (slow messages, a
 //! short run) keeps the step 1 times, and a group with no messages both
 //! ways can still anchor others.
@@ -158,8 +160,24 @@ pub fn estimate(g: &Graph, t: &[Vec<u64>], reference: u32, anchors: &[Option<u64
         }
     }
     let mut fits = Vec::new();
+    // How far the messages with the reference group put each group's
+    // step 1 times outside their corridor: step 1 cannot be better.
+    let mut contradicted = vec![0.0f64; groups];
     for ((a, b), (up, low)) in samples {
         let points = windows(up, low);
+        if a == reference || b == reference {
+            let other = if a == reference { b } else { a };
+            let mut outside: Vec<f64> = points
+                .iter()
+                .filter(|p| p.width >= 0.0)
+                .map(|p| (p.d.abs() - p.width / 2.0).max(0.0))
+                .collect();
+            if !outside.is_empty() {
+                let at = (outside.len() - 1) * 9 / 10;
+                contradicted[other as usize] =
+                    *outside.select_nth_unstable_by(at, f64::total_cmp).1;
+            }
+        }
         if let Some((d, cost)) = fit(&points) {
             fits.push(PairFit {
                 a,
@@ -178,7 +196,7 @@ pub fn estimate(g: &Graph, t: &[Vec<u64>], reference: u32, anchors: &[Option<u64
                 d: Pwl {
                     knots: vec![(0.0, 0.0)],
                 },
-                cost: *bound as f64,
+                cost: (*bound as f64).max(contradicted[group]),
                 messages: false,
             });
         }
@@ -301,10 +319,13 @@ pub fn fit(points: &[Point]) -> Option<(Pwl, f64)> {
     let line_rms = rms(&line, &keep);
     let (mut best, mut best_rms) = (line.clone(), line_rms);
     if keep.len() >= 16 {
-        let knots = (keep.len() / 8).clamp(2, 24);
+        // Few knots (a segment spans at least 1/8 of the run), and only
+        // when the line leaves clear structure: a piecewise fit of noise
+        // would swing at its ends.
+        let knots = (keep.len() / 32).clamp(2, 8);
         if let Some(sp) = spline_fit(&keep, knots, &line) {
             let sp_rms = rms(&sp, &keep);
-            if line_rms > 1.5 * sp_rms + 50.0 && sp.max_slope() < 1e-3 {
+            if line_rms > 2.0 * sp_rms + 200.0 && sp.max_slope() < 1e-3 {
                 (best, best_rms) = (sp, sp_rms);
             }
         }
