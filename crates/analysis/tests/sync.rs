@@ -169,13 +169,19 @@ fn one_collective(func: &str, root: Option<i32>, calls: [(u64, u64, u64, u64); 3
     tb
 }
 
-fn exits(t: &Times) -> Vec<u64> {
+/// The exit of each rank's collective after forward amortization.
+fn coll_exits(func: &str, root: Option<i32>, calls: [(u64, u64, u64, u64); 3]) -> Vec<u64> {
+    let (_, t) = clc_times(
+        &one_collective(func, root, calls),
+        ClcParams::default(),
+        false,
+    );
     t.iter().map(|r| r[2].1).collect()
 }
 
 #[test]
 fn one_to_n_pushes_the_exits_that_received_data_past_the_root_enter() {
-    let tb = one_collective(
+    let exits = coll_exits(
         "MPI_Bcast",
         Some(0),
         [
@@ -184,14 +190,13 @@ fn one_to_n_pushes_the_exits_that_received_data_past_the_root_enter() {
             (1_500, 1_600, 0, 0),
         ],
     );
-    let (_, t) = clc_times(&tb, ClcParams::default(), false);
     // Rank 1 received data: 2000 + μ. Rank 2 received none: it stays.
-    assert_eq!(exits(&t), vec![2_010, 2_100, 1_600]);
+    assert_eq!(exits, vec![2_010, 2_100, 1_600]);
 }
 
 #[test]
 fn n_to_one_pushes_the_root_exit_past_the_latest_enter_that_sent_data() {
-    let tb = one_collective(
+    let exits = coll_exits(
         "MPI_Reduce",
         Some(0),
         [
@@ -200,15 +205,14 @@ fn n_to_one_pushes_the_root_exit_past_the_latest_enter_that_sent_data() {
             (1_800, 1_810, 0, 0),
         ],
     );
-    let (_, t) = clc_times(&tb, ClcParams::default(), false);
     // Rank 2 sent nothing; rank 1's enter at 1500 is the latest that did.
-    assert_eq!(exits(&t), vec![1_600, 1_510, 1_810]);
+    assert_eq!(exits, vec![1_600, 1_510, 1_810]);
 }
 
 #[test]
 fn n_to_n_pushes_every_exit_past_the_latest_enter() {
     for func in ["MPI_Allreduce", "MPI_Barrier"] {
-        let tb = one_collective(
+        let exits = coll_exits(
             func,
             None,
             [
@@ -217,8 +221,7 @@ fn n_to_n_pushes_every_exit_past_the_latest_enter() {
                 (3_000, 3_010, 8, 8),
             ],
         );
-        let (_, t) = clc_times(&tb, ClcParams::default(), false);
-        assert_eq!(exits(&t), vec![3_100, 3_100, 3_010], "{func}");
+        assert_eq!(exits, vec![3_100, 3_100, 3_010], "{func}");
     }
 }
 
@@ -227,7 +230,7 @@ fn scan_and_exscan_exits_wait_for_lower_ranks_only() {
     // Rank 1 enters late (2000). Rank 2 depends on it; rank 0 does not
     // (the paper's reversed index order would push rank 0 instead).
     for func in ["MPI_Scan", "MPI_Exscan"] {
-        let tb = one_collective(
+        let exits = coll_exits(
             func,
             None,
             [
@@ -236,13 +239,12 @@ fn scan_and_exscan_exits_wait_for_lower_ranks_only() {
                 (1_200, 1_300, 8, 8),
             ],
         );
-        let (_, t) = clc_times(&tb, ClcParams::default(), false);
-        assert_eq!(exits(&t), vec![1_500, 2_050, 2_100], "{func}");
+        assert_eq!(exits, vec![1_500, 2_050, 2_100], "{func}");
     }
     // The difference between the two is the self pair (rank i's own
     // enter), which its own order already covers: Exscan's rank 0 waits
     // for nobody, and neither does Scan's.
-    let tb = one_collective(
+    let exits = coll_exits(
         "MPI_Exscan",
         None,
         [
@@ -251,8 +253,7 @@ fn scan_and_exscan_exits_wait_for_lower_ranks_only() {
             (1_000, 1_100, 8, 8),
         ],
     );
-    let (_, t) = clc_times(&tb, ClcParams::default(), false);
-    assert_eq!(exits(&t), vec![5_010, 5_100, 5_100]);
+    assert_eq!(exits, vec![5_010, 5_100, 5_100]);
 }
 
 #[test]

@@ -140,8 +140,6 @@ pub struct Graph {
     pub insts: Vec<Inst>,
     /// Matched point-to-point messages: (send, receive).
     pub msgs: Vec<(Node, Node)>,
-    /// Pairs (collective logical messages are counted apart).
-    pub coll_pairs: u64,
     /// Minimum latency between clock groups on one host, and across hosts.
     pub mu_intra: u64,
     pub mu_inter: u64,
@@ -223,7 +221,6 @@ impl Graph {
                 for k in inst.senders(i as u32) {
                     is_sender[k as usize] = true;
                     any = true;
-                    g.coll_pairs += 1;
                 }
                 if let (true, Some(exit)) = (any, mem.exit) {
                     let n = Node {
@@ -296,11 +293,6 @@ impl Graph {
         } else {
             self.mu_inter
         }
-    }
-
-    /// The largest latency between any two locations.
-    pub fn mu_max(&self) -> u64 {
-        self.mu_intra.max(self.mu_inter)
     }
 
     /// The time a dependency asks of its receive, in times `t`: the send's

@@ -194,15 +194,10 @@ impl SyncReport {
 }
 
 /// μ measured at init and finalize: the smallest over every rank.
-pub fn measured_mu(trace: &Trace) -> (Option<u64>, Option<u64>) {
-    let samples = trace.ranks.iter().flat_map(|r| {
-        [
-            r.header.offset_init,
-            r.trailer.as_ref().and_then(|t| t.offset_finalize),
-        ]
-        .into_iter()
-        .flatten()
-    });
+pub fn measured_mu(lines: &[interp::OffsetLine]) -> (Option<u64>, Option<u64>) {
+    let samples = lines
+        .iter()
+        .flat_map(|l| [l.init, l.fin].into_iter().flatten());
     let (mut intra, mut inter): (Option<u64>, Option<u64>) = (None, None);
     for s in samples {
         if let Some(v) = s.latency_intra_ns {
@@ -227,10 +222,10 @@ fn cap(measured: Option<u64>, shown: Option<u64>) -> u64 {
 /// Synchronizes the timestamps of `trace`.
 pub fn sync(trace: &Trace, m: &Messages, params: &SyncParams) -> Synced {
     let began = Instant::now();
-    let (intra, inter) = measured_mu(trace);
+    let lines = interp::lines(trace);
+    let (intra, inter) = measured_mu(&lines);
     let mut g = Graph::build(trace, m, 0, 0);
     // Steps 1 and 2.
-    let lines = interp::lines(trace);
     let mut t1 = g.raw.clone();
     interp::apply(&g, &lines, &mut t1);
     let mut reached = None;

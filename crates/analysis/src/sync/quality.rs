@@ -20,15 +20,6 @@ pub struct SyncViolations {
     pub collective_clock_condition: u64,
 }
 
-impl SyncViolations {
-    pub fn total(&self) -> u64 {
-        self.reversed
-            + self.clock_condition
-            + self.collective_reversed
-            + self.collective_clock_condition
-    }
-}
-
 /// |synced − true| over every stamp.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
 pub struct ErrorStats {
