@@ -13,7 +13,8 @@ export OMPI_ALLOW_RUN_AS_ROOT := 1
 export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM := 1
 export OMPI_MCA_rmaps_base_oversubscribe := 1
 
-DEB_PACKAGES := openmpi-bin libopenmpi-dev libclang-dev clang pkg-config
+DEB_PACKAGES := openmpi-bin libopenmpi-dev libclang-dev clang pkg-config \
+  libopen-trace-format2-dev otf2-tools python3-otf2 chromium python3-pip
 
 .PHONY: all build deps examples test unit lint demo bench wrappers clean
 

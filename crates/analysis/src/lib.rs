@@ -14,6 +14,7 @@
 //! CLI turns them into one line on stderr. There is no `unsafe` here.
 
 pub mod clocks;
+pub mod collective;
 pub mod comm;
 pub mod error;
 pub mod export;

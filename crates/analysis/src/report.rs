@@ -29,6 +29,7 @@ use std::io::{self, Write};
 use pmtrace_format::record::{Payload, Record};
 use serde::Serialize;
 
+use crate::collective::{self, Instance, MemberCalls};
 use crate::matching::{Messages, Violations};
 use crate::read::Trace;
 use crate::sync::{quality, Graph, SyncReport, SyncViolations, Synced};
@@ -102,6 +103,26 @@ pub struct MatrixCell {
     pub bytes: u64,
 }
 
+/// Collective instances and their logical messages (see [`crate::collective`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct CollectiveCounts {
+    pub instances: u64,
+    /// (sender enter, receiver exit) pairs whose receiver completed.
+    pub logical_messages: u64,
+}
+
+impl CollectiveCounts {
+    pub fn of(insts: &[Instance<MemberCalls>]) -> CollectiveCounts {
+        CollectiveCounts {
+            instances: insts.len() as u64,
+            logical_messages: insts
+                .iter()
+                .map(|i| i.completed_messages().count() as u64)
+                .sum(),
+        }
+    }
+}
+
 /// One rank at a glance.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct RankSummary {
@@ -110,6 +131,9 @@ pub struct RankSummary {
     /// Reached `MPI_Finalize`.
     pub complete: bool,
     pub events: u64,
+    /// Point-to-point messages this rank sent and received.
+    pub messages_sent: u64,
+    pub messages_received: u64,
     pub threads: u64,
     /// Time from the start of tracing to its end (or the last record).
     pub span_ns: u64,
@@ -137,6 +161,9 @@ pub struct Report {
     pub events: u64,
     pub messages: MessageCounts,
     pub violations: Violations,
+    /// Collective calls across their communicators, and the logical
+    /// messages they stand for (Becker et al. §4).
+    pub collectives: CollectiveCounts,
     /// The same counts after `pmtrace sync`; null until a sync exists.
     pub violations_after_sync: Option<SyncViolations>,
     pub functions: BTreeMap<String, FunctionStats>,
@@ -189,6 +216,9 @@ impl Report {
                 host: rank.header.hostname.clone(),
                 complete: rank.complete(),
                 events,
+                messages_sent: messages.sends.iter().filter(|s| s.src == rank.rank).count() as u64,
+                messages_received: messages.recvs.iter().filter(|r| r.dst == rank.rank).count()
+                    as u64,
                 threads: rank.threads.len() as u64,
                 span_ns: end.saturating_sub(rank.header.start_ns),
                 mpi_ns,
@@ -262,6 +292,7 @@ impl Report {
                     .collect(),
             },
             violations: messages.violations(options.mu_ns),
+            collectives: CollectiveCounts::of(&collective::instances(trace)),
             violations_after_sync: None,
             functions,
             dropped_events: per_rank.iter().map(|r| r.dropped_events).sum(),

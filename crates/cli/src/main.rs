@@ -6,6 +6,7 @@
 //! Usage errors are clap's (exit 2). It never links the `MPI_*` wrappers.
 
 mod launch;
+mod progress;
 
 use std::io::{self, BufWriter, Write};
 use std::path::PathBuf;
@@ -13,7 +14,8 @@ use std::process::ExitCode;
 
 use anyhow::{bail, Context, Result};
 use clap::{Args, Parser, Subcommand, ValueEnum};
-use pmtrace_analysis::export::{merged, text};
+use pmtrace_analysis::export::view::View;
+use pmtrace_analysis::export::{merged, otf2, text};
 use pmtrace_analysis::sync::{ClcParams, SyncParams, Synced};
 use pmtrace_analysis::{Messages, Report, ReportOptions, Trace};
 
@@ -142,9 +144,25 @@ struct MergeArgs {
 
 /// Write a trace in another format.
 ///
+/// `otf2` writes an OTF2 archive (for Vampir, Scalasca, otf2-print) into
+/// the directory OUT: traces.otf2, traces.def and traces/. Synchronized
+/// times when `pmtrace sync` ran, else the recorded ones with each rank's
+/// measured clock offsets as ClockOffset definitions.
+///
+/// `perfetto` writes Perfetto's protobuf trace (open it in the Perfetto
+/// UI): one track per rank and thread, a slice per MPI call, async tracks
+/// for nonblocking operations in flight, and a flow arrow per message and
+/// per logical message of a collective.
+///
+/// `chrome` writes Trace Event Format JSON (chrome://tracing): complete
+/// events for MPI calls and flow events for messages.
+///
+/// Perfetto and Chrome use synchronized times; a trace that was not synced
+/// is synchronized in memory first (`pmtrace sync` keeps the result).
+///
 /// `text` writes one line per recorded event, all ranks and threads merged
-/// in time order: `r<rank> t<thread> <start ns> +<duration ns> <name>
-/// key=value...`. OTF2, Perfetto and Chrome JSON are not supported yet.
+/// in recorded-time order: `r<rank> t<thread> <start ns> +<duration ns>
+/// <name> key=value...`.
 #[derive(Debug, Args)]
 struct ExportArgs {
     /// The trace directory.
@@ -292,15 +310,8 @@ fn merge(args: MergeArgs) -> Result<ExitCode> {
 }
 
 fn export(args: ExportArgs) -> Result<ExitCode> {
-    if args.format != ExportFormat::Text {
-        let name = args
-            .format
-            .to_possible_value()
-            .expect("no skipped variants")
-            .get_name()
-            .to_owned();
-        bail!("export format {name} is not supported yet (only text is)");
-    }
+    let progress = progress::Progress::new();
+    progress.phase("reading the trace");
     let trace = Trace::open(&args.dir)?;
     for warning in trace.all_warnings() {
         eprintln!("pmtrace: warning: {warning}");
@@ -308,11 +319,61 @@ fn export(args: ExportArgs) -> Result<ExitCode> {
     for rank in trace.incomplete_ranks() {
         eprintln!("pmtrace: warning: rank {rank} did not reach MPI_Finalize; its events end early");
     }
-    if args.output.as_os_str() == "-" {
-        let mut out = BufWriter::new(io::stdout().lock());
-        text::write(&trace, &mut out).context("cannot write to standard output")?;
-    } else {
-        text::write_file(&trace, &args.output)?;
+    if args.format == ExportFormat::Text {
+        if args.output.as_os_str() == "-" {
+            let mut out = BufWriter::new(io::stdout().lock());
+            text::write(&trace, &mut out).context("cannot write to standard output")?;
+        } else {
+            text::write_file(&trace, &args.output)?;
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
+    progress.phase("matching messages");
+    let messages = Messages::build(&trace);
+    let stored = Synced::load(&trace)?;
+    let synced = match (stored, args.format) {
+        (Some(s), _) => Some(s),
+        (None, ExportFormat::Otf2) => None,
+        (None, _) => {
+            eprintln!(
+                "pmtrace: note: {} is not synced; synchronizing in memory (`pmtrace sync` keeps the result)",
+                args.dir.display()
+            );
+            progress.phase("synchronizing timestamps");
+            Some(pmtrace_analysis::sync::sync(
+                &trace,
+                &messages,
+                &SyncParams::default(),
+            ))
+        }
+    };
+    progress.phase("computing clocks and collectives");
+    let view = View::new(&trace, &messages, synced.as_ref());
+    let mut tick = progress.counted("writing", view.calls());
+    match args.format {
+        ExportFormat::Otf2 => {
+            if args.output.as_os_str() == "-" {
+                bail!("an OTF2 archive is a directory: give one with -o");
+            }
+            let summary = otf2::write(&view, &args.output, &mut tick)?;
+            drop(progress);
+            println!(
+                "OTF2 archive {} ({} locations, {} events, {} time)",
+                args.output
+                    .join(format!("{}.otf2", otf2::ARCHIVE_NAME))
+                    .display(),
+                summary.locations,
+                summary.events,
+                if summary.synced {
+                    "synchronized"
+                } else {
+                    "recorded"
+                }
+            );
+        }
+        ExportFormat::Perfetto | ExportFormat::Chrome | ExportFormat::Text => {
+            bail!("not yet");
+        }
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -1,6 +1,8 @@
 //! Writing a trace out in formats other tools (or people) read.
 //!
-//! Only [`text`] exists so far; OTF2, Perfetto and Chrome JSON come later.
+//! [`text`] and [`merged`] are logs for people; [`otf2`], [`perfetto`] and
+//! [`chrome`] feed viewers; [`timeline`] is a viewer of its own. The
+//! viewer exports all read a [`view::View`].
 
 use std::io;
 use std::path::PathBuf;
@@ -8,7 +10,9 @@ use std::path::PathBuf;
 use thiserror::Error;
 
 pub mod merged;
+pub mod otf2;
 pub mod text;
+pub mod view;
 
 /// Why an export failed.
 #[derive(Debug, Error)]
@@ -16,4 +20,6 @@ pub mod text;
 pub enum ExportError {
     #[error("cannot write {path}: {source}", path = .path.display())]
     Io { path: PathBuf, source: io::Error },
+    #[error("cannot write the OTF2 archive: {0}")]
+    Otf2(#[from] pmtrace_otf2::Otf2Error),
 }

@@ -37,10 +37,9 @@
 
 use std::collections::HashMap;
 
-use pmtrace_format::record::{Payload, Record};
-use pmtrace_format::Kind;
+use pmtrace_format::record::Record;
 
-use crate::clocks::{shape_of, Shape};
+use crate::collective::{self, Instance, Part};
 use crate::matching::Messages;
 use crate::read::{EventRef, Trace};
 
@@ -94,36 +93,17 @@ pub struct Member {
     pub recvd: u64,
 }
 
-/// One collective call, across its communicator.
-#[derive(Debug, Clone)]
-pub struct Inst {
-    pub shape: Shape,
-    /// Communicator rank of the root (rooted shapes only).
-    pub root: Option<u32>,
-    /// By communicator rank; `None` where the rank recorded no such call.
-    pub members: Vec<Option<Member>>,
-}
-
-impl Inst {
-    /// Members whose enter the exit of `i` depends on (never `i` itself).
-    pub fn senders(&self, i: u32) -> impl Iterator<Item = u32> + '_ {
-        let me = self.members[i as usize].as_ref();
-        let root = self.root;
-        self.members.iter().enumerate().filter_map(move |(k, m)| {
-            let k = k as u32;
-            let m = m.as_ref()?;
-            let me = me?;
-            let yes = k != i
-                && match self.shape {
-                    Shape::NToN => true,
-                    Shape::OneToN => Some(k) == root && me.recvd > 0,
-                    Shape::NToOne => Some(i) == root && m.sent > 0,
-                    Shape::Scan | Shape::Exscan => k < i,
-                };
-            yes.then_some(k)
-        })
+impl Part for Member {
+    fn sent(&self) -> u64 {
+        self.sent
+    }
+    fn recvd(&self) -> u64 {
+        self.recvd
     }
 }
+
+/// One collective call, across its communicator, on the graph's nodes.
+pub type Inst = Instance<Member>;
 
 /// Locations, their stamps in time order, and the edges between them.
 #[derive(Debug, Clone, Default)]
@@ -400,90 +380,24 @@ fn clock_groups(trace: &Trace) -> (Vec<u32>, Vec<u32>) {
     (groups, hosts)
 }
 
-/// Every collective instance: calls with the same communicator and
-/// sequence number on each member.
+/// Every collective instance, its members' calls mapped to nodes.
 fn collectives(trace: &Trace, node: &dyn Fn(EventRef, bool) -> Option<Node>) -> Vec<Inst> {
-    let mut insts: Vec<Inst> = Vec::new();
-    let mut inst_of: HashMap<(u64, u64), usize> = HashMap::new();
-    for rank in &trace.ranks {
-        // Where each nonblocking collective completed.
-        let mut done_at: HashMap<u64, EventRef> = HashMap::new();
-        for (at, c) in rank.calls() {
-            if let Payload::Complete { done } = &c.payload {
-                for d in done {
-                    if let Some(op) = d.op {
-                        done_at.insert(op, at);
-                    }
-                }
-            }
-        }
-        for (at, c) in rank.calls() {
-            let &Payload::Coll {
-                comm,
-                root,
-                sent,
-                recvd,
-                seq,
-                op,
-            } = &c.payload
-            else {
-                continue;
-            };
-            if c.rc != 0 {
-                continue;
-            }
-            let Some(def) = rank.comm_at(comm, c.t_start) else {
-                continue;
-            };
-            let Some(cm) = trace.comms.get(def.global_id) else {
-                continue;
-            };
-            let everyone: Vec<u32> = cm
-                .members
-                .iter()
-                .chain(&cm.remote_members)
-                .copied()
-                .collect();
-            let Some(me) = everyone.iter().position(|&w| w == rank.rank) else {
-                continue;
-            };
-            let ii = *inst_of.entry((def.global_id, seq)).or_insert_with(|| {
-                let shape = shape_of(rank.function_name(c.func));
-                let rooted = matches!(shape, Shape::OneToN | Shape::NToOne);
-                let root = root
-                    .filter(|_| rooted && !cm.inter)
-                    .and_then(|r| u32::try_from(r).ok())
-                    .filter(|&r| (r as usize) < everyone.len());
-                insts.push(Inst {
-                    shape: if rooted && root.is_none() {
-                        Shape::NToN
-                    } else {
-                        shape
-                    },
-                    root,
-                    members: vec![None; everyone.len()],
-                });
-                insts.len() - 1
-            });
-            let exit = if rank.kind(c.func) == Kind::Icoll {
-                op.and_then(|op| done_at.get(&op))
-                    .and_then(|&d| node(d, true))
-            } else {
-                node(at, true)
-            };
-            let (Some(enter), Some(slot)) = (node(at, false), insts[ii].members.get_mut(me)) else {
-                continue;
-            };
-            *slot = Some(Member {
-                loc: enter.loc,
-                enter: enter.k,
-                // A nonblocking collective completed on another thread has
-                // no exit on this location: leave it out.
-                exit: exit.filter(|x| x.loc == enter.loc).map(|x| x.k),
-                sent,
-                recvd,
-            });
-        }
-    }
-    insts
+    collective::instances(trace)
+        .iter()
+        .map(|inst| {
+            inst.map(|m| {
+                let enter = node(m.enter, false)?;
+                let exit = m.exit.and_then(|x| node(x, true));
+                Some(Member {
+                    loc: enter.loc,
+                    enter: enter.k,
+                    // A nonblocking collective completed on another thread
+                    // has no exit on this location: leave it out.
+                    exit: exit.filter(|x| x.loc == enter.loc).map(|x| x.k),
+                    sent: m.sent,
+                    recvd: m.recvd,
+                })
+            })
+        })
+        .collect()
 }

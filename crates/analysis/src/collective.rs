@@ -1,0 +1,196 @@
+//! Collective instances: the calls with the same communicator and
+//! sequence number on each member, and who depends on whom.
+//!
+//! Becker et al. (`000_…` §4.1) model a collective as logical messages from
+//! enters to exits:
+//!
+//! | shape | a member's exit depends on the enter of |
+//! |---|---|
+//! | 1-to-N (Bcast, Scatter) | the root, if the member received data |
+//! | N-to-1 (Reduce, Gather) | every member that sent data (root's exit only) |
+//! | N-to-N (Allreduce, Barrier, ...) | every member |
+//! | Scan, Exscan | every member of lower rank |
+//!
+//! Sync (`sync::graph`) and the viewers' exports (flows of a collective)
+//! read the same instances, so they draw the same logical messages.
+
+use std::collections::HashMap;
+
+use pmtrace_format::record::Payload;
+use pmtrace_format::Kind;
+
+use crate::clocks::{shape_of, Shape};
+use crate::read::{EventRef, Trace};
+
+/// What a member contributes: the bytes it sent and received.
+pub trait Part {
+    fn sent(&self) -> u64;
+    fn recvd(&self) -> u64;
+}
+
+/// One collective call across its communicator.
+#[derive(Debug, Clone)]
+pub struct Instance<P> {
+    pub shape: Shape,
+    /// Communicator rank of the root (rooted shapes only).
+    pub root: Option<u32>,
+    /// Global id of the communicator.
+    pub comm: u64,
+    /// By communicator rank (local group first for an intercommunicator);
+    /// `None` where the rank recorded no such call.
+    pub members: Vec<Option<P>>,
+}
+
+/// A member's calls: the call that entered the collective and, for a
+/// nonblocking one, the call that completed it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MemberCalls {
+    pub enter: EventRef,
+    /// The call whose end is the member's exit (`enter` itself for a
+    /// blocking collective); `None` for a nonblocking one never completed.
+    pub exit: Option<EventRef>,
+    pub sent: u64,
+    pub recvd: u64,
+}
+
+impl Part for MemberCalls {
+    fn sent(&self) -> u64 {
+        self.sent
+    }
+    fn recvd(&self) -> u64 {
+        self.recvd
+    }
+}
+
+impl<P: Part> Instance<P> {
+    /// Members whose enter the exit of `i` depends on (never `i` itself).
+    pub fn senders(&self, i: u32) -> impl Iterator<Item = u32> + '_ {
+        let me = self.members.get(i as usize).and_then(Option::as_ref);
+        let root = self.root;
+        self.members.iter().enumerate().filter_map(move |(k, m)| {
+            let k = k as u32;
+            let (m, me) = (m.as_ref()?, me?);
+            let yes = k != i
+                && match self.shape {
+                    Shape::NToN => true,
+                    Shape::OneToN => Some(k) == root && me.recvd() > 0,
+                    Shape::NToOne => Some(i) == root && m.sent() > 0,
+                    Shape::Scan | Shape::Exscan => k < i,
+                };
+            yes.then_some(k)
+        })
+    }
+
+    /// Every logical message (sender, receiver) of the instance.
+    pub fn logical_messages(&self) -> impl Iterator<Item = (u32, u32)> + '_ {
+        (0..self.members.len() as u32).flat_map(move |i| self.senders(i).map(move |k| (k, i)))
+    }
+
+    /// The same instance with each member mapped (dropped where `f` says `None`).
+    pub fn map<Q>(&self, mut f: impl FnMut(&P) -> Option<Q>) -> Instance<Q> {
+        Instance {
+            shape: self.shape,
+            root: self.root,
+            comm: self.comm,
+            members: self
+                .members
+                .iter()
+                .map(|m| m.as_ref().and_then(&mut f))
+                .collect(),
+        }
+    }
+}
+
+impl Instance<MemberCalls> {
+    /// The logical messages whose receiver completed the collective: what
+    /// a viewer can draw from an enter to an exit.
+    pub fn completed_messages(&self) -> impl Iterator<Item = (u32, u32)> + '_ {
+        self.logical_messages().filter(|&(_, to)| {
+            self.members[to as usize]
+                .as_ref()
+                .is_some_and(|m| m.exit.is_some())
+        })
+    }
+}
+
+/// Every collective instance of `trace` that completed without error on
+/// some member, in order of first appearance (rank by rank).
+pub fn instances(trace: &Trace) -> Vec<Instance<MemberCalls>> {
+    let mut insts: Vec<Instance<MemberCalls>> = Vec::new();
+    let mut inst_of: HashMap<(u64, u64), usize> = HashMap::new();
+    for rank in &trace.ranks {
+        // Where each nonblocking collective completed.
+        let mut done_at: HashMap<u64, EventRef> = HashMap::new();
+        for (at, c) in rank.calls() {
+            if let Payload::Complete { done } = &c.payload {
+                for d in done {
+                    if let Some(op) = d.op {
+                        done_at.insert(op, at);
+                    }
+                }
+            }
+        }
+        for (at, c) in rank.calls() {
+            let &Payload::Coll {
+                comm,
+                root,
+                sent,
+                recvd,
+                seq,
+                op,
+            } = &c.payload
+            else {
+                continue;
+            };
+            if c.rc != 0 {
+                continue;
+            }
+            let Some(def) = rank.comm_at(comm, c.t_start) else {
+                continue;
+            };
+            let Some(cm) = trace.comms.get(def.global_id) else {
+                continue;
+            };
+            let size = cm.members.len() + cm.remote_members.len();
+            let Some(me) = cm
+                .members
+                .iter()
+                .chain(&cm.remote_members)
+                .position(|&w| w == rank.rank)
+            else {
+                continue;
+            };
+            let ii = *inst_of.entry((def.global_id, seq)).or_insert_with(|| {
+                let shape = shape_of(rank.function_name(c.func));
+                let rooted = matches!(shape, Shape::OneToN | Shape::NToOne);
+                let root = root
+                    .filter(|_| rooted && !cm.inter)
+                    .and_then(|r| u32::try_from(r).ok())
+                    .filter(|&r| (r as usize) < size);
+                insts.push(Instance {
+                    shape: if rooted && root.is_none() {
+                        Shape::NToN
+                    } else {
+                        shape
+                    },
+                    root,
+                    comm: def.global_id,
+                    members: vec![None; size],
+                });
+                insts.len() - 1
+            });
+            let exit = if rank.kind(c.func) == Kind::Icoll {
+                op.and_then(|op| done_at.get(&op)).copied()
+            } else {
+                Some(at)
+            };
+            insts[ii].members[me] = Some(MemberCalls {
+                enter: at,
+                exit,
+                sent,
+                recvd,
+            });
+        }
+    }
+    insts
+}

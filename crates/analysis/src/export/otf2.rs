@@ -1,0 +1,827 @@
+//! OTF2 archives, for Vampir and Scalasca, through the system OTF2 library.
+//!
+//! ```text
+//!  ARCHIVE_DIR/traces.otf2        anchor file
+//!  ARCHIVE_DIR/traces.def         global definitions
+//!  ARCHIVE_DIR/traces/<loc>.evt   events of one location (rank, thread)
+//!  ARCHIVE_DIR/traces/<loc>.def   its ClockOffset definitions (raw times only)
+//! ```
+//!
+//! **Definitions.** System tree machine → host → rank (location group) →
+//! thread (location, id `rank << 32 | thread`); one region per MPI
+//! function, with its role; communicators as OTF2 wants them for MPI: one
+//! `COMM_LOCATIONS` group of every rank's first thread, then each
+//! communicator's group as indices into it; `ClockProperties` at 1 ns.
+//!
+//! **Events per call** (the times of [`View::time`], made monotone per
+//! location as OTF2 requires):
+//!
+//! | call | between Enter (start) and Leave (end) |
+//! |---|---|
+//! | send, sendrecv | MpiSend at the start (sendrecv: MpiRecv at the end) |
+//! | isend, start of a persistent send | MpiIsend (request id) |
+//! | recv, mrecv | MpiRecv at the end |
+//! | irecv, imrecv, start of a persistent receive | MpiIrecvRequest |
+//! | wait/test family | MpiIrecv, MpiIsendComplete, NonBlockingCollectiveComplete, MpiRequestCancelled per completed request |
+//! | collective | MpiCollectiveBegin, MpiCollectiveEnd (op, root, bytes) |
+//! | nonblocking collective | NonBlockingCollectiveRequest |
+//!
+//! A buffer wait of the runtime's writer is a BufferFlush event. Attributes:
+//! `lamport` (the Lamport clock after the call, on Leave), `message_id` (the
+//! piggybacked id, on receives) and `vector_clock` (a string, on receives, in
+//! vector mode). A send whose receiver could not be resolved writes no
+//! MpiSend (it is counted in the summary).
+
+use std::collections::{BTreeMap, HashMap};
+use std::fs;
+use std::path::Path;
+
+use pmtrace_format::record::{Payload, Record};
+use pmtrace_format::Kind;
+use pmtrace_otf2::ffi;
+use pmtrace_otf2::{
+    Archive, AttrValue, ClockOffset, CollectiveOp, EventWriter, UNDEFINED_U32, UNDEFINED_U64,
+};
+
+use super::view::{Location, View};
+use super::ExportError;
+use crate::clocks::{shape_of, Shape};
+use crate::comm::Comm;
+use crate::matching::RecvHow;
+use crate::read::EventRef;
+use crate::sync::interp;
+
+/// The archive's name inside its directory.
+pub const ARCHIVE_NAME: &str = "traces";
+
+/// What was written.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct Summary {
+    pub locations: u64,
+    pub events: u64,
+    pub enters: u64,
+    pub sends: u64,
+    pub receives: u64,
+    pub collectives: u64,
+    /// Sends or receives left out: their peer was not resolved.
+    pub unresolved: u64,
+    pub synced: bool,
+}
+
+const ATTR_LAMPORT: u32 = 0;
+const ATTR_MSG_ID: u32 = 1;
+const ATTR_VC: u32 = 2;
+
+/// Interned strings of the global definitions.
+#[derive(Default)]
+struct Strings {
+    ids: HashMap<String, u32>,
+    list: Vec<String>,
+}
+
+impl Strings {
+    fn id(&mut self, s: &str) -> u32 {
+        if let Some(&i) = self.ids.get(s) {
+            return i;
+        }
+        let i = self.list.len() as u32;
+        self.ids.insert(s.to_owned(), i);
+        self.list.push(s.to_owned());
+        i
+    }
+}
+
+/// What a request id stands for on a rank.
+#[derive(Debug, Clone, Copy)]
+enum Op {
+    Send,
+    Recv,
+    Coll(CollEnd),
+}
+
+/// The MpiCollectiveEnd fields of a collective call.
+#[derive(Debug, Clone, Copy)]
+struct CollEnd {
+    op: CollectiveOp,
+    comm: u32,
+    root: u32,
+    sent: u64,
+    recvd: u64,
+}
+
+/// OTF2's collective operation for an MPI function name.
+fn collective_op(name: &str) -> CollectiveOp {
+    let n = name.trim_start_matches("MPI_").to_ascii_lowercase();
+    let n = n.strip_suffix("_init").unwrap_or(&n);
+    let base = n.strip_prefix('i').filter(|r| {
+        [
+            "barrier",
+            "bcast",
+            "gather",
+            "scatter",
+            "allgather",
+            "alltoall",
+            "allreduce",
+            "reduce",
+            "scan",
+            "exscan",
+            "neighbor",
+        ]
+        .iter()
+        .any(|p| r.starts_with(p))
+    });
+    let n = base.unwrap_or(n);
+    (match n {
+        "barrier" => ffi::OTF2_COLLECTIVE_OP_BARRIER,
+        "bcast" => ffi::OTF2_COLLECTIVE_OP_BCAST,
+        "gather" => ffi::OTF2_COLLECTIVE_OP_GATHER,
+        "gatherv" => ffi::OTF2_COLLECTIVE_OP_GATHERV,
+        "scatter" => ffi::OTF2_COLLECTIVE_OP_SCATTER,
+        "scatterv" => ffi::OTF2_COLLECTIVE_OP_SCATTERV,
+        "allgather" | "neighbor_allgather" => ffi::OTF2_COLLECTIVE_OP_ALLGATHER,
+        "allgatherv" | "neighbor_allgatherv" => ffi::OTF2_COLLECTIVE_OP_ALLGATHERV,
+        "alltoall" | "neighbor_alltoall" => ffi::OTF2_COLLECTIVE_OP_ALLTOALL,
+        "alltoallv" | "neighbor_alltoallv" => ffi::OTF2_COLLECTIVE_OP_ALLTOALLV,
+        "alltoallw" | "neighbor_alltoallw" => ffi::OTF2_COLLECTIVE_OP_ALLTOALLW,
+        "allreduce" => ffi::OTF2_COLLECTIVE_OP_ALLREDUCE,
+        "reduce" => ffi::OTF2_COLLECTIVE_OP_REDUCE,
+        "reduce_scatter" => ffi::OTF2_COLLECTIVE_OP_REDUCE_SCATTER,
+        "reduce_scatter_block" => ffi::OTF2_COLLECTIVE_OP_REDUCE_SCATTER_BLOCK,
+        "scan" => ffi::OTF2_COLLECTIVE_OP_SCAN,
+        "exscan" => ffi::OTF2_COLLECTIVE_OP_EXSCAN,
+        _ => match shape_of(name) {
+            Shape::OneToN => ffi::OTF2_COLLECTIVE_OP_BCAST,
+            Shape::NToOne => ffi::OTF2_COLLECTIVE_OP_REDUCE,
+            Shape::Scan | Shape::Exscan => ffi::OTF2_COLLECTIVE_OP_SCAN,
+            Shape::NToN => ffi::OTF2_COLLECTIVE_OP_ALLTOALL,
+        },
+    }) as CollectiveOp
+}
+
+fn region_role(kind: Kind, name: &str) -> ffi::OTF2_RegionRole {
+    (match kind {
+        Kind::Send
+        | Kind::Isend
+        | Kind::Recv
+        | Kind::Irecv
+        | Kind::Sendrecv
+        | Kind::Mrecv
+        | Kind::Imrecv
+        | Kind::SendInit
+        | Kind::RecvInit => ffi::OTF2_REGION_ROLE_POINT2POINT,
+        Kind::Coll | Kind::Icoll => {
+            if name.to_ascii_lowercase().contains("barrier") {
+                ffi::OTF2_REGION_ROLE_BARRIER
+            } else {
+                match shape_of(name) {
+                    Shape::OneToN => ffi::OTF2_REGION_ROLE_COLL_ONE2ALL,
+                    Shape::NToOne => ffi::OTF2_REGION_ROLE_COLL_ALL2ONE,
+                    _ => ffi::OTF2_REGION_ROLE_COLL_ALL2ALL,
+                }
+            }
+        }
+        _ => ffi::OTF2_REGION_ROLE_FUNCTION,
+    }) as ffi::OTF2_RegionRole
+}
+
+/// The OTF2 location id of a location.
+pub fn location_id(loc: Location) -> u64 {
+    (u64::from(loc.rank) << 32) | u64::from(loc.thread)
+}
+
+/// A world rank's rank in `comm` as seen by `writer`: in the group for an
+/// intracommunicator, in the remote group for an intercommunicator.
+fn comm_rank(comm: &Comm, writer: u32, world: u32) -> Option<u32> {
+    let group = if comm.inter {
+        [&comm.members, &comm.remote_members]
+            .into_iter()
+            .find(|g| !g.is_empty() && !g.contains(&writer))?
+    } else {
+        &comm.members
+    };
+    group.iter().position(|&w| w == world).map(|p| p as u32)
+}
+
+/// Writes the OTF2 archive of `view` into `dir` (created; an archive
+/// already there is replaced). `progress` is told the calls done so far.
+pub fn write(
+    view: &View,
+    dir: &Path,
+    progress: &mut dyn FnMut(u64),
+) -> Result<Summary, ExportError> {
+    let io = |source| ExportError::Io {
+        path: dir.to_path_buf(),
+        source,
+    };
+    fs::create_dir_all(dir).map_err(io)?;
+    for old in [
+        format!("{ARCHIVE_NAME}.otf2"),
+        format!("{ARCHIVE_NAME}.def"),
+        ARCHIVE_NAME.to_owned(),
+    ] {
+        let p = dir.join(old);
+        if p.is_dir() {
+            fs::remove_dir_all(&p).map_err(io)?;
+        } else if p.exists() {
+            fs::remove_file(&p).map_err(io)?;
+        }
+    }
+    let mut archive = Archive::create(dir, ARCHIVE_NAME)?;
+    archive.describe(&format!(
+        "pmtrace trace of {} ranks, {} time",
+        view.trace.world_size,
+        if view.synced.is_some() {
+            "synchronized"
+        } else {
+            "recorded"
+        }
+    ))?;
+    let mut w = Writer::new(view);
+    let mut done = 0;
+    let mut events_per_loc = Vec::with_capacity(view.locations.len());
+    for &loc in &view.locations {
+        let mut ev = archive.events(location_id(loc))?;
+        let n = w.location(&mut ev, loc, &mut |k| progress(done + k))?;
+        ev.close()?;
+        done += view.records(loc).len() as u64;
+        events_per_loc.push(n);
+    }
+    // Raw times: each location's offsets to rank 0, as measured.
+    let lines = interp::lines(view.trace);
+    let offsets: Vec<(u64, Vec<ClockOffset>)> = view
+        .locations
+        .iter()
+        .map(|&loc| {
+            let mut v = Vec::new();
+            if view.synced.is_none() {
+                let l = lines[loc.rank as usize];
+                for s in [l.init, l.fin].into_iter().flatten() {
+                    v.push(ClockOffset {
+                        time: s.local_ns,
+                        offset: s.offset_ns,
+                        stddev: s.error_ns as f64,
+                    });
+                }
+            }
+            (location_id(loc), v)
+        })
+        .collect();
+    archive.local_defs(&offsets)?;
+    w.global_defs(&mut archive, &events_per_loc)?;
+    archive.close()?;
+    w.summary.locations = view.locations.len() as u64;
+    w.summary.synced = view.synced.is_some();
+    Ok(w.summary)
+}
+
+struct Writer<'v, 'a> {
+    view: &'v View<'a>,
+    strings: Strings,
+    /// Region id by function name.
+    regions: BTreeMap<String, (u32, Kind)>,
+    /// OTF2 communicator id by global id, in order.
+    comm_ids: BTreeMap<u64, u32>,
+    summary: Summary,
+    vector: bool,
+}
+
+/// One event of a location before sorting: time, then the order within a
+/// call (Enter 0, at-start events 1, at-end events 2, Leave 3).
+type Pending = (u64, u8, usize, Ev);
+
+#[derive(Debug, Clone, Copy)]
+enum Ev {
+    Enter(u32),
+    Leave(u32, Option<u64>),
+    Send {
+        to: u32,
+        comm: u32,
+        tag: u32,
+        bytes: u64,
+        request: Option<u64>,
+    },
+    Recv {
+        from: u32,
+        comm: u32,
+        tag: u32,
+        bytes: u64,
+        request: Option<u64>,
+        id: Option<u64>,
+        vc: Option<u32>,
+    },
+    IrecvRequest(u64),
+    IsendComplete(u64),
+    Cancelled(u64),
+    CollBegin,
+    CollEnd(CollEnd),
+    NbcRequest(u64),
+    NbcComplete(CollEnd, u64),
+    Flush(u64),
+}
+
+impl<'v, 'a> Writer<'v, 'a> {
+    fn new(view: &'v View<'a>) -> Self {
+        let comm_ids = view
+            .trace
+            .comms
+            .iter()
+            .enumerate()
+            .map(|(i, c)| (c.global_id, i as u32))
+            .collect();
+        let mut strings = Strings::default();
+        strings.id("");
+        Writer {
+            view,
+            strings,
+            regions: BTreeMap::new(),
+            comm_ids,
+            summary: Summary::default(),
+            vector: view.clocks.report.mode == "vector",
+        }
+    }
+
+    fn region(&mut self, name: &str, kind: Kind) -> u32 {
+        let n = self.regions.len() as u32;
+        self.regions.entry(name.to_owned()).or_insert((n, kind)).0
+    }
+
+    fn coll_end(&self, at: EventRef, name: &str, p: &Payload) -> Option<CollEnd> {
+        let &Payload::Coll {
+            comm,
+            root,
+            sent,
+            recvd,
+            ..
+        } = p
+        else {
+            return None;
+        };
+        let rank = &self.view.trace.ranks[at.rank as usize];
+        let gid = rank.comm_at(comm, u64::MAX)?.global_id;
+        let k = self.view.trace.constants();
+        let root = match root {
+            None => UNDEFINED_U32,
+            Some(r) if r == k.root => ffi::OTF2_COLLECTIVE_ROOT_SELF,
+            Some(r) if r == k.proc_null => ffi::OTF2_COLLECTIVE_ROOT_THIS_GROUP,
+            Some(r) => u32::try_from(r).unwrap_or(UNDEFINED_U32),
+        };
+        Some(CollEnd {
+            op: collective_op(name),
+            comm: *self.comm_ids.get(&gid)?,
+            root,
+            sent,
+            recvd,
+        })
+    }
+
+    /// The Ev of a matched or unmatched receive.
+    fn recv_ev(&mut self, r: usize, request: Option<u64>) -> Option<Ev> {
+        let m = self.view.messages;
+        let rv = &m.recvs[r];
+        let (Some(src), Some(&comm_id)) = (rv.src, self.comm_ids.get(&rv.comm)) else {
+            self.summary.unresolved += 1;
+            return None;
+        };
+        let comm = self.view.trace.comms.get(rv.comm)?;
+        let Some(from) = comm_rank(comm, rv.dst, src) else {
+            self.summary.unresolved += 1;
+            return None;
+        };
+        Some(Ev::Recv {
+            from,
+            comm: comm_id,
+            tag: rv.tag as u32,
+            bytes: rv.bytes,
+            request,
+            id: rv.pb.map(|p| p.id),
+            vc: rv.pb.and_then(|p| p.vc),
+        })
+    }
+
+    fn send_ev(&mut self, s: usize, request: Option<u64>) -> Option<Ev> {
+        let sv = &self.view.messages.sends[s];
+        let (Some(dst), Some(&comm_id)) = (sv.dst, self.comm_ids.get(&sv.comm)) else {
+            self.summary.unresolved += 1;
+            return None;
+        };
+        let comm = self.view.trace.comms.get(sv.comm)?;
+        let Some(to) = comm_rank(comm, sv.src, dst) else {
+            self.summary.unresolved += 1;
+            return None;
+        };
+        Some(Ev::Send {
+            to,
+            comm: comm_id,
+            tag: sv.tag as u32,
+            bytes: sv.bytes,
+            request,
+        })
+    }
+
+    /// Request ids of the rank's nonblocking operations.
+    fn ops(&self, rank: u32) -> HashMap<u64, Op> {
+        let r = &self.view.trace.ranks[rank as usize];
+        let mut ops = HashMap::new();
+        let mut persistent: HashMap<u64, Op> = HashMap::new();
+        for (at, c) in r.calls() {
+            match (&c.payload, r.kind(c.func)) {
+                // A send to MPI_PROC_NULL moved no message: no MpiIsend,
+                // so no completion either.
+                (Payload::Send { op: Some(op), .. }, Kind::Isend)
+                    if self.view.sends_of.contains_key(&at) =>
+                {
+                    ops.insert(*op, Op::Send);
+                }
+                (Payload::Send { op: Some(op), .. }, Kind::SendInit) => {
+                    persistent.insert(*op, Op::Send);
+                }
+                (Payload::Recv { op: Some(op), .. }, Kind::Irecv)
+                | (Payload::Mrecv { op: Some(op), .. }, _) => {
+                    ops.insert(*op, Op::Recv);
+                }
+                (Payload::Recv { op: Some(op), .. }, Kind::RecvInit) => {
+                    persistent.insert(*op, Op::Recv);
+                }
+                (p @ Payload::Coll { op: Some(op), .. }, _) => {
+                    if let Some(e) = self.coll_end(at, r.function_name(c.func), p) {
+                        ops.insert(*op, Op::Coll(e));
+                    }
+                }
+                (Payload::Start { started }, _) => {
+                    let sent = self.view.sends_of.get(&at).map_or(0, Vec::len);
+                    for &(init, inst) in started {
+                        if let Some(&k) = init.and_then(|i| persistent.get(&i)) {
+                            if matches!(k, Op::Send) && sent == 0 {
+                                continue;
+                            }
+                            ops.insert(inst, k);
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+        ops
+    }
+
+    /// Writes the events of one location; returns how many.
+    fn location(
+        &mut self,
+        out: &mut EventWriter,
+        loc: Location,
+        progress: &mut dyn FnMut(u64),
+    ) -> Result<u64, ExportError> {
+        let view = self.view;
+        let ops = self.ops(loc.rank);
+        let rank = &view.trace.ranks[loc.rank as usize];
+        let mut evs: Vec<Pending> = Vec::with_capacity(view.records(loc).len() * 3);
+        for (i, rec) in view.records(loc).iter().enumerate() {
+            if i % 65536 == 0 {
+                progress(i as u64);
+            }
+            let at = view.at(loc, i);
+            let (t0, t1) = (view.time(at, false), view.time(at, true));
+            let c = match rec {
+                Record::Call(c) => c,
+                Record::BufferWait { .. } => {
+                    evs.push((t0, 1, i, Ev::Flush(t1)));
+                    continue;
+                }
+                _ => continue,
+            };
+            let name = rank.function_name(c.func);
+            let kind = rank.kind(c.func);
+            let region = self.region(name, kind);
+            evs.push((t0, 0, i, Ev::Enter(region)));
+            evs.push((t1, 3, i, Ev::Leave(region, view.lamport(at))));
+            // Sends posted by this call.
+            for (item, &s) in view.sends_of.get(&at).into_iter().flatten().enumerate() {
+                let request = match (&c.payload, kind) {
+                    (Payload::Send { op, .. }, Kind::Isend) => *op,
+                    (Payload::Start { started }, _) => started
+                        .get(view.messages.sends[s].item)
+                        .or(started.get(item))
+                        .map(|x| x.1),
+                    _ => None,
+                };
+                if let Some(e) = self.send_ev(s, request) {
+                    evs.push((t0, 1, i, e));
+                }
+            }
+            // Nonblocking receives posted by this call.
+            for &r in view.recvs_posted.get(&at).into_iter().flatten() {
+                let rv = &view.messages.recvs[r];
+                if rv.completion == at && rv.how != RecvHow::Nonblocking {
+                    continue;
+                }
+                let request = match &c.payload {
+                    Payload::Recv { op, .. } | Payload::Mrecv { op, .. } => *op,
+                    Payload::Start { started } => started.get(rv.post_item).map(|x| x.1),
+                    _ => None,
+                };
+                if let Some(req) = request {
+                    evs.push((t0, 1, i, Ev::IrecvRequest(req)));
+                }
+            }
+            match &c.payload {
+                p @ Payload::Coll { op, .. } if c.rc == 0 => {
+                    if let Some(e) = self.coll_end(at, name, p) {
+                        self.summary.collectives += 1;
+                        match (kind, op) {
+                            (Kind::Icoll, Some(op)) => evs.push((t0, 1, i, Ev::NbcRequest(*op))),
+                            _ => {
+                                evs.push((t0, 1, i, Ev::CollBegin));
+                                evs.push((t1, 2, i, Ev::CollEnd(e)));
+                            }
+                        }
+                    }
+                }
+                Payload::Complete { done } => {
+                    let recvs = view.recvs_done.get(&at);
+                    for (item, d) in done.iter().enumerate() {
+                        let r = recvs.and_then(|rs| {
+                            rs.iter()
+                                .copied()
+                                .find(|&r| view.messages.recvs[r].completion_item == item)
+                        });
+                        if let Some(r) = r {
+                            if let Some(e) = self.recv_ev(r, d.op) {
+                                evs.push((t1, 2, i, e));
+                            }
+                            continue;
+                        }
+                        let Some(op) = d.op else { continue };
+                        if d.status.cancelled {
+                            evs.push((t1, 2, i, Ev::Cancelled(op)));
+                            continue;
+                        }
+                        match ops.get(&op) {
+                            Some(Op::Send) => evs.push((t1, 2, i, Ev::IsendComplete(op))),
+                            Some(Op::Coll(e)) => evs.push((t1, 2, i, Ev::NbcComplete(*e, op))),
+                            _ => {}
+                        }
+                    }
+                }
+                _ => {}
+            }
+            // Blocking receives completed by this call itself.
+            for &r in view.recvs_done.get(&at).into_iter().flatten() {
+                let rv = &view.messages.recvs[r];
+                if matches!(c.payload, Payload::Complete { .. }) {
+                    continue;
+                }
+                if rv.post == at || rv.how == RecvHow::Probed {
+                    if let Some(e) = self.recv_ev(r, None) {
+                        evs.push((t1, 2, i, e));
+                    }
+                }
+            }
+        }
+        evs.sort_by_key(|&(t, order, i, _)| (t, i, order));
+        // Calls on one thread do not overlap, but a Leave recorded a few ns
+        // after the next Enter (clock granularity) must still come first:
+        // order by record within equal starts, and keep times monotone.
+        let mut last = 0u64;
+        let mut n = 0u64;
+        let mut vc_text = String::new();
+        for &(t, _, _, e) in &evs {
+            let t = t.max(last);
+            last = t;
+            n += 1;
+            match e {
+                Ev::Enter(r) => {
+                    self.summary.enters += 1;
+                    out.enter(&[], t, r)?
+                }
+                Ev::Leave(r, lc) => match lc {
+                    Some(lc) => out.leave(&[(ATTR_LAMPORT, AttrValue::U64(lc))], t, r)?,
+                    None => out.leave(&[], t, r)?,
+                },
+                Ev::Send {
+                    to,
+                    comm,
+                    tag,
+                    bytes,
+                    request,
+                } => {
+                    self.summary.sends += 1;
+                    match request {
+                        Some(q) => out.mpi_isend(&[], t, to, comm, tag, bytes, q)?,
+                        None => out.mpi_send(&[], t, to, comm, tag, bytes)?,
+                    }
+                }
+                Ev::Recv {
+                    from,
+                    comm,
+                    tag,
+                    bytes,
+                    request,
+                    id,
+                    vc,
+                } => {
+                    self.summary.receives += 1;
+                    let mut attrs = Vec::with_capacity(2);
+                    if let Some(id) = id {
+                        attrs.push((ATTR_MSG_ID, AttrValue::U64(id)));
+                    }
+                    if let (true, Some(vc)) = (self.vector, vc) {
+                        let th = &rank.threads[loc.slot];
+                        let len = view.trace.world_size as usize;
+                        let v = th.vcs.get(vc as usize * len..(vc as usize + 1) * len);
+                        if let Some(v) = v {
+                            vc_text.clear();
+                            for (k, x) in v.iter().enumerate() {
+                                if k > 0 {
+                                    vc_text.push(',');
+                                }
+                                vc_text.push_str(&x.to_string());
+                            }
+                            let s = self.strings.id(&vc_text);
+                            attrs.push((ATTR_VC, AttrValue::Str(s)));
+                        }
+                    }
+                    match request {
+                        Some(q) => out.mpi_irecv(&attrs, t, from, comm, tag, bytes, q)?,
+                        None => out.mpi_recv(&attrs, t, from, comm, tag, bytes)?,
+                    }
+                }
+                Ev::IrecvRequest(q) => out.mpi_irecv_request(&[], t, q)?,
+                Ev::IsendComplete(q) => out.mpi_isend_complete(&[], t, q)?,
+                Ev::Cancelled(q) => out.mpi_request_cancelled(&[], t, q)?,
+                Ev::CollBegin => out.mpi_collective_begin(&[], t)?,
+                Ev::CollEnd(e) => {
+                    out.mpi_collective_end(&[], t, e.op, e.comm, e.root, e.sent, e.recvd)?
+                }
+                Ev::NbcRequest(q) => out.nonblocking_collective_request(&[], t, q)?,
+                Ev::NbcComplete(e, q) => out.nonblocking_collective_complete(
+                    &[],
+                    t,
+                    e.op,
+                    e.comm,
+                    e.root,
+                    e.sent,
+                    e.recvd,
+                    q,
+                )?,
+                Ev::Flush(stop) => out.buffer_flush(&[], t, stop.max(t))?,
+            }
+        }
+        self.summary.events += n;
+        Ok(n)
+    }
+
+    fn global_defs(&mut self, archive: &mut Archive, events: &[u64]) -> Result<(), ExportError> {
+        let view = self.view;
+        let trace = view.trace;
+        let s = &mut self.strings;
+        // Ids of everything, strings first (they must be defined before use).
+        let machine = s.id("machine");
+        let node_class = s.id("node");
+        let mut hosts: BTreeMap<String, u32> = BTreeMap::new();
+        for r in &trace.ranks {
+            let n = hosts.len() as u32 + 1;
+            hosts.entry(r.header.hostname.clone()).or_insert(n);
+        }
+        let host_names: Vec<(u32, u32)> = hosts.iter().map(|(h, &id)| (id, s.id(h))).collect();
+        let rank_names: Vec<u32> = trace
+            .ranks
+            .iter()
+            .map(|r| s.id(&format!("MPI Rank {}", r.rank)))
+            .collect();
+        let loc_names: Vec<u32> = view
+            .locations
+            .iter()
+            .map(|l| {
+                s.id(&if l.thread == 0 {
+                    "Master thread".to_owned()
+                } else {
+                    format!("Thread {}", l.thread)
+                })
+            })
+            .collect();
+        let mut regions: Vec<(u32, u32, Kind, String)> = self
+            .regions
+            .iter()
+            .map(|(name, &(id, kind))| (id, s.id(name), kind, name.clone()))
+            .collect();
+        regions.sort_unstable_by_key(|r| r.0);
+        let mpi = s.id("MPI");
+        let attr_names = [
+            (
+                ATTR_LAMPORT,
+                s.id("lamport"),
+                s.id("Lamport clock after the call"),
+                ffi::OTF2_TYPE_UINT64,
+            ),
+            (
+                ATTR_MSG_ID,
+                s.id("message_id"),
+                s.id("piggybacked message id"),
+                ffi::OTF2_TYPE_UINT64,
+            ),
+            (
+                ATTR_VC,
+                s.id("vector_clock"),
+                s.id("piggybacked vector clock, one entry per rank"),
+                ffi::OTF2_TYPE_STRING,
+            ),
+        ];
+        let comm_names: Vec<(u64, u32)> = trace
+            .comms
+            .iter()
+            .map(|c| {
+                let name = match c.global_id {
+                    crate::comm::WORLD_ID => "MPI_COMM_WORLD".to_owned(),
+                    id if id & 0xffff_ffff == 1 && c.members.len() == 1 => {
+                        format!("MPI_COMM_SELF (rank {})", id >> 32)
+                    }
+                    id => format!("communicator {id:#x}"),
+                };
+                (c.global_id, s.id(&name))
+            })
+            .collect();
+        let group_name = s.id("MPI group");
+
+        let mut d = archive.global_defs()?;
+        let (lo, hi) = view.span;
+        d.clock_properties(1_000_000_000, lo, hi - lo, UNDEFINED_U64)?;
+        for (i, text) in self.strings.list.iter().enumerate() {
+            d.string(i as u32, text)?;
+        }
+        d.paradigm(
+            ffi::OTF2_PARADIGM_MPI as _,
+            mpi,
+            ffi::OTF2_PARADIGM_CLASS_PROCESS as _,
+        )?;
+        d.system_tree_node(0, machine, machine, UNDEFINED_U32)?;
+        for &(id, name) in &host_names {
+            d.system_tree_node(id, name, node_class, 0)?;
+        }
+        for (r, &name) in trace.ranks.iter().zip(&rank_names) {
+            d.location_group(
+                r.rank,
+                name,
+                ffi::OTF2_LOCATION_GROUP_TYPE_PROCESS as _,
+                hosts[&r.header.hostname],
+                UNDEFINED_U32,
+            )?;
+        }
+        for ((l, &name), &n) in view.locations.iter().zip(&loc_names).zip(events) {
+            d.location(
+                location_id(*l),
+                name,
+                ffi::OTF2_LOCATION_TYPE_CPU_THREAD as _,
+                n,
+                l.rank,
+            )?;
+        }
+        for (id, name, kind, text) in &regions {
+            d.region(
+                *id,
+                *name,
+                *name,
+                0,
+                region_role(*kind, text),
+                ffi::OTF2_PARADIGM_MPI as _,
+                ffi::OTF2_REGION_FLAG_NONE as _,
+                0,
+                0,
+                0,
+            )?;
+        }
+        for (id, name, desc, ty) in attr_names {
+            d.attribute(id, name, desc, ty as _)?;
+        }
+        // The COMM_LOCATIONS group: each rank's first location, by rank.
+        let mut firsts = vec![UNDEFINED_U64; trace.ranks.len()];
+        for l in view.locations.iter().rev() {
+            firsts[l.rank as usize] = location_id(*l);
+        }
+        d.group(
+            0,
+            group_name,
+            ffi::OTF2_GROUP_TYPE_COMM_LOCATIONS as _,
+            &firsts,
+        )?;
+        let mut next_group = 1u32;
+        let mut group = |d: &mut pmtrace_otf2::GlobalDefs, members: &[u32]| {
+            let id = next_group;
+            next_group += 1;
+            let m: Vec<u64> = members.iter().map(|&x| u64::from(x)).collect();
+            d.group(id, group_name, ffi::OTF2_GROUP_TYPE_COMM_GROUP as _, &m)
+                .map(|()| id)
+        };
+        for (c, &(_, name)) in trace.comms.iter().zip(&comm_names) {
+            let id = self.comm_ids[&c.global_id];
+            if c.inter {
+                let a = group(&mut d, &c.members)?;
+                let b = group(&mut d, &c.remote_members)?;
+                d.inter_comm(id, name, a, b, UNDEFINED_U32, ffi::OTF2_COMM_FLAG_NONE as _)?;
+            } else {
+                let g = group(&mut d, &c.members)?;
+                d.comm(id, name, g, UNDEFINED_U32, ffi::OTF2_COMM_FLAG_NONE as _)?;
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,221 @@
+//! What every viewer export reads: a trace with its messages, its
+//! collectives, its Lamport clocks and one time base.
+//!
+//! The time base is the synchronized one when `pmtrace sync` ran (its times
+//! keep each location's order, so they are monotone per thread as OTF2
+//! requires), else the recorded one. Exports ask [`View::time`] and never
+//! pick a base themselves; the HTML timeline also reads [`View::raw`].
+
+use std::collections::HashMap;
+
+use pmtrace_format::record::{Call, Payload, Record};
+
+use crate::clocks::{self, Clocks};
+use crate::collective::{self, Instance, MemberCalls};
+use crate::matching::Messages;
+use crate::read::{EventRef, Trace};
+use crate::sync::graph::stamps_of;
+use crate::sync::Synced;
+
+/// One application thread of one rank: a track, an OTF2 location, a lane.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Location {
+    pub rank: u32,
+    /// Thread index (as in [`EventRef::thread`]).
+    pub thread: u32,
+    /// Position in `Rank::threads`.
+    pub slot: usize,
+}
+
+/// What a viewer shows about one call beside its name and times.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CallDetail {
+    /// World rank of the first message's peer (or the collective's root).
+    pub peer: Option<u32>,
+    pub tag: Option<i32>,
+    /// Bytes moved: point-to-point sent plus received, or a collective's
+    /// sent plus received.
+    pub bytes: u64,
+}
+
+/// A trace ready to be drawn.
+pub struct View<'a> {
+    pub trace: &'a Trace,
+    pub messages: &'a Messages,
+    pub synced: Option<&'a Synced>,
+    pub clocks: Clocks,
+    pub collectives: Vec<Instance<MemberCalls>>,
+    pub locations: Vec<Location>,
+    /// Sends by the call that posted them, in item order.
+    pub sends_of: HashMap<EventRef, Vec<usize>>,
+    /// Receives by the call that completed them.
+    pub recvs_done: HashMap<EventRef, Vec<usize>>,
+    /// Receives by the call that posted them.
+    pub recvs_posted: HashMap<EventRef, Vec<usize>>,
+    /// The send each receive matched (FIFO rule), by receive index.
+    pub send_of_recv: Vec<Option<usize>>,
+    /// Earliest and latest time of the base.
+    pub span: (u64, u64),
+}
+
+impl<'a> View<'a> {
+    pub fn new(trace: &'a Trace, messages: &'a Messages, synced: Option<&'a Synced>) -> View<'a> {
+        let mut sends_of: HashMap<EventRef, Vec<usize>> = HashMap::new();
+        for (i, s) in messages.sends.iter().enumerate() {
+            sends_of.entry(s.call).or_default().push(i);
+        }
+        let mut recvs_done: HashMap<EventRef, Vec<usize>> = HashMap::new();
+        let mut recvs_posted: HashMap<EventRef, Vec<usize>> = HashMap::new();
+        for (i, r) in messages.recvs.iter().enumerate() {
+            recvs_done.entry(r.completion).or_default().push(i);
+            recvs_posted.entry(r.post).or_default().push(i);
+        }
+        let mut send_of_recv = vec![None; messages.recvs.len()];
+        for m in &messages.matched {
+            send_of_recv[m.recv] = Some(m.send);
+        }
+        let locations = trace
+            .ranks
+            .iter()
+            .flat_map(|r| {
+                r.threads.iter().enumerate().map(|(slot, th)| Location {
+                    rank: r.rank,
+                    thread: th.index,
+                    slot,
+                })
+            })
+            .collect();
+        let mut view = View {
+            trace,
+            messages,
+            synced,
+            clocks: clocks::compute(trace, messages),
+            collectives: collective::instances(trace),
+            locations,
+            sends_of,
+            recvs_done,
+            recvs_posted,
+            send_of_recv,
+            span: (0, 0),
+        };
+        view.span = view.compute_span();
+        view
+    }
+
+    fn compute_span(&self) -> (u64, u64) {
+        let (mut lo, mut hi) = (u64::MAX, 0);
+        for loc in &self.locations {
+            for i in 0..self.records(*loc).len() {
+                let at = self.at(*loc, i);
+                lo = lo.min(self.time(at, false));
+                hi = hi.max(self.time(at, true));
+            }
+        }
+        if lo > hi {
+            (0, 0)
+        } else {
+            (lo, hi)
+        }
+    }
+
+    /// The records of a location.
+    pub fn records(&self, loc: Location) -> &'a [Record] {
+        &self.trace.ranks[loc.rank as usize].threads[loc.slot].records
+    }
+
+    pub fn at(&self, loc: Location, index: usize) -> EventRef {
+        EventRef {
+            rank: loc.rank,
+            thread: loc.thread,
+            index,
+        }
+    }
+
+    /// The start (or end) of a record in the export's time base.
+    pub fn time(&self, at: EventRef, end: bool) -> u64 {
+        self.synced
+            .and_then(|s| s.time(self.trace, at, end))
+            .unwrap_or_else(|| self.raw(at, end))
+    }
+
+    /// The start (or end) of a record as recorded.
+    pub fn raw(&self, at: EventRef, end: bool) -> u64 {
+        self.trace.record(at).map_or(0, |r| {
+            let (a, b) = stamps_of(r);
+            if end {
+                b
+            } else {
+                a
+            }
+        })
+    }
+
+    /// The location's calls (record index and call) sorted by start, ties
+    /// by end: the order in which their Enter events go out.
+    pub fn calls_in_order(&self, loc: Location) -> Vec<(usize, &'a Call)> {
+        let mut calls: Vec<(u64, u64, usize, &Call)> = self
+            .records(loc)
+            .iter()
+            .enumerate()
+            .filter_map(|(i, r)| match r {
+                Record::Call(c) => {
+                    let at = self.at(loc, i);
+                    Some((self.time(at, false), self.time(at, true), i, c))
+                }
+                _ => None,
+            })
+            .collect();
+        calls.sort_unstable_by_key(|&(s, e, i, _)| (s, e, i));
+        calls.into_iter().map(|(_, _, i, c)| (i, c)).collect()
+    }
+
+    pub fn function_name(&self, rank: u32, call: &Call) -> &'a str {
+        self.trace.ranks[rank as usize].function_name(call.func)
+    }
+
+    /// The Lamport clock after a call, if the trace has clocks.
+    pub fn lamport(&self, at: EventRef) -> Option<u64> {
+        if self.clocks.report.mode == "none" {
+            return None;
+        }
+        self.clocks.after_call.get(&at).copied()
+    }
+
+    /// Peer, tag and bytes of a call.
+    pub fn detail(&self, at: EventRef, call: &Call) -> CallDetail {
+        let m = self.messages;
+        let mut d = CallDetail::default();
+        if let Payload::Coll {
+            comm,
+            root,
+            sent,
+            recvd,
+            ..
+        } = call.payload
+        {
+            d.bytes = sent + recvd;
+            d.peer = root
+                .and_then(|r| u32::try_from(r).ok())
+                .and_then(|r| self.trace.to_world(at.rank, comm, r));
+            return d;
+        }
+        for &s in self.sends_of.get(&at).into_iter().flatten() {
+            let s = &m.sends[s];
+            d.peer = d.peer.or(s.dst);
+            d.tag = d.tag.or(Some(s.tag));
+            d.bytes += s.bytes;
+        }
+        for &r in self.recvs_done.get(&at).into_iter().flatten() {
+            let r = &m.recvs[r];
+            d.peer = d.peer.or(r.src);
+            d.tag = d.tag.or(Some(r.tag));
+            d.bytes += r.bytes;
+        }
+        d
+    }
+
+    /// Number of calls in the trace.
+    pub fn calls(&self) -> u64 {
+        self.trace.events()
+    }
+}

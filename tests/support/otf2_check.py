@@ -1,0 +1,76 @@
+#!/usr/bin/python3
+"""Reads an OTF2 archive with the reference Python reader (python3-otf2)
+and prints what the tests compare with `pmtrace report`, as JSON:
+
+  per_rank: {rank: {enters, leaves, sends, receives, collectives}}
+  matched / unmatched_sends / unmatched_receives: point-to-point messages
+      matched here by MPI's rule (sender, receiver, communicator, tag, in order)
+  non_monotone: events whose time is below the previous one of their location
+  lamport_attributes: Leave events carrying the `lamport` attribute
+
+Usage: otf2_check.py ARCHIVE/traces.otf2
+"""
+import collections
+import json
+import sys
+
+import otf2
+from otf2.events import (Enter, Leave, MpiCollectiveEnd, MpiIrecv, MpiIsend,
+                         MpiRecv, MpiSend, NonBlockingCollectiveComplete)
+
+
+def main(path):
+    per_rank = collections.defaultdict(lambda: collections.Counter())
+    sends = collections.defaultdict(list)
+    recvs = collections.defaultdict(list)
+    last = {}
+    non_monotone = 0
+    lamport = 0
+    with otf2.reader.open(path) as trace:
+        rank_of = {}
+        for loc in trace.definitions.locations:
+            rank_of[loc] = int(loc.group.name.split()[-1])
+        for loc, ev in trace.events:
+            rank = rank_of[loc]
+            if ev.time < last.get(loc, 0):
+                non_monotone += 1
+            last[loc] = ev.time
+            c = per_rank[rank]
+            if isinstance(ev, Enter):
+                c["enters"] += 1
+            elif isinstance(ev, Leave):
+                c["leaves"] += 1
+                if any(a.name == "lamport" for a in (ev.attributes or {})):
+                    lamport += 1
+            elif isinstance(ev, (MpiSend, MpiIsend)):
+                c["sends"] += 1
+                members = list(ev.communicator.group.members)
+                dst = rank_of[members[ev.receiver]]
+                key = (rank, dst, ev.communicator.name, ev.msg_tag)
+                sends[key].append(ev.msg_length)
+            elif isinstance(ev, (MpiRecv, MpiIrecv)):
+                c["receives"] += 1
+                members = list(ev.communicator.group.members)
+                src = rank_of[members[ev.sender]]
+                key = (src, rank, ev.communicator.name, ev.msg_tag)
+                recvs[key].append(ev.msg_length)
+            elif isinstance(ev, (MpiCollectiveEnd, NonBlockingCollectiveComplete)):
+                c["collectives"] += 1
+    matched = unmatched_sends = unmatched_recvs = 0
+    for key in set(sends) | set(recvs):
+        s, r = len(sends.get(key, [])), len(recvs.get(key, []))
+        matched += min(s, r)
+        unmatched_sends += max(0, s - r)
+        unmatched_recvs += max(0, r - s)
+    print(json.dumps({
+        "per_rank": {str(k): dict(v) for k, v in sorted(per_rank.items())},
+        "matched": matched,
+        "unmatched_sends": unmatched_sends,
+        "unmatched_receives": unmatched_recvs,
+        "non_monotone": non_monotone,
+        "lamport_attributes": lamport,
+    }, sort_keys=True))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
