@@ -9,13 +9,13 @@ mod launch;
 mod progress;
 
 use std::io::{self, BufWriter, Write};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::{bail, Context, Result};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use pmtrace_analysis::export::view::View;
-use pmtrace_analysis::export::{merged, otf2, text};
+use pmtrace_analysis::export::{chrome, merged, otf2, perfetto, text};
 use pmtrace_analysis::sync::{ClcParams, SyncParams, Synced};
 use pmtrace_analysis::{Messages, Report, ReportOptions, Trace};
 
@@ -309,6 +309,24 @@ fn merge(args: MergeArgs) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// Runs `write` on a buffered `path` (`-`: standard output).
+fn with_output<T>(path: &Path, write: impl FnOnce(&mut dyn Write) -> io::Result<T>) -> Result<T> {
+    if path.as_os_str() == "-" {
+        let mut out = BufWriter::new(io::stdout().lock());
+        let v = write(&mut out).context("cannot write to standard output")?;
+        out.flush().context("cannot write to standard output")?;
+        Ok(v)
+    } else {
+        let file = std::fs::File::create(path)
+            .with_context(|| format!("cannot create {}", path.display()))?;
+        let mut out = BufWriter::with_capacity(1 << 20, file);
+        let v = write(&mut out).with_context(|| format!("cannot write {}", path.display()))?;
+        out.flush()
+            .with_context(|| format!("cannot write {}", path.display()))?;
+        Ok(v)
+    }
+}
+
 fn export(args: ExportArgs) -> Result<ExitCode> {
     let progress = progress::Progress::new();
     progress.phase("reading the trace");
@@ -371,9 +389,27 @@ fn export(args: ExportArgs) -> Result<ExitCode> {
                 }
             );
         }
-        ExportFormat::Perfetto | ExportFormat::Chrome | ExportFormat::Text => {
-            bail!("not yet");
+        ExportFormat::Perfetto | ExportFormat::Chrome => {
+            let what = with_output(&args.output, |w| {
+                Ok(if args.format == ExportFormat::Perfetto {
+                    let s = perfetto::write(&view, w, &mut tick)?;
+                    format!(
+                        "{} slices, {} in flight, {} message flows, {} collective flows",
+                        s.slices, s.in_flight_slices, s.message_flows, s.collective_flows
+                    )
+                } else {
+                    let s = chrome::write(&view, w, &mut tick)?;
+                    format!(
+                        "{} slices, {} message flows, {} collective flows",
+                        s.slices, s.message_flows, s.collective_flows
+                    )
+                })
+            })?;
+            if args.output.as_os_str() != "-" {
+                eprintln!("pmtrace: wrote {} ({what})", args.output.display());
+            }
         }
+        ExportFormat::Text => unreachable!("handled above"),
     }
     Ok(ExitCode::SUCCESS)
 }

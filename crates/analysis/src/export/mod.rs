@@ -9,8 +9,10 @@ use std::path::PathBuf;
 
 use thiserror::Error;
 
+pub mod chrome;
 pub mod merged;
 pub mod otf2;
+pub mod perfetto;
 pub mod text;
 pub mod view;
 

@@ -38,6 +38,15 @@ pub struct CallDetail {
     pub bytes: u64,
 }
 
+/// A nonblocking operation between the call that started it and the call
+/// that completed it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct InFlight {
+    pub start: EventRef,
+    pub end: EventRef,
+    pub detail: CallDetail,
+}
+
 /// A trace ready to be drawn.
 pub struct View<'a> {
     pub trace: &'a Trace,
@@ -212,6 +221,81 @@ impl<'a> View<'a> {
             d.bytes += r.bytes;
         }
         d
+    }
+
+    /// The nonblocking operations of rank `rank` that completed, each from
+    /// its starting call to its completing call: isends and started
+    /// persistent sends that moved a message, nonblocking receives, and
+    /// nonblocking collectives.
+    pub fn in_flight(&self, rank: u32) -> Vec<InFlight> {
+        let r = &self.trace.ranks[rank as usize];
+        let m = self.messages;
+        let mut done_at: HashMap<u64, EventRef> = HashMap::new();
+        for (at, c) in r.calls() {
+            if let Payload::Complete { done } = &c.payload {
+                for d in done {
+                    if let Some(op) = d.op {
+                        done_at.insert(op, at);
+                    }
+                }
+            }
+        }
+        let mut out = Vec::new();
+        for (at, c) in r.calls() {
+            let ops: Vec<(usize, u64)> = match &c.payload {
+                Payload::Send { op: Some(op), .. } => vec![(0, *op)],
+                Payload::Start { started } => {
+                    started.iter().enumerate().map(|(i, s)| (i, s.1)).collect()
+                }
+                _ => Vec::new(),
+            };
+            for &s in self.sends_of.get(&at).into_iter().flatten() {
+                let sv = &m.sends[s];
+                let op = ops.iter().find(|o| o.0 == sv.item).map(|o| o.1);
+                if let Some(&end) = op.and_then(|op| done_at.get(&op)) {
+                    out.push(InFlight {
+                        start: at,
+                        end,
+                        detail: CallDetail {
+                            peer: sv.dst,
+                            tag: Some(sv.tag),
+                            bytes: sv.bytes,
+                        },
+                    });
+                }
+            }
+        }
+        for rv in &m.recvs {
+            if rv.dst == rank && rv.post != rv.completion {
+                out.push(InFlight {
+                    start: rv.post,
+                    end: rv.completion,
+                    detail: CallDetail {
+                        peer: rv.src,
+                        tag: Some(rv.tag),
+                        bytes: rv.bytes,
+                    },
+                });
+            }
+        }
+        for inst in &self.collectives {
+            for mc in inst.members.iter().flatten() {
+                if let (true, Some(end)) = (mc.enter.rank == rank, mc.exit) {
+                    if end != mc.enter {
+                        out.push(InFlight {
+                            start: mc.enter,
+                            end,
+                            detail: CallDetail {
+                                peer: None,
+                                tag: None,
+                                bytes: mc.sent + mc.recvd,
+                            },
+                        });
+                    }
+                }
+            }
+        }
+        out
     }
 
     /// Number of calls in the trace.
