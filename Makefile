@@ -16,7 +16,7 @@ export OMPI_MCA_rmaps_base_oversubscribe := 1
 DEB_PACKAGES := openmpi-bin libopenmpi-dev libclang-dev clang pkg-config \
   libopen-trace-format2-dev otf2-tools python3-otf2 chromium python3-pip
 
-.PHONY: all build deps examples test unit lint demo bench wrappers clean
+.PHONY: all build deps pydeps examples test unit lint demo bench wrappers clean
 
 all: build
 
@@ -44,11 +44,19 @@ target/examples/%: tests/progs/%.c examples/expect.h | deps
 
 examples: $(EX_BIN)
 
+# Python packages the export tests read with, beside (not into) Debian's
+# Python: Perfetto's own protobuf definitions and the protobuf runtime.
+PYDEPS := target/pydeps/perfetto/__init__.py
+pydeps: $(PYDEPS)
+$(PYDEPS): | deps
+	/usr/bin/python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore \
+	  --target target/pydeps --no-deps perfetto protobuf
+
 lint: deps
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --release --workspace --all-targets -- -D warnings
 
-test: build examples lint
+test: build examples pydeps lint
 	@if $(CARGO) nextest --version >/dev/null 2>&1; then \
 	  $(CARGO) nextest run --release --workspace --no-fail-fast; \
 	else \

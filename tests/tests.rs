@@ -2,6 +2,7 @@
 //! with it), checked against what the programs themselves know they did.
 //! Each test has its own scratch directory under target/test-scratch.
 
+mod exports;
 mod support;
 
 use pmtrace_analysis::Trace;

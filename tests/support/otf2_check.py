@@ -5,6 +5,7 @@ and prints what the tests compare with `pmtrace report`, as JSON:
   per_rank: {rank: {enters, leaves, sends, receives, collectives}}
   matched / unmatched_sends / unmatched_receives: point-to-point messages
       matched here by MPI's rule (sender, receiver, communicator, tag, in order)
+  reversed: matched messages whose MpiRecv time is below their MpiSend time
   non_monotone: events whose time is below the previous one of their location
   lamport_attributes: Leave events carrying the `lamport` attribute
 
@@ -47,24 +48,27 @@ def main(path):
                 members = list(ev.communicator.group.members)
                 dst = rank_of[members[ev.receiver]]
                 key = (rank, dst, ev.communicator.name, ev.msg_tag)
-                sends[key].append(ev.msg_length)
+                sends[key].append(ev.time)
             elif isinstance(ev, (MpiRecv, MpiIrecv)):
                 c["receives"] += 1
                 members = list(ev.communicator.group.members)
                 src = rank_of[members[ev.sender]]
                 key = (src, rank, ev.communicator.name, ev.msg_tag)
-                recvs[key].append(ev.msg_length)
+                recvs[key].append(ev.time)
             elif isinstance(ev, (MpiCollectiveEnd, NonBlockingCollectiveComplete)):
                 c["collectives"] += 1
-    matched = unmatched_sends = unmatched_recvs = 0
+    matched = unmatched_sends = unmatched_recvs = reversed_ = 0
     for key in set(sends) | set(recvs):
-        s, r = len(sends.get(key, [])), len(recvs.get(key, []))
+        ss, rs = sends.get(key, []), recvs.get(key, [])
+        s, r = len(ss), len(rs)
         matched += min(s, r)
+        reversed_ += sum(1 for a, b in zip(ss, rs) if b < a)
         unmatched_sends += max(0, s - r)
         unmatched_recvs += max(0, r - s)
     print(json.dumps({
         "per_rank": {str(k): dict(v) for k, v in sorted(per_rank.items())},
         "matched": matched,
+        "reversed": reversed_,
         "unmatched_sends": unmatched_sends,
         "unmatched_receives": unmatched_recvs,
         "non_monotone": non_monotone,

@@ -195,17 +195,12 @@ fn export_text_writes_one_line_per_record() {
 }
 
 #[test]
-fn export_formats_not_written_yet_say_so() {
+fn an_otf2_archive_needs_a_directory_not_stdout() {
     let s = Scratch::new("otf2");
     let dir = s.example_trace();
-    for format in ["otf2", "perfetto", "chrome"] {
-        let o = pmtrace(&[&"export", &dir, &"--format", &format, &"-o", &s.join("out")]);
-        let err = assert_one_error_line(&o);
-        assert!(
-            err.contains(&format!("export format {format} is not supported yet")),
-            "{err}"
-        );
-    }
+    let o = pmtrace(&[&"export", &dir, &"--format", &"otf2", &"-o", &"-"]);
+    let err = assert_one_error_line(&o);
+    assert!(err.contains("an OTF2 archive is a directory"), "{err}");
 }
 
 #[test]

@@ -1,0 +1,182 @@
+//! Exports checked with the readers users' viewers use: OTF2 through
+//! `otf2-print` and the reference Python reader, Perfetto through the
+//! `perfetto` package's own protobuf definitions, Chrome JSON parsed, the
+//! HTML timeline rendered in headless Chromium.
+
+use std::path::Path;
+use std::process::Command;
+
+use crate::support::*;
+
+/// Runs a checker script of tests/support with Debian's Python (which has
+/// python3-otf2) and the packages `make pydeps` put in target/pydeps.
+fn python_check(script: &str, arg: &Path) -> serde_json::Value {
+    let out = Command::new("/usr/bin/python3")
+        .arg(root().join("tests/support").join(script))
+        .arg(arg)
+        .env("PYTHONPATH", root().join("target/pydeps"))
+        .output()
+        .expect("/usr/bin/python3 (make deps installs it)");
+    assert!(
+        out.status.success(),
+        "{script} {}: {}",
+        arg.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("the checker prints JSON")
+}
+
+fn export(trace: &Path, format: &str, out: &Path) {
+    let o = pmtrace(&[
+        "export",
+        trace.to_str().unwrap(),
+        "--format",
+        format,
+        "-o",
+        out.to_str().unwrap(),
+    ]);
+    assert!(
+        o.status.success(),
+        "export {format}: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+}
+
+/// The OTF2 archive of `trace` reads without a word from `otf2-print`, and
+/// the reference reader finds the report's calls and messages per rank.
+fn check_otf2(what: &str, trace: &Path, rep: &serde_json::Value) -> serde_json::Value {
+    let archive = trace.with_extension("otf2");
+    export(trace, "otf2", &archive);
+    let anchor = archive.join("traces.otf2");
+    let printed = Command::new("otf2-print")
+        .arg(&anchor)
+        .output()
+        .expect("otf2-print (make deps installs otf2-tools)");
+    assert!(printed.status.success(), "{what}: otf2-print failed");
+    assert_eq!(
+        String::from_utf8_lossy(&printed.stderr),
+        "",
+        "{what}: otf2-print complained"
+    );
+    let c = python_check("otf2_check.py", &anchor);
+    for r in rep["per_rank"].as_array().unwrap() {
+        let got = &c["per_rank"][r["rank"].to_string()];
+        assert_eq!(got["enters"], r["events"], "{what} rank {}: {c}", r["rank"]);
+        assert_eq!(got["leaves"], r["events"], "{what} rank {}: {c}", r["rank"]);
+        assert_eq!(
+            got["sends"].as_u64().unwrap_or(0),
+            r["messages_sent"].as_u64().unwrap(),
+            "{what} rank {}: {c}",
+            r["rank"]
+        );
+        assert_eq!(
+            got["receives"].as_u64().unwrap_or(0),
+            r["messages_received"].as_u64().unwrap(),
+            "{what} rank {}: {c}",
+            r["rank"]
+        );
+    }
+    assert_eq!(c["matched"], rep["messages"]["matched"], "{what}: {c}");
+    assert_eq!(
+        c["unmatched_sends"], 0,
+        "{what}: every send has its receive"
+    );
+    assert_eq!(c["unmatched_receives"], 0, "{what}: {c}");
+    assert_eq!(c["non_monotone"], 0, "{what}: OTF2 times decrease");
+    assert_eq!(c["lamport_attributes"], rep["events"], "{what}: {c}");
+    c
+}
+
+/// Perfetto: one slice per call, one flow per message and per logical
+/// message of a collective, each started once and ended once.
+fn check_perfetto(what: &str, trace: &Path, rep: &serde_json::Value) {
+    let file = trace.with_extension("pftrace");
+    export(trace, "perfetto", &file);
+    let c = python_check("perfetto_check.py", &file);
+    assert_eq!(c["slices"], rep["events"], "{what}: {c}");
+    let logical = rep["collectives"]["logical_messages"].as_u64().unwrap();
+    let matched = rep["messages"]["matched"].as_u64().unwrap();
+    assert_eq!(c["flows"], matched + logical, "{what}: {c}");
+    assert_eq!(c["flows_not_once"], 0, "{what}: {c}");
+    assert_eq!(c["unbalanced_tracks"], 0, "{what}: {c}");
+    assert_eq!(c["thread_tracks"], rep["ranks"], "{what}: {c}");
+    let names: u64 = c["names"]
+        .as_object()
+        .unwrap()
+        .values()
+        .map(|v| v.as_u64().unwrap())
+        .sum();
+    assert_eq!(
+        names,
+        c["slices"].as_u64().unwrap(),
+        "{what}: every slice named"
+    );
+}
+
+/// Chrome JSON: a complete event per call, an s/f pair per message.
+fn check_chrome(what: &str, trace: &Path, rep: &serde_json::Value) {
+    let file = trace.with_extension("json");
+    export(trace, "chrome", &file);
+    let v: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&file).unwrap()).expect("valid JSON");
+    let evs = v["traceEvents"].as_array().unwrap();
+    let count = |ph: &str, cat: &str| {
+        evs.iter()
+            .filter(|e| e["ph"] == ph && e["cat"] == cat)
+            .count() as u64
+    };
+    assert_eq!(count("X", "mpi"), rep["events"].as_u64().unwrap(), "{what}");
+    let matched = rep["messages"]["matched"].as_u64().unwrap();
+    assert_eq!(count("s", "message"), matched, "{what}");
+    assert_eq!(count("f", "message"), matched, "{what}");
+    let logical = rep["collectives"]["logical_messages"].as_u64().unwrap();
+    assert_eq!(count("s", "collective"), logical, "{what}");
+    assert_eq!(count("f", "collective"), logical, "{what}");
+}
+
+#[test]
+fn every_example_at_np_4_exports_what_the_report_counts() {
+    for name in ["ring", "pingpong", "halo2d", "master_worker", "collectives"] {
+        let dir = scratch(&format!("export-{name}"));
+        let run = mpirun(&dir, 4, &prog(name), &[], Mode::Preload, &[]);
+        assert_eq!(run.code, 0, "{name}: {}", run.stderr);
+        let rep = report(&run.trace);
+        assert!(rep["messages"]["matched"].as_u64().unwrap() > 0 || name == "collectives");
+        check_otf2(name, &run.trace, &rep);
+        check_perfetto(name, &run.trace, &rep);
+        check_chrome(name, &run.trace, &rep);
+    }
+}
+
+#[test]
+fn a_synced_simulated_trace_exports_corrected_time_with_no_message_backward() {
+    let dir = scratch("export-clocksim");
+    let run = mpirun(
+        &dir,
+        4,
+        &prog("halo2d"),
+        &[],
+        Mode::Preload,
+        &[("PMTRACE_CLOCK_SIM", "seed=5")],
+    );
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let rep = report(&run.trace);
+    let what = "halo2d under PMTRACE_CLOCK_SIM";
+    // Raw times go out with each rank's measured offsets as ClockOffset
+    // definitions, which OTF2's reader applies: it reads fewer reversed
+    // messages than were recorded.
+    let recorded = rep["violations"]["reversed"].as_u64().unwrap();
+    assert!(recorded > 0, "{what}: the simulation reverses messages");
+    let raw = check_otf2(what, &run.trace, &rep);
+    assert!(
+        raw["reversed"].as_u64().unwrap() < recorded,
+        "{what}: {recorded} reversed as recorded: {raw}"
+    );
+    let o = pmtrace(&["sync", run.trace.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let rep = report(&run.trace);
+    let synced = check_otf2(what, &run.trace, &rep);
+    assert_eq!(synced["reversed"], 0, "{what}: {synced}");
+    check_perfetto(what, &run.trace, &rep);
+    check_chrome(what, &run.trace, &rep);
+}
