@@ -102,7 +102,7 @@ pub fn write(view: &View, w: &mut dyn Write, progress: &mut dyn FnMut(u64)) -> i
             write!(w, "{}}}}}", args.join(","))?;
             s.slices += 1;
             done += 1;
-            if done % 65536 == 0 {
+            if done.is_multiple_of(65536) {
                 progress(done);
             }
         }

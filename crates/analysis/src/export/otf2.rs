@@ -476,7 +476,7 @@ impl<'v, 'a> Writer<'v, 'a> {
         let rank = &view.trace.ranks[loc.rank as usize];
         let mut evs: Vec<Pending> = Vec::with_capacity(view.records(loc).len() * 3);
         for (i, rec) in view.records(loc).iter().enumerate() {
-            if i % 65536 == 0 {
+            if i.is_multiple_of(65536) {
                 progress(i as u64);
             }
             let at = view.at(loc, i);

@@ -386,7 +386,7 @@ pub fn write(view: &View, w: &mut dyn Write, progress: &mut dyn FnMut(u64)) -> i
             )?;
             out.summary.slices += 1;
             done += 1;
-            if done % 65536 == 0 {
+            if done.is_multiple_of(65536) {
                 progress(done);
             }
         }
