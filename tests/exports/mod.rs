@@ -180,3 +180,108 @@ fn a_synced_simulated_trace_exports_corrected_time_with_no_message_backward() {
     check_perfetto(what, &run.trace, &rep);
     check_chrome(what, &run.trace, &rep);
 }
+
+/// Headless Chromium on `page` (`#hash` view options allowed): the DOM
+/// after the first render, or a screenshot to `png`.
+fn chromium(page: &str, png: Option<&Path>) -> String {
+    let mut cmd = Command::new("timeout");
+    cmd.args([
+        "120",
+        "chromium",
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+    ])
+    .args(["--window-size=1400,800", "--virtual-time-budget=10000"]);
+    match png {
+        Some(p) => cmd.arg(format!("--screenshot={}", p.display())),
+        None => cmd.arg("--dump-dom"),
+    };
+    let out = cmd
+        .arg(page)
+        .output()
+        .expect("chromium (make deps installs it)");
+    assert!(out.status.success(), "chromium failed on {page}");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// The value of `data-NAME` on the body of a DOM dump.
+fn body_attr(dom: &str, name: &str) -> u64 {
+    let body = &dom[dom.find("<body").expect("a body")..];
+    let key = format!("data-{name}=\"");
+    let at = body
+        .find(&key)
+        .unwrap_or_else(|| panic!("no {key} in {}", &body[..200]));
+    let rest = &body[at + key.len()..];
+    rest[..rest.find('"').unwrap()]
+        .parse()
+        .unwrap_or_else(|_| panic!("data-{name} is not a number"))
+}
+
+#[test]
+fn the_html_timeline_draws_lanes_and_arrows_and_red_backward_messages_in_raw_time() {
+    let dir = scratch("timeline");
+    let run = mpirun(
+        &dir,
+        4,
+        &prog("halo2d"),
+        &[],
+        Mode::Preload,
+        &[("PMTRACE_CLOCK_SIM", "seed=5")],
+    );
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let rep = report(&run.trace);
+    let html = dir.join("timeline.html");
+    let o = pmtrace(&[
+        "timeline",
+        run.trace.to_str().unwrap(),
+        "-o",
+        html.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let page = std::fs::read_to_string(&html).unwrap();
+    for needle in ["http://", "https://"] {
+        assert!(
+            !page.contains(&format!("src=\"{needle}"))
+                && !page.contains(&format!("href=\"{needle}")),
+            "the page loads nothing from the network"
+        );
+    }
+    let url = format!("file://{}", html.display());
+    let raw = chromium(&format!("{url}#mode=raw"), None);
+    assert_eq!(body_attr(&raw, "lanes"), 4, "one lane per rank");
+    assert_eq!(raw.matches("class=\"lane-label").count(), 4);
+    let matched = rep["messages"]["matched"].as_u64().unwrap();
+    assert_eq!(body_attr(&raw, "arrows"), matched, "every message drawn");
+    let reversed = rep["violations"]["reversed"].as_u64().unwrap();
+    assert!(reversed > 0);
+    assert_eq!(
+        body_attr(&raw, "reversed"),
+        reversed,
+        "backward arrows in raw time"
+    );
+    assert!(body_attr(&raw, "calls-drawn") > 0);
+    let synced = chromium(&format!("{url}#mode=synced"), None);
+    assert_eq!(body_attr(&synced, "arrows"), matched);
+    assert_eq!(
+        body_attr(&synced, "reversed"),
+        0,
+        "none backward after sync"
+    );
+    // The picture, kept as a test artifact.
+    let shots = root().join("target/test-artifacts");
+    std::fs::create_dir_all(&shots).unwrap();
+    for (mode, name) in [
+        ("raw", "timeline-raw.png"),
+        ("synced", "timeline-synced.png"),
+    ] {
+        let png = shots.join(name);
+        let _ = std::fs::remove_file(&png);
+        chromium(&format!("{url}#mode={mode}"), Some(&png));
+        let bytes = std::fs::read(&png).expect("a screenshot");
+        assert!(
+            bytes.starts_with(b"\x89PNG") && bytes.len() > 10_000,
+            "{name}"
+        );
+    }
+}

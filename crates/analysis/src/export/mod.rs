@@ -14,6 +14,7 @@ pub mod merged;
 pub mod otf2;
 pub mod perfetto;
 pub mod text;
+pub mod timeline;
 pub mod view;
 
 /// Why an export failed.

@@ -1,0 +1,274 @@
+//! `pmtrace timeline`: one self-contained HTML file that draws the trace.
+//!
+//! The viewer (`timeline.html`, plain JS on a canvas, no network) is
+//! compiled into the binary; this module fills its one data line with the
+//! trace as column arrays, so a million calls load with one `JSON.parse`:
+//!
+//! ```text
+//!  DATA = { title, synced, t0,                       times: ns after t0
+//!           funcs: [{name, cat}],                    cat: send recv wait coll probe comm init other
+//!           lanes: [{rank, thread, host, label}],    one per location, by rank then thread
+//!           calls: [{f, s, e, ss, se, peer, tag, bytes, lc}],   columns, one object per lane;
+//!                                                    s/e recorded, ss/se synchronized
+//!           msgs:  {sl, sc, rl, rc, bytes, tag},     send lane and call, completing lane and call
+//!           stats: {calls, msgs, reversed_raw} }
+//! ```
+//!
+//! Every `<` in the JSON is written `\u003c`, so no string can close the
+//! script element it sits in.
+
+use std::collections::HashMap;
+use std::io::{self, Write};
+
+use pmtrace_format::Kind;
+
+use super::view::View;
+use crate::read::EventRef;
+
+const TEMPLATE: &str = include_str!("timeline.html");
+/// The line of the template the data replaces (alone on its line).
+const DATA_LINE: &str = "\n/*PMTRACE_DATA*/\n";
+
+/// What was written.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct Summary {
+    pub lanes: u64,
+    pub calls: u64,
+    pub messages: u64,
+    pub reversed_raw: u64,
+    pub bytes: u64,
+}
+
+/// The viewer's colour class of a function.
+pub fn category(kind: Kind) -> &'static str {
+    match kind {
+        Kind::Send | Kind::Isend | Kind::SendInit | Kind::Sendrecv | Kind::Start => "send",
+        Kind::Recv | Kind::Irecv | Kind::RecvInit | Kind::Mrecv | Kind::Imrecv => "recv",
+        Kind::Complete | Kind::Cancel | Kind::RequestFree => "wait",
+        Kind::Coll | Kind::Icoll => "coll",
+        Kind::Probe | Kind::Iprobe | Kind::Mprobe | Kind::Improbe => "probe",
+        Kind::CommNew | Kind::CommFree => "comm",
+        Kind::Init | Kind::InitThread | Kind::Finalize => "init",
+        Kind::Plain | Kind::Abort | Kind::Pcontrol => "other",
+    }
+}
+
+/// A JSON string with `<` escaped.
+fn js(s: &str) -> String {
+    serde_json::to_string(s)
+        .expect("strings serialize")
+        .replace('<', "\\u003c")
+}
+
+struct Counter<'w> {
+    w: &'w mut dyn Write,
+    n: u64,
+}
+
+impl Write for Counter<'_> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        let k = self.w.write(buf)?;
+        self.n += k as u64;
+        Ok(k)
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        self.w.flush()
+    }
+}
+
+fn column(w: &mut dyn Write, name: &str, vals: impl Iterator<Item = i64>) -> io::Result<()> {
+    write!(w, "\"{name}\":[")?;
+    for (i, v) in vals.enumerate() {
+        if i > 0 {
+            w.write_all(b",")?;
+        }
+        write!(w, "{v}")?;
+    }
+    w.write_all(b"]")
+}
+
+/// Writes the timeline page of `view` (raw times beside synchronized ones
+/// when `view.synced` is set) to `w`.
+pub fn write(
+    view: &View,
+    title: &str,
+    w: &mut dyn Write,
+    progress: &mut dyn FnMut(u64),
+) -> io::Result<Summary> {
+    let (head, tail) = TEMPLATE
+        .split_once(DATA_LINE)
+        .expect("the template has its data line");
+    let mut out = Counter { w, n: 0 };
+    let w = &mut out;
+    w.write_all(head.as_bytes())?;
+    w.write_all(b"\n")?;
+    let synced = view.synced.is_some();
+    let mut s = Summary::default();
+
+    // Functions, by (rank, func id) → index of `funcs`.
+    let mut funcs: Vec<(String, &str)> = Vec::new();
+    let mut func_ix: HashMap<(u32, u32), usize> = HashMap::new();
+    let mut by_name: HashMap<String, usize> = HashMap::new();
+    for r in &view.trace.ranks {
+        for (id, f) in r.header.functions.iter().enumerate() {
+            let k = *by_name.entry(f.name.clone()).or_insert_with(|| {
+                funcs.push((f.name.clone(), category(r.kinds[id])));
+                funcs.len() - 1
+            });
+            func_ix.insert((r.rank, id as u32), k);
+        }
+    }
+    // Calls per lane in start order; where each call went.
+    let lanes: Vec<Vec<usize>> = view
+        .locations
+        .iter()
+        .map(|&loc| {
+            view.calls_in_order(loc)
+                .into_iter()
+                .map(|(i, _)| i)
+                .collect()
+        })
+        .collect();
+    let mut place: HashMap<EventRef, (u32, u32)> = HashMap::new();
+    let mut t0 = view.span.0;
+    for (li, (loc, idx)) in view.locations.iter().zip(&lanes).enumerate() {
+        for (k, &i) in idx.iter().enumerate() {
+            let at = view.at(*loc, i);
+            place.insert(at, (li as u32, k as u32));
+            t0 = t0.min(view.raw(at, false));
+        }
+    }
+    let rel = |t: u64| t as i64 - t0 as i64;
+
+    write!(
+        w,
+        "const DATA = {{\"title\":{},\"synced\":{synced},\"t0\":{t0},\"funcs\":[",
+        js(title)
+    )?;
+    for (i, (name, cat)) in funcs.iter().enumerate() {
+        if i > 0 {
+            w.write_all(b",")?;
+        }
+        write!(w, "{{\"name\":{},\"cat\":\"{cat}\"}}", js(name))?;
+    }
+    w.write_all(b"],\"lanes\":[")?;
+    for (i, loc) in view.locations.iter().enumerate() {
+        if i > 0 {
+            w.write_all(b",")?;
+        }
+        let host = &view.trace.ranks[loc.rank as usize].header.hostname;
+        let label = if loc.thread == 0 {
+            format!("rank {}", loc.rank)
+        } else {
+            format!("rank {} · thread {}", loc.rank, loc.thread)
+        };
+        write!(
+            w,
+            "{{\"rank\":{},\"thread\":{},\"host\":{},\"label\":{}}}",
+            loc.rank,
+            loc.thread,
+            js(host),
+            js(&label)
+        )?;
+    }
+    w.write_all(b"],\"calls\":[")?;
+    let mut done = 0u64;
+    for (li, (loc, idx)) in view.locations.iter().zip(&lanes).enumerate() {
+        if li > 0 {
+            w.write_all(b",")?;
+        }
+        let rank = &view.trace.ranks[loc.rank as usize];
+        let ats: Vec<EventRef> = idx.iter().map(|&i| view.at(*loc, i)).collect();
+        let calls: Vec<_> = ats
+            .iter()
+            .map(|&at| match view.trace.record(at) {
+                Some(pmtrace_format::record::Record::Call(c)) => c,
+                _ => unreachable!("calls_in_order lists calls"),
+            })
+            .collect();
+        let details: Vec<_> = ats
+            .iter()
+            .zip(&calls)
+            .map(|(&at, c)| view.detail(at, c))
+            .collect();
+        w.write_all(b"{")?;
+        column(
+            w,
+            "f",
+            calls.iter().map(|c| func_ix[&(rank.rank, c.func)] as i64),
+        )?;
+        w.write_all(b",")?;
+        column(w, "s", ats.iter().map(|&at| rel(view.raw(at, false))))?;
+        w.write_all(b",")?;
+        column(w, "e", ats.iter().map(|&at| rel(view.raw(at, true))))?;
+        if synced {
+            w.write_all(b",")?;
+            column(w, "ss", ats.iter().map(|&at| rel(view.time(at, false))))?;
+            w.write_all(b",")?;
+            column(w, "se", ats.iter().map(|&at| rel(view.time(at, true))))?;
+        }
+        w.write_all(b",")?;
+        column(
+            w,
+            "peer",
+            details.iter().map(|d| d.peer.map_or(-1, i64::from)),
+        )?;
+        w.write_all(b",")?;
+        column(
+            w,
+            "tag",
+            details.iter().map(|d| d.tag.map_or(-1, i64::from)),
+        )?;
+        w.write_all(b",")?;
+        column(w, "bytes", details.iter().map(|d| d.bytes as i64))?;
+        w.write_all(b",")?;
+        column(
+            w,
+            "lc",
+            ats.iter()
+                .map(|&at| view.lamport(at).map_or(-1, |l| l as i64)),
+        )?;
+        w.write_all(b"}")?;
+        s.calls += ats.len() as u64;
+        done += ats.len() as u64;
+        progress(done);
+    }
+    // Messages, matched ones whose both calls are placed.
+    let m = view.messages;
+    let msgs: Vec<((u32, u32), (u32, u32), u64, i32, bool)> = m
+        .matched
+        .iter()
+        .filter_map(|msg| {
+            let (sv, rv) = (&m.sends[msg.send], &m.recvs[msg.recv]);
+            let a = *place.get(&sv.call)?;
+            let b = *place.get(&rv.completion)?;
+            let reversed = view.raw(rv.completion, true) < view.raw(sv.call, false);
+            Some((a, b, sv.bytes, sv.tag, reversed))
+        })
+        .collect();
+    w.write_all(b"],\"msgs\":{")?;
+    column(w, "sl", msgs.iter().map(|x| i64::from(x.0 .0)))?;
+    w.write_all(b",")?;
+    column(w, "sc", msgs.iter().map(|x| i64::from(x.0 .1)))?;
+    w.write_all(b",")?;
+    column(w, "rl", msgs.iter().map(|x| i64::from(x.1 .0)))?;
+    w.write_all(b",")?;
+    column(w, "rc", msgs.iter().map(|x| i64::from(x.1 .1)))?;
+    w.write_all(b",")?;
+    column(w, "bytes", msgs.iter().map(|x| x.2 as i64))?;
+    w.write_all(b",")?;
+    column(w, "tag", msgs.iter().map(|x| i64::from(x.3)))?;
+    s.messages = msgs.len() as u64;
+    s.reversed_raw = msgs.iter().filter(|x| x.4).count() as u64;
+    s.lanes = view.locations.len() as u64;
+    write!(
+        w,
+        "}},\"stats\":{{\"calls\":{},\"msgs\":{},\"reversed_raw\":{}}}}};",
+        s.calls, s.messages, s.reversed_raw
+    )?;
+    w.write_all(b"\n")?;
+    w.write_all(tail.as_bytes())?;
+    w.flush()?;
+    s.bytes = out.n;
+    Ok(s)
+}
