@@ -53,6 +53,15 @@ pub fn category(kind: Kind) -> &'static str {
     }
 }
 
+/// A message as the page draws it: (lane, call) at both ends.
+struct DrawnMessage {
+    from: (u32, u32),
+    to: (u32, u32),
+    bytes: u64,
+    tag: i32,
+    reversed: bool,
+}
+
 /// A JSON string with `<` escaped.
 fn js(s: &str) -> String {
     serde_json::to_string(s)
@@ -235,7 +244,7 @@ pub fn write(
     }
     // Messages, matched ones whose both calls are placed.
     let m = view.messages;
-    let msgs: Vec<((u32, u32), (u32, u32), u64, i32, bool)> = m
+    let msgs: Vec<DrawnMessage> = m
         .matched
         .iter()
         .filter_map(|msg| {
@@ -243,23 +252,29 @@ pub fn write(
             let a = *place.get(&sv.call)?;
             let b = *place.get(&rv.completion)?;
             let reversed = view.raw(rv.completion, true) < view.raw(sv.call, false);
-            Some((a, b, sv.bytes, sv.tag, reversed))
+            Some(DrawnMessage {
+                from: a,
+                to: b,
+                bytes: sv.bytes,
+                tag: sv.tag,
+                reversed,
+            })
         })
         .collect();
     w.write_all(b"],\"msgs\":{")?;
-    column(w, "sl", msgs.iter().map(|x| i64::from(x.0 .0)))?;
+    column(w, "sl", msgs.iter().map(|x| i64::from(x.from.0)))?;
     w.write_all(b",")?;
-    column(w, "sc", msgs.iter().map(|x| i64::from(x.0 .1)))?;
+    column(w, "sc", msgs.iter().map(|x| i64::from(x.from.1)))?;
     w.write_all(b",")?;
-    column(w, "rl", msgs.iter().map(|x| i64::from(x.1 .0)))?;
+    column(w, "rl", msgs.iter().map(|x| i64::from(x.to.0)))?;
     w.write_all(b",")?;
-    column(w, "rc", msgs.iter().map(|x| i64::from(x.1 .1)))?;
+    column(w, "rc", msgs.iter().map(|x| i64::from(x.to.1)))?;
     w.write_all(b",")?;
-    column(w, "bytes", msgs.iter().map(|x| x.2 as i64))?;
+    column(w, "bytes", msgs.iter().map(|x| x.bytes as i64))?;
     w.write_all(b",")?;
-    column(w, "tag", msgs.iter().map(|x| i64::from(x.3)))?;
+    column(w, "tag", msgs.iter().map(|x| i64::from(x.tag)))?;
     s.messages = msgs.len() as u64;
-    s.reversed_raw = msgs.iter().filter(|x| x.4).count() as u64;
+    s.reversed_raw = msgs.iter().filter(|x| x.reversed).count() as u64;
     s.lanes = view.locations.len() as u64;
     write!(
         w,
