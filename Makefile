@@ -65,10 +65,17 @@ test: build examples pydeps lint
 
 DEMO_DIR := target/demo-trace
 demo: build examples
-	@rm -rf $(DEMO_DIR)
+	@rm -rf $(DEMO_DIR) $(DEMO_DIR).otf2 $(DEMO_DIR).html
 	$(RELEASE)/pmtrace run --out $(DEMO_DIR) -- mpirun -np 4 target/examples/halo2d
+	$(RELEASE)/pmtrace sync $(DEMO_DIR) >/dev/null
 	$(RELEASE)/pmtrace report $(DEMO_DIR)
-	@echo "demo: trace in $(DEMO_DIR); text dump: $(RELEASE)/pmtrace export $(DEMO_DIR) --format text -o -"
+	$(RELEASE)/pmtrace export $(DEMO_DIR) --format otf2 -o $(DEMO_DIR).otf2
+	$(RELEASE)/pmtrace timeline $(DEMO_DIR) -o $(DEMO_DIR).html
+	@echo
+	@echo "demo: trace in $(DEMO_DIR) (synced: $(DEMO_DIR)/sync.pmts)"
+	@echo "demo: OTF2 archive for Vampir/Scalasca: $(DEMO_DIR).otf2/traces.otf2 (try: otf2-print $(DEMO_DIR).otf2/traces.otf2 | less)"
+	@echo "demo: timeline, open in a browser: $(DEMO_DIR).html"
+	@echo "demo: more: $(RELEASE)/pmtrace export $(DEMO_DIR) --format perfetto -o demo.pftrace (ui.perfetto.dev), --format chrome -o demo.json"
 
 bench: build target/examples/mpibench
 	python3 tests/bench.py

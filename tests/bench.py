@@ -86,6 +86,12 @@ def bench(mode, scratch, np=2, extra_env=None):
 
 def main():
     scratch = tempfile.mkdtemp(prefix="pmtrace-bench-")
+    if sys.argv[1:] == ["export"]:
+        try:
+            export_section(scratch)
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+        return
     try:
         print(f"pmtrace bench: np=2, Open MPI shared memory, medians of {REPS} interleaved runs\n")
         print("'added' and 'ratio' are medians over back-to-back (baseline, traced) pairs;")
@@ -138,6 +144,8 @@ def main():
               f"(+{(rss[True] - rss[False]) / 1024:.1f} MiB)")
         print()
         sync_section(scratch)
+        print()
+        export_section(scratch)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 
@@ -205,6 +213,50 @@ def sync_section(scratch):
           f"({events / wall / 1e6:.2f} M events/s, reading included; the sync steps alone "
           f"{inner:.2f} s, {events / inner / 1e6:.2f} M events/s)")
     print(f"  peak memory {rss / 2**20:.0f} MiB = {rss / events:.0f} bytes per event")
+
+
+def timed(cmd):
+    """Runs `cmd`: (wall seconds, peak RSS in bytes)."""
+    import time
+    began = time.monotonic()
+    with subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) as p:
+        _, status, usage = os.wait4(p.pid, 0)
+        p.returncode = os.waitstatus_to_exitcode(status)
+    if p.returncode != 0:
+        sys.exit(f"bench: {' '.join(cmd)} failed")
+    return time.monotonic() - began, usage.ru_maxrss * 1024
+
+
+def size_of(path):
+    if os.path.isdir(path):
+        return sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(path) for f in fs)
+    return os.path.getsize(path)
+
+
+def export_section(scratch):
+    """Every export of one synced trace of more than 10 million events."""
+    import json
+    cli = os.path.join(ROOT, "target/release/pmtrace")
+    trace = traced_run(8, os.path.join(PROGS, "syncbench"), ["2"], scratch, {})
+    timed([cli, "sync", trace])
+    rep = json.loads(subprocess.run([cli, "report", "--json", trace], capture_output=True,
+                                    text=True, check=True).stdout)
+    events = rep["events"]
+    print(f"exports of one synced trace: syncbench np=8, {events} calls, "
+          f"{rep['messages']['matched']} messages, {rep['collectives']['logical_messages']} "
+          f"collective logical messages (reading, matching, clocks and writing included)")
+    print(f"{'format':<12}{'wall s':>9}{'M calls/s':>11}{'peak MiB':>10}{'B/call':>8}{'output MB':>11}")
+    for fmt, out in [("otf2", "archive"), ("perfetto", "t.pftrace"), ("chrome", "t.json"),
+                     ("timeline", "t.html")]:
+        path = os.path.join(scratch, out)
+        cmd = ([cli, "timeline", trace, "-o", path] if fmt == "timeline"
+               else [cli, "export", trace, "--format", fmt, "-o", path])
+        wall, rss = timed(cmd)
+        size = size_of(path)
+        print(f"{fmt:<12}{wall:>9.2f}{events / wall / 1e6:>11.2f}{rss / 2**20:>10.0f}"
+              f"{rss / events:>8.0f}{size / 1e6:>11.1f}")
+        shutil.rmtree(path, ignore_errors=True) if os.path.isdir(path) else os.remove(path)
+    shutil.rmtree(trace, ignore_errors=True)
 
 
 if __name__ == "__main__":
