@@ -307,10 +307,7 @@ fn merge(args: MergeArgs) -> Result<ExitCode> {
     let synced = match Synced::load(&trace)? {
         Some(s) => s,
         None => {
-            eprintln!(
-                "pmtrace: note: {} is not synced; synchronizing in memory (`pmtrace sync` keeps the result)",
-                args.dir.display()
-            );
+            note_not_synced(&args.dir);
             pmtrace_analysis::sync::sync(&trace, &messages, &SyncParams::default())
         }
     };
@@ -342,10 +339,7 @@ fn timeline(args: TimelineArgs) -> Result<ExitCode> {
     let synced = match Synced::load(&trace)? {
         Some(s) => s,
         None => {
-            eprintln!(
-                "pmtrace: note: {} is not synced; synchronizing in memory (`pmtrace sync` keeps the result)",
-                args.dir.display()
-            );
+            note_not_synced(&args.dir);
             progress.phase("synchronizing timestamps");
             pmtrace_analysis::sync::sync(&trace, &messages, &SyncParams::default())
         }
@@ -381,6 +375,15 @@ fn timeline(args: TimelineArgs) -> Result<ExitCode> {
         );
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Says that a trace is synchronized in memory because `pmtrace sync` did
+/// not run on it.
+fn note_not_synced(dir: &Path) {
+    eprintln!(
+        "pmtrace: note: {} is not synced; synchronizing in memory (`pmtrace sync` keeps the result)",
+        dir.display()
+    );
 }
 
 /// Runs `write` on a buffered `path` (`-`: standard output).
@@ -427,10 +430,7 @@ fn export(args: ExportArgs) -> Result<ExitCode> {
         (Some(s), _) => Some(s),
         (None, ExportFormat::Otf2) => None,
         (None, _) => {
-            eprintln!(
-                "pmtrace: note: {} is not synced; synchronizing in memory (`pmtrace sync` keeps the result)",
-                args.dir.display()
-            );
+            note_not_synced(&args.dir);
             progress.phase("synchronizing timestamps");
             Some(pmtrace_analysis::sync::sync(
                 &trace,
