@@ -31,12 +31,41 @@ fn preprocessed_mpi_h(out: &std::path::Path) -> String {
     }
 }
 
+/// Which MPI the build sees: `openmpi`, `mpich`, or `other`. The hot path
+/// reads the status fields of the first two inline (src/ffi.rs).
+fn mpi_impl(out: &std::path::Path) -> &'static str {
+    let probe = out.join("probe_impl.c");
+    std::fs::write(&probe, "#include <mpi.h>\n").unwrap();
+    let Ok(o) = Command::new(mpicc())
+        .args(["-dM", "-E"])
+        .arg(&probe)
+        .output()
+    else {
+        return "other";
+    };
+    let macros = String::from_utf8_lossy(&o.stdout);
+    let defined = |name: &str| {
+        macros
+            .lines()
+            .any(|l| l.split_whitespace().nth(1) == Some(name))
+    };
+    if defined("OPEN_MPI") {
+        "openmpi"
+    } else if defined("MPICH") {
+        "mpich"
+    } else {
+        "other"
+    }
+}
+
 fn main() {
     println!("cargo:rerun-if-changed=wrappers/mpi.wrap");
     println!("cargo:rerun-if-changed=wrappers/generate.rs");
     println!("cargo:rerun-if-changed=src/shim.c");
     println!("cargo:rerun-if-env-changed=MPICC");
     let out = PathBuf::from(env::var("OUT_DIR").unwrap());
+    println!("cargo::rustc-check-cfg=cfg(mpi_impl, values(\"openmpi\", \"mpich\", \"other\"))");
+    println!("cargo:rustc-cfg=mpi_impl=\"{}\"", mpi_impl(&out));
 
     let text = std::fs::read_to_string("wrappers/mpi.wrap").expect("wrappers/mpi.wrap");
     let entries = generate::parse(&text).unwrap_or_else(|e| panic!("{e}"));

@@ -16,10 +16,14 @@ extern "C" {
     fn pmtrace_mpi_char() -> MPI_Datatype;
     fn pmtrace_mpi_byte() -> MPI_Datatype;
     fn pmtrace_mpi_bottom() -> *const core::ffi::c_void;
-    fn pmtrace_status_set_bytes(status: *mut MPI_Status, n: core::ffi::c_longlong);
     fn pmtrace_mpi_op_max() -> MPI_Op;
     fn pmtrace_mpi_op_sum() -> MPI_Op;
     fn pmtrace_mpi_op_min() -> MPI_Op;
+}
+
+#[cfg(not(any(mpi_impl = "openmpi", mpi_impl = "mpich")))]
+extern "C" {
+    fn pmtrace_status_set_bytes(status: *mut MPI_Status, n: core::ffi::c_longlong);
     fn pmtrace_status_bytes(status: *const MPI_Status) -> core::ffi::c_longlong;
     fn pmtrace_status_cancelled(status: *const MPI_Status) -> core::ffi::c_int;
 }
@@ -234,22 +238,59 @@ impl Default for TypeSizes {
     }
 }
 
-/// Bytes a completed receive actually took, from its status.
-#[inline]
+/// Bytes a completed receive actually took, from its status. Open MPI's and
+/// MPICH's status fields are read in place (this is every receive's hot
+/// path); any other MPI is asked through `src/shim.c`.
+#[inline(always)]
 pub fn status_bytes(status: *const MPI_Status) -> u64 {
     // SAFETY: `status` was filled by MPI for a completed operation.
-    unsafe { pmtrace_status_bytes(status) }.max(0) as u64
+    unsafe {
+        #[cfg(mpi_impl = "openmpi")]
+        return (*status)._ucount as u64;
+        #[cfg(mpi_impl = "mpich")]
+        return mpich_count(&*status);
+        #[cfg(not(any(mpi_impl = "openmpi", mpi_impl = "mpich")))]
+        return pmtrace_status_bytes(status).max(0) as u64;
+    }
 }
 
 /// Sets the byte count a status reports (what `MPI_Get_count` divides).
-#[inline]
+#[inline(always)]
 pub fn set_status_bytes(status: *mut MPI_Status, n: u64) {
     // SAFETY: `status` is a status MPI filled for this call.
-    unsafe { pmtrace_status_set_bytes(status, n as core::ffi::c_longlong) }
+    unsafe {
+        #[cfg(mpi_impl = "openmpi")]
+        {
+            (*status)._ucount = n as usize;
+        }
+        #[cfg(mpi_impl = "mpich")]
+        {
+            let s = &mut *status;
+            s.count_lo = n as u32 as i32;
+            s.count_hi_and_cancelled =
+                (((n >> 32) << 1) as u32 | (s.count_hi_and_cancelled as u32 & 1)) as i32;
+        }
+        #[cfg(not(any(mpi_impl = "openmpi", mpi_impl = "mpich")))]
+        pmtrace_status_set_bytes(status, n as core::ffi::c_longlong);
+    }
 }
 
-#[inline]
+#[inline(always)]
 pub fn status_cancelled(status: *const MPI_Status) -> bool {
     // SAFETY: `status` was filled by MPI for a completed operation.
-    unsafe { pmtrace_status_cancelled(status) != 0 }
+    unsafe {
+        #[cfg(mpi_impl = "openmpi")]
+        return (*status)._cancelled != 0;
+        #[cfg(mpi_impl = "mpich")]
+        return (*status).count_hi_and_cancelled & 1 != 0;
+        #[cfg(not(any(mpi_impl = "openmpi", mpi_impl = "mpich")))]
+        return pmtrace_status_cancelled(status) != 0;
+    }
+}
+
+/// MPICH's count: 31 high bits beside the cancelled flag, 32 low bits.
+#[cfg(mpi_impl = "mpich")]
+#[inline(always)]
+fn mpich_count(s: &MPI_Status) -> u64 {
+    (u64::from(s.count_hi_and_cancelled as u32 >> 1) << 32) | u64::from(s.count_lo as u32)
 }

@@ -182,6 +182,43 @@ fn read_header(src: *const u8) -> Got {
     }
 }
 
+/// Copies `n` bytes between buffers that do not overlap. The short messages
+/// whose latency the piggyback adds to go without a call into libc.
+///
+/// # Safety
+/// `src` readable and `dst` writable for `n` bytes, not overlapping.
+#[inline(always)]
+unsafe fn copy_bytes(src: *const u8, dst: *mut u8, n: usize) {
+    use core::ptr::{read_unaligned as rd, write_unaligned as wr};
+    // SAFETY: per the contract; each pair of (possibly overlapping) loads
+    // and stores stays within the first `n` bytes.
+    unsafe {
+        match n {
+            16..=32 => {
+                let (a, b) = (rd(src as *const u128), rd(src.add(n - 16) as *const u128));
+                wr(dst as *mut u128, a);
+                wr(dst.add(n - 16) as *mut u128, b);
+            }
+            8..=15 => {
+                let (a, b) = (rd(src as *const u64), rd(src.add(n - 8) as *const u64));
+                wr(dst as *mut u64, a);
+                wr(dst.add(n - 8) as *mut u64, b);
+            }
+            4..=7 => {
+                let (a, b) = (rd(src as *const u32), rd(src.add(n - 4) as *const u32));
+                wr(dst as *mut u32, a);
+                wr(dst.add(n - 4) as *mut u32, b);
+            }
+            0..=3 => {
+                for i in 0..n {
+                    *dst.add(i) = *src.add(i);
+                }
+            }
+            _ => core::ptr::copy_nonoverlapping(src, dst, n),
+        }
+    }
+}
+
 /// A struct datatype {`hdr` bytes, `count` x `datatype` at `buf`} for use
 /// at MPI_BOTTOM; None if MPI refuses (bad user arguments: the call then
 /// goes through unchanged and fails as it would have).
@@ -271,9 +308,7 @@ impl Out {
                 write_header(stage, rec, t0);
                 // SAFETY: the user's buffer holds `n` dense bytes; the
                 // staging buffer has room for header and data.
-                unsafe {
-                    core::ptr::copy_nonoverlapping(buf as *const u8, stage.add(h), n as usize)
-                };
+                unsafe { copy_bytes(buf as *const u8, stage.add(h), n as usize) };
                 out.buf = stage as *const c_void;
                 out.count = (h + n as usize) as c_int;
                 out.datatype = ffi::consts().byte;
@@ -415,6 +450,7 @@ fn completed_ok(rc: c_int, status: *const MPI_Status) -> bool {
 }
 
 /// Takes the header off a received message at `area`.
+#[inline(always)]
 fn unpack(
     area: *mut u8,
     staged: bool,
@@ -433,7 +469,7 @@ fn unpack(
             let n = bytes.min(posted) as usize;
             // SAFETY: the staging area holds `bytes` received bytes; the
             // user's buffer was posted with `posted` dense bytes.
-            unsafe { core::ptr::copy_nonoverlapping(area, user as *mut u8, n) };
+            unsafe { copy_bytes(area, user as *mut u8, n) };
         }
         return None;
     }
@@ -441,7 +477,7 @@ fn unpack(
     if staged {
         let n = data.min(posted) as usize;
         // SAFETY: as above, the data follows the header.
-        unsafe { core::ptr::copy_nonoverlapping(area.add(h as usize), user as *mut u8, n) };
+        unsafe { copy_bytes(area.add(h as usize), user as *mut u8, n) };
     }
     ffi::set_status_bytes(status, data);
     let got = read_header(area);
@@ -453,24 +489,13 @@ fn unpack(
 
 /// LLCP rule R4 with the merge of the module docs; `own` is the slot, post
 /// number and posted tag of a nonblocking receive (None for blocking ones).
+#[inline(always)]
 fn receive_clock(rx: Rx, tag: i32, own: Option<(usize, u64, i32)>, got: &Got) {
-    let mut ticks = 0u64;
-    let mut was_pending = false;
-    if PENDING_N.load(Relaxed) > 0 {
-        let any_tag = ffi::consts().any_tag;
-        let post = own.map_or(u64::MAX, |o| o.1);
-        let mut p = PENDING.lock();
-        if let Some((slot, _, _)) = own {
-            if let Some(i) = p.iter().position(|e| e.slot == slot) {
-                p.swap_remove(i);
-                was_pending = true;
-            }
-        }
-        let before = p.len();
-        p.retain(|e| !(e.comm == rx.comm && (e.tag == any_tag || e.tag == tag) && e.post < post));
-        ticks = (before - p.len()) as u64;
-        PENDING_N.store(p.len(), Relaxed);
-    }
+    let (ticks, was_pending) = if PENDING_N.load(Relaxed) > 0 {
+        pending_ticks(rx, tag, own)
+    } else {
+        (0, false)
+    };
     let own_tick = u64::from(rx.wildcard && (own.is_none() || was_pending));
     let add = ticks + own_tick;
     let floor = got.lc.saturating_add(1);
@@ -480,12 +505,38 @@ fn receive_clock(rx: Rx, tag: i32, own: Option<(usize, u64, i32)>, got: &Got) {
         let _ = LC.fetch_update(Relaxed, Relaxed, |c| Some((c + add).max(floor)));
     }
     if mode() == Mode::Vector {
-        let mut vc = VC.lock();
-        for (mine, &theirs) in vc.iter_mut().zip(&got.vc) {
-            *mine = (*mine).max(theirs);
-        }
-        vc[ME.load(Relaxed)] += 1;
+        merge_vector(got);
     }
+}
+
+/// The pending wildcard receives a receive completes by non-overtaking
+/// (ticks), and whether it was itself pending; both leave the set.
+#[inline(never)]
+fn pending_ticks(rx: Rx, tag: i32, own: Option<(usize, u64, i32)>) -> (u64, bool) {
+    let any_tag = ffi::consts().any_tag;
+    let post = own.map_or(u64::MAX, |o| o.1);
+    let mut was_pending = false;
+    let mut p = PENDING.lock();
+    if let Some((slot, _, _)) = own {
+        if let Some(i) = p.iter().position(|e| e.slot == slot) {
+            p.swap_remove(i);
+            was_pending = true;
+        }
+    }
+    let before = p.len();
+    p.retain(|e| !(e.comm == rx.comm && (e.tag == any_tag || e.tag == tag) && e.post < post));
+    let ticks = (before - p.len()) as u64;
+    PENDING_N.store(p.len(), Relaxed);
+    (ticks, was_pending)
+}
+
+#[inline(never)]
+fn merge_vector(got: &Got) {
+    let mut vc = VC.lock();
+    for (mine, &theirs) in vc.iter_mut().zip(&got.vc) {
+        *mine = (*mine).max(theirs);
+    }
+    vc[ME.load(Relaxed)] += 1;
 }
 
 /// Fixes the status of a probe that found a message: the header is not the
@@ -644,9 +695,7 @@ fn load_send(slot: &mut Slot, rec: &mut Recorder, t0: u64) {
         let h = header_len();
         let n = slot.area.len() - h;
         // SAFETY: the user's buffer holds `n` dense bytes.
-        unsafe {
-            core::ptr::copy_nonoverlapping(slot.user as *const u8, slot.area.as_mut_ptr().add(h), n)
-        };
+        unsafe { copy_bytes(slot.user as *const u8, slot.area.as_mut_ptr().add(h), n) };
     }
 }
 

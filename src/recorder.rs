@@ -479,9 +479,14 @@ impl Writer<'_> {
             Some(g) => {
                 record::put_status(self, posted, actual, extra | record::ST_PIGGYBACK);
                 let start = self.rec.start;
-                let mut prev = core::mem::take(&mut self.rec.pb_prev);
-                record::put_pb(self, &mut prev, start, g.id, g.lc, g.sent, &g.vc);
-                self.rec.pb_prev = prev;
+                let (mut id, mut lc) = (self.rec.pb_prev.id, self.rec.pb_prev.lc);
+                record::put_pb_scalars(self, (&mut id, &mut lc), start, g.id, g.lc, g.sent);
+                (self.rec.pb_prev.id, self.rec.pb_prev.lc) = (id, lc);
+                if !g.vc.is_empty() {
+                    let mut prev = core::mem::take(&mut self.rec.pb_prev.vc);
+                    record::put_pb_vector(self, &mut prev, &g.vc);
+                    self.rec.pb_prev.vc = prev;
+                }
             }
         }
     }

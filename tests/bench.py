@@ -12,7 +12,12 @@ Rows:
              ranks outnumber this machine's two cores)
   bandwidth  MB/s of 1 MiB messages (ratio traced/baseline)
   allreduce  ns per 8-byte MPI_Allreduce
-then trace bytes per MPI call (cheap-call loop and examples), and peak RSS
+Ping-pong and Allreduce time blocks of 1000 iterations and take the median
+block, so that a moment the rank was descheduled does not move the figure.
+`bench.py overhead` prints these rows only, `bench.py export` the export
+section only.
+
+Then trace bytes per MPI call (cheap-call loop and examples), and peak RSS
 of a 10-million-event run with and without the library.
 
 Then `pmtrace sync`: its accuracy against the true time under
@@ -92,6 +97,7 @@ def main():
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
         return
+    only_rows = sys.argv[1:] == ["overhead"]
     try:
         print(f"pmtrace bench: np=2, Open MPI shared memory, medians of {REPS} interleaved runs\n")
         print("'added' and 'ratio' are medians over back-to-back (baseline, traced) pairs;")
@@ -123,6 +129,8 @@ def main():
             at_ref = "" if ref is None else f"{diff * ref / b:+.1f}"
             print(f"{label:<36}{b:>10.1f}{t:>10.1f}{added:>10}{min_added:>8}{at_ref:>8}{ratio:>8.3f}  {target}")
         print()
+        if only_rows:
+            return
         print("trace bytes per MPI call (target <= 12):")
         if iprobe_bytes:
             print(f"  {'Iprobe loop':<22}{statistics.median(iprobe_bytes):>8.2f}")

@@ -3,11 +3,36 @@
  *   pingpong   ns per one-way 8-byte message (round trip / 2)
  *   bandwidth  MB/s of 1 MiB messages, 16 in flight
  *   allreduce  ns per 8-byte MPI_Allreduce
- * Rank 0 prints "<mode> <value>". Each measures after a warm-up. */
+ * Rank 0 prints "<mode> <value>" (pingpong and allreduce: the median block,
+ * then "mean <ns>"). Each measures after a warm-up. */
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+
+/* Loops are timed in blocks of BLOCK iterations with CLOCK_MONOTONIC (not
+ * MPI_Wtime, which a tracer records). The value printed is the median
+ * block, which a descheduled moment on a busy machine does not move; the
+ * mean over the whole loop follows it. */
+enum { BLOCK = 1000 };
+
+static double now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e9 + ts.tv_nsec;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* Median of n values (sorts them). */
+static double median(double *v, long n) {
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
 
 int main(int argc, char **argv) {
     int rank, np;
@@ -17,7 +42,7 @@ int main(int argc, char **argv) {
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &np);
     int peer = rank ^ 1;
-    double value = 0;
+    double value = 0, mean = 0;
     if (!strcmp(mode, "iprobe")) {
         long n = (long)(2000000 * scale);
         int flag;
@@ -27,26 +52,33 @@ int main(int argc, char **argv) {
         for (long i = 0; i < n; i++) MPI_Iprobe(MPI_ANY_SOURCE, 1, MPI_COMM_WORLD, &flag, MPI_STATUS_IGNORE);
         value = (MPI_Wtime() - t0) / n * 1e9;
     } else if (!strcmp(mode, "pingpong")) {
-        long n = (long)(200000 * scale);
+        long blocks = (long)(200 * scale);
         char b[8] = {0};
+        double *per = malloc(sizeof(double) * (size_t)blocks);
         for (int pass = 0; pass < 2; pass++) {
-            long iters = pass ? n : n / 10;
+            long nb = pass ? blocks : blocks / 10;
             MPI_Barrier(MPI_COMM_WORLD);
-            double t0 = MPI_Wtime();
-            for (long i = 0; i < iters; i++) {
-                /* Every pair (2k, 2k+1) plays; an odd last rank sits out. */
-                if (peer >= np) {
-                    break;
-                } else if (rank % 2 == 0) {
-                    MPI_Send(b, 8, MPI_BYTE, peer, 0, MPI_COMM_WORLD);
-                    MPI_Recv(b, 8, MPI_BYTE, peer, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
-                } else {
-                    MPI_Recv(b, 8, MPI_BYTE, peer, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
-                    MPI_Send(b, 8, MPI_BYTE, peer, 0, MPI_COMM_WORLD);
+            double t0 = now_ns();
+            for (long k = 0; k < nb; k++) {
+                double b0 = now_ns();
+                for (long i = 0; i < BLOCK; i++) {
+                    /* Every pair (2k, 2k+1) plays; an odd last rank sits out. */
+                    if (peer >= np) {
+                        break;
+                    } else if (rank % 2 == 0) {
+                        MPI_Send(b, 8, MPI_BYTE, peer, 0, MPI_COMM_WORLD);
+                        MPI_Recv(b, 8, MPI_BYTE, peer, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+                    } else {
+                        MPI_Recv(b, 8, MPI_BYTE, peer, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+                        MPI_Send(b, 8, MPI_BYTE, peer, 0, MPI_COMM_WORLD);
+                    }
                 }
+                per[k] = (now_ns() - b0) / BLOCK / 2;
             }
-            value = (MPI_Wtime() - t0) / iters / 2 * 1e9;
+            mean = (now_ns() - t0) / nb / BLOCK / 2;
+            value = median(per, nb);
         }
+        free(per);
     } else if (!strcmp(mode, "bandwidth")) {
         enum { W = 16, SIZE = 1 << 20 };
         long reps = (long)(40 * scale);
@@ -71,21 +103,31 @@ int main(int argc, char **argv) {
         }
         free(buf);
     } else if (!strcmp(mode, "allreduce")) {
-        long n = (long)(200000 * scale);
+        long blocks = (long)(200 * scale);
         double x = rank, y;
+        double *per = malloc(sizeof(double) * (size_t)blocks);
         for (int pass = 0; pass < 2; pass++) {
-            long iters = pass ? n : n / 10;
+            long nb = pass ? blocks : blocks / 10;
             MPI_Barrier(MPI_COMM_WORLD);
-            double t0 = MPI_Wtime();
-            for (long i = 0; i < iters; i++) MPI_Allreduce(&x, &y, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
-            value = (MPI_Wtime() - t0) / iters * 1e9;
+            double t0 = now_ns();
+            for (long k = 0; k < nb; k++) {
+                double b0 = now_ns();
+                for (long i = 0; i < BLOCK; i++) MPI_Allreduce(&x, &y, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+                per[k] = (now_ns() - b0) / BLOCK;
+            }
+            mean = (now_ns() - t0) / nb / BLOCK;
+            value = median(per, nb);
         }
+        free(per);
     } else {
         if (rank == 0) fprintf(stderr, "mpibench: unknown mode %s\n", mode);
         MPI_Finalize();
         return 2;
     }
-    if (rank == 0) printf("%s %.3f\n", mode, value);
+    if (rank == 0) {
+        if (mean > 0) printf("%s %.3f mean %.3f\n", mode, value, mean);
+        else printf("%s %.3f\n", mode, value);
+    }
     MPI_Finalize();
     return 0;
 }

@@ -249,16 +249,35 @@ pub fn put_pb<S: Sink>(
     sent: u64,
     vc: &[u64],
 ) {
-    out.put_i(id.wrapping_sub(prev.id) as i64);
-    out.put_i(lc.wrapping_sub(prev.lc) as i64);
+    put_pb_scalars(out, (&mut prev.id, &mut prev.lc), start, id, lc, sent);
+    put_pb_vector(out, &mut prev.vc, vc);
+}
+
+/// The scalar part of [`put_pb`]: message id, Lamport clock, send time.
+#[inline(always)]
+pub fn put_pb_scalars<S: Sink>(
+    out: &mut S,
+    prev: (&mut u64, &mut u64),
+    start: u64,
+    id: u64,
+    lc: u64,
+    sent: u64,
+) {
+    out.put_i(id.wrapping_sub(*prev.0) as i64);
+    out.put_i(lc.wrapping_sub(*prev.1) as i64);
     out.put_i(start.wrapping_sub(sent) as i64);
-    prev.id = id;
-    prev.lc = lc;
+    *prev.0 = id;
+    *prev.1 = lc;
+}
+
+/// The vector clock part of [`put_pb`] (nothing when `vc` is empty).
+#[inline]
+pub fn put_pb_vector<S: Sink>(out: &mut S, prev: &mut Vec<u64>, vc: &[u64]) {
     if !vc.is_empty() {
-        if prev.vc.len() != vc.len() {
-            prev.vc = vec![0; vc.len()];
+        if prev.len() != vc.len() {
+            *prev = vec![0; vc.len()];
         }
-        for (p, &v) in prev.vc.iter_mut().zip(vc) {
+        for (p, &v) in prev.iter_mut().zip(vc) {
             out.put_i(v.wrapping_sub(*p) as i64);
             *p = v;
         }
