@@ -687,7 +687,11 @@ impl ScenarioClocks {
 
     /// Lamport clock after the n-th call of `name` on `rank`.
     fn after(&self, rank: usize, name: &str, n: usize) -> u64 {
-        self.clocks.after_call[&self.call(rank, name, n)]
+        let at = self.call(rank, name, n);
+        self.clocks
+            .after_call
+            .get(at)
+            .unwrap_or_else(|| panic!("no clock after {name} #{n} on rank {rank}"))
     }
 
     /// (match clock, clock after the merge) of the receive posted by the

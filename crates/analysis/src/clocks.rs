@@ -35,7 +35,7 @@
 //! vector clocks must order two events exactly when a brute-force
 //! happens-before over the event graph does.
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 
 use pmtrace_format::record::{msg_id, Call, Payload};
 use pmtrace_format::Kind;
@@ -90,7 +90,7 @@ pub struct Clocks {
     /// The report's `clocks` object.
     pub report: ClockReport,
     /// Lamport clock of each call record after the call.
-    pub after_call: HashMap<EventRef, u64>,
+    pub after_call: CallClocks,
     /// For each receive of [`Messages::recvs`]: its LLCP match clock (the
     /// clock it got when it matched) and its clock after the merge.
     pub recv_lc: Vec<Option<(u64, u64)>>,
@@ -99,6 +99,50 @@ pub struct Clocks {
     pub send_lc: Vec<Option<u64>>,
     /// For each receive: the send it matched through its id.
     pub by_id: Vec<Option<usize>>,
+}
+
+/// A clock per call record, stored by position (8 bytes a record, where a
+/// map by event reference took five times that and hashed on every call).
+#[derive(Debug, Clone, Default)]
+pub struct CallClocks {
+    /// Per rank number: per thread, its index and one slot per record.
+    ranks: Vec<Vec<(u32, Vec<u64>)>>,
+}
+
+/// No clock for this record (not a call, or never reached).
+const NO_CLOCK: u64 = u64::MAX;
+
+impl CallClocks {
+    fn new(trace: &Trace) -> CallClocks {
+        let len = trace
+            .ranks
+            .iter()
+            .map(|r| r.rank as usize + 1)
+            .max()
+            .unwrap_or(0);
+        let mut ranks = vec![Vec::new(); len];
+        for r in &trace.ranks {
+            ranks[r.rank as usize] = r
+                .threads
+                .iter()
+                .map(|th| (th.index, vec![NO_CLOCK; th.records.len()]))
+                .collect();
+        }
+        CallClocks { ranks }
+    }
+
+    fn slot(&mut self, at: EventRef) -> Option<&mut u64> {
+        let threads = self.ranks.get_mut(at.rank as usize)?;
+        let (_, v) = threads.iter_mut().find(|(t, _)| *t == at.thread)?;
+        v.get_mut(at.index)
+    }
+
+    /// The clock after the call at `at`.
+    pub fn get(&self, at: EventRef) -> Option<u64> {
+        let threads = self.ranks.get(at.rank as usize)?;
+        let (_, v) = threads.iter().find(|(t, _)| *t == at.thread)?;
+        v.get(at.index).copied().filter(|&c| c != NO_CLOCK)
+    }
 }
 
 /// One step of a rank, in order.
@@ -190,12 +234,12 @@ struct Plan {
 
 fn plan(trace: &Trace, m: &Messages) -> Plan {
     let n = trace.ranks.len();
-    let mut send_at: HashMap<(EventRef, usize), usize> = HashMap::new();
+    let mut send_at: HashMap<(EventRef, usize), usize> = HashMap::default();
     for (i, s) in m.sends.iter().enumerate() {
         send_at.insert((s.call, s.item), i);
     }
-    let mut recv_done: HashMap<(EventRef, usize), usize> = HashMap::new();
-    let mut recv_post: HashMap<(EventRef, usize), usize> = HashMap::new();
+    let mut recv_done: HashMap<(EventRef, usize), usize> = HashMap::default();
+    let mut recv_post: HashMap<(EventRef, usize), usize> = HashMap::default();
     for (i, r) in m.recvs.iter().enumerate() {
         recv_done.insert((r.completion, r.completion_item), i);
         if r.how != RecvHow::Blocking {
@@ -205,21 +249,21 @@ fn plan(trace: &Trace, m: &Messages) -> Plan {
     let mut send_ids = vec![0u64; m.sends.len()];
     let mut instances: Vec<Instance> = Vec::new();
     let mut comm_rank: Vec<HashMap<u32, u32>> = Vec::new();
-    let mut inst_of: HashMap<(u64, u64), usize> = HashMap::new();
+    let mut inst_of: HashMap<(u64, u64), usize> = HashMap::default();
     let mut events: Vec<Vec<Ev>> = Vec::new();
     let mut stream_rank = Vec::new();
     let mut single = vec![true; n];
     for (ri, rank) in trace.ranks.iter().enumerate() {
         single[ri] = rank.threads.len() <= 1;
         // Threads are separate streams: their order is not MPI's to know.
-        let mut stream_of: HashMap<u32, usize> = HashMap::new();
+        let mut stream_of: HashMap<u32, usize> = HashMap::default();
         for th in &rank.threads {
             stream_of.insert(th.index, events.len());
             events.push(Vec::new());
             stream_rank.push(ri);
         }
         // Persistent sends, and the instances of icolls, by op id.
-        let mut send_inits = std::collections::HashSet::new();
+        let mut send_inits = rustc_hash::FxHashSet::default();
         for (_, c) in rank.calls() {
             if let (Kind::SendInit, Payload::Send { op: Some(op), .. }) =
                 (rank.kind(c.func), &c.payload)
@@ -227,11 +271,11 @@ fn plan(trace: &Trace, m: &Messages) -> Plan {
                 send_inits.insert(*op);
             }
         }
-        let mut icoll_of: HashMap<u64, usize> = HashMap::new();
+        let mut icoll_of: HashMap<u64, usize> = HashMap::default();
         // Calls of all threads in time order.
         let mut calls: Vec<(EventRef, &Call)> = rank.calls().collect();
         calls.sort_by_key(|(at, c)| (c.t_start, at.thread, at.index));
-        let mut sent_n: HashMap<u32, u64> = HashMap::new();
+        let mut sent_n: HashMap<u32, u64> = HashMap::default();
         for (at, call) in calls {
             let evs = &mut events[stream_of[&at.thread]];
             let kind = rank.kind(call.func);
@@ -392,7 +436,7 @@ struct Pass {
     send_vc: Vec<Option<Vec<u64>>>,
     recv_lc: Vec<Option<(u64, u64)>>,
     recv_vc: Vec<Option<Vec<u64>>>,
-    after_call: HashMap<EventRef, u64>,
+    after_call: CallClocks,
     forced: u64,
     /// Events in evaluation order (a topological order), for the HB check:
     /// (rank, vector clock, node kind) with sources of incoming edges.
@@ -434,7 +478,7 @@ fn pass(
                 vc: if vector { vec![0; world] } else { Vec::new() },
                 pending: Vec::new(),
                 posts: 0,
-                post_order: HashMap::new(),
+                post_order: HashMap::default(),
             })
             .collect(),
         out: Pass {
@@ -442,7 +486,7 @@ fn pass(
             send_vc: vec![None; m.sends.len()],
             recv_lc: vec![None; m.recvs.len()],
             recv_vc: vec![None; m.recvs.len()],
-            after_call: HashMap::new(),
+            after_call: CallClocks::new(trace),
             forced: 0,
             nodes: Vec::new(),
         },
@@ -687,7 +731,9 @@ impl Walker<'_> {
                 node(out, &vc, from);
             }
             Ev::End(at) => {
-                out.after_call.insert(at, s.lc);
+                if let Some(c) = out.after_call.slot(at) {
+                    *c = s.lc;
+                }
             }
         }
     }
@@ -712,7 +758,7 @@ pub fn compute(trace: &Trace, m: &Messages) -> Clocks {
         ..ClockReport::default()
     };
     // Matching by id.
-    let mut id_to_send: HashMap<(u32, u64), usize> = HashMap::new();
+    let mut id_to_send: HashMap<(u32, u64), usize> = HashMap::default();
     for (i, s) in m.sends.iter().enumerate() {
         if p.send_ids[i] != 0 {
             id_to_send.insert((s.src, p.send_ids[i]), i);
@@ -818,15 +864,14 @@ pub fn compute(trace: &Trace, m: &Messages) -> Clocks {
         }
     }
     // Clocks along each rank never decrease, call by call.
-    for rank in &trace.ranks {
-        let mut calls: Vec<(EventRef, u64)> = rank
-            .calls()
-            .filter_map(|(at, _)| full.after_call.get(&at).map(|&lc| (at, lc)))
-            .collect();
-        calls.sort_by_key(|(at, _)| (at.thread, at.index));
-        for w in calls.windows(2) {
-            if w[0].0.thread == w[1].0.thread && w[1].1 < w[0].1 {
-                report.decreasing += 1;
+    for threads in &full.after_call.ranks {
+        for (_, v) in threads {
+            let mut prev = 0;
+            for &c in v.iter().filter(|&&c| c != NO_CLOCK) {
+                if c < prev {
+                    report.decreasing += 1;
+                }
+                prev = c;
             }
         }
     }

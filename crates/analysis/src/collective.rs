@@ -14,7 +14,7 @@
 //! Sync (`sync::graph`) and the viewers' exports (flows of a collective)
 //! read the same instances, so they draw the same logical messages.
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 
 use pmtrace_format::record::Payload;
 use pmtrace_format::Kind;
@@ -117,10 +117,10 @@ impl Instance<MemberCalls> {
 /// some member, in order of first appearance (rank by rank).
 pub fn instances(trace: &Trace) -> Vec<Instance<MemberCalls>> {
     let mut insts: Vec<Instance<MemberCalls>> = Vec::new();
-    let mut inst_of: HashMap<(u64, u64), usize> = HashMap::new();
+    let mut inst_of: HashMap<(u64, u64), usize> = HashMap::default();
     for rank in &trace.ranks {
         // Where each nonblocking collective completed.
-        let mut done_at: HashMap<u64, EventRef> = HashMap::new();
+        let mut done_at: HashMap<u64, EventRef> = HashMap::default();
         for (at, c) in rank.calls() {
             if let Payload::Complete { done } = &c.payload {
                 for d in done {

@@ -29,7 +29,7 @@
 //! rank (its communicator's members were never written) stays unmatched and
 //! is counted in [`Messages::unresolved`].
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 
 use pmtrace_format::meta::MpiConstants;
 use pmtrace_format::record::{Call, Payload, Pb};
@@ -149,7 +149,7 @@ impl Messages {
     }
 
     fn match_fifo(&mut self) {
-        let mut channels: HashMap<Channel, (Vec<usize>, Vec<usize>)> = HashMap::new();
+        let mut channels: HashMap<Channel, (Vec<usize>, Vec<usize>)> = HashMap::default();
         for (i, s) in self.sends.iter().enumerate() {
             match s.dst {
                 Some(dst) => channels
@@ -229,7 +229,7 @@ impl Messages {
     /// Bytes each call moved point-to-point: bytes of the sends it posted
     /// plus bytes of the receives it completed.
     pub fn bytes_by_call(&self) -> HashMap<EventRef, u64> {
-        let mut out: HashMap<EventRef, u64> = HashMap::new();
+        let mut out: HashMap<EventRef, u64> = HashMap::default();
         for s in &self.sends {
             *out.entry(s.call).or_default() += s.bytes;
         }
@@ -293,7 +293,7 @@ struct RankScan<'a> {
     cancelled: Vec<usize>,
     first_send: usize,
     /// Receive operations made by `imrecv`.
-    probed: std::collections::HashSet<u64>,
+    probed: rustc_hash::FxHashSet<u64>,
 }
 
 impl<'a> RankScan<'a> {
@@ -305,7 +305,7 @@ impl<'a> RankScan<'a> {
             rank,
             c,
             out,
-            ops: HashMap::new(),
+            ops: HashMap::default(),
             cancelled: vec![],
             first_send,
             probed: Default::default(),

@@ -55,7 +55,14 @@ impl FunctionStats {
         self.calls += 1;
         self.total_ns += dur;
         self.bytes += bytes;
-        self.mean_ns = self.total_ns as f64 / self.calls as f64;
+    }
+
+    /// Adds `other` in, and sets the mean of the sum.
+    fn merge(&mut self, other: &FunctionStats) {
+        self.calls += other.calls;
+        self.total_ns += other.total_ns;
+        self.bytes += other.bytes;
+        self.mean_ns = self.total_ns as f64 / self.calls.max(1) as f64;
     }
 }
 
@@ -188,24 +195,27 @@ impl Report {
         let mut functions: BTreeMap<String, FunctionStats> = BTreeMap::new();
         let mut per_rank = Vec::with_capacity(trace.ranks.len());
         for rank in &trace.ranks {
-            let mut fns: BTreeMap<String, FunctionStats> = BTreeMap::new();
+            // By function index first: a name lookup per call is slow.
+            let mut by_func = vec![FunctionStats::default(); rank.header.functions.len() + 1];
+            let unknown = by_func.len() - 1;
             let (mut events, mut mpi_ns, mut last_end) = (0, 0, rank.header.start_ns);
             for (at, call) in rank.calls() {
-                let coll = match call.payload {
+                let bytes = match call.payload {
                     Payload::Coll { sent, recvd, .. } => sent + recvd,
-                    _ => 0,
+                    Payload::None => 0,
+                    _ => p2p_bytes.get(&at).copied().unwrap_or(0),
                 };
-                let bytes = coll + p2p_bytes.get(&at).copied().unwrap_or(0);
                 let dur = call.t_end - call.t_start;
-                let name = rank.function_name(call.func);
-                fns.entry(name.to_owned()).or_default().add(dur, bytes);
-                functions
-                    .entry(name.to_owned())
-                    .or_default()
-                    .add(dur, bytes);
+                by_func[(call.func as usize).min(unknown)].add(dur, bytes);
                 events += 1;
                 mpi_ns += dur;
                 last_end = last_end.max(call.t_end);
+            }
+            let mut fns: BTreeMap<String, FunctionStats> = BTreeMap::new();
+            for (func, stats) in by_func.iter().enumerate().filter(|(_, f)| f.calls > 0) {
+                let name = rank.function_name(func as u32);
+                fns.entry(name.to_owned()).or_default().merge(stats);
+                functions.entry(name.to_owned()).or_default().merge(stats);
             }
             let end = rank
                 .trailer

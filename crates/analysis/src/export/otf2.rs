@@ -32,7 +32,8 @@
 //! vector mode). A send whose receiver could not be resolved writes no
 //! MpiSend (it is counted in the summary).
 
-use std::collections::{BTreeMap, HashMap};
+use rustc_hash::FxHashMap as HashMap;
+use std::collections::BTreeMap;
 use std::fs;
 use std::path::Path;
 
@@ -421,8 +422,8 @@ impl<'v, 'a> Writer<'v, 'a> {
     /// Request ids of the rank's nonblocking operations.
     fn ops(&self, rank: u32) -> HashMap<u64, Op> {
         let r = &self.view.trace.ranks[rank as usize];
-        let mut ops = HashMap::new();
-        let mut persistent: HashMap<u64, Op> = HashMap::new();
+        let mut ops = HashMap::default();
+        let mut persistent: HashMap<u64, Op> = HashMap::default();
         for (at, c) in r.calls() {
             match (&c.payload, r.kind(c.func)) {
                 // A send to MPI_PROC_NULL moved no message: no MpiIsend,

@@ -27,7 +27,7 @@
 //! (`protos/perfetto/trace/...`) this writer fills, with the same field
 //! numbers; Perfetto's own `perfetto_trace_pb2` decodes the file.
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 use std::io::{self, Write};
 
 use prost::Message;
@@ -254,7 +254,7 @@ pub fn write(view: &View, w: &mut dyn Write, progress: &mut dyn FnMut(u64)) -> i
     };
     let t0 = view.span.0;
     // Interned names: the functions that were called.
-    let mut name_iid: HashMap<&str, u64> = HashMap::new();
+    let mut name_iid: HashMap<&str, u64> = HashMap::default();
     let mut names = Vec::new();
     for r in &view.trace.ranks {
         let mut used = vec![false; r.header.functions.len()];
@@ -297,8 +297,8 @@ pub fn write(view: &View, w: &mut dyn Write, progress: &mut dyn FnMut(u64)) -> i
 
     // Flows: ids per (call, outgoing) and (call, incoming).
     let m = view.messages;
-    let mut flows_out: HashMap<EventRef, Vec<u64>> = HashMap::new();
-    let mut flows_in: HashMap<EventRef, Vec<u64>> = HashMap::new();
+    let mut flows_out: HashMap<EventRef, Vec<u64>> = HashMap::default();
+    let mut flows_in: HashMap<EventRef, Vec<u64>> = HashMap::default();
     let mut next_flow = 1u64;
     for msg in &m.matched {
         let (s, r) = (&m.sends[msg.send], &m.recvs[msg.recv]);

@@ -17,7 +17,7 @@
 //! Every `<` in the JSON is written `\u003c`, so no string can close the
 //! script element it sits in.
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 use std::io::{self, Write};
 
 use pmtrace_format::Kind;
@@ -116,8 +116,8 @@ pub fn write(
 
     // Functions, by (rank, func id) → index of `funcs`.
     let mut funcs: Vec<(String, &str)> = Vec::new();
-    let mut func_ix: HashMap<(u32, u32), usize> = HashMap::new();
-    let mut by_name: HashMap<String, usize> = HashMap::new();
+    let mut func_ix: HashMap<(u32, u32), usize> = HashMap::default();
+    let mut by_name: HashMap<String, usize> = HashMap::default();
     for r in &view.trace.ranks {
         for (id, f) in r.header.functions.iter().enumerate() {
             let k = *by_name.entry(f.name.clone()).or_insert_with(|| {
@@ -138,7 +138,7 @@ pub fn write(
                 .collect()
         })
         .collect();
-    let mut place: HashMap<EventRef, (u32, u32)> = HashMap::new();
+    let mut place: HashMap<EventRef, (u32, u32)> = HashMap::default();
     let mut t0 = view.span.0;
     for (li, (loc, idx)) in view.locations.iter().zip(&lanes).enumerate() {
         for (k, &i) in idx.iter().enumerate() {

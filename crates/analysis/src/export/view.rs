@@ -6,7 +6,7 @@
 //! requires), else the recorded one. Exports ask [`View::time`] and never
 //! pick a base themselves; the HTML timeline also reads [`View::raw`].
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 
 use pmtrace_format::record::{Call, Payload, Record};
 
@@ -69,12 +69,12 @@ pub struct View<'a> {
 
 impl<'a> View<'a> {
     pub fn new(trace: &'a Trace, messages: &'a Messages, synced: Option<&'a Synced>) -> View<'a> {
-        let mut sends_of: HashMap<EventRef, Vec<usize>> = HashMap::new();
+        let mut sends_of: HashMap<EventRef, Vec<usize>> = HashMap::default();
         for (i, s) in messages.sends.iter().enumerate() {
             sends_of.entry(s.call).or_default().push(i);
         }
-        let mut recvs_done: HashMap<EventRef, Vec<usize>> = HashMap::new();
-        let mut recvs_posted: HashMap<EventRef, Vec<usize>> = HashMap::new();
+        let mut recvs_done: HashMap<EventRef, Vec<usize>> = HashMap::default();
+        let mut recvs_posted: HashMap<EventRef, Vec<usize>> = HashMap::default();
         for (i, r) in messages.recvs.iter().enumerate() {
             recvs_done.entry(r.completion).or_default().push(i);
             recvs_posted.entry(r.post).or_default().push(i);
@@ -187,7 +187,7 @@ impl<'a> View<'a> {
         if self.clocks.report.mode == "none" {
             return None;
         }
-        self.clocks.after_call.get(&at).copied()
+        self.clocks.after_call.get(at)
     }
 
     /// Peer, tag and bytes of a call.
@@ -230,7 +230,7 @@ impl<'a> View<'a> {
     pub fn in_flight(&self, rank: u32) -> Vec<InFlight> {
         let r = &self.trace.ranks[rank as usize];
         let m = self.messages;
-        let mut done_at: HashMap<u64, EventRef> = HashMap::new();
+        let mut done_at: HashMap<u64, EventRef> = HashMap::default();
         for (at, c) in r.calls() {
             if let Payload::Complete { done } = &c.payload {
                 for d in done {

@@ -35,7 +35,7 @@
 //! when a call ends, so record order is not always time order), and every
 //! sync step keeps that order.
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 
 use pmtrace_format::record::Record;
 
@@ -361,8 +361,8 @@ fn csr<T: Copy>(sizes: &[usize], mut items: Vec<(Node, T)>) -> (Vec<Vec<u32>>, V
 /// leader measured them all); without offsets, when they share a host and
 /// ran without a simulated clock.
 fn clock_groups(trace: &Trace) -> (Vec<u32>, Vec<u32>) {
-    let mut host_ids: HashMap<&str, u32> = HashMap::new();
-    let mut group_ids: HashMap<(u32, u64), u32> = HashMap::new();
+    let mut host_ids: HashMap<&str, u32> = HashMap::default();
+    let mut group_ids: HashMap<(u32, u64), u32> = HashMap::default();
     let mut groups = Vec::new();
     let mut hosts = Vec::new();
     for r in &trace.ranks {
