@@ -256,21 +256,35 @@ pub fn write(view: &View, w: &mut dyn Write, progress: &mut dyn FnMut(u64)) -> i
     // Interned names: the functions that were called.
     let mut name_iid: HashMap<&str, u64> = HashMap::default();
     let mut names = Vec::new();
+    // Per rank (by rank number) and function index: the name's iid.
+    let mut iid_of: Vec<Vec<Option<u64>>> = Vec::new();
     for r in &view.trace.ranks {
         let mut used = vec![false; r.header.functions.len()];
         for (_, c) in r.calls() {
             used[c.func as usize] = true;
         }
-        for (f, _) in r.header.functions.iter().zip(&used).filter(|(_, &u)| u) {
-            if !name_iid.contains_key(f.name.as_str()) {
-                let n = name_iid.len() as u64 + 1;
-                name_iid.insert(&f.name, n);
+        let mut iids = vec![None; used.len()];
+        for (k, f) in r
+            .header
+            .functions
+            .iter()
+            .enumerate()
+            .filter(|&(k, _)| used[k])
+        {
+            let next = name_iid.len() as u64 + 1;
+            let n = *name_iid.entry(&f.name).or_insert_with(|| {
                 names.push(Interned {
-                    iid: Some(n),
+                    iid: Some(next),
                     name: Some(f.name.clone()),
                 });
-            }
+                next
+            });
+            iids[k] = Some(n);
         }
+        if iid_of.len() <= r.rank as usize {
+            iid_of.resize(r.rank as usize + 1, Vec::new());
+        }
+        iid_of[r.rank as usize] = iids;
     }
     let interned = |iid: u64, name: &str| Interned {
         iid: Some(iid),
@@ -363,14 +377,17 @@ pub fn write(view: &View, w: &mut dyn Write, progress: &mut dyn FnMut(u64)) -> i
             let a = a.max(last);
             let b = b.max(a);
             last = b;
-            let name = view.function_name(rank, call);
+            let name_iid = iid_of[rank as usize]
+                .get(call.func as usize)
+                .copied()
+                .flatten();
             out.event(
                 a - t0,
                 TrackEvent {
                     category_iids: vec![CAT_MPI],
                     debug_annotations: annotations(view.detail(at, call), view.lamport(at)),
                     r#type: Some(TYPE_SLICE_BEGIN),
-                    name_iid: name_iid.get(name).copied(),
+                    name_iid,
                     track_uuid: Some(track),
                     flow_ids: flows_out.remove(&at).unwrap_or_default(),
                     terminating_flow_ids: flows_in.remove(&at).unwrap_or_default(),
