@@ -163,23 +163,31 @@ fn write_header(dst: *mut u8, rec: &mut Recorder, t0: u64) {
     }
 }
 
+#[inline(always)]
 fn read_header(src: *const u8) -> Got {
     // SAFETY: `src` holds a received header of `header_len()` bytes.
-    unsafe {
-        let mut g = Got {
+    let mut g = unsafe {
+        Got {
             lc: core::ptr::read_unaligned(src as *const u64),
             id: core::ptr::read_unaligned(src.add(8) as *const u64),
             sent: core::ptr::read_unaligned(src.add(16) as *const u64),
             vc: Vec::new(),
-        };
-        if mode() == Mode::Vector {
-            let n = (header_len() - BASE) / 8;
-            g.vc = (0..n)
-                .map(|k| core::ptr::read_unaligned(src.add(BASE + 8 * k) as *const u64))
-                .collect();
         }
-        g
+    };
+    if mode() == Mode::Vector {
+        g.vc = read_vector(src);
     }
+    g
+}
+
+/// The vector clock of a received header (vector mode).
+#[inline(never)]
+fn read_vector(src: *const u8) -> Vec<u64> {
+    let n = (header_len() - BASE) / 8;
+    // SAFETY: the header holds `n` clock entries after its base.
+    (0..n)
+        .map(|k| unsafe { core::ptr::read_unaligned(src.add(BASE + 8 * k) as *const u64) })
+        .collect()
 }
 
 /// Copies `n` bytes between buffers that do not overlap. The short messages
