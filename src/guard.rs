@@ -133,6 +133,11 @@ impl Guard {
 impl Drop for Guard {
     #[inline(always)]
     fn drop(&mut self) {
+        // Freed requests still in flight are completed at the end of traced
+        // calls (see `orphans`), under this guard.
+        if crate::orphans::wanted() {
+            crate::orphans::poll();
+        }
         // SAFETY: as in `recorder`.
         unsafe { (*self.thread).busy.set(false) };
     }

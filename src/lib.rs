@@ -26,6 +26,7 @@ mod guard;
 mod hooks;
 mod lifecycle;
 mod offsets;
+mod orphans;
 mod peers;
 mod piggyback;
 mod recorder;

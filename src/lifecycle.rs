@@ -591,6 +591,7 @@ pub unsafe extern "C" fn MPI_Finalize() -> c_int {
     if let Some((rank, dir)) = session {
         let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             let t0 = clock::now();
+            crate::orphans::finish();
             if guard::state() == State::Active {
                 if let Some((rank, size, reps, own)) = *SYNC.lock() {
                     *FINAL_OFFSET.lock() =

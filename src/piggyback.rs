@@ -873,7 +873,7 @@ pub fn peek(slot: usize, status: *mut MPI_Status) {
     }
 }
 
-fn forget_pending(slot: usize) {
+pub fn forget_pending(slot: usize) {
     if PENDING_N.load(Relaxed) == 0 {
         return;
     }
@@ -883,6 +883,52 @@ fn forget_pending(slot: usize) {
 }
 
 /// Frees a slot (request freed or nonpersistent request complete).
+/// Whether the operation of `slot` (0: none) is in flight.
+pub fn in_flight(slot: usize) -> bool {
+    // SAFETY: a live slot of this module.
+    slot != 0 && unsafe { (*(slot as *const Slot)).active }
+}
+
+/// Whether completing the operation of `slot` copies data to the user's
+/// buffer (a staged receive not yet unpacked).
+pub fn delivers(slot: usize) -> bool {
+    // SAFETY: a live slot of this module.
+    let s = unsafe { &*(slot as *const Slot) };
+    !s.send && s.staged && s.got.is_none()
+}
+
+/// Completes the operation of a freed request (see `orphans`): a staged
+/// receive's data goes to the user's buffer, with no clock rule (the trace
+/// has no event for it); the slot is released.
+pub fn finish_orphan(slot: usize, status: *mut MPI_Status) {
+    // SAFETY: a live slot of this module, owned by the orphan.
+    let s = unsafe { &mut *(slot as *mut Slot) };
+    // SAFETY: Testsome filled the status (zeroed before, so MPI_ERROR is 0
+    // unless MPI reported an error for this request).
+    let ok = unsafe { (*status).MPI_ERROR == 0 } && completed_ok(0, status);
+    if s.active && !s.send && s.staged && s.got.is_none() && ok {
+        let h = header_len() as u64;
+        let bytes = ffi::status_bytes(status);
+        // A message without a header came from an untraced sender.
+        let (from, n) = if bytes < h {
+            (0, bytes)
+        } else {
+            (h, bytes - h)
+        };
+        // SAFETY: the staging area holds the received bytes; the user's
+        // buffer was posted with `posted` dense bytes.
+        unsafe {
+            copy_bytes(
+                s.area.as_ptr().add(from as usize),
+                s.user as *mut u8,
+                n.min(s.posted) as usize,
+            )
+        };
+    }
+    s.active = false;
+    release(slot);
+}
+
 pub fn release(slot: usize) {
     if slot == 0 {
         return;

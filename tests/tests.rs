@@ -119,6 +119,54 @@ fn the_other_test_programs_are_transparent_under_vector_clocks() {
     check_clocked("vector", "late_finalize", 3, &[], "vector");
 }
 
+/// `MPI_Request_free` on operations in flight: small (staged), wildcard,
+/// large, strided and persistent receives still deliver their data, and
+/// 1000 fire-and-forget sends go through, under both clock modes. The
+/// five freed receives per pair have no completion in the trace: they are
+/// counted as pending, and their messages as unmatched sends; the clocks
+/// still check out.
+#[test]
+fn freed_requests_in_flight_still_deliver_their_data() {
+    for (np, clocks) in [(2, "lamport"), (4, "lamport"), (2, "vector")] {
+        let what = format!("reqfree np={np} {clocks}");
+        let dir = scratch(&format!("reqfree-{np}-{clocks}"));
+        let prog = prog("reqfree");
+        let plain = mpirun(&dir, np, &prog, &[], Mode::Plain, &[]);
+        assert!(
+            plain.stdout.contains("reqfree: ok"),
+            "{what}: {}",
+            plain.stdout
+        );
+        let traced = mpirun(
+            &dir,
+            np,
+            &prog,
+            &[],
+            Mode::Preload,
+            &[("PMTRACE_CLOCKS", clocks)],
+        );
+        assert_transparent(&plain, &traced, np);
+        let trace = Trace::open(&traced.trace).unwrap();
+        let expected = traced.expected_counts(np);
+        assert_eq!(recorded_counts(&trace), expected, "{what}");
+        let rep = report(&traced.trace);
+        let (m, c) = (&rep["messages"], &rep["clocks"]);
+        let pairs = u64::from(np / 2);
+        assert_eq!(m["pending_receives"], 5 * pairs, "{what}: {m}");
+        assert_eq!(m["unmatched_receives"], 0, "{what}: {m}");
+        assert_eq!(m["unmatched_sends"], 5 * pairs, "{what}: {m}");
+        assert_eq!(c["matched_by_id"], m["received"], "{what}: {c}");
+        for key in [
+            "unmatched_by_id",
+            "lamport_violations",
+            "wire_mismatches",
+            "decreasing",
+        ] {
+            assert_eq!(c[key], 0, "{what}: clocks.{key}: {c}");
+        }
+    }
+}
+
 #[test]
 fn coverage_program_traces_exactly_its_calls_at_np_2_to_8() {
     for np in 2..=8 {
@@ -938,9 +986,12 @@ fn check_sync_removes_every_violation(name: &str, trace: &std::path::Path) {
     let rep = report(trace);
     let sync = &rep["sync"];
     let recorded = &sync["recorded"]["violations"];
+    // The skew reverses about half the messages (how many depends on the
+    // run's timing): a quarter is the floor.
+    let matched = rep["messages"]["matched"].as_u64().unwrap();
     assert!(
-        recorded["reversed"].as_u64().unwrap() >= 40,
-        "{name}: {recorded}"
+        recorded["reversed"].as_u64().unwrap() >= matched / 4,
+        "{name}: {recorded} of {matched}"
     );
     let names: Vec<&str> = sync["steps"]
         .as_array()

@@ -540,6 +540,8 @@ struct Around {
     pre: Vec<String>,
     subst: Vec<(String, String)>,
     post: Vec<String>,
+    /// The real call's expression, when not `real::PMPI_X(args)`.
+    call: Option<String>,
 }
 
 fn around(e: &Entry) -> Result<Around, String> {
@@ -654,6 +656,13 @@ fn around(e: &Entry) -> Result<Around, String> {
             "hooks::before_start(&guard, t0, scratch.requests(), {});",
             r("requests")?
         )),
+        // An operation in flight keeps its request (see `orphans`).
+        "request_free" => {
+            a.call = Some(format!(
+                "crate::orphans::free({}, real::PMPI_Request_free)",
+                r("request")?
+            ))
+        }
         _ => {}
     }
     Ok(a)
@@ -802,12 +811,11 @@ pub fn generate(entries: &[Entry], declared: &BTreeSet<String>) -> Result<String
             "    // storage, message buffers by the piggyback layer's (see `piggyback`)."
         )
         .unwrap();
-        writeln!(
-            o,
-            "    let rc = unsafe {{ real::P{}({real_args}) }};",
-            e.name
-        )
-        .unwrap();
+        let real_call = around
+            .call
+            .clone()
+            .unwrap_or_else(|| format!("real::P{}({real_args})", e.name));
+        writeln!(o, "    let rc = unsafe {{ {real_call} }};").unwrap();
         writeln!(o, "    let t1 = clock::now();").unwrap();
         for l in &around.post {
             writeln!(o, "    {l}").unwrap();
