@@ -199,6 +199,7 @@ def sync_section(scratch):
     biggest = None
     cases = [
         ("np=4, constant drift", 4, "seed=11", "100"),
+        ("np=4, drift change at 1 s", 4, "seed=11,drift_change_s=1", "100"),
         ("np=8, constant drift", 8, "seed=11", "100"),
         ("np=8, constant drift, 10 sync reps", 8, "seed=11", "10"),
         ("np=8, drift change at 1 s", 8, "seed=11,drift_change_s=1", "100"),
