@@ -240,7 +240,20 @@ pub fn sync(trace: &Trace, m: &Messages, params: &SyncParams) -> Synced {
                 (x, y) => x.or(y),
             };
         }
-        let correction = regress::estimate(&g, &t1, reference, &anchors);
+        let mut checks: regress::Checks = vec![[None, None]; g.groups()];
+        for loc in &g.locs {
+            let line = &lines[loc.rank as usize];
+            for (k, sample) in [line.init, line.fin].into_iter().enumerate() {
+                let Some(sample) = sample else { continue };
+                let c = &mut checks[loc.group as usize][k];
+                let bound = sample.error_ns as f64;
+                *c = Some(match *c {
+                    Some((t, b)) => (t, b.max(bound)),
+                    None => (line.apply(sample.local_ns) as f64, bound),
+                });
+            }
+        }
+        let correction = regress::estimate(&g, &t1, reference, &anchors, &checks);
         let mut t2 = t1.clone();
         regress::apply(&g, &correction, &lines, &mut t2);
         reached = Some(correction.reached() as u64);

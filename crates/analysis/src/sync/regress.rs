@@ -138,9 +138,21 @@ impl Correction {
 /// (time, bound) samples of one side of a corridor.
 type Samples = Vec<(f64, f64)>;
 
+/// Where step 1 was measured, per group: at `MPI_Init` and at
+/// `MPI_Finalize`, the time (in step 1's times) and the error bound of the
+/// offset measured there.
+pub type Checks = Vec<[Option<(f64, f64)>; 2]>;
+
 /// Estimates the correction from the matched messages of `g` in times
-/// `t`; `anchors`: per group, the error bound of step 1 (`None`: unknown).
-pub fn estimate(g: &Graph, t: &[Vec<u64>], reference: u32, anchors: &[Option<u64>]) -> Correction {
+/// `t`; `anchors`: per group, the error bound of step 1 (`None`: unknown);
+/// `checks`: where step 1 was measured, which no fit may contradict.
+pub fn estimate(
+    g: &Graph,
+    t: &[Vec<u64>],
+    reference: u32,
+    anchors: &[Option<u64>],
+    checks: &Checks,
+) -> Correction {
     let groups = g.groups();
     let origin = t.iter().flat_map(|v| v.first()).copied().min().unwrap_or(0);
     let at = |n: super::graph::Node| t[n.loc as usize][n.k as usize].saturating_sub(origin) as f64;
@@ -179,10 +191,12 @@ pub fn estimate(g: &Graph, t: &[Vec<u64>], reference: u32, anchors: &[Option<u64
             }
         }
         if let Some((d, cost)) = fit(&points) {
+            let d = shift(d, origin as f64);
+            let cost = cost.max(contradiction(&d, checks, a, b));
             fits.push(PairFit {
                 a,
                 b,
-                d: shift(d, origin as f64),
+                d,
                 cost,
                 messages: true,
             });
@@ -203,6 +217,25 @@ pub fn estimate(g: &Graph, t: &[Vec<u64>], reference: u32, anchors: &[Option<u64
     }
     let paths = shortest_paths(groups, reference, &fits);
     Correction { paths, fits }
+}
+
+/// How far a fit `d = e_a − e_b` goes beyond what the offsets measured at
+/// `MPI_Init` and at `MPI_Finalize` allow: there step 1's error is within
+/// the measurement's bound on each side. A fit is at least this wrong.
+/// (The corridor of messages assumes the fastest message is as fast each
+/// way; with ranks descheduled on a busy node it is not, and the fit drifts
+/// off by microseconds while its own cost looks small.)
+fn contradiction(d: &Pwl, checks: &Checks, a: u32, b: u32) -> f64 {
+    let (Some(ca), Some(cb)) = (checks.get(a as usize), checks.get(b as usize)) else {
+        return 0.0;
+    };
+    ca.iter()
+        .zip(cb)
+        .filter_map(|(x, y)| {
+            let ((ta, ba), (tb, bb)) = ((*x)?, (*y)?);
+            Some(d.eval((ta + tb) / 2.0).abs() - ba - bb)
+        })
+        .fold(0.0, f64::max)
 }
 
 /// Moves the knots of `d` from times relative to `origin` to absolute times.
@@ -485,6 +518,31 @@ mod tests {
             low.push((t + 500.0, d(t + 500.0) - lat(i + 7)));
         }
         windows(up, low)
+    }
+
+    #[test]
+    fn a_fit_is_at_least_as_wrong_as_the_offset_measurements_say() {
+        // d = e_a − e_b: 10 µs at init (t = 1e9), 2 µs at finalize (3e9).
+        let d = Pwl {
+            knots: vec![(1e9, 10_000.0), (3e9, 2_000.0)],
+        };
+        let checks: Checks = vec![
+            [Some((1e9, 0.0)), Some((3e9, 0.0))],
+            [Some((1e9 + 2e6, 1_000.0)), Some((3e9, 1_500.0))],
+            [None, None],
+        ];
+        // Init: |d| = 10 µs (at the mean of the two init times, 1 ms
+        // later: 9,996 ns) against bounds 0 + 1 µs; finalize: 2 µs within
+        // 0 + 1.5 µs by 0.5 µs.
+        assert_eq!(contradiction(&d, &checks, 0, 1), 8_996.0);
+        // Wider bounds allow it.
+        let loose: Checks = vec![
+            [Some((1e9, 6_000.0)), Some((3e9, 1_000.0))],
+            [Some((1e9, 6_000.0)), Some((3e9, 1_000.0))],
+        ];
+        assert_eq!(contradiction(&d, &loose, 0, 1), 0.0);
+        // No measurement on one side: nothing to check.
+        assert_eq!(contradiction(&d, &checks, 0, 2), 0.0);
     }
 
     #[test]
