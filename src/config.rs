@@ -32,8 +32,10 @@ pub struct Config {
 }
 
 /// 100 round trips per tree level: a few ms of `MPI_Init` at most (measured:
-/// within the noise of a 380 ms init at np=8), and at np=8 on two cores the
-/// maximum synced error went from 7–27 µs (10 reps) to 2–5 µs.
+/// within the noise of a 380 ms init at np=8). At np=8 on two cores, the
+/// maximum synced error over a run was 4.7 µs in the middle run of nine
+/// with 100 reps, against 7.2 µs in the middle run of six with 10 (both
+/// vary from 2 to 38 µs).
 pub const DEFAULT_SYNC_REPS: u32 = 100;
 
 /// Variables the runtime reads, and the ones other parts of pmtrace set in
