@@ -268,6 +268,7 @@ fn the_html_timeline_draws_lanes_and_arrows_and_red_backward_messages_in_raw_tim
         0,
         "none backward after sync"
     );
+    check_window(&run.trace, &dir, &rep);
     // The picture, kept as a test artifact.
     let shots = root().join("target/test-artifacts");
     std::fs::create_dir_all(&shots).unwrap();
@@ -282,6 +283,78 @@ fn the_html_timeline_draws_lanes_and_arrows_and_red_backward_messages_in_raw_tim
         assert!(
             bytes.starts_with(b"\x89PNG") && bytes.len() > 10_000,
             "{name}"
+        );
+    }
+}
+
+/// Calls, messages of a `pmtrace timeline` run, from its one stderr line.
+fn timeline_counts(args: &[&str]) -> (u64, u64) {
+    let o = pmtrace(args);
+    let err = String::from_utf8_lossy(&o.stderr).into_owned();
+    assert!(o.status.success(), "{err}");
+    let line = err
+        .lines()
+        .find(|l| l.contains("pmtrace: wrote"))
+        .unwrap_or_else(|| panic!("{err}"));
+    let num = |unit: &str| -> u64 {
+        let end = line.find(unit).unwrap_or_else(|| panic!("{line}"));
+        line[..end]
+            .trim_end()
+            .rsplit([' ', '('])
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap()
+    };
+    (num(" calls"), num(" messages"))
+}
+
+/// `--from/--to`: everything in a window that holds the run, a part in a
+/// narrow one (drawn, with as many arrows as the line says), one-line
+/// errors for an empty interval and a bad unit.
+fn check_window(trace: &Path, dir: &Path, rep: &serde_json::Value) {
+    let (t, out) = (trace.to_str().unwrap(), dir.join("window.html"));
+    let o = out.to_str().unwrap();
+    let calls = rep["events"].as_u64().unwrap();
+    let matched = rep["messages"]["matched"].as_u64().unwrap();
+    let all = timeline_counts(&["timeline", t, "-o", o, "--from", "0", "--to", "1000s"]);
+    assert_eq!(all, (calls, matched), "a window holding the run");
+    // The last 2 ms of the run: the exchange phase, not MPI_Init.
+    let span_ms = rep["per_rank"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["span_ns"].as_u64().unwrap())
+        .max()
+        .unwrap() as f64
+        / 1e6;
+    let (from, to) = (
+        format!("{:.3}ms", span_ms - 4.0),
+        format!("{:.3}ms", span_ms - 2.0),
+    );
+    let (some, msgs) = timeline_counts(&["timeline", t, "-o", o, "--from", &from, "--to", &to]);
+    assert!(
+        some > 0 && some < calls,
+        "{some} of {calls} calls in {from}..{to}"
+    );
+    assert!(msgs < matched, "{msgs} of {matched}");
+    let dom = chromium(&format!("file://{o}#mode=synced"), None);
+    assert_eq!(body_attr(&dom, "lanes"), 4);
+    assert_eq!(
+        body_attr(&dom, "arrows"),
+        msgs,
+        "every message of the window drawn"
+    );
+    for (args, code) in [
+        (["--from", "2ms", "--to", "1ms"], 1),
+        (["--from", "1xs", "--to", "2s"], 2),
+    ] {
+        let e = pmtrace(&[&["timeline", t, "-o", o][..], &args[..]].concat());
+        assert_eq!(e.status.code(), Some(code), "{args:?}");
+        let err = String::from_utf8_lossy(&e.stderr);
+        assert!(
+            err.starts_with("pmtrace: error:") || err.starts_with("error: invalid value"),
+            "{err}"
         );
     }
 }

@@ -193,6 +193,32 @@ struct TimelineArgs {
     /// The HTML file to write; `-` writes to standard output.
     #[arg(short = 'o', long = "output", value_name = "FILE")]
     output: PathBuf,
+    /// Draw only from this time on, after the trace's start (e.g. `1.5s`,
+    /// `250ms`, `40us`; a bare number is seconds).
+    #[arg(long, value_name = "TIME", value_parser = parse_offset)]
+    from: Option<u64>,
+    /// Draw only up to this time after the trace's start.
+    #[arg(long, value_name = "TIME", value_parser = parse_offset)]
+    to: Option<u64>,
+}
+
+/// A time after the trace's start, in ns: a number with an optional unit
+/// (`s`, `ms`, `us`, `ns`; seconds without one).
+fn parse_offset(s: &str) -> std::result::Result<u64, String> {
+    let t = s.trim();
+    let split = t.find(|c: char| c.is_ascii_alphabetic()).unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let scale = match unit {
+        "" | "s" => 1e9,
+        "ms" => 1e6,
+        "us" | "µs" => 1e3,
+        "ns" => 1.0,
+        _ => return Err(format!("unknown unit {unit:?} (use s, ms, us or ns)")),
+    };
+    match num.trim().parse::<f64>() {
+        Ok(v) if v.is_finite() && v >= 0.0 => Ok((v * scale).round() as u64),
+        _ => Err(format!("{s:?} is not a time such as 1.5s or 250ms")),
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -328,6 +354,11 @@ fn merge(args: MergeArgs) -> Result<ExitCode> {
 }
 
 fn timeline(args: TimelineArgs) -> Result<ExitCode> {
+    if let (Some(from), Some(to)) = (args.from, args.to) {
+        if to < from {
+            bail!("--to ({to} ns) is before --from ({from} ns)");
+        }
+    }
     let progress = progress::Progress::new();
     progress.phase("reading the trace");
     let trace = Trace::open(&args.dir)?;
@@ -353,14 +384,30 @@ fn timeline(args: TimelineArgs) -> Result<ExitCode> {
         .and_then(|r| r.command_line.first())
         .map(|p| p.rsplit('/').next().unwrap_or(p).to_owned())
         .unwrap_or_else(|| args.dir.display().to_string());
-    let title = format!(
+    let mut title = format!(
         "{program} · {} ranks · {} calls",
         trace.world_size,
         view.calls()
     );
+    let window = match (args.from, args.to) {
+        (None, None) => None,
+        (from, to) => {
+            let (from, to) = (from.unwrap_or(0), to.unwrap_or(u64::MAX));
+            let ms = |ns: u64| ns as f64 / 1e6;
+            title += &if to == u64::MAX {
+                format!(" · from {} ms", ms(from))
+            } else {
+                format!(" · {} – {} ms", ms(from), ms(to))
+            };
+            Some((
+                view.span.0.saturating_add(from),
+                view.span.0.saturating_add(to),
+            ))
+        }
+    };
     let mut tick = progress.counted("writing", view.calls());
     let s = with_output(&args.output, |w| {
-        timeline::write(&view, &title, w, &mut tick)
+        timeline::write(&view, &title, window, w, &mut tick)
     })?;
     drop(progress);
     if args.output.as_os_str() != "-" {

@@ -97,10 +97,13 @@ fn column(w: &mut dyn Write, name: &str, vals: impl Iterator<Item = i64>) -> io:
 }
 
 /// Writes the timeline page of `view` (raw times beside synchronized ones
-/// when `view.synced` is set) to `w`.
+/// when `view.synced` is set) to `w`. With `window` (start, end), in the
+/// view's times, only the calls that overlap it are drawn, and the
+/// messages between two of them.
 pub fn write(
     view: &View,
     title: &str,
+    window: Option<(u64, u64)>,
     w: &mut dyn Write,
     progress: &mut dyn FnMut(u64),
 ) -> io::Result<Summary> {
@@ -135,6 +138,12 @@ pub fn write(
             view.calls_in_order(loc)
                 .into_iter()
                 .map(|(i, _)| i)
+                .filter(|&i| {
+                    let at = view.at(loc, i);
+                    window.is_none_or(|(from, to)| {
+                        view.time(at, true) >= from && view.time(at, false) <= to
+                    })
+                })
                 .collect()
         })
         .collect();
