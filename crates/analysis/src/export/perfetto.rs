@@ -381,6 +381,9 @@ pub fn write(view: &View, w: &mut dyn Write, progress: &mut dyn FnMut(u64)) -> i
                 .get(call.func as usize)
                 .copied()
                 .flatten();
+            // A call without payload neither sends, receives nor joins a
+            // collective: no flow starts or ends there.
+            let has_flows = call.payload != pmtrace_format::record::Payload::None;
             out.event(
                 a - t0,
                 TrackEvent {
@@ -389,8 +392,14 @@ pub fn write(view: &View, w: &mut dyn Write, progress: &mut dyn FnMut(u64)) -> i
                     r#type: Some(TYPE_SLICE_BEGIN),
                     name_iid,
                     track_uuid: Some(track),
-                    flow_ids: flows_out.remove(&at).unwrap_or_default(),
-                    terminating_flow_ids: flows_in.remove(&at).unwrap_or_default(),
+                    flow_ids: has_flows
+                        .then(|| flows_out.remove(&at))
+                        .flatten()
+                        .unwrap_or_default(),
+                    terminating_flow_ids: has_flows
+                        .then(|| flows_in.remove(&at))
+                        .flatten()
+                        .unwrap_or_default(),
                 },
             )?;
             out.event(

@@ -194,6 +194,11 @@ impl<'a> View<'a> {
     pub fn detail(&self, at: EventRef, call: &Call) -> CallDetail {
         let m = self.messages;
         let mut d = CallDetail::default();
+        if call.payload == Payload::None {
+            // No message and no peer (MPI_Wtime, MPI_Comm_rank, ...): the
+            // common case of a busy trace, without the lookups.
+            return d;
+        }
         if let Payload::Coll {
             comm,
             root,
