@@ -155,6 +155,23 @@ fn freed_requests_in_flight_still_deliver_their_data() {
         assert_eq!(m["pending_receives"], 5 * pairs, "{what}: {m}");
         assert_eq!(m["unmatched_receives"], 0, "{what}: {m}");
         assert_eq!(m["unmatched_sends"], 5 * pairs, "{what}: {m}");
+        // Matched by piggybacked id, the unmatched sends are the messages
+        // the freed receives took (FIFO would pair each with the next
+        // message of its channel instead).
+        let mut left: Vec<(u64, u64)> = m["unmatched_first"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|u| (u["tag"].as_u64().unwrap(), u["bytes"].as_u64().unwrap()))
+            .collect();
+        left.sort_unstable();
+        left.dedup();
+        assert_eq!(
+            left,
+            [(1, 16), (3, 16), (4, 32768), (5, 16), (6, 16)],
+            "{what}: {m}"
+        );
+        assert_eq!(c["fifo_disagreements"], 5 * pairs, "{what}: {c}");
         assert_eq!(c["matched_by_id"], m["received"], "{what}: {c}");
         for key in [
             "unmatched_by_id",

@@ -37,7 +37,7 @@
 
 use rustc_hash::FxHashMap as HashMap;
 
-use pmtrace_format::record::{msg_id, Call, Payload};
+use pmtrace_format::record::{Call, Payload};
 use pmtrace_format::Kind;
 use serde::Serialize;
 
@@ -228,8 +228,6 @@ struct Plan {
     comm_rank: Vec<HashMap<u32, u32>>,
     /// Single-threaded ranks (the replay is exact there).
     single: Vec<bool>,
-    /// Message id of each send.
-    send_ids: Vec<u64>,
 }
 
 fn plan(trace: &Trace, m: &Messages) -> Plan {
@@ -246,7 +244,6 @@ fn plan(trace: &Trace, m: &Messages) -> Plan {
             recv_post.insert((r.post, r.post_item), i);
         }
     }
-    let mut send_ids = vec![0u64; m.sends.len()];
     let mut instances: Vec<Instance> = Vec::new();
     let mut comm_rank: Vec<HashMap<u32, u32>> = Vec::new();
     let mut inst_of: HashMap<(u64, u64), usize> = HashMap::default();
@@ -275,35 +272,19 @@ fn plan(trace: &Trace, m: &Messages) -> Plan {
         // Calls of all threads in time order.
         let mut calls: Vec<(EventRef, &Call)> = rank.calls().collect();
         calls.sort_by_key(|(at, c)| (c.t_start, at.thread, at.index));
-        let mut sent_n: HashMap<u32, u64> = HashMap::default();
         for (at, call) in calls {
             let evs = &mut events[stream_of[&at.thread]];
             let kind = rank.kind(call.func);
-            let mut next_id = |thread: u32| {
-                let n = sent_n.entry(thread).or_insert(0);
-                *n += 1;
-                msg_id(thread, *n)
+            // Every call that sends went through the piggyback layer, even
+            // when it sent nothing (see `matching::send_ids`).
+            let send = |item: usize| match send_at.get(&(at, item)) {
+                Some(&s) => Ev::Send(s),
+                None => Ev::SendNowhere,
             };
             match (&call.payload, kind) {
-                (Payload::Send { .. }, Kind::Send | Kind::Isend) => {
-                    let id = next_id(at.thread);
-                    match send_at.get(&(at, 0)) {
-                        Some(&s) => {
-                            send_ids[s] = id;
-                            evs.push(Ev::Send(s));
-                        }
-                        None => evs.push(Ev::SendNowhere),
-                    }
-                }
+                (Payload::Send { .. }, Kind::Send | Kind::Isend) => evs.push(send(0)),
                 (Payload::Sendrecv { .. }, _) => {
-                    let id = next_id(at.thread);
-                    match send_at.get(&(at, 0)) {
-                        Some(&s) => {
-                            send_ids[s] = id;
-                            evs.push(Ev::Send(s));
-                        }
-                        None => evs.push(Ev::SendNowhere),
-                    }
+                    evs.push(send(0));
                     if let Some(&r) = recv_done.get(&(at, 0)) {
                         evs.push(Ev::Recv(r));
                     }
@@ -319,14 +300,7 @@ fn plan(trace: &Trace, m: &Messages) -> Plan {
                 (Payload::Start { started }, _) => {
                     for (item, (init, _)) in started.iter().enumerate() {
                         if init.is_some_and(|i| send_inits.contains(&i)) {
-                            let id = next_id(at.thread);
-                            match send_at.get(&(at, item)) {
-                                Some(&s) => {
-                                    send_ids[s] = id;
-                                    evs.push(Ev::Send(s));
-                                }
-                                None => evs.push(Ev::SendNowhere),
-                            }
+                            evs.push(send(item));
                         } else if let Some(&r) = recv_post.get(&(at, item)) {
                             evs.push(Ev::Post(r));
                         }
@@ -414,7 +388,6 @@ fn plan(trace: &Trace, m: &Messages) -> Plan {
         instances,
         comm_rank,
         single,
-        send_ids,
     }
 }
 
@@ -760,12 +733,12 @@ pub fn compute(trace: &Trace, m: &Messages) -> Clocks {
     // Matching by id.
     let mut id_to_send: HashMap<(u32, u64), usize> = HashMap::default();
     for (i, s) in m.sends.iter().enumerate() {
-        if p.send_ids[i] != 0 {
-            id_to_send.insert((s.src, p.send_ids[i]), i);
+        if m.send_ids[i] != 0 {
+            id_to_send.insert((s.src, m.send_ids[i]), i);
         }
     }
     let mut fifo: Vec<Option<usize>> = vec![None; m.recvs.len()];
-    for msg in &m.matched {
+    for msg in &m.fifo {
         fifo[msg.recv] = Some(msg.send);
     }
     let mut by_id: Vec<Option<usize>> = vec![None; m.recvs.len()];

@@ -20,10 +20,16 @@
 //! (or was freed) is counted in [`Messages::pending_receives`], not as a
 //! receive.
 //!
-//! **Matching.** MPI guarantees non-overtaking per *channel* (source world
-//! rank, destination world rank, communicator, tag): the k-th send of a
-//! channel in the sender's posting order matches the k-th receive of that
-//! channel in the receiver's posting order. Because the status tells each
+//! **Matching.** A receive whose message carried a piggyback names its
+//! send: the sender's world rank (from the status) and the message id
+//! (each sender thread numbers its messages, [`send_ids`] replays that).
+//! Those pairs are exact. The rest (`PMTRACE_CLOCKS=none`, untraced
+//! senders) go by the FIFO rule, which [`Messages::fifo`] also keeps for
+//! all receives, so that the ids can be checked against it. MPI guarantees
+//! non-overtaking per *channel* (source world rank, destination world
+//! rank, communicator, tag): the k-th send of a channel in the sender's
+//! posting order matches the k-th receive of that channel in the
+//! receiver's posting order. Because the status tells each
 //! receive's actual source and tag, wildcard receives fall into their
 //! channels too. A send or receive whose peer cannot be mapped to a world
 //! rank (its communicator's members were never written) stays unmatched and
@@ -32,7 +38,7 @@
 use rustc_hash::FxHashMap as HashMap;
 
 use pmtrace_format::meta::MpiConstants;
-use pmtrace_format::record::{Call, Payload, Pb};
+use pmtrace_format::record::{msg_id, Call, Payload, Pb};
 use pmtrace_format::{Kind, Status};
 
 use crate::read::{EventRef, Rank, Trace};
@@ -126,12 +132,18 @@ pub struct Violations {
 pub struct Messages {
     pub sends: Vec<SendEvent>,
     pub recvs: Vec<RecvEvent>,
-    /// In send order.
+    /// In send order: by piggybacked message id where the receive carried
+    /// one, by the FIFO rule for the rest.
     pub matched: Vec<Message>,
     pub unmatched_sends: Vec<usize>,
     pub unmatched_recvs: Vec<usize>,
     /// Receive operations posted but never completed.
     pub pending_receives: u64,
+    /// The message id each send carried (0: unknown), see [`send_ids`].
+    pub send_ids: Vec<u64>,
+    /// The pairs of the FIFO rule alone, in send order (what the ids are
+    /// checked against).
+    pub fifo: Vec<Message>,
 }
 
 /// Channel key: source world rank, destination world rank, comm, tag.
@@ -144,13 +156,60 @@ impl Messages {
         for rank in &trace.ranks {
             RankScan::new(trace, rank, &mut m).run();
         }
-        m.match_fifo();
+        m.send_ids = send_ids(trace, &m.sends);
+        m.match_fifo(|_| true, |_| true);
+        m.fifo = m.matched.clone();
+        m.match_ids();
         m
     }
 
-    fn match_fifo(&mut self) {
-        let mut channels: HashMap<Channel, (Vec<usize>, Vec<usize>)> = HashMap::default();
+    /// Pairs each receive that carried a piggybacked id with the send of
+    /// that id (same channel), then the rest by the FIFO rule. The ids are
+    /// exact where FIFO is not: a receive request freed in flight takes a
+    /// message the trace never sees arrive, and shifts FIFO's pairs.
+    fn match_ids(&mut self) {
+        let mut by_id: HashMap<(u32, u64), usize> = HashMap::default();
         for (i, s) in self.sends.iter().enumerate() {
+            if self.send_ids[i] != 0 && s.dst.is_some() {
+                by_id.insert((s.src, self.send_ids[i]), i);
+            }
+        }
+        let mut pair_of_recv: Vec<Option<usize>> = vec![None; self.recvs.len()];
+        let mut send_paired = vec![false; self.sends.len()];
+        for (ri, r) in self.recvs.iter().enumerate() {
+            let (Some(src), Some(pb)) = (r.src, r.pb) else {
+                continue;
+            };
+            let Some(&si) = by_id.get(&(src, pb.id)) else {
+                continue;
+            };
+            let s = &self.sends[si];
+            if s.dst == Some(r.dst) && s.comm == r.comm && s.tag == r.tag && !send_paired[si] {
+                pair_of_recv[ri] = Some(si);
+                send_paired[si] = true;
+            }
+        }
+        if pair_of_recv.iter().all(Option::is_none) {
+            return;
+        }
+        self.matched.clear();
+        self.unmatched_sends.clear();
+        self.unmatched_recvs.clear();
+        self.match_fifo(|s| !send_paired[s], |r| pair_of_recv[r].is_none());
+        self.matched.extend(
+            pair_of_recv
+                .iter()
+                .enumerate()
+                .filter_map(|(recv, s)| s.map(|send| Message { send, recv })),
+        );
+        self.matched.sort_by_key(|m| m.send);
+    }
+
+    /// The FIFO rule over the sends and receives that `send_ok` and
+    /// `recv_ok` keep, added to `matched` and the unmatched lists.
+    fn match_fifo(&mut self, send_ok: impl Fn(usize) -> bool, recv_ok: impl Fn(usize) -> bool) {
+        let mut channels: HashMap<Channel, (Vec<usize>, Vec<usize>)> = HashMap::default();
+        for (i, s) in self.sends.iter().enumerate().filter(|&(i, _)| send_ok(i)) {
             match s.dst {
                 Some(dst) => channels
                     .entry((s.src, dst, s.comm, s.tag))
@@ -160,7 +219,7 @@ impl Messages {
                 None => self.unmatched_sends.push(i),
             }
         }
-        for (i, r) in self.recvs.iter().enumerate() {
+        for (i, r) in self.recvs.iter().enumerate().filter(|&(i, _)| recv_ok(i)) {
             match r.src {
                 Some(src) => channels
                     .entry((src, r.dst, r.comm, r.tag))
@@ -238,6 +297,54 @@ impl Messages {
         }
         out
     }
+}
+
+/// The message id each send carried: the runtime numbers the messages of
+/// each thread from 1 in record order, `msg_id(thread, n)`. Every call
+/// that sends takes one, also to `MPI_PROC_NULL` and when it fails (the
+/// header is written before the call), so the count runs over calls that
+/// are not in `sends`: a send, an isend, a sendrecv, and each persistent
+/// send a start starts.
+pub fn send_ids(trace: &Trace, sends: &[SendEvent]) -> Vec<u64> {
+    let mut at: HashMap<(EventRef, usize), usize> = HashMap::default();
+    for (i, s) in sends.iter().enumerate() {
+        at.insert((s.call, s.item), i);
+    }
+    let mut ids = vec![0u64; sends.len()];
+    for rank in &trace.ranks {
+        let mut send_inits = rustc_hash::FxHashSet::default();
+        for (_, c) in rank.calls() {
+            if let (Kind::SendInit, Payload::Send { op: Some(op), .. }) =
+                (rank.kind(c.func), &c.payload)
+            {
+                send_inits.insert(*op);
+            }
+        }
+        let mut n: HashMap<u32, u64> = HashMap::default();
+        for (call_at, call) in rank.calls() {
+            let items: Vec<usize> = match (&call.payload, rank.kind(call.func)) {
+                (Payload::Send { .. }, Kind::Send | Kind::Isend)
+                | (Payload::Sendrecv { .. }, _) => {
+                    vec![0]
+                }
+                (Payload::Start { started }, _) => started
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, (init, _))| init.is_some_and(|i| send_inits.contains(&i)))
+                    .map(|(item, _)| item)
+                    .collect(),
+                _ => continue,
+            };
+            for item in items {
+                let k = n.entry(call_at.thread).or_insert(0);
+                *k += 1;
+                if let Some(&s) = at.get(&(call_at, item)) {
+                    ids[s] = msg_id(call_at.thread, *k);
+                }
+            }
+        }
+    }
+    ids
 }
 
 /// What a rank-local operation id stands for, as far as messages go.
