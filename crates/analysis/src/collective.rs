@@ -65,20 +65,23 @@ impl Part for MemberCalls {
 impl<P: Part> Instance<P> {
     /// Members whose enter the exit of `i` depends on (never `i` itself).
     pub fn senders(&self, i: u32) -> impl Iterator<Item = u32> + '_ {
-        let me = self.members.get(i as usize).and_then(Option::as_ref);
-        let root = self.root;
-        self.members.iter().enumerate().filter_map(move |(k, m)| {
-            let k = k as u32;
-            let (m, me) = (m.as_ref()?, me?);
-            let yes = k != i
-                && match self.shape {
-                    Shape::NToN => true,
-                    Shape::OneToN => Some(k) == root && me.recvd() > 0,
-                    Shape::NToOne => Some(i) == root && m.sent() > 0,
-                    Shape::Scan | Shape::Exscan => k < i,
-                };
-            yes.then_some(k)
-        })
+        (0..self.members.len() as u32).filter(move |&k| self.sends(k, i))
+    }
+
+    /// Whether the exit of member `i` depends on the enter of member `k`
+    /// (one logical message `k` → `i`), in constant time.
+    pub fn sends(&self, k: u32, i: u32) -> bool {
+        let member = |x: u32| self.members.get(x as usize).and_then(Option::as_ref);
+        let (Some(m), Some(me)) = (member(k), member(i)) else {
+            return false;
+        };
+        k != i
+            && match self.shape {
+                Shape::NToN => true,
+                Shape::OneToN => Some(k) == self.root && me.recvd() > 0,
+                Shape::NToOne => Some(i) == self.root && m.sent() > 0,
+                Shape::Scan | Shape::Exscan => k < i,
+            }
     }
 
     /// Every logical message (sender, receiver) of the instance.

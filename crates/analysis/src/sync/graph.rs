@@ -309,7 +309,7 @@ impl Graph {
                         .filter_map(|(i, m)| {
                             let m = m.as_ref()?;
                             let exit = m.exit?;
-                            inst.senders(i as u32).any(|k| k == member).then(|| {
+                            inst.sends(member, i as u32).then(|| {
                                 t[m.loc as usize][exit as usize]
                                     .saturating_sub(self.mu(n.loc, m.loc))
                             })
