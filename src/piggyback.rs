@@ -579,7 +579,7 @@ impl In {
             if inp.staged {
                 // SAFETY: dense user data of `posted` bytes into the staging area.
                 unsafe {
-                    core::ptr::copy_nonoverlapping(
+                    copy_bytes(
                         buf as *const u8,
                         inp.area.add(header_len()),
                         inp.posted as usize,

@@ -148,11 +148,11 @@ fn every_example_at_np_4_exports_what_the_report_counts() {
     }
 }
 
-#[test]
-fn a_synced_simulated_trace_exports_corrected_time_with_no_message_backward() {
-    let dir = scratch("export-clocksim");
+/// halo2d at np=4 under a simulated clock skew (hundreds of messages
+/// reversed as recorded), and its report.
+fn skewed_halo(dir: &Path) -> (Run, serde_json::Value) {
     let run = mpirun(
-        &dir,
+        dir,
         4,
         &prog("halo2d"),
         &[],
@@ -161,6 +161,13 @@ fn a_synced_simulated_trace_exports_corrected_time_with_no_message_backward() {
     );
     assert_eq!(run.code, 0, "{}", run.stderr);
     let rep = report(&run.trace);
+    (run, rep)
+}
+
+#[test]
+fn a_synced_simulated_trace_exports_corrected_time_with_no_message_backward() {
+    let dir = scratch("export-clocksim");
+    let (run, rep) = skewed_halo(&dir);
     let what = "halo2d under PMTRACE_CLOCK_SIM";
     // Raw times go out with each rank's measured offsets as ClockOffset
     // definitions, which OTF2's reader applies: it reads fewer reversed
@@ -221,16 +228,7 @@ fn body_attr(dom: &str, name: &str) -> u64 {
 #[test]
 fn the_html_timeline_draws_lanes_and_arrows_and_red_backward_messages_in_raw_time() {
     let dir = scratch("timeline");
-    let run = mpirun(
-        &dir,
-        4,
-        &prog("halo2d"),
-        &[],
-        Mode::Preload,
-        &[("PMTRACE_CLOCK_SIM", "seed=5")],
-    );
-    assert_eq!(run.code, 0, "{}", run.stderr);
-    let rep = report(&run.trace);
+    let (run, rep) = skewed_halo(&dir);
     let html = dir.join("timeline.html");
     let o = pmtrace(&[
         "timeline",

@@ -123,16 +123,7 @@ pub fn instances(trace: &Trace) -> Vec<Instance<MemberCalls>> {
     let mut inst_of: HashMap<(u64, u64), usize> = HashMap::default();
     for rank in &trace.ranks {
         // Where each nonblocking collective completed.
-        let mut done_at: HashMap<u64, EventRef> = HashMap::default();
-        for (at, c) in rank.calls() {
-            if let Payload::Complete { done } = &c.payload {
-                for d in done {
-                    if let Some(op) = d.op {
-                        done_at.insert(op, at);
-                    }
-                }
-            }
-        }
+        let done_at = rank.completions();
         for (at, c) in rank.calls() {
             let &Payload::Coll {
                 comm,

@@ -116,6 +116,20 @@ impl Rank {
         self.comms.values().flatten().map(|(_, d)| d)
     }
 
+    /// The call that completed each operation id (a `Wait`/`Test` family
+    /// record listing it).
+    pub fn completions(&self) -> rustc_hash::FxHashMap<u64, EventRef> {
+        let mut done_at = rustc_hash::FxHashMap::default();
+        for (at, c) in self.calls() {
+            if let Payload::Complete { done } = &c.payload {
+                for op in done.iter().filter_map(|d| d.op) {
+                    done_at.insert(op, at);
+                }
+            }
+        }
+        done_at
+    }
+
     /// The records that are MPI calls.
     pub fn calls(&self) -> impl Iterator<Item = (EventRef, &Call)> {
         self.threads.iter().flat_map(move |th| {

@@ -125,20 +125,13 @@ pub fn write(view: &View, w: &mut dyn Write, progress: &mut dyn FnMut(u64)) -> i
         id += 1;
         s.message_flows += 1;
     }
-    for inst in &view.collectives {
-        for (from, to) in inst.completed_messages() {
-            let (Some(a), Some(b)) = (&inst.members[from as usize], &inst.members[to as usize])
-            else {
-                continue;
-            };
-            let Some(exit) = b.exit else { continue };
-            sep(w)?;
-            flow(w, "s", "collective", id, a.enter, view.time(a.enter, false))?;
-            sep(w)?;
-            flow(w, "f", "collective", id, exit, view.time(exit, true))?;
-            id += 1;
-            s.collective_flows += 1;
-        }
+    for (enter, exit) in view.collective_flows() {
+        sep(w)?;
+        flow(w, "s", "collective", id, enter, view.time(enter, false))?;
+        sep(w)?;
+        flow(w, "f", "collective", id, exit, view.time(exit, true))?;
+        id += 1;
+        s.collective_flows += 1;
     }
     w.write_all(b"\n]}\n")?;
     progress(done);

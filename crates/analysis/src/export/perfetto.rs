@@ -321,18 +321,11 @@ pub fn write(view: &View, w: &mut dyn Write, progress: &mut dyn FnMut(u64)) -> i
         next_flow += 1;
         out.summary.message_flows += 1;
     }
-    for inst in &view.collectives {
-        for (from, to) in inst.completed_messages() {
-            let (Some(a), Some(b)) = (&inst.members[from as usize], &inst.members[to as usize])
-            else {
-                continue;
-            };
-            let Some(exit) = b.exit else { continue };
-            flows_out.entry(a.enter).or_default().push(next_flow);
-            flows_in.entry(exit).or_default().push(next_flow);
-            next_flow += 1;
-            out.summary.collective_flows += 1;
-        }
+    for (enter, exit) in view.collective_flows() {
+        flows_out.entry(enter).or_default().push(next_flow);
+        flows_in.entry(exit).or_default().push(next_flow);
+        next_flow += 1;
+        out.summary.collective_flows += 1;
     }
 
     // Tracks.

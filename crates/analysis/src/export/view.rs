@@ -228,6 +228,18 @@ impl<'a> View<'a> {
         d
     }
 
+    /// The logical messages of the collectives as (sender's enter, receiver's
+    /// exit), for those whose receiving member's exit is known.
+    pub fn collective_flows(&self) -> impl Iterator<Item = (EventRef, EventRef)> + '_ {
+        self.collectives.iter().flat_map(|inst| {
+            inst.completed_messages().filter_map(|(from, to)| {
+                let a = inst.members[from as usize].as_ref()?;
+                let exit = inst.members[to as usize].as_ref()?.exit?;
+                Some((a.enter, exit))
+            })
+        })
+    }
+
     /// The nonblocking operations of rank `rank` that completed, each from
     /// its starting call to its completing call: isends and started
     /// persistent sends that moved a message, nonblocking receives, and
@@ -235,16 +247,7 @@ impl<'a> View<'a> {
     pub fn in_flight(&self, rank: u32) -> Vec<InFlight> {
         let r = &self.trace.ranks[rank as usize];
         let m = self.messages;
-        let mut done_at: HashMap<u64, EventRef> = HashMap::default();
-        for (at, c) in r.calls() {
-            if let Payload::Complete { done } = &c.payload {
-                for d in done {
-                    if let Some(op) = d.op {
-                        done_at.insert(op, at);
-                    }
-                }
-            }
-        }
+        let done_at = r.completions();
         let mut out = Vec::new();
         for (at, c) in r.calls() {
             let ops: Vec<(usize, u64)> = match &c.payload {
