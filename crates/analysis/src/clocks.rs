@@ -260,14 +260,7 @@ fn plan(trace: &Trace, m: &Messages) -> Plan {
             stream_rank.push(ri);
         }
         // Persistent sends, and the instances of icolls, by op id.
-        let mut send_inits = rustc_hash::FxHashSet::default();
-        for (_, c) in rank.calls() {
-            if let (Kind::SendInit, Payload::Send { op: Some(op), .. }) =
-                (rank.kind(c.func), &c.payload)
-            {
-                send_inits.insert(*op);
-            }
-        }
+        let send_inits = crate::matching::send_inits(rank);
         let mut icoll_of: HashMap<u64, usize> = HashMap::default();
         // Calls of all threads in time order.
         let mut calls: Vec<(EventRef, &Call)> = rank.calls().collect();

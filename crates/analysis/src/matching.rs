@@ -299,6 +299,17 @@ impl Messages {
     }
 }
 
+/// The operation ids of `rank`'s persistent send requests (`MPI_Send_init`
+/// and its modes): a start of one of them sends.
+pub(crate) fn send_inits(rank: &Rank) -> rustc_hash::FxHashSet<u64> {
+    rank.calls()
+        .filter_map(|(_, c)| match (rank.kind(c.func), &c.payload) {
+            (Kind::SendInit, Payload::Send { op: Some(op), .. }) => Some(*op),
+            _ => None,
+        })
+        .collect()
+}
+
 /// The message id each send carried: the runtime numbers the messages of
 /// each thread from 1 in record order, `msg_id(thread, n)`. Every call
 /// that sends takes one, also to `MPI_PROC_NULL` and when it fails (the
@@ -312,14 +323,7 @@ pub fn send_ids(trace: &Trace, sends: &[SendEvent]) -> Vec<u64> {
     }
     let mut ids = vec![0u64; sends.len()];
     for rank in &trace.ranks {
-        let mut send_inits = rustc_hash::FxHashSet::default();
-        for (_, c) in rank.calls() {
-            if let (Kind::SendInit, Payload::Send { op: Some(op), .. }) =
-                (rank.kind(c.func), &c.payload)
-            {
-                send_inits.insert(*op);
-            }
-        }
+        let send_inits = send_inits(rank);
         let mut n: HashMap<u32, u64> = HashMap::default();
         for (call_at, call) in rank.calls() {
             let items: Vec<usize> = match (&call.payload, rank.kind(call.func)) {
