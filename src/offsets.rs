@@ -2,22 +2,36 @@
 //! (where the application has no message pending, so the tool may talk
 //! over `MPI_COMM_WORLD`).
 //!
-//! Ranks on one host read one clock, so only one rank per host measures:
-//! its leader, the lowest rank there. (Under `PMTRACE_CLOCK_SIM` every rank
-//! has its own clock and is its own leader.) Leaders form a binary tree in
-//! rank order; each parent ping-pongs each child `reps` times and keeps the
-//! sample with the smallest round trip (offset = parent's send time +
-//! RTT/2 − child's reading; error bound RTT/2). Offsets add down the tree,
-//! so a leader's offset to rank 0 is the sum along its path and its error
-//! bound the sum of the RTT/2s. The cost is 2·reps round trips per tree
-//! level, O(log hosts) in all, instead of reps round trips per host
-//! in sequence; then two allgathers of a few words per rank.
+//! Ranks on one host read one clock, so only one rank per clock group
+//! measures: its leader, the lowest rank of the group. A group is a host,
+//! or under `PMTRACE_CLOCK_SIM` a single rank (every rank has its own
+//! clock), so a host holds one leader, or several under simulation.
+//!
+//! - The first leader of each host (its head) joins a binary tree of heads
+//!   in rank order; each parent ping-pongs each child `reps` times and keeps
+//!   the sample with the smallest round trip (offset = parent's send time +
+//!   RTT/2 − child's reading; error bound RTT/2). Offsets add down the
+//!   tree, so a head's offset to rank 0 is the sum along its path and its
+//!   error bound the sum of the RTT/2s.
+//! - Then each head measures the other leaders of its host one after
+//!   another, one hop each: pairs on one host share its cores, and pairs
+//!   measured at once there would stretch each other's round trips.
+//! - Every rank that waits (for its turn, or for the others to finish)
+//!   sleeps between tests instead of spinning in MPI: with more ranks than
+//!   cores, spinning waiters stretched the measuring pair's smallest round
+//!   trip from about 1 µs to 5–36 µs at np=8 on two cores, and the offsets'
+//!   errors with it.
+//!
+//! Cost: 2·reps round trips per tree level, O(log hosts), plus reps round
+//! trips per extra leader on a host (none without simulation), plus a
+//! wake-up (tens of µs) per rank that waited; then a barrier and an
+//! allgather of a few words per rank.
 //!
 //! Also measured: the smallest one-way latency (RTT/2) between two ranks
 //! of one host, and between two hosts, for the controlled logical clock's μ.
 
 use crate::clock;
-use crate::ffi::{self, MPI_Comm};
+use crate::ffi::{self, MPI_Comm, MPI_Request};
 use core::ffi::c_void;
 use pmtrace_format::meta::OffsetSample;
 
@@ -97,15 +111,61 @@ fn ping(comm: MPI_Comm, peer: i32, reps: u32) -> (i64, u64, u64) {
 }
 
 /// The other side of `ping`: answers with this rank's reading until told
-/// to stop.
+/// to stop. The first ping is awaited asleep (the turn may be far off).
 fn pong(comm: MPI_Comm, peer: i32) {
-    loop {
-        let mut go = [0u64];
+    let mut go = [0u64];
+    let mut req = core::mem::MaybeUninit::<MPI_Request>::uninit();
+    // SAFETY: a tool-internal receive into a local that outlives the wait.
+    let posted = unsafe {
+        ffi::PMPI_Irecv(
+            go.as_mut_ptr() as *mut c_void,
+            1,
+            ffi::consts().uint64,
+            peer,
+            TAG,
+            comm,
+            req.as_mut_ptr(),
+        )
+    } == 0;
+    if posted {
+        // SAFETY: initialised by the successful Irecv.
+        wait_asleep(unsafe { req.assume_init_mut() });
+    } else {
         recv_u64s(comm, &mut go, peer);
-        if go[0] == 0 {
+    }
+    while go[0] != 0 {
+        send_u64s(comm, &[clock::now()], peer);
+        recv_u64s(comm, &mut go, peer);
+    }
+}
+
+/// Completes `req`, sleeping between tests: a waiting rank leaves the
+/// cores to the pair that is measuring.
+fn wait_asleep(req: &mut MPI_Request) {
+    let nap = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 20_000,
+    };
+    loop {
+        let mut flag = 0;
+        let mut status = core::mem::MaybeUninit::<ffi::MPI_Status>::uninit();
+        // SAFETY: a tool-internal request; MPI frees it when it completes.
+        let rc = unsafe { ffi::PMPI_Test(req, &mut flag, status.as_mut_ptr()) };
+        if rc != 0 || flag != 0 {
             return;
         }
-        send_u64s(comm, &[clock::now()], peer);
+        // SAFETY: a valid timespec; an interrupted sleep just tests sooner.
+        unsafe { libc::nanosleep(&nap, core::ptr::null_mut()) };
+    }
+}
+
+/// A barrier over `comm` that waits asleep (see `wait_asleep`).
+fn barrier_asleep(comm: MPI_Comm) {
+    let mut req = core::mem::MaybeUninit::<MPI_Request>::uninit();
+    // SAFETY: a tool-internal nonblocking barrier, completed below.
+    if unsafe { ffi::PMPI_Ibarrier(comm, req.as_mut_ptr()) } == 0 {
+        // SAFETY: initialised by the successful Ibarrier.
+        wait_asleep(unsafe { req.assume_init_mut() });
     }
 }
 
@@ -164,35 +224,59 @@ pub fn measure(
     let (hosts, groups): (Vec<u64>, Vec<u64>) = ids.chunks(2).map(|c| (c[0], c[1])).unzip();
     let leader_of = |r: usize| groups.iter().position(|&g| g == groups[r]).unwrap_or(r);
     let leaders: Vec<usize> = (0..size).filter(|&r| leader_of(r) == r).collect();
+    // The first leader of each host heads its host.
+    let head_of = |r: usize| {
+        leaders
+            .iter()
+            .copied()
+            .find(|&l| hosts[l] == hosts[r])
+            .unwrap_or(r)
+    };
+    let heads: Vec<usize> = leaders
+        .iter()
+        .copied()
+        .filter(|&l| head_of(l) == l)
+        .collect();
 
     // (offset to rank 0, error bound, local reading) of this leader.
     let mut mine = (0i64, 0u64, clock::now());
-    // Smallest RTT/2 seen on this rank's tree edges, intra- and inter-host.
+    // Smallest RTT/2 seen on this rank's edges, intra- and inter-host.
     let (mut intra, mut inter) = (u64::MAX, u64::MAX);
-    if let Some(k) = leaders.iter().position(|&l| l == rank) {
-        if k > 0 {
-            let parent = leaders[(k - 1) / 2] as i32;
-            pong(comm, parent);
+    let mut measure_child = |child: usize, mine: (i64, u64, u64)| {
+        let (theta, rtt, at) = ping(comm, child as i32, reps);
+        let offset = theta + mine.0;
+        send_u64s(comm, &[offset as u64, rtt / 2 + mine.1, at], child as i32);
+        if hosts[child] == hosts[rank] {
+            intra = intra.min(rtt / 2);
+        } else {
+            inter = inter.min(rtt / 2);
+        }
+    };
+    if leader_of(rank) == rank {
+        let parent = match heads.iter().position(|&h| h == rank) {
+            Some(0) => None,
+            Some(k) => Some(heads[(k - 1) / 2]),
+            None => Some(head_of(rank)),
+        };
+        if let Some(parent) = parent {
+            pong(comm, parent as i32);
             let mut got = [0u64; 3];
-            recv_u64s(comm, &mut got, parent);
+            recv_u64s(comm, &mut got, parent as i32);
             mine = (got[0] as i64, got[1], got[2]);
         }
-        for c in [2 * k + 1, 2 * k + 2] {
-            let Some(&child) = leaders.get(c) else {
-                continue;
-            };
-            let (theta, rtt, at) = ping(comm, child as i32, reps);
-            let offset = theta + mine.0;
-            send_u64s(comm, &[offset as u64, rtt / 2 + mine.1, at], child as i32);
-            if hosts[child] == hosts[rank] {
-                intra = intra.min(rtt / 2);
-            } else {
-                inter = inter.min(rtt / 2);
+        if let Some(k) = heads.iter().position(|&h| h == rank) {
+            for c in [2 * k + 1, 2 * k + 2] {
+                if let Some(&child) = heads.get(c) {
+                    measure_child(child, mine);
+                }
+            }
+            for &l in leaders.iter().filter(|&&l| l != rank && head_of(l) == rank) {
+                measure_child(l, mine);
             }
         }
     }
-    // Two ranks of one host that share a clock never meet in the tree:
-    // rank 0 and the next rank on its host give the intra-host latency.
+    // Two ranks of one host that share a clock never meet above: rank 0
+    // and the next rank on its host give the intra-host latency.
     if !own_clock {
         if let Some(peer) = (1..size).find(|&r| hosts[r] == hosts[0]) {
             if rank == 0 {
@@ -202,6 +286,7 @@ pub fn measure(
             }
         }
     }
+    barrier_asleep(comm);
     let all = allgather(comm, &[mine.0 as u64, mine.1, mine.2, intra, inter], size);
     let row = |r: usize| &all[5 * r..5 * r + 5];
     let lead = row(leader_of(rank));

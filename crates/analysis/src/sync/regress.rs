@@ -31,6 +31,17 @@
 //! piecewise-linear fit with knots at quantiles of the estimates replaces
 //! it.
 //!
+//! When both groups had their offsets measured at `MPI_Init` and at
+//! `MPI_Finalize`, step 1 is right at those two times and, under a constant
+//! drift, in between; the fit is then *pinned*: its line through those two
+//! times is taken off, leaving only the curvature of a drift that changed.
+//! (With ranks outnumbering cores, the fastest message one way can be tens
+//! of µs slower than the other way for a whole phase of the run, which
+//! moves the corridor middles by as much; a bias that stays constant or
+//! grows linearly is removed by pinning.) A pinned fit costs its residual
+//! plus the two measurements' bounds, and at least how far it leaves the
+//! corridor: the corridor's bounds are certain, its middle is not.
+//!
 //! Pairs of groups with messages both ways form a graph; each group takes
 //! the cheapest path to the reference group (rank 0's), where the cost of
 //! a pair is half its corridor width plus its fit residual, and `e` adds
@@ -179,20 +190,20 @@ pub fn estimate(
         let points = windows(up, low);
         if a == reference || b == reference {
             let other = if a == reference { b } else { a };
-            let mut outside: Vec<f64> = points
-                .iter()
-                .filter(|p| p.width >= 0.0)
-                .map(|p| (p.d.abs() - p.width / 2.0).max(0.0))
-                .collect();
-            if !outside.is_empty() {
-                let at = (outside.len() - 1) * 9 / 10;
-                contradicted[other as usize] =
-                    *outside.select_nth_unstable_by(at, f64::total_cmp).1;
-            }
+            contradicted[other as usize] = outside(&points, |_| 0.0);
         }
-        if let Some((d, cost)) = fit(&points) {
-            let d = shift(d, origin as f64);
-            let cost = cost.max(contradiction(&d, checks, a, b));
+        if let Some(f) = fit(&points) {
+            let d = shift(f.d, origin as f64);
+            let unpinned = (f.half_width + f.rms).max(contradiction(&d, checks, a, b));
+            // A pinned fit is only as good as the measurements it is
+            // pinned to, and no better than the corridor lets it be.
+            let (d, cost) = match pin(&d, checks, a, b) {
+                Some((pinned, bounds)) if bounds < unpinned => {
+                    let off = outside(&points, |t| pinned.eval(t + origin as f64));
+                    (pinned, (f.rms + bounds).max(off))
+                }
+                _ => (d, unpinned),
+            };
             fits.push(PairFit {
                 a,
                 b,
@@ -236,6 +247,55 @@ fn contradiction(d: &Pwl, checks: &Checks, a: u32, b: u32) -> f64 {
             Some(d.eval((ta + tb) / 2.0).abs() - ba - bb)
         })
         .fold(0.0, f64::max)
+}
+
+/// How far `d(t)` lies outside the corridor: the 90th percentile over the
+/// windows of its distance beyond the window's bounds. The bounds are
+/// certain (no message arrives before it was sent), so a `d` that leaves
+/// them is at least that wrong; 0 without a window.
+fn outside(points: &[Point], d: impl Fn(f64) -> f64) -> f64 {
+    let mut out: Vec<f64> = points
+        .iter()
+        .filter(|p| p.width >= 0.0)
+        .map(|p| ((p.d - d(p.t)).abs() - p.width / 2.0).max(0.0))
+        .collect();
+    if out.is_empty() {
+        return 0.0;
+    }
+    let at = (out.len() - 1) * 9 / 10;
+    *out.select_nth_unstable_by(at, f64::total_cmp).1
+}
+
+/// The part of a fit `d = e_a − e_b` that step 1 cannot see, when both
+/// groups had their offsets measured at `MPI_Init` and at `MPI_Finalize`:
+/// the fit minus its line through those two times.
+///
+/// Step 1 is right at the two measurements (to within their bounds, a
+/// fraction of a µs when the measuring pair had the cores), and under a
+/// constant drift right in between, so whatever line the corridor middles
+/// add is theirs: the fastest messages were not as fast both ways (a
+/// constant bias) or grew slower one way over the run (a slope). What is
+/// left is the curvature of a drift that changed, which step 1's line
+/// cannot follow. Returns it with the larger sum of the two groups'
+/// error bounds at one measurement; `None` without the four measurements.
+fn pin(d: &Pwl, checks: &Checks, a: u32, b: u32) -> Option<(Pwl, f64)> {
+    let (ca, cb) = (checks.get(a as usize)?, checks.get(b as usize)?);
+    let at = |k: usize| {
+        let ((ta, ba), (tb, bb)) = (ca[k]?, cb[k]?);
+        Some(((ta + tb) / 2.0, ba + bb))
+    };
+    let ((t1, b1), (t2, b2)) = (at(0)?, at(1)?);
+    if t2 <= t1 {
+        return None;
+    }
+    let (v1, v2) = (d.eval(t1), d.eval(t2));
+    let line = |t: f64| v1 + (v2 - v1) * (t - t1) / (t2 - t1);
+    let mut knots: Vec<(f64, f64)> = d.knots.iter().map(|&(t, v)| (t, v - line(t))).collect();
+    if knots.len() == 1 {
+        // A constant is a line: nothing is left of it.
+        knots[0].1 = 0.0;
+    }
+    Some((Pwl { knots }, b1.max(b2)))
 }
 
 /// Moves the knots of `d` from times relative to `origin` to absolute times.
@@ -317,9 +377,19 @@ pub fn windows(mut up: Vec<(f64, f64)>, mut low: Vec<(f64, f64)>) -> Vec<Point> 
         .collect()
 }
 
-/// Fits `d(t)` through the window estimates; returns it with its cost
-/// (half the median corridor width plus the residual).
-pub fn fit(points: &[Point]) -> Option<(Pwl, f64)> {
+/// A fit of `d(t)` through the window estimates, and how far it may be off.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Fit {
+    pub d: Pwl,
+    /// Half the median corridor width: how far the fastest messages, if
+    /// not equally fast both ways, may have moved the corridor middles.
+    pub half_width: f64,
+    /// The root mean square distance of the kept estimates to the fit.
+    pub rms: f64,
+}
+
+/// Fits `d(t)` through the window estimates.
+pub fn fit(points: &[Point]) -> Option<Fit> {
     if points.is_empty() {
         return None;
     }
@@ -364,7 +434,11 @@ pub fn fit(points: &[Point]) -> Option<(Pwl, f64)> {
         }
     }
     let widths: Vec<f64> = keep.iter().map(|p| p.width.abs()).collect();
-    Some((best, median(&widths) / 2.0 + best_rms))
+    Some(Fit {
+        d: best,
+        half_width: median(&widths) / 2.0,
+        rms: best_rms,
+    })
 }
 
 /// Least squares line through `pts` (a constant for one point or one time).
@@ -546,6 +620,61 @@ mod tests {
     }
 
     #[test]
+    fn pinning_keeps_only_what_the_measured_line_misses() {
+        // Both groups measured at t = 1 s and 3 s, bounds 100 + 150 and 200 + 50.
+        let checks: Checks = vec![
+            [Some((1e9, 100.0)), Some((3e9, 200.0))],
+            [Some((1e9, 150.0)), Some((3e9, 50.0))],
+            [Some((1e9, 0.0)), None],
+        ];
+        // A bias of 1 µs plus a slope of 1 ppm (a line) under a tent of 4 µs.
+        let d = Pwl {
+            knots: vec![(1e9, 1_000.0), (2e9, 6_000.0), (3e9, 3_000.0)],
+        };
+        let (p, bounds) = pin(&d, &checks, 0, 1).expect("four measurements");
+        assert_eq!(p.knots, vec![(1e9, 0.0), (2e9, 4_000.0), (3e9, 0.0)]);
+        assert_eq!(bounds, 250.0);
+        // Beyond the knots the pinned fit goes on along its end segments.
+        assert_eq!(p.eval(0.5e9), -2_000.0);
+        // A line is all bias: nothing is left; so is a constant.
+        let line = Pwl {
+            knots: vec![(0.0, -500.0), (4e9, 3_500.0)],
+        };
+        let (p, _) = pin(&line, &checks, 0, 1).expect("four measurements");
+        assert!(p.knots.iter().all(|k| k.1.abs() < 1e-9), "{p:?}");
+        let constant = Pwl {
+            knots: vec![(2e9, 700.0)],
+        };
+        assert_eq!(pin(&constant, &checks, 0, 1).unwrap().0.eval(5e9), 0.0);
+        // Without a finalize measurement there is nothing to pin to.
+        assert_eq!(pin(&d, &checks, 0, 2), None);
+    }
+
+    #[test]
+    fn a_candidate_outside_the_corridor_is_at_least_that_wrong() {
+        // Ten windows, middle 0, half width 500; one crossed window (ignored).
+        let mut pts: Vec<Point> = (0..10)
+            .map(|i| Point {
+                t: f64::from(i),
+                d: 0.0,
+                width: 1_000.0,
+            })
+            .collect();
+        pts.push(Point {
+            t: 10.0,
+            d: 9_000.0,
+            width: -10.0,
+        });
+        assert_eq!(outside(&pts, |_| 0.0), 0.0);
+        assert_eq!(outside(&pts, |_| 400.0), 0.0);
+        assert_eq!(outside(&pts, |_| -800.0), 300.0);
+        // The 90th percentile: one window far off does not decide.
+        pts[3].d = 20_000.0;
+        assert_eq!(outside(&pts, |_| 0.0), 0.0);
+        assert_eq!(outside(&[], |_| 1e9), 0.0);
+    }
+
+    #[test]
     fn a_constant_offset_is_the_corridor_middle() {
         let pts = corridor(
             400,
@@ -558,7 +687,7 @@ mod tests {
                 }
             },
         );
-        let (f, _) = fit(&pts).expect("points");
+        let f = fit(&pts).expect("points").d;
         for t in [0.0, 100_000.0, 399_000.0] {
             assert!((f.eval(t) - 2_500.0).abs() < 1.0, "{}", f.eval(t));
         }
@@ -573,7 +702,7 @@ mod tests {
             d,
             |i| if (i / 4) % 50 == 3 { 90_000.0 } else { 400.0 },
         );
-        let (f, _) = fit(&pts).expect("points");
+        let f = fit(&pts).expect("points").d;
         assert_eq!(f.knots.len(), 2, "a line");
         for t in [0.0, 1e6, 1.9e6] {
             assert!(
@@ -602,7 +731,7 @@ mod tests {
             up.push((t, d(t) + 500.0));
             low.push((t + 250_000.0, d(t + 250_000.0) - 500.0));
         }
-        let (f, _) = fit(&windows(up, low)).expect("points");
+        let f = fit(&windows(up, low)).expect("points").d;
         assert!(f.knots.len() > 2, "piecewise");
         let worst = (0..200)
             .map(|i| i as f64 * 1e7)
