@@ -14,8 +14,8 @@ Rows:
   allreduce  ns per 8-byte MPI_Allreduce
 Ping-pong and Allreduce time blocks of 1000 iterations and take the median
 block, so that a moment the rank was descheduled does not move the figure.
-`bench.py overhead` prints these rows only, `bench.py export` the export
-section only.
+`bench.py overhead` prints these rows only, `bench.py sync` and
+`bench.py export` those sections only.
 
 Then trace bytes per MPI call (cheap-call loop and examples), and peak RSS
 of a 10-million-event run with and without the library.
@@ -91,9 +91,10 @@ def bench(mode, scratch, np=2, extra_env=None):
 
 def main():
     scratch = tempfile.mkdtemp(prefix="pmtrace-bench-")
-    if sys.argv[1:] == ["export"]:
+    only = {"export": export_section, "sync": sync_section}
+    if len(sys.argv) == 2 and sys.argv[1] in only:
         try:
-            export_section(scratch)
+            only[sys.argv[1]](scratch)
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
         return
