@@ -118,7 +118,7 @@ impl Config {
                         c.clock_sim_text = Some(v);
                     }
                     Err(e) => c.warnings.push(format!(
-                        "PMTRACE_CLOCK_SIM={v}: {e} (seed=N[,offset_us=X][,drift_ppm=Y][,drift_change_s=S]); clocks not simulated"
+                        "PMTRACE_CLOCK_SIM={v}: {e} (seed=N[,offset_us=X][,drift_ppm=Y][,drift_change_s=S][,hosts=H]); clocks not simulated"
                     )),
                 },
                 "PMTRACE_SYNC_REPS" => match v.trim().parse::<u32>() {

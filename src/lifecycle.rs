@@ -251,7 +251,17 @@ fn share_dir(
     }
 }
 
+/// This rank's host name as the trace records it (see `SimSpec::hosts`).
+static HOST_NAME: Mutex<Option<String>> = Mutex::new(None);
+
 fn hostname() -> String {
+    if let Some(h) = HOST_NAME.lock().clone() {
+        return h;
+    }
+    real_hostname()
+}
+
+fn real_hostname() -> String {
     let mut buf = [0u8; 256];
     // SAFETY: a buffer of the given length.
     unsafe { libc::gethostname(buf.as_mut_ptr() as *mut c_char, buf.len()) };
@@ -338,6 +348,9 @@ fn start_tracing(
     // From here on every timestamp is the rank's simulated one, the start of
     // MPI_Init included.
     let sim = cfg.clock_sim.map(|spec| spec.for_rank(rank as u32, t0));
+    if let Some(spec) = cfg.clock_sim {
+        *HOST_NAME.lock() = Some(spec.host_name(&real_hostname(), rank as u32, size as u32));
+    }
     if let Some(sim) = sim {
         clock::simulate(sim);
     }

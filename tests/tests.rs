@@ -960,26 +960,64 @@ fn simulated_clocks_skew_every_rank_but_zero_and_the_true_time_is_recovered() {
         // message goes backward.
         let truth = messages.violations_in(0, |r, t| trace.ranks[r as usize].header.true_time(t));
         assert_eq!(truth.reversed, 0, "{name}");
-        // The offsets measured at init and finalize hold the true offset
-        // within their error bound: every rank has its own clock here.
-        for r in &trace.ranks {
-            let fin = r.trailer.as_ref().unwrap().offset_finalize;
-            for (when, o) in [("init", r.header.offset_init), ("finalize", fin)] {
-                let o = o.unwrap_or_else(|| panic!("rank {} has no {when} offset", r.rank));
-                let truth = r.header.true_time(o.local_ns) as i64 - o.local_ns as i64;
-                assert!(
-                    (o.offset_ns - truth).unsigned_abs() <= o.error_ns + 2,
-                    "{name} rank {} at {when}: measured {} true {truth} bound {}",
-                    r.rank,
-                    o.offset_ns,
-                    o.error_ns
-                );
-                assert_eq!(o.measured_by, r.rank, "own clock, own measurement");
-                assert_eq!((o.hosts, o.reps), (1, 100));
-            }
-        }
+        check_offsets_hold_the_truth(name, &trace, 1);
         check_sync_removes_every_violation(name, &traced.trace);
     }
+}
+
+/// The offsets measured at init and finalize hold the true offset within
+/// their error bound; every rank has its own clock (simulated), on `hosts`
+/// hosts.
+fn check_offsets_hold_the_truth(name: &str, trace: &Trace, hosts: u32) {
+    for r in &trace.ranks {
+        let fin = r.trailer.as_ref().unwrap().offset_finalize;
+        for (when, o) in [("init", r.header.offset_init), ("finalize", fin)] {
+            let o = o.unwrap_or_else(|| panic!("rank {} has no {when} offset", r.rank));
+            let truth = r.header.true_time(o.local_ns) as i64 - o.local_ns as i64;
+            assert!(
+                (o.offset_ns - truth).unsigned_abs() <= o.error_ns + 2,
+                "{name} rank {} at {when}: measured {} true {truth} bound {}",
+                r.rank,
+                o.offset_ns,
+                o.error_ns
+            );
+            assert_eq!(o.measured_by, r.rank, "own clock, own measurement");
+            assert_eq!((o.hosts, o.reps), (hosts, 100));
+            assert!(o.latency_intra_ns.is_some(), "{name}: ranks share a host");
+            assert_eq!(o.latency_inter_ns.is_some(), hosts > 1, "{name}");
+        }
+    }
+}
+
+#[test]
+fn simulated_hosts_measure_offsets_along_a_tree_of_hosts() {
+    // hosts=3 at np=8: ranks 0-2, 3-5 and 6-7. Rank 0 measures the heads 3
+    // and 6 (inter-host edges) and its own host's ranks; each head its own.
+    let dir = scratch("simhosts");
+    let prog = prog("halo2d");
+    let plain = mpirun(&dir, 8, &prog, &[], Mode::Plain, &[]);
+    let traced = mpirun(
+        &dir,
+        8,
+        &prog,
+        &[],
+        Mode::Preload,
+        &[("PMTRACE_CLOCK_SIM", "seed=5,hosts=3")],
+    );
+    assert_transparent(&plain, &traced, 8);
+    let trace = Trace::open(&traced.trace).unwrap();
+    let names: Vec<&str> = trace
+        .ranks
+        .iter()
+        .map(|r| r.header.hostname.as_str())
+        .collect();
+    let host = |r: usize| names[r].rsplit('~').next().unwrap();
+    assert_eq!(
+        (0..8).map(host).collect::<Vec<_>>(),
+        ["sim0", "sim0", "sim0", "sim1", "sim1", "sim1", "sim2", "sim2"]
+    );
+    check_offsets_hold_the_truth("halo2d", &trace, 3);
+    check_sync_removes_every_violation("halo2d", &traced.trace);
 }
 
 /// `pmtrace sync` on a trace with hundreds of reversed messages: none left,

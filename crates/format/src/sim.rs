@@ -11,10 +11,13 @@
 //! time is kept beside each event at no cost per event.
 //!
 //! ```text
-//! PMTRACE_CLOCK_SIM=seed=N[,offset_us=X][,drift_ppm=Y][,drift_change_s=S]
+//! PMTRACE_CLOCK_SIM=seed=N[,offset_us=X][,drift_ppm=Y][,drift_change_s=S][,hosts=H]
 //!   offset  uniform in ±X µs  (default 5000)
 //!   drift   uniform in ±Y ppm (default 50)
 //!   S       seconds after the rank's start at which its drift is drawn anew
+//!   H       pretend the ranks run on H hosts, in blocks of consecutive
+//!           ranks (rank r on host r·H/size): the offsets are then measured
+//!           along a tree of hosts, as on a cluster
 //! ```
 
 use serde::{Deserialize, Serialize};
@@ -26,6 +29,24 @@ pub struct SimSpec {
     pub offset_us: f64,
     pub drift_ppm: f64,
     pub drift_change_s: Option<f64>,
+    /// Simulated hosts (`None`: the real ones).
+    pub hosts: Option<u32>,
+}
+
+impl SimSpec {
+    /// The host name rank `rank` of `size` reports: the real one, or under
+    /// `hosts=H` the real one with the simulated host's number appended.
+    pub fn host_name(&self, real: &str, rank: u32, size: u32) -> String {
+        match self.hosts {
+            Some(h) if size > 0 => {
+                format!(
+                    "{real}~sim{}",
+                    u64::from(rank) * u64::from(h) / u64::from(size)
+                )
+            }
+            _ => real.to_string(),
+        }
+    }
 }
 
 /// One rank's simulated clock. Times are ns of the rank's timer.
@@ -48,6 +69,7 @@ impl SimSpec {
             offset_us: 5000.0,
             drift_ppm: 50.0,
             drift_change_s: None,
+            hosts: None,
         };
         let mut seed = None;
         for part in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
@@ -72,6 +94,15 @@ impl SimSpec {
                 "offset_us" => spec.offset_us = num(0.0, 1e9)?,
                 "drift_ppm" => spec.drift_ppm = num(0.0, 1e4)?,
                 "drift_change_s" => spec.drift_change_s = Some(num(0.0, 1e7)?),
+                "hosts" => {
+                    spec.hosts = Some(
+                        v.trim()
+                            .parse::<u32>()
+                            .ok()
+                            .filter(|&h| h >= 1)
+                            .ok_or_else(|| format!("hosts={v} is not a positive integer"))?,
+                    )
+                }
                 other => return Err(format!("unknown key `{other}`")),
             }
         }
@@ -174,9 +205,20 @@ mod tests {
                 seed: 11,
                 offset_us: 5000.0,
                 drift_ppm: 50.0,
-                drift_change_s: None
+                drift_change_s: None,
+                hosts: None,
             }
         );
+        let s = SimSpec::parse("seed=2,hosts=3").unwrap();
+        assert_eq!(s.hosts, Some(3));
+        // Blocks of consecutive ranks: 8 ranks on 3 hosts.
+        let names: Vec<String> = (0..8).map(|r| s.host_name("n", r, 8)).collect();
+        assert_eq!(
+            names,
+            ["n~sim0", "n~sim0", "n~sim0", "n~sim1", "n~sim1", "n~sim1", "n~sim2", "n~sim2"]
+        );
+        assert_eq!(SimSpec::parse("seed=2").unwrap().host_name("n", 5, 8), "n");
+        assert!(SimSpec::parse("seed=1,hosts=0").is_err());
         let s = SimSpec::parse("seed=3, offset_us=100,drift_ppm=20,drift_change_s=0.5").unwrap();
         assert_eq!(
             (s.offset_us, s.drift_ppm, s.drift_change_s),
