@@ -252,13 +252,10 @@ fn share_dir(
 }
 
 /// This rank's host name as the trace records it (see `SimSpec::hosts`).
-static HOST_NAME: Mutex<Option<String>> = Mutex::new(None);
+static HOST_NAME: std::sync::OnceLock<String> = std::sync::OnceLock::new();
 
 fn hostname() -> String {
-    if let Some(h) = HOST_NAME.lock().clone() {
-        return h;
-    }
-    real_hostname()
+    HOST_NAME.get().cloned().unwrap_or_else(real_hostname)
 }
 
 fn real_hostname() -> String {
@@ -349,7 +346,7 @@ fn start_tracing(
     // MPI_Init included.
     let sim = cfg.clock_sim.map(|spec| spec.for_rank(rank as u32, t0));
     if let Some(spec) = cfg.clock_sim {
-        *HOST_NAME.lock() = Some(spec.host_name(&real_hostname(), rank as u32, size as u32));
+        let _ = HOST_NAME.set(spec.host_name(&real_hostname(), rank as u32, size as u32));
     }
     if let Some(sim) = sim {
         clock::simulate(sim);

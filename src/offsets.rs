@@ -222,16 +222,21 @@ pub fn measure(
     };
     let ids = allgather(comm, &[host, group], size);
     let (hosts, groups): (Vec<u64>, Vec<u64>) = ids.chunks(2).map(|c| (c[0], c[1])).unzip();
-    let leader_of = |r: usize| groups.iter().position(|&g| g == groups[r]).unwrap_or(r);
-    let leaders: Vec<usize> = (0..size).filter(|&r| leader_of(r) == r).collect();
-    // The first leader of each host heads its host.
-    let head_of = |r: usize| {
-        leaders
-            .iter()
-            .copied()
-            .find(|&l| hosts[l] == hosts[r])
-            .unwrap_or(r)
+    // The lowest rank of each clock group leads it; the first leader of
+    // each host heads the host (one pass each, for 10k ranks).
+    let first = |keys: &[u64], of: &mut dyn Iterator<Item = usize>| {
+        let mut seen = std::collections::HashMap::new();
+        let mut by_rank = vec![usize::MAX; size];
+        for r in of {
+            by_rank[r] = *seen.entry(keys[r]).or_insert(r);
+        }
+        by_rank
     };
+    let leader = first(&groups, &mut (0..size));
+    let leader_of = |r: usize| leader[r];
+    let leaders: Vec<usize> = (0..size).filter(|&r| leader_of(r) == r).collect();
+    let head = first(&hosts, &mut leaders.iter().copied());
+    let head_of = |r: usize| head[leader_of(r)];
     let heads: Vec<usize> = leaders
         .iter()
         .copied()

@@ -922,7 +922,14 @@ fn a_rank_without_pmtrace_is_found_at_init_and_the_job_runs_untraced() {
 #[test]
 fn simulated_clocks_skew_every_rank_but_zero_and_the_true_time_is_recovered() {
     let dir = scratch("clocksim");
-    for name in ["halo2d", "master_worker"] {
+    // The last case pretends the 8 ranks run on 3 hosts (ranks 0-2, 3-5,
+    // 6-7): rank 0 measures the heads 3 and 6 (inter-host edges) and its
+    // own host's ranks, each head its own.
+    for (name, sim, hosts) in [
+        ("halo2d", "seed=11", 1),
+        ("master_worker", "seed=11", 1),
+        ("halo2d", "seed=5,hosts=3", 3),
+    ] {
         let prog = prog(name);
         let plain = mpirun(&dir, 8, &prog, &[], Mode::Plain, &[]);
         let traced = mpirun(
@@ -931,10 +938,31 @@ fn simulated_clocks_skew_every_rank_but_zero_and_the_true_time_is_recovered() {
             &prog,
             &[],
             Mode::Preload,
-            &[("PMTRACE_CLOCK_SIM", "seed=11")],
+            &[("PMTRACE_CLOCK_SIM", sim)],
         );
         assert_transparent(&plain, &traced, 8);
         let trace = Trace::open(&traced.trace).unwrap();
+        let names: Vec<&str> = trace
+            .ranks
+            .iter()
+            .map(|r| r.header.hostname.as_str())
+            .collect();
+        if hosts == 3 {
+            let sim_host: Vec<&str> = names
+                .iter()
+                .map(|n| n.rsplit("~sim").next().unwrap())
+                .collect();
+            assert_eq!(
+                sim_host,
+                ["0", "0", "0", "1", "1", "1", "2", "2"],
+                "{names:?}"
+            );
+        } else {
+            assert!(
+                names.iter().all(|n| !n.contains("~sim") && *n == names[0]),
+                "{names:?}"
+            );
+        }
         let sims: Vec<_> = trace
             .ranks
             .iter()
@@ -960,7 +988,7 @@ fn simulated_clocks_skew_every_rank_but_zero_and_the_true_time_is_recovered() {
         // message goes backward.
         let truth = messages.violations_in(0, |r, t| trace.ranks[r as usize].header.true_time(t));
         assert_eq!(truth.reversed, 0, "{name}");
-        check_offsets_hold_the_truth(name, &trace, 1);
+        check_offsets_hold_the_truth(name, &trace, hosts);
         check_sync_removes_every_violation(name, &traced.trace);
     }
 }
@@ -987,37 +1015,6 @@ fn check_offsets_hold_the_truth(name: &str, trace: &Trace, hosts: u32) {
             assert_eq!(o.latency_inter_ns.is_some(), hosts > 1, "{name}");
         }
     }
-}
-
-#[test]
-fn simulated_hosts_measure_offsets_along_a_tree_of_hosts() {
-    // hosts=3 at np=8: ranks 0-2, 3-5 and 6-7. Rank 0 measures the heads 3
-    // and 6 (inter-host edges) and its own host's ranks; each head its own.
-    let dir = scratch("simhosts");
-    let prog = prog("halo2d");
-    let plain = mpirun(&dir, 8, &prog, &[], Mode::Plain, &[]);
-    let traced = mpirun(
-        &dir,
-        8,
-        &prog,
-        &[],
-        Mode::Preload,
-        &[("PMTRACE_CLOCK_SIM", "seed=5,hosts=3")],
-    );
-    assert_transparent(&plain, &traced, 8);
-    let trace = Trace::open(&traced.trace).unwrap();
-    let names: Vec<&str> = trace
-        .ranks
-        .iter()
-        .map(|r| r.header.hostname.as_str())
-        .collect();
-    let host = |r: usize| names[r].rsplit('~').next().unwrap();
-    assert_eq!(
-        (0..8).map(host).collect::<Vec<_>>(),
-        ["sim0", "sim0", "sim0", "sim1", "sim1", "sim1", "sim2", "sim2"]
-    );
-    check_offsets_hold_the_truth("halo2d", &trace, 3);
-    check_sync_removes_every_violation("halo2d", &traced.trace);
 }
 
 /// `pmtrace sync` on a trace with hundreds of reversed messages: none left,
