@@ -8,7 +8,7 @@
 use crate::recorder::Recorder;
 use core::cell::{Cell, UnsafeCell};
 use core::marker::PhantomData;
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(u8)]
@@ -49,27 +49,81 @@ thread_local! {
     };
 }
 
-/// Where the main thread's recorder goes when its thread-locals are
-/// destroyed while tracing is still on: `exit()` runs thread-local
-/// destructors before static destructors, and programs call MPI (MPI_Finalize
-/// above all) from static destructors. Used only by that thread.
-struct Orphan(ThreadState);
+/// The recorder of the thread that initialised MPI when that is the
+/// process's main thread: reached without a thread-local lookup (which costs
+/// a call to `__tls_get_addr` in a preloaded library), by comparing the
+/// thread pointer. It is also where the main thread's recorder goes when its
+/// thread-locals are destroyed while tracing is still on (`exit()` runs
+/// thread-local destructors before static destructors, and programs call MPI,
+/// MPI_Finalize above all, from static destructors). Used only by that
+/// thread.
+struct MainThread(ThreadState);
 
-// SAFETY: only the thread recorded in `recorder::MAIN_TID` touches it, and
-// only after its own thread-locals are gone.
-unsafe impl Sync for Orphan {}
+// SAFETY: only the main thread touches it: through the fast path when its
+// thread pointer is `MAIN_TP`, or after its own thread-locals are gone.
+unsafe impl Sync for MainThread {}
 
-static ORPHAN: Orphan = Orphan(ThreadState {
+static MAIN: MainThread = MainThread(ThreadState {
     busy: Cell::new(false),
     recorder: UnsafeCell::new(Recorder::new()),
 });
+
+/// The main thread's thread pointer once it initialised MPI (0: no fast path).
+static MAIN_TP: AtomicUsize = AtomicUsize::new(0);
+
+/// The calling thread's thread pointer: distinct for every live thread, and
+/// one instruction to read (0 where not known how).
+#[inline(always)]
+fn thread_pointer() -> usize {
+    #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+    {
+        let tp: usize;
+        // SAFETY: on x86_64 Linux, fs:0 holds the thread control block's
+        // own address, set up by the C library for every thread.
+        unsafe {
+            core::arch::asm!("mov {}, qword ptr fs:[0]", out(reg) tp,
+                options(nostack, readonly, preserves_flags, pure));
+        }
+        tp
+    }
+    #[cfg(all(target_arch = "aarch64", target_os = "linux"))]
+    {
+        let tp: usize;
+        // SAFETY: reads the thread register, which has no side effects.
+        unsafe {
+            core::arch::asm!("mrs {}, tpidr_el0", out(reg) tp,
+                options(nostack, nomem, preserves_flags, pure));
+        }
+        tp
+    }
+    #[cfg(not(all(
+        any(target_arch = "x86_64", target_arch = "aarch64"),
+        target_os = "linux"
+    )))]
+    {
+        0
+    }
+}
+
+/// Before `MPI_Init` acquires its guard: when the process's main thread
+/// initialises MPI, its calls use `MAIN` from now on. Nothing has been
+/// recorded on any thread yet (recording starts inside MPI_Init), so no
+/// state is left behind in its thread-local recorder.
+pub fn init_thread() {
+    let tp = thread_pointer();
+    // SAFETY: plain system calls without arguments.
+    let main = unsafe { libc::gettid() == libc::getpid() };
+    if tp != 0 && main && state() == State::Uninit {
+        MAIN_TP.store(tp, Ordering::Relaxed);
+    }
+}
 
 /// Keeps the exiting main thread's recorder for calls made after its
 /// thread-locals are gone.
 pub fn adopt(rec: Recorder) {
     // SAFETY: called from the main thread's own thread-local destructor;
-    // nothing else references the orphan recorder (see `Orphan`).
-    unsafe { *ORPHAN.0.recorder.get() = rec };
+    // nothing else references the main recorder (see `MainThread`).
+    unsafe { *MAIN.0.recorder.get() = rec };
 }
 
 pub struct Guard {
@@ -89,6 +143,10 @@ impl Guard {
     /// Acquires regardless of the lifecycle state (init and finalize).
     #[inline(always)]
     pub fn acquire_any() -> Option<Guard> {
+        let tp = thread_pointer();
+        if tp != 0 && tp == MAIN_TP.load(Ordering::Relaxed) {
+            return Self::enter(&MAIN.0);
+        }
         match THREAD.try_with(Self::enter) {
             Ok(g) => g,
             Err(_) => Self::acquire_orphan(),
@@ -112,7 +170,7 @@ impl Guard {
     #[cold]
     fn acquire_orphan() -> Option<Guard> {
         if crate::recorder::is_main_thread() {
-            Self::enter(&ORPHAN.0)
+            Self::enter(&MAIN.0)
         } else {
             None
         }

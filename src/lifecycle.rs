@@ -59,6 +59,7 @@ fn warn(msg: &str) {
 
 #[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C" fn MPI_Init(argc: *mut c_int, argv: *mut *mut *mut c_char) -> c_int {
+    guard::init_thread();
     let guard = Guard::acquire_any();
     if guard.is_none() || guard::state() != State::Uninit {
         // SAFETY: the caller's arguments, passed through.
@@ -87,6 +88,7 @@ pub unsafe extern "C" fn MPI_Init_thread(
     required: c_int,
     provided: *mut c_int,
 ) -> c_int {
+    guard::init_thread();
     let guard = Guard::acquire_any();
     if guard.is_none() || guard::state() != State::Uninit {
         // SAFETY: the caller's arguments, passed through.
