@@ -277,6 +277,14 @@ pub fn init(world_rank: u32, rec: &mut Recorder, t: u64) {
     define(selfc, (u64::from(world_rank) << 32) | 1, rec, t);
 }
 
+/// The communicator of this thread's previous call, if `comm` is it
+/// (`resolve`'s fast path, without defining anything).
+#[inline(always)]
+pub fn cached(comm: MPI_Comm, rec: &Recorder) -> Option<&'static CommInfo> {
+    let (k, info) = rec.last_comm?;
+    (k == key_of(comm) && GENERATION.load(Ordering::Relaxed) == rec.comm_generation).then_some(info)
+}
+
 /// The communicator behind a handle, defining it on first sight if it was
 /// made behind pmtrace's back (e.g. `MPI_Comm_get_parent`).
 #[inline(always)]

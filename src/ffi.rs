@@ -222,6 +222,21 @@ impl TypeSizes {
         (self.dense && count >= 0).then(|| (count as u64).saturating_mul(self.size))
     }
 
+    /// `bytes`, when `datatype` is the cached type; `None` rather than
+    /// asking MPI about it.
+    #[inline(always)]
+    pub fn cached_bytes(&self, count: i64, datatype: MPI_Datatype) -> Option<u64> {
+        let hit = self.key == handle_key(datatype)
+            && self.generation == TYPE_GENERATION.load(std::sync::atomic::Ordering::Relaxed);
+        hit.then(|| {
+            if count <= 0 {
+                0
+            } else {
+                (count as u64).saturating_mul(self.size)
+            }
+        })
+    }
+
     /// Bytes in `count` elements of `datatype`.
     #[inline]
     pub fn bytes(&mut self, count: i64, datatype: MPI_Datatype) -> u64 {

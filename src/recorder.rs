@@ -510,6 +510,20 @@ impl Writer<'_> {
         self.put_u(code);
     }
 
+    /// Appends `len` bytes already encoded, copying all of `bytes` (one
+    /// fixed-size copy; the bytes past `len` are overwritten by what
+    /// follows, or lie past the record inside the room it reserved).
+    #[inline(always)]
+    pub fn put_bytes<const N: usize>(&mut self, bytes: &[u8; N], len: usize) {
+        debug_assert!(len <= N);
+        // SAFETY: every caller's record reserved MAX_FIXED_RECORD, which
+        // holds the head and N bytes more; `len <= N`.
+        unsafe {
+            core::ptr::copy_nonoverlapping(bytes.as_ptr(), self.p, N);
+            self.p = self.p.add(len.min(N));
+        }
+    }
+
     #[inline(always)]
     fn store(&mut self) {
         // SAFETY: `p` only moved forward from `base + pos` within the room
