@@ -289,12 +289,10 @@ pub fn cached(comm: MPI_Comm, rec: &Recorder) -> Option<&'static CommInfo> {
 /// made behind pmtrace's back (e.g. `MPI_Comm_get_parent`).
 #[inline(always)]
 pub fn resolve(comm: MPI_Comm, rec: &mut Recorder, t: u64) -> &'static CommInfo {
-    let key = key_of(comm);
-    if let Some((k, info)) = rec.last_comm {
-        if k == key && GENERATION.load(Ordering::Relaxed) == rec.comm_generation {
-            return info;
-        }
+    if let Some(info) = cached(comm, rec) {
+        return info;
     }
+    let key = key_of(comm);
     let info = match lookup(comm) {
         Some(info) => info,
         None => define_local(comm, rec, t),

@@ -174,12 +174,28 @@ impl TypeSizes {
         }
     }
 
+    /// Whether the cached sizes are `datatype`'s and still valid.
+    #[inline(always)]
+    fn holds(&self, datatype: MPI_Datatype) -> bool {
+        self.key == handle_key(datatype)
+            && self.generation == TYPE_GENERATION.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
     #[inline]
     fn load(&mut self, datatype: MPI_Datatype) {
-        let key = handle_key(datatype);
-        let generation = TYPE_GENERATION.load(std::sync::atomic::Ordering::Relaxed);
-        if self.key != key || self.generation != generation {
-            self.query(datatype, key, generation);
+        if !self.holds(datatype) {
+            let generation = TYPE_GENERATION.load(std::sync::atomic::Ordering::Relaxed);
+            self.query(datatype, handle_key(datatype), generation);
+        }
+    }
+
+    /// Bytes in `count` elements of the cached type.
+    #[inline(always)]
+    fn times(&self, count: i64) -> u64 {
+        if count <= 0 {
+            0
+        } else {
+            (count as u64).saturating_mul(self.size)
         }
     }
 
@@ -207,13 +223,6 @@ impl TypeSizes {
         };
     }
 
-    /// Size in bytes of one element of `datatype` (its type size, not extent).
-    #[inline]
-    pub fn size(&mut self, datatype: MPI_Datatype) -> u64 {
-        self.load(datatype);
-        self.size
-    }
-
     /// Bytes of `count` elements if they form one contiguous block starting
     /// at the buffer address.
     #[inline]
@@ -226,15 +235,7 @@ impl TypeSizes {
     /// asking MPI about it.
     #[inline(always)]
     pub fn cached_bytes(&self, count: i64, datatype: MPI_Datatype) -> Option<u64> {
-        let hit = self.key == handle_key(datatype)
-            && self.generation == TYPE_GENERATION.load(std::sync::atomic::Ordering::Relaxed);
-        hit.then(|| {
-            if count <= 0 {
-                0
-            } else {
-                (count as u64).saturating_mul(self.size)
-            }
-        })
+        self.holds(datatype).then(|| self.times(count))
     }
 
     /// Bytes in `count` elements of `datatype`.
@@ -243,7 +244,8 @@ impl TypeSizes {
         if count <= 0 {
             return 0;
         }
-        (count as u64).saturating_mul(self.size(datatype))
+        self.load(datatype);
+        self.times(count)
     }
 }
 

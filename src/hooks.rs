@@ -287,6 +287,24 @@ pub struct RecvPre {
     bytes: [u8; PRE_ROOM],
 }
 
+impl RecvPre {
+    #[inline(always)]
+    fn encode(src: c_int, tag: c_int, comm: u32, posted: u64) -> RecvPre {
+        let mut pre = RecvPre {
+            posted,
+            len: 0,
+            bytes: [0; PRE_ROOM],
+        };
+        let mut sink = SliceSink {
+            buf: &mut pre.bytes,
+            pos: 0,
+        };
+        put_send(&mut sink, src, tag, comm, posted);
+        pre.len = sink.pos;
+        pre
+    }
+}
+
 #[inline(always)]
 pub fn recv_prepare(
     guard: &Guard,
@@ -299,18 +317,7 @@ pub fn recv_prepare(
     let rec = guard.recorder();
     let info = comms::cached(comm, rec)?;
     let posted = rec.types.cached_bytes(i64::from(count), datatype)?;
-    let mut pre = RecvPre {
-        posted,
-        len: 0,
-        bytes: [0; PRE_ROOM],
-    };
-    let mut sink = SliceSink {
-        buf: &mut pre.bytes,
-        pos: 0,
-    };
-    put_send(&mut sink, src, tag, info.index, posted);
-    pre.len = sink.pos;
-    Some(pre)
+    Some(RecvPre::encode(src, tag, info.index, posted))
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -326,17 +333,13 @@ pub fn recv(
     pre: Option<RecvPre>,
 ) {
     guarded(|| {
-        let pre = pre.filter(|_| call.ok());
-        let (posted, info) = match &pre {
-            Some(p) => (p.posted, None),
-            None => (call.bytes(count, datatype), Some(comm_info(&call, comm))),
-        };
+        let pre = pre.filter(|_| call.ok()).unwrap_or_else(|| {
+            let index = comm_info(&call, comm).index;
+            RecvPre::encode(src, tag, index, call.bytes(count, datatype))
+        });
+        let posted = pre.posted;
         let Some(mut r) = call.begin_pb() else { return };
-        match (&pre, info) {
-            (Some(p), _) => r.put_bytes(&p.bytes, p.len),
-            (None, Some(info)) => put_send(&mut r, src, tag, info.index, posted),
-            (None, None) => unreachable!(),
-        }
+        r.put_bytes(&pre.bytes, pre.len);
         put_recv_status(
             &mut r,
             call.ok(),

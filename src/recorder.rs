@@ -515,9 +515,11 @@ impl Writer<'_> {
     /// follows, or lie past the record inside the room it reserved).
     #[inline(always)]
     pub fn put_bytes<const N: usize>(&mut self, bytes: &[u8; N], len: usize) {
+        const { assert!(N <= record::MAX_FIXED_RECORD / 2) };
         debug_assert!(len <= N);
-        // SAFETY: every caller's record reserved MAX_FIXED_RECORD, which
-        // holds the head and N bytes more; `len <= N`.
+        // SAFETY: every caller's record reserved at least MAX_FIXED_RECORD,
+        // which holds the head and N bytes more (N is at most half of it);
+        // `p` advances by at most N.
         unsafe {
             core::ptr::copy_nonoverlapping(bytes.as_ptr(), self.p, N);
             self.p = self.p.add(len.min(N));
