@@ -28,7 +28,12 @@
 use crossbeam_channel::{Receiver, Sender};
 use memmap2::{MmapMut, MmapOptions};
 use parking_lot::Mutex;
+use pmtrace_format::pending::PENDING_LEN;
 use pmtrace_format::{meta, ChunkHeader, ChunkKind, ChunkState, CHUNK_HEADER_LEN, PAGE};
+
+/// Where an events chunk's records start: after its header and its
+/// pending slot (see `pmtrace_format::pending`).
+pub const RECORDS_AT: usize = CHUNK_HEADER_LEN + PENDING_LEN;
 use std::fs::File;
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::FileExt;
@@ -161,6 +166,7 @@ impl Flusher {
             base_ns: 0,
             seq: 0,
             crc: 0,
+            slot: PENDING_LEN as u32,
         };
         map[..CHUNK_HEADER_LEN].copy_from_slice(&h.encode());
         // Write-fault every page here, not on the application thread: pages
@@ -176,8 +182,8 @@ impl Flusher {
 
     /// Stores fill and checksum, then marks the chunk sealed.
     fn seal_bytes(chunk: &mut [u8], used: usize) {
-        let used = used.min(chunk.len() - CHUNK_HEADER_LEN);
-        let crc = crc32fast::hash(&chunk[CHUNK_HEADER_LEN..CHUNK_HEADER_LEN + used]);
+        let used = used.min(chunk.len() - RECORDS_AT);
+        let crc = crc32fast::hash(&chunk[RECORDS_AT..RECORDS_AT + used]);
         chunk[24..32].copy_from_slice(&(used as u64).to_le_bytes());
         chunk[48..52].copy_from_slice(&crc.to_le_bytes());
         chunk[12..16].copy_from_slice(&(ChunkState::Sealed as u32).to_le_bytes());
@@ -198,7 +204,7 @@ impl Flusher {
 
     /// Gives back the disk blocks of a chunk's unused whole pages.
     fn release_tail(&self, offset: u64, cap: usize, used: usize) {
-        let keep = (CHUNK_HEADER_LEN + used).div_ceil(PAGE) * PAGE;
+        let keep = (RECORDS_AT + used).div_ceil(PAGE) * PAGE;
         if keep < cap {
             // SAFETY: a valid fd; the range is inside the file. Failure only
             // leaves the blocks allocated.
@@ -355,6 +361,7 @@ impl Flusher {
             base_ns: tr.end_ns,
             seq: 0,
             crc: crc32fast::hash(&json),
+            slot: 0,
         };
         chunk[..CHUNK_HEADER_LEN].copy_from_slice(&h.encode());
         chunk[CHUNK_HEADER_LEN..CHUNK_HEADER_LEN + json.len()].copy_from_slice(&json);

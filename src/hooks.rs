@@ -15,10 +15,11 @@ use crate::recorder::{Recorder, Writer};
 use crate::requests::{key, Op, OpKind, MESSAGES, REQUESTS};
 use core::cell::RefCell;
 use core::ffi::{c_int, c_void};
+use pmtrace_format::pending::PendingRecv;
 use pmtrace_format::record::{
     root_code, LIST_BATCH, MAX_FIXED_RECORD, MAX_LIST_ITEM, ST_CANCELLED, ST_EMPTY, ST_NONE,
 };
-use pmtrace_format::varint::{Sink, SliceSink};
+use pmtrace_format::varint::Sink;
 use smallvec::SmallVec;
 
 /// One traced call: its id, times and return code.
@@ -270,56 +271,11 @@ fn put_recv_status(
     }
 }
 
-/// Most bytes of a receive's posted half: peer, tag, communicator, size.
-const PRE_ROOM: usize = 32;
-
-/// The posted half of a blocking receive's record (peer, tag, communicator
-/// and posted size, as `put_send` writes them), encoded before the call.
-/// The rank then waits for the message anyway, while after the call every
-/// nanosecond is on the critical path of the message that the application
-/// sends next. Made only when the communicator and the datatype are the
-/// ones this thread used last (the common case); otherwise, and when the
-/// call fails (a failed call records no size), the hook encodes after the
-/// call as before.
-pub struct RecvPre {
-    posted: u64,
-    len: usize,
-    bytes: [u8; PRE_ROOM],
-}
-
-impl RecvPre {
-    #[inline(always)]
-    fn encode(src: c_int, tag: c_int, comm: u32, posted: u64) -> RecvPre {
-        let mut pre = RecvPre {
-            posted,
-            len: 0,
-            bytes: [0; PRE_ROOM],
-        };
-        let mut sink = SliceSink {
-            buf: &mut pre.bytes,
-            pos: 0,
-        };
-        put_send(&mut sink, src, tag, comm, posted);
-        pre.len = sink.pos;
-        pre
-    }
-}
-
-#[inline(always)]
-pub fn recv_prepare(
-    guard: &Guard,
-    count: c_int,
-    datatype: MPI_Datatype,
-    src: c_int,
-    tag: c_int,
-    comm: MPI_Comm,
-) -> Option<RecvPre> {
-    let rec = guard.recorder();
-    let info = comms::cached(comm, rec)?;
-    let posted = rec.types.cached_bytes(i64::from(count), datatype)?;
-    Some(RecvPre::encode(src, tag, info.index, posted))
-}
-
+/// A blocking receive. A successful one without a vector clock is not
+/// encoded here, on the critical path of whatever the application sends
+/// next, but left raw in the chunk's pending slot and encoded at the
+/// thread's next record (see `Recorder::defer_recv`); the record is the
+/// same.
 #[allow(clippy::too_many_arguments)]
 pub fn recv(
     call: Call,
@@ -330,16 +286,26 @@ pub fn recv(
     comm: MPI_Comm,
     status: *mut MPI_Status,
     got: Option<Got>,
-    pre: Option<RecvPre>,
 ) {
     guarded(|| {
-        let pre = pre.filter(|_| call.ok()).unwrap_or_else(|| {
-            let index = comm_info(&call, comm).index;
-            RecvPre::encode(src, tag, index, call.bytes(count, datatype))
-        });
-        let posted = pre.posted;
+        let index = comm_info(&call, comm).index;
+        let posted = call.bytes(count, datatype);
+        if call.ok() && got.as_ref().is_none_or(|g| g.vc.is_empty()) {
+            call.rec().defer_recv(&PendingRecv {
+                func: call.func,
+                t0: call.t0,
+                t1: call.t1,
+                src,
+                tag,
+                comm: index,
+                posted,
+                actual: actual(status),
+                pb: got.map(|g| (g.id, g.lc, g.sent)),
+            });
+            return;
+        }
         let Some(mut r) = call.begin_pb() else { return };
-        r.put_bytes(&pre.bytes, pre.len);
+        put_send(&mut r, src, tag, index, posted);
         put_recv_status(
             &mut r,
             call.ok(),

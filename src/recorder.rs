@@ -9,9 +9,10 @@
 //! counted in `dropped` and reported, never hidden.
 
 use crate::clock;
-use crate::flusher::{Msg, Region, ThreadLink};
+use crate::flusher::{Msg, Region, ThreadLink, RECORDS_AT};
 use crossbeam_channel::{Receiver, Sender};
 use parking_lot::Mutex;
+use pmtrace_format::pending::{PendingRecv, PENDING_AT, PENDING_LEN};
 use pmtrace_format::record::{self, CODE_BUFFER_WAIT, CODE_DEF_THREAD, FIRST_FUNCTION_CODE};
 use pmtrace_format::varint::Sink;
 use pmtrace_format::CHUNK_HEADER_LEN;
@@ -98,6 +99,10 @@ pub struct Recorder {
     pb_prev: record::PbState,
     /// Start of the record being written.
     start: u64,
+    /// The active chunk's pending slot (see `pmtrace_format::pending`).
+    slot: *mut u8,
+    /// The slot holds a receive whose record is due at `pos`.
+    pending: bool,
 }
 
 impl Recorder {
@@ -128,6 +133,8 @@ impl Recorder {
                 vc: Vec::new(),
             },
             start: 0,
+            slot: core::ptr::null_mut(),
+            pending: false,
         }
     }
 
@@ -280,8 +287,9 @@ impl Recorder {
         map[32..40].copy_from_slice(&self.prev_end.to_le_bytes());
         map[40..48].copy_from_slice(&self.seq.to_le_bytes());
         self.seq += 1;
-        self.base = map[CHUNK_HEADER_LEN..].as_mut_ptr();
-        self.cap = map.len() - CHUNK_HEADER_LEN;
+        self.slot = map[CHUNK_HEADER_LEN..].as_mut_ptr();
+        self.base = map[RECORDS_AT..].as_mut_ptr();
+        self.cap = map.len() - RECORDS_AT;
         self.pos = 0;
         link.pos.store(0, Relaxed);
         *link.active.lock() = Some((region.offset, map.len()));
@@ -290,6 +298,7 @@ impl Recorder {
 
     /// Gives the active buffer to the flusher.
     fn hand_off(&mut self, last: bool) {
+        self.flush_pending();
         let Some(region) = self.region.take() else {
             return;
         };
@@ -311,6 +320,7 @@ impl Recorder {
 
     /// Seals this thread's buffer for good (finalize, thread exit).
     pub fn finish(&mut self) {
+        self.flush_pending();
         if let Some((a, b)) = self.pending_wait.take() {
             if self.reserve(WAIT_RECORD) {
                 self.write_wait(a, b);
@@ -324,11 +334,7 @@ impl Recorder {
     /// (gap, duration). Times are kept monotone per thread.
     #[inline(always)]
     fn advance(&mut self, t0: u64, t1: u64) -> (u64, u64) {
-        let prev = self.prev_end;
-        let start = t0.max(prev);
-        let end = t1.max(start);
-        self.prev_end = end;
-        (start - prev, end - start)
+        record::advance(&mut self.prev_end, t0, t1)
     }
 
     #[inline(always)]
@@ -369,7 +375,11 @@ impl Recorder {
     /// Makes room for a record that starts at `t0`.
     #[inline(always)]
     fn ready(&mut self, t0: u64, need: usize) -> bool {
-        if self.cap - self.pos >= need && self.pending_wait.is_none() && !STOPPED.load(Relaxed) {
+        if self.cap - self.pos >= need
+            && !self.pending
+            && self.pending_wait.is_none()
+            && !STOPPED.load(Relaxed)
+        {
             return true;
         }
         self.ready_slow(t0, need)
@@ -382,6 +392,7 @@ impl Recorder {
     /// making room for this record is written before the next one.
     #[cold]
     fn ready_slow(&mut self, t0: u64, need: usize) -> bool {
+        self.flush_pending();
         if self.link.is_none() && self.prev_end == 0 {
             self.prev_end = t0;
         }
@@ -393,6 +404,54 @@ impl Recorder {
             self.write_wait(a, b);
         }
         true
+    }
+
+    /// Records a successful blocking receive without encoding it: its
+    /// fields go raw into the chunk's pending slot, and its record is
+    /// encoded before the thread's next record (see
+    /// `pmtrace_format::pending`). The room the record needs is reserved
+    /// now, so that it is written at the position the slot names. False if
+    /// nothing can be recorded.
+    #[inline(always)]
+    pub fn defer_recv(&mut self, p: &PendingRecv) -> bool {
+        if !self.ready(p.t0, record::MAX_FIXED_RECORD) {
+            return false;
+        }
+        // SAFETY: `slot` points at the active chunk's pending slot
+        // (PENDING_LEN bytes, 8-aligned: the chunk is page-aligned and the
+        // slot starts 64 bytes in), which only this thread writes.
+        unsafe {
+            p.store(&mut *(self.slot as *mut [u8; PENDING_AT]));
+            // The position last: a slot is live only once all its fields are.
+            let at = &*(self.slot.add(PENDING_AT) as *const core::sync::atomic::AtomicU64);
+            at.store(self.pos as u64 + 1, core::sync::atomic::Ordering::Release);
+        }
+        self.pending = true;
+        self.events += 1;
+        self.publish();
+        true
+    }
+
+    /// Encodes the pending receive's record, in the room it reserved.
+    #[inline]
+    fn flush_pending(&mut self) {
+        if !self.pending {
+            return;
+        }
+        self.pending = false;
+        // SAFETY: as in `defer_recv`; the slot is still the active chunk's.
+        let slot = unsafe { core::slice::from_raw_parts(self.slot, PENDING_LEN) };
+        let Some(p) = PendingRecv::load(slot, self.pos as u64) else {
+            debug_assert!(false, "pending slot out of step");
+            return;
+        };
+        let mut prev_end = self.prev_end;
+        let (mut id, mut lc) = (self.pb_prev.id, self.pb_prev.lc);
+        let mut w = self.writer();
+        p.encode(&mut w, &mut prev_end, (&mut id, &mut lc));
+        w.commit_part();
+        self.prev_end = prev_end;
+        (self.pb_prev.id, self.pb_prev.lc) = (id, lc);
     }
 
     fn write_wait(&mut self, t0: u64, t1: u64) {
@@ -508,22 +567,6 @@ impl Writer<'_> {
         let code = record::coll_seq_code(self.rec.last_coll, comm, seq);
         self.rec.last_coll = Some((comm, seq));
         self.put_u(code);
-    }
-
-    /// Appends `len` bytes already encoded, copying all of `bytes` (one
-    /// fixed-size copy; the bytes past `len` are overwritten by what
-    /// follows, or lie past the record inside the room it reserved).
-    #[inline(always)]
-    pub fn put_bytes<const N: usize>(&mut self, bytes: &[u8; N], len: usize) {
-        const { assert!(N <= record::MAX_FIXED_RECORD / 2) };
-        debug_assert!(len <= N);
-        // SAFETY: every caller's record reserved at least MAX_FIXED_RECORD,
-        // which holds the head and N bytes more (N is at most half of it);
-        // `p` advances by at most N.
-        unsafe {
-            core::ptr::copy_nonoverlapping(bytes.as_ptr(), self.p, N);
-            self.p = self.p.add(len.min(N));
-        }
     }
 
     #[inline(always)]

@@ -529,11 +529,11 @@ fn a_damaged_real_trace_gives_one_line_errors() {
     std::fs::write(&file, &good[..good.len() / 2 + 7]).unwrap();
     check("truncated");
     let mut flipped = good.clone();
-    // Inside the first chunk's records: after the header page and the
-    // 64-byte chunk header.
+    // Inside the first chunk's records: after the header page, the 64-byte
+    // chunk header and the pending slot.
     let first_chunk =
         (u32::from_le_bytes(good[12..16].try_into().unwrap()) as usize + 20).div_ceil(4096) * 4096;
-    flipped[first_chunk + 64 + 10] ^= 0x20;
+    flipped[first_chunk + 64 + pmtrace_format::pending::PENDING_LEN + 10] ^= 0x20;
     std::fs::write(&file, &flipped).unwrap();
     check("bit flipped");
     std::fs::remove_file(&file).unwrap();
@@ -650,6 +650,38 @@ fn an_aborted_job_keeps_its_trace() {
     }
     let rep = report(&traced.trace);
     assert_eq!(rep["messages"]["matched"], 10 * np as u64);
+}
+
+/// A rank killed right after a receive returned keeps that receive, and its
+/// message stays matched: the record waited, raw, in the chunk's pending
+/// slot (see `pmtrace_format::pending`).
+#[test]
+fn a_rank_killed_right_after_a_receive_keeps_it() {
+    let dir = scratch("kill");
+    let np = 3;
+    let prog = prog("abort");
+    let plain = mpirun(&dir, np, &prog, &["kill"], Mode::Plain, &[]);
+    let traced = mpirun(&dir, np, &prog, &["kill"], Mode::Preload, &[]);
+    assert_ne!(plain.code, 0);
+    assert_eq!(traced.code, plain.code, "same exit status");
+    assert_eq!(traced.stdout, plain.stdout);
+    let trace = Trace::open(&traced.trace).unwrap();
+    let r1 = &trace.ranks[1];
+    assert!(!r1.complete());
+    let (_, last) = r1.calls().last().unwrap();
+    assert_eq!(r1.function_name(last.func), "MPI_Recv");
+    let Payload::Recv {
+        src: 0,
+        tag: 99,
+        status: Some(status),
+        ..
+    } = &last.payload
+    else {
+        panic!("{last:?}")
+    };
+    assert!(status.pb.is_some(), "{status:?}");
+    let rep = report(&traced.trace);
+    assert_eq!(rep["messages"]["matched"], 10 * np as u64 + 1);
 }
 
 /// Names of the dynamic symbols a binary defines.

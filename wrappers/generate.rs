@@ -297,7 +297,7 @@ fn body(e: &Entry) -> Result<(Vec<String>, String), String> {
             e.kind.ends_with("_init")
         ),
         "recv" => format!(
-            "hooks::recv({call}, {}, {}, {}, {}, {}, {}, got, pre)",
+            "hooks::recv({call}, {}, {}, {}, {}, {}, {}, got)",
             r("count")?,
             r("datatype")?,
             r("peer")?,
@@ -606,17 +606,6 @@ fn around(e: &Entry) -> Result<Around, String> {
                 "let pb_in = pb::In::new(guard.recorder(), {b} as *mut c_void, {c}, {d});"
             ));
             replace(&mut a, "pb_in", ["buf", "count", "datatype"]);
-            if e.kind == "recv" {
-                // The posted half of the record, encoded while the rank
-                // would wait anyway (see `hooks::RecvPre`); after `In::new`,
-                // which caches the datatype's size.
-                a.pre.push(format!(
-                    "let pre = hooks::recv_prepare(&guard, {c}, {d}, {}, {}, {});",
-                    r("peer")?,
-                    r("tag")?,
-                    r("comm")?
-                ));
-            }
             let rx = if e.kind == "recv" {
                 format!("pb::Rx::new({}, {})", r("peer")?, r("comm")?)
             } else {

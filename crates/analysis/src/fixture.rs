@@ -33,6 +33,7 @@ use pmtrace_format::chunk::{ChunkHeader, ChunkKind, ChunkState, CHUNK_HEADER_LEN
 use pmtrace_format::meta::{
     FunctionDef, Header, MpiConstants, RunInfo, ThreadDef, TimerDef, Trailer,
 };
+use pmtrace_format::pending::{PendingRecv, PENDING_AT, PENDING_LEN};
 use pmtrace_format::record::{
     coll_seq_code, op_id, op_ref, put_head, put_members, root_code, Call, CommDef, Completion,
     Payload, Record, CODE_BUFFER_WAIT, CODE_CONTINUATION, CODE_DEF_COMM, CODE_DEF_THREAD,
@@ -352,9 +353,9 @@ impl RankBuilder {
     /// Thread `index`, created on first use.
     pub fn thread(&mut self, index: u32) -> &mut ThreadBuilder {
         let (cap, batch) = (self.chunk_capacity, self.list_batch);
-        self.threads
-            .entry(index)
-            .or_insert_with(|| ThreadBuilder::new(index, cap - CHUNK_HEADER_LEN, batch))
+        self.threads.entry(index).or_insert_with(|| {
+            ThreadBuilder::new(index, cap - CHUNK_HEADER_LEN - PENDING_LEN, batch)
+        })
     }
 
     /// Defines `MPI_COMM_WORLD` (index 0) and `MPI_COMM_SELF` (index 1) on
@@ -379,12 +380,17 @@ impl RankBuilder {
         let mut out = encode_file_header(&self.header);
         let cap = self.chunk_capacity;
         let push_chunk = |out: &mut Vec<u8>, h: ChunkHeader, payload: &[u8]| {
+            let start = out.len();
             out.extend_from_slice(&h.encode());
+            out.resize(start + h.records_offset() as usize, 0);
             out.extend_from_slice(payload);
-            out.resize(
-                out.len() + h.capacity as usize - CHUNK_HEADER_LEN - payload.len(),
-                0,
-            );
+            out.resize(start + h.capacity as usize, 0);
+        };
+        // The pending slot of an events chunk.
+        let put_slot = |out: &mut Vec<u8>, at: usize, p: &PendingRecv, pos: usize| {
+            let slot = &mut out[at + CHUNK_HEADER_LEN..at + CHUNK_HEADER_LEN + PENDING_LEN];
+            p.store((&mut slot[..PENDING_AT]).try_into().unwrap());
+            slot[PENDING_AT..].copy_from_slice(&(pos as u64 + 1).to_le_bytes());
         };
         // Threads' chunks interleave in the file, as buffers of concurrent
         // threads fill up; readers must sort them by seq.
@@ -415,8 +421,13 @@ impl RankBuilder {
                     base_ns: c.base_ns,
                     seq: seq as u64,
                     crc: if sealed { payload_crc(&c.data) } else { 0 },
+                    slot: PENDING_LEN as u32,
                 };
+                let at = out.len();
                 push_chunk(&mut out, h, &c.data);
+                if let Some(p) = th.pending.as_ref().filter(|_| last) {
+                    put_slot(&mut out, at, p, c.data.len());
+                }
                 bytes += c.data.len() as u64;
                 chunks += 1;
             }
@@ -432,6 +443,7 @@ impl RankBuilder {
             base_ns: 0,
             seq: 0,
             crc: 0,
+            slot: PENDING_LEN as u32,
         };
         push_chunk(&mut out, unassigned, &[]);
         chunks += 1;
@@ -449,6 +461,7 @@ impl RankBuilder {
                 base_ns: 0,
                 seq: th.chunks.len() as u64,
                 crc: payload_crc(&[]),
+                slot: PENDING_LEN as u32,
             };
             push_chunk(&mut out, h, &[]);
             chunks += 1;
@@ -492,6 +505,7 @@ impl RankBuilder {
             base_ns: 0,
             seq: 0,
             crc: payload_crc(&json),
+            slot: 0,
         };
         push_chunk(&mut out, h, &json);
         out
@@ -515,6 +529,8 @@ pub struct ThreadBuilder {
     last_coll: Option<(u32, u64)>,
     chunks: Vec<ChunkData>,
     records: u64,
+    /// A receive left in the pending slot of the thread's last chunk.
+    pending: Option<PendingRecv>,
 }
 
 impl ThreadBuilder {
@@ -528,7 +544,41 @@ impl ThreadBuilder {
             last_coll: None,
             chunks: Vec::new(),
             records: 0,
+            pending: None,
         }
+    }
+
+    /// A blocking receive (function `func`, of kind `recv`, without a
+    /// piggyback) left raw in the pending slot of the thread's last chunk,
+    /// as the runtime leaves one when it stops before encoding it. Nothing
+    /// may be added to the thread after it.
+    #[allow(clippy::too_many_arguments)]
+    pub fn pending_recv(
+        &mut self,
+        func: &str,
+        t_start: u64,
+        t_end: u64,
+        posted: (i32, i32, u32, u64),
+        actual: (i32, i32, u64),
+    ) -> &mut Self {
+        assert!(
+            !self.chunks.is_empty(),
+            "fixture: a pending receive needs a chunk"
+        );
+        let (src, tag, comm, bytes) = posted;
+        self.pending = Some(PendingRecv {
+            func: function_id(func),
+            t0: t_start,
+            t1: t_end,
+            src,
+            tag,
+            comm,
+            posted: bytes,
+            actual,
+            pb: None,
+        });
+        self.records += 1;
+        self
     }
 
     /// The id the next operation-creating record will get.
@@ -578,6 +628,10 @@ impl ThreadBuilder {
 
     /// Encodes any record; returns the ids of the operations it creates.
     pub fn record(&mut self, rec: &Record) -> Vec<u64> {
+        assert!(
+            self.pending.is_none(),
+            "fixture: record after a pending receive"
+        );
         let (t_start, t_end) = match rec {
             Record::Call(c) => (c.t_start, c.t_end),
             Record::BufferWait { t_start, t_end } => (*t_start, *t_end),

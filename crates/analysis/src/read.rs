@@ -28,6 +28,7 @@ use std::path::{Path, PathBuf};
 
 use pmtrace_format::chunk::{ChunkHeader, ChunkKind, ChunkState, CHUNK_HEADER_LEN};
 use pmtrace_format::meta::{Header, MpiConstants, Trailer};
+use pmtrace_format::pending::PendingRecv;
 use pmtrace_format::record::{Call, CommDef, Payload, Record, ThreadDecoder, CODE_CONTINUATION};
 use pmtrace_format::{decode_file_header, rank_file_name, FormatError, Kind, FILE_PREFIX_LEN};
 
@@ -551,9 +552,9 @@ impl RankFile {
         Ok(chunks)
     }
 
-    /// payload[..used] of a sealed chunk, checksum verified.
+    /// records[..used] of a sealed chunk, checksum verified.
     fn sealed_payload(&self, at: u64, h: &ChunkHeader) -> Result<Vec<u8>, ReadError> {
-        let payload = self.read_at(at + CHUNK_HEADER_LEN as u64, h.used)?;
+        let payload = self.read_at(at + h.records_offset(), h.used)?;
         if pmtrace_format::payload_crc(&payload) != h.crc {
             return Err(ReadError::corrupt(
                 &self.name,
@@ -578,10 +579,7 @@ impl RankFile {
             let data = if sealed {
                 self.sealed_payload(*at, h)?
             } else {
-                self.read_at(
-                    at + CHUNK_HEADER_LEN as u64,
-                    h.capacity - CHUNK_HEADER_LEN as u64,
-                )?
+                self.read_at(at + h.records_offset(), h.records_capacity())?
             };
             decoder.start_chunk(h.base_ns);
             let mut pos = 0;
@@ -589,9 +587,20 @@ impl RankFile {
                 let start = pos;
                 match decode_one(&mut decoder, &data, &mut pos, kinds, &mut records) {
                     Ok(true) => {}
-                    Ok(false) => break,
+                    Ok(false) => {
+                        self.append_pending(
+                            &mut decoder,
+                            *at,
+                            h,
+                            pos,
+                            kinds,
+                            &mut records,
+                            warnings,
+                        )?;
+                        break;
+                    }
                     Err(e) => {
-                        let offset = at + CHUNK_HEADER_LEN as u64 + start as u64;
+                        let offset = at + h.records_offset() + start as u64;
                         if sealed {
                             // The checksum matched, so the writer wrote this.
                             let what = match e {
@@ -614,6 +623,39 @@ impl RankFile {
             }
         }
         Ok((records, decoder.vc_arena))
+    }
+}
+
+impl RankFile {
+    /// Appends the receive a chunk's pending slot holds when the chunk's
+    /// records end at `end`, exactly where it belongs (see
+    /// `pmtrace_format::pending`): its thread stopped before encoding it.
+    #[allow(clippy::too_many_arguments)]
+    fn append_pending(
+        &self,
+        decoder: &mut ThreadDecoder,
+        at: u64,
+        h: &ChunkHeader,
+        end: usize,
+        kinds: &[Kind],
+        records: &mut Vec<Record>,
+        warnings: &mut Vec<String>,
+    ) -> Result<(), ReadError> {
+        if h.slot == 0 {
+            return Ok(());
+        }
+        let slot = self.read_at(at + CHUNK_HEADER_LEN as u64, u64::from(h.slot))?;
+        let Some(p) = PendingRecv::load(&slot, end as u64) else {
+            return Ok(());
+        };
+        match decoder.pending(&p, kinds) {
+            Ok(r) => records.push(r),
+            Err(e) => warnings.push(format!(
+                "thread {}: the pending receive of the chunk at offset {at} is unreadable ({e}); dropped",
+                decoder.thread
+            )),
+        }
+        Ok(())
     }
 }
 

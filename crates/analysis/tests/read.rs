@@ -2,6 +2,7 @@
 
 use pmtrace_analysis::fixture::{self, TraceBuilder};
 use pmtrace_analysis::{ReadError, Trace};
+use pmtrace_format::pending::{PENDING_AT, PENDING_LEN};
 use pmtrace_format::record::{op_id, Call, CommDef, Completion, Payload, Record};
 use pmtrace_format::{encode_file_header, rank_file_name, Status, CHUNK_HEADER_LEN};
 
@@ -413,7 +414,7 @@ fn list_records_continue_across_chunk_boundaries() {
     let file = std::fs::read(scratch.join(&rank_file_name(0))).unwrap();
     let continued_chunks = chunks_of(&file)
         .iter()
-        .filter(|(at, h)| h.used > 0 && file[at + CHUNK_HEADER_LEN] == 2)
+        .filter(|(at, h)| h.used > 0 && file[at + h.records_offset() as usize] == 2)
         .count();
     assert!(
         continued_chunks > 0,
@@ -500,6 +501,64 @@ fn rank_that_never_finalized_is_read_as_far_as_it_got() {
     );
 }
 
+/// A receive left raw in its chunk's pending slot (the thread stopped
+/// before encoding it) is read where its thread's records end, in an open
+/// chunk or one sealed by another thread, and ignored anywhere else.
+#[test]
+fn pending_receive_is_read_only_where_its_records_end() {
+    for finalized in [false, true] {
+        let mut tb = TraceBuilder::new(2);
+        for r in 0..2 {
+            tb.rank(r).define_world_and_self(0);
+            tb.rank(r).thread(0).call("MPI_Init", 10, 20, Payload::None);
+        }
+        tb.rank(0)
+            .thread(0)
+            .call("MPI_Send", 100, 150, fixture::send(1, 5, 0, 8));
+        tb.rank(1)
+            .thread(0)
+            .call(
+                "MPI_Recv",
+                90,
+                200,
+                fixture::recv(0, 5, 0, 8, fixture::status(0, 5, 8)),
+            )
+            .pending_recv("MPI_Recv", 300, 420, (-1, 5, 0, 16), (0, 5, 8));
+        if !finalized {
+            tb.rank(1).unfinished();
+        }
+        let scratch = Scratch::new(&format!("pending-{finalized}"));
+        tb.write(scratch.path()).unwrap();
+        let trace = Trace::open(scratch.path()).unwrap();
+        let records = &trace.ranks[1].threads[0].records;
+        assert_eq!(trace.ranks[1].events(), 3, "finalized: {finalized}");
+        assert_eq!(
+            records.last().unwrap(),
+            &call(
+                "MPI_Recv",
+                300,
+                420,
+                fixture::recv(-1, 5, 0, 16, fixture::status(0, 5, 8))
+            )
+        );
+
+        // The same slot naming an earlier position: stale, ignored.
+        let path = scratch.join(&rank_file_name(1));
+        let mut file = std::fs::read(&path).unwrap();
+        let (at, _) = chunks_of(&file)
+            .into_iter()
+            .find(|(_, h)| h.thread == 0 && h.seq == 0)
+            .unwrap();
+        let field = at + CHUNK_HEADER_LEN + PENDING_AT;
+        let pos = u64::from_le_bytes(file[field..field + 8].try_into().unwrap());
+        assert!(pos > 1);
+        file[field..field + 8].copy_from_slice(&(pos - 1).to_le_bytes());
+        std::fs::write(&path, &file).unwrap();
+        let trace = Trace::open(scratch.path()).unwrap();
+        assert_eq!(trace.ranks[1].events(), 2, "finalized: {finalized}");
+    }
+}
+
 #[test]
 fn special_values_come_from_the_header() {
     let mut c = pmtrace_format::meta::MpiConstants::OPEN_MPI;
@@ -564,7 +623,7 @@ fn checksum_mismatch_names_file_and_chunk_offset() {
         open_err(scratch.path()),
         format!(
             "corrupt trace: rank-00001.pmt: chunk checksum mismatch at offset {}",
-            first.start - CHUNK_HEADER_LEN
+            first.start - CHUNK_HEADER_LEN - PENDING_LEN
         )
     );
 }

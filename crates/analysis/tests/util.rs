@@ -3,7 +3,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, Ordering};
 
-use pmtrace_format::chunk::{ChunkHeader, ChunkState, CHUNK_HEADER_LEN};
+use pmtrace_format::chunk::{ChunkHeader, ChunkState};
 use pmtrace_format::decode_file_header;
 
 /// A fresh directory under the system temp dir, removed on drop.
@@ -55,6 +55,9 @@ pub fn sealed_payloads(file: &[u8]) -> Vec<std::ops::Range<usize>> {
     chunks_of(file)
         .into_iter()
         .filter(|(_, h)| h.state == ChunkState::Sealed && h.used > 0)
-        .map(|(at, h)| at + CHUNK_HEADER_LEN..at + CHUNK_HEADER_LEN + h.used as usize)
+        .map(|(at, h)| {
+            let start = at + h.records_offset() as usize;
+            start..start + h.used as usize
+        })
         .collect()
 }

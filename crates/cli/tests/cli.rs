@@ -7,6 +7,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use pmtrace_analysis::fixture;
 use pmtrace_format::chunk::{ChunkHeader, ChunkState, CHUNK_HEADER_LEN};
 use pmtrace_format::decode_file_header;
+use pmtrace_format::pending::PENDING_LEN;
 
 /// A fresh directory for one test, removed on drop.
 struct Scratch(PathBuf);
@@ -71,7 +72,7 @@ fn first_sealed_payload(file: &[u8]) -> usize {
     loop {
         let h = ChunkHeader::decode(&file[at..], at, file.len()).unwrap();
         if h.state == ChunkState::Sealed && h.used > 0 {
-            return at + CHUNK_HEADER_LEN;
+            return at + h.records_offset() as usize;
         }
         at += h.capacity as usize;
     }
@@ -171,7 +172,7 @@ fn flipped_bit_is_one_error_line() {
     file[at + 5] ^= 0x20;
     std::fs::write(&path, &file).unwrap();
     let err = assert_one_error_line(&pmtrace(&[&"report", &dir]));
-    let chunk = at - CHUNK_HEADER_LEN;
+    let chunk = at - CHUNK_HEADER_LEN - PENDING_LEN;
     assert_eq!(err.trim_end(), format!("pmtrace: error: corrupt trace: rank-00000.pmt: chunk checksum mismatch at offset {chunk}"));
 }
 

@@ -37,6 +37,8 @@ pub struct ChunkHeader {
     pub base_ns: u64,
     pub seq: u64,
     pub crc: u32,
+    /// Bytes of the pending slot between the header and the records.
+    pub slot: u32,
 }
 
 impl ChunkHeader {
@@ -51,7 +53,18 @@ impl ChunkHeader {
         b[32..40].copy_from_slice(&self.base_ns.to_le_bytes());
         b[40..48].copy_from_slice(&self.seq.to_le_bytes());
         b[48..52].copy_from_slice(&self.crc.to_le_bytes());
+        b[52..56].copy_from_slice(&self.slot.to_le_bytes());
         b
+    }
+
+    /// Offset of the first record from the start of the chunk.
+    pub fn records_offset(&self) -> u64 {
+        CHUNK_HEADER_LEN as u64 + u64::from(self.slot)
+    }
+
+    /// Bytes the chunk has room for in records.
+    pub fn records_capacity(&self) -> u64 {
+        self.capacity - self.records_offset()
     }
 
     /// Parses and checks a header found at file offset `at` of a file of
@@ -95,7 +108,13 @@ impl ChunkHeader {
         if at as u64 + capacity > file_len as u64 {
             return Err(FormatError::Truncated(format!("chunk at offset {at}")));
         }
-        if used > capacity - CHUNK_HEADER_LEN as u64 {
+        let slot = u32_at(52);
+        if slot != 0 && slot as usize != crate::pending::PENDING_LEN {
+            return Err(FormatError::Corrupt(format!(
+                "bad pending slot size {slot} at offset {at}"
+            )));
+        }
+        if used > capacity - CHUNK_HEADER_LEN as u64 - u64::from(slot) {
             return Err(FormatError::Corrupt(format!(
                 "chunk fill {used} exceeds its size at offset {at}"
             )));
@@ -109,6 +128,7 @@ impl ChunkHeader {
             base_ns: u64_at(32),
             seq: u64_at(40),
             crc: u32_at(48),
+            slot,
         })
     }
 }
@@ -127,6 +147,7 @@ mod tests {
             base_ns: 123456789,
             seq: 7,
             crc: 0xdeadbeef,
+            slot: 128,
         }
     }
 
@@ -152,5 +173,21 @@ mod tests {
         h.used = 9000;
         let err = ChunkHeader::decode(&h.encode(), 0, 1 << 20).unwrap_err();
         assert!(matches!(err, FormatError::Corrupt(_)));
+        // The slot's bytes are not room for records.
+        h.used = 8192 - 64 - 128 + 1;
+        assert!(ChunkHeader::decode(&h.encode(), 0, 1 << 20).is_err());
+        h.used -= 1;
+        let ok = ChunkHeader::decode(&h.encode(), 0, 1 << 20).unwrap();
+        assert_eq!((ok.records_offset(), ok.records_capacity()), (192, 8000));
+    }
+
+    #[test]
+    fn pending_slot_of_another_size_is_corruption() {
+        let mut h = sample();
+        h.slot = 64;
+        let err = ChunkHeader::decode(&h.encode(), 0, 1 << 20).unwrap_err();
+        assert!(matches!(err, FormatError::Corrupt(_)));
+        h.slot = 0;
+        assert_eq!(ChunkHeader::decode(&h.encode(), 0, 1 << 20).unwrap(), h);
     }
 }

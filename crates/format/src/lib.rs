@@ -35,9 +35,10 @@
 //! ```text
 //!  0  magic "PMTC"     4  kind u32 (1 events, 2 trailer)   8  thread u32
 //! 12  state u32 (0 open, 1 sealed)  16 capacity u64 (whole region, bytes)
-//! 24  used u64 (payload bytes)      32 base_ns u64 (time base of first record)
-//! 40  seq u64 (per-thread chunk number)  48 crc32 u32 of payload[..used]
-//! 52  reserved u32    56 reserved u64     64 payload ...
+//! 24  used u64 (record bytes)       32 base_ns u64 (time base of first record)
+//! 40  seq u64 (per-thread chunk number)  48 crc32 u32 of the records[..used]
+//! 52  slot u32 (bytes of the pending slot: 0, or pending::PENDING_LEN)
+//! 56  reserved u64    64 pending slot     64 + slot: records ...
 //!
 //!  state machine:  free --(mapped, handed to a thread)--> open (being written)
 //!                  open --(full or finalize; writer stores used+crc)--> sealed
@@ -45,7 +46,9 @@
 //!
 //! An *open* chunk (a run that died) is still readable: records are scanned
 //! until the first zero byte, since fresh file pages are zero-filled and no
-//! record starts with a zero byte.
+//! record starts with a zero byte. The pending slot holds a blocking
+//! receive whose record is not encoded yet; see [`pending`] for when a
+//! reader appends it.
 //!
 //! A thread's chunks are numbered by `seq` from 0 without gaps; they can lie
 //! anywhere in the file, interleaved with other threads' chunks. A chunk
@@ -61,6 +64,7 @@
 pub mod chunk;
 pub mod error;
 pub mod meta;
+pub mod pending;
 pub mod record;
 pub mod sim;
 pub mod varint;

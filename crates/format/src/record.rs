@@ -628,6 +628,12 @@ impl ThreadDecoder {
         Ok(s)
     }
 
+    /// What a writer continuing this thread's stream would hold: the end of
+    /// its last record and its previous piggyback's id and clock.
+    pub(crate) fn encoder_state(&self) -> (u64, u64, u64) {
+        (self.prev_end, self.pb.id, self.pb.lc)
+    }
+
     /// Call at the start of each chunk of this thread, in chunk order.
     pub fn start_chunk(&mut self, base_ns: u64) {
         self.prev_end = base_ns;
@@ -975,6 +981,18 @@ pub fn put_members<S: Sink>(out: &mut S, prev: &mut i64, members: &[u32]) {
         out.put_i(i64::from(m) - *prev);
         *prev = i64::from(m);
     }
+}
+
+/// The writer's clock rule: a record spanning `t0..t1` starts no earlier
+/// than the thread's previous record ended. Returns (gap, duration) and
+/// moves `prev_end` to the record's end.
+#[inline(always)]
+pub fn advance(prev_end: &mut u64, t0: u64, t1: u64) -> (u64, u64) {
+    let prev = *prev_end;
+    let start = t0.max(prev);
+    let end = t1.max(start);
+    *prev_end = end;
+    (start - prev, end - start)
 }
 
 /// Writes the common record prefix.
