@@ -11,7 +11,7 @@ use crate::comms::{self, CommInfo};
 use crate::ffi::{self, MPI_Comm, MPI_Datatype, MPI_Message, MPI_Request, MPI_Status, TypeSizes};
 use crate::guard::Guard;
 use crate::piggyback::{self, Got};
-use crate::recorder::{Recorder, Writer};
+use crate::recorder::{Recorder, RecvSlot, Writer};
 use crate::requests::{key, Op, OpKind, MESSAGES, REQUESTS};
 use core::cell::RefCell;
 use core::ffi::{c_int, c_void};
@@ -271,11 +271,43 @@ fn put_recv_status(
     }
 }
 
+/// Before a blocking receive's call, while the rank is about to wait for
+/// the message anyway: makes room for its record and writes the fields
+/// known now into the pending slot (see `Recorder::prepare_recv`). Only
+/// when the communicator and the datatype are the ones this thread used
+/// last, so that nothing is asked of MPI about handles the call has not
+/// yet checked; otherwise `recv` does it all after the call.
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+pub fn recv_prepare(
+    guard: &Guard,
+    func: u32,
+    t0: u64,
+    count: c_int,
+    datatype: MPI_Datatype,
+    src: c_int,
+    tag: c_int,
+    comm: MPI_Comm,
+) -> Option<RecvSlot> {
+    let rec = guard.recorder();
+    let info = comms::cached(comm, rec)?;
+    let posted = rec.types.cached_bytes(i64::from(count), datatype)?;
+    rec.prepare_recv(&PendingRecv {
+        func,
+        t0,
+        src,
+        tag,
+        comm: info.index,
+        posted,
+        ..PendingRecv::default()
+    })
+}
+
 /// A blocking receive. A successful one without a vector clock is not
 /// encoded here, on the critical path of whatever the application sends
 /// next, but left raw in the chunk's pending slot and encoded at the
 /// thread's next record (see `Recorder::defer_recv`); the record is the
-/// same.
+/// same. What was known before the call is there already when `pre` is.
 #[allow(clippy::too_many_arguments)]
 pub fn recv(
     call: Call,
@@ -286,24 +318,31 @@ pub fn recv(
     comm: MPI_Comm,
     status: *mut MPI_Status,
     got: Option<Got>,
+    pre: Option<RecvSlot>,
 ) {
     guarded(|| {
-        let index = comm_info(&call, comm).index;
-        let posted = call.bytes(count, datatype);
         if call.ok() && got.as_ref().is_none_or(|g| g.vc.is_empty()) {
+            let pb = got.map(|g| (g.id, g.lc, g.sent));
+            if let Some(pre) = pre {
+                if call.rec().finish_recv(pre, call.t1, actual(status), pb) {
+                    return;
+                }
+            }
             call.rec().defer_recv(&PendingRecv {
                 func: call.func,
                 t0: call.t0,
                 t1: call.t1,
                 src,
                 tag,
-                comm: index,
-                posted,
+                comm: comm_info(&call, comm).index,
+                posted: call.bytes(count, datatype),
                 actual: actual(status),
-                pb: got.map(|g| (g.id, g.lc, g.sent)),
+                pb,
             });
             return;
         }
+        let index = comm_info(&call, comm).index;
+        let posted = call.bytes(count, datatype);
         let Some(mut r) = call.begin_pb() else { return };
         put_send(&mut r, src, tag, index, posted);
         put_recv_status(

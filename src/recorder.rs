@@ -12,7 +12,7 @@ use crate::clock;
 use crate::flusher::{Msg, Region, ThreadLink, RECORDS_AT};
 use crossbeam_channel::{Receiver, Sender};
 use parking_lot::Mutex;
-use pmtrace_format::pending::{PendingRecv, PENDING_AT, PENDING_LEN};
+use pmtrace_format::pending::{self, PendingRecv, PENDING_AT, PENDING_LEN};
 use pmtrace_format::record::{self, CODE_BUFFER_WAIT, CODE_DEF_THREAD, FIRST_FUNCTION_CODE};
 use pmtrace_format::varint::Sink;
 use pmtrace_format::CHUNK_HEADER_LEN;
@@ -420,16 +420,62 @@ impl Recorder {
         // SAFETY: `slot` points at the active chunk's pending slot
         // (PENDING_LEN bytes, 8-aligned: the chunk is page-aligned and the
         // slot starts 64 bytes in), which only this thread writes.
+        p.store(unsafe { &mut *(self.slot as *mut [u8; PENDING_AT]) });
+        self.make_pending();
+        true
+    }
+
+    /// The first half of `defer_recv`, before the receive's call: makes
+    /// room for its record (an earlier pending record is encoded now, off
+    /// the critical path) and writes the fields known before the call. The
+    /// token names the place the record is due at.
+    #[inline(always)]
+    pub fn prepare_recv(&mut self, p: &PendingRecv) -> Option<RecvSlot> {
+        if !self.ready(p.t0, record::MAX_FIXED_RECORD) {
+            return None;
+        }
+        // SAFETY: as in `defer_recv`.
+        p.store_posted(unsafe { &mut *(self.slot as *mut [u8; PENDING_AT]) });
+        Some(RecvSlot {
+            pos: self.pos,
+            seq: self.seq,
+        })
+    }
+
+    /// The second half, after a successful call: the rest of the fields,
+    /// then the position. False if any record was written since
+    /// `prepare_recv` (the slot may hold another call's fields then); the
+    /// caller defers the whole receive instead.
+    #[inline(always)]
+    pub fn finish_recv(
+        &mut self,
+        token: RecvSlot,
+        t1: u64,
+        actual: (i32, i32, u64),
+        pb: Option<(u64, u64, u64)>,
+    ) -> bool {
+        if token.pos != self.pos || token.seq != self.seq || self.pending {
+            return false;
+        }
+        // SAFETY: as in `defer_recv`.
         unsafe {
-            p.store(&mut *(self.slot as *mut [u8; PENDING_AT]));
-            // The position last: a slot is live only once all its fields are.
+            pending::store_result(&mut *(self.slot as *mut [u8; PENDING_AT]), t1, actual, pb);
+        }
+        self.make_pending();
+        true
+    }
+
+    /// Makes the slot live: its position last (see `defer_recv`).
+    #[inline(always)]
+    fn make_pending(&mut self) {
+        // SAFETY: as in `defer_recv`; the position field is 8-aligned.
+        unsafe {
             let at = &*(self.slot.add(PENDING_AT) as *const core::sync::atomic::AtomicU64);
             at.store(self.pos as u64 + 1, core::sync::atomic::Ordering::Release);
         }
         self.pending = true;
         self.events += 1;
         self.publish();
-        true
     }
 
     /// Encodes the pending receive's record, in the room it reserved.
@@ -504,6 +550,12 @@ impl Recorder {
     pub fn next_op(&self) -> u64 {
         record::op_id(self.thread_index(), self.next_n)
     }
+}
+
+/// Where a prepared receive's record is due (see `Recorder::prepare_recv`).
+pub struct RecvSlot {
+    pos: usize,
+    seq: u64,
 }
 
 /// One record being written: a cursor into the active buffer, kept in a

@@ -297,7 +297,7 @@ fn body(e: &Entry) -> Result<(Vec<String>, String), String> {
             e.kind.ends_with("_init")
         ),
         "recv" => format!(
-            "hooks::recv({call}, {}, {}, {}, {}, {}, {}, got)",
+            "hooks::recv({call}, {}, {}, {}, {}, {}, {}, got, pre)",
             r("count")?,
             r("datatype")?,
             r("peer")?,
@@ -606,6 +606,18 @@ fn around(e: &Entry) -> Result<Around, String> {
                 "let pb_in = pb::In::new(guard.recorder(), {b} as *mut c_void, {c}, {d});"
             ));
             replace(&mut a, "pb_in", ["buf", "count", "datatype"]);
+            if e.kind == "recv" {
+                // Half of the receive's pending slot, written while the
+                // rank would wait anyway (see `hooks::recv_prepare`); after
+                // `In::new`, which caches the datatype's size.
+                a.pre.push(format!(
+                    "let pre = hooks::recv_prepare(&guard, ids::{}, t0, {c}, {d}, {}, {}, {});",
+                    e.name.to_ascii_uppercase(),
+                    r("peer")?,
+                    r("tag")?,
+                    r("comm")?
+                ));
+            }
             let rx = if e.kind == "recv" {
                 format!("pb::Rx::new({}, {})", r("peer")?, r("comm")?)
             } else {

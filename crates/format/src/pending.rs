@@ -38,6 +38,36 @@ pub const PENDING_AT: usize = 120;
 const KIND_RECV: u32 = 1;
 const FLAG_PB: u32 = 1;
 
+#[inline(always)]
+fn put32(slot: &mut [u8; PENDING_AT], at: usize, v: u32) {
+    slot[at..at + 4].copy_from_slice(&v.to_le_bytes());
+}
+
+#[inline(always)]
+fn put64(slot: &mut [u8; PENDING_AT], at: usize, v: u64) {
+    slot[at..at + 8].copy_from_slice(&v.to_le_bytes());
+}
+
+/// Writes what a receive learns from its call: end time, status and
+/// piggyback (see [`PendingRecv`]'s fields of the same names).
+#[inline(always)]
+pub fn store_result(
+    slot: &mut [u8; PENDING_AT],
+    t1: u64,
+    actual: (i32, i32, u64),
+    pb: Option<(u64, u64, u64)>,
+) {
+    let (id, lc, sent) = pb.unwrap_or_default();
+    put64(slot, 16, t1);
+    put64(slot, 32, actual.2);
+    put64(slot, 40, id);
+    put64(slot, 48, lc);
+    put64(slot, 56, sent);
+    put32(slot, 76, actual.0 as u32);
+    put32(slot, 80, actual.1 as u32);
+    put32(slot, 84, if pb.is_some() { FLAG_PB } else { 0 });
+}
+
 /// The fields of a successful blocking receive (kind `recv`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct PendingRecv {
@@ -58,32 +88,21 @@ impl PendingRecv {
     /// Writes every field but the position (see [`PENDING_AT`]).
     #[inline(always)]
     pub fn store(&self, slot: &mut [u8; PENDING_AT]) {
-        let (id, lc, sent) = self.pb.unwrap_or_default();
-        let u32s: [(usize, u32); 8] = [
-            (0, KIND_RECV),
-            (4, self.func),
-            (64, self.comm),
-            (68, self.src as u32),
-            (72, self.tag as u32),
-            (76, self.actual.0 as u32),
-            (80, self.actual.1 as u32),
-            (84, if self.pb.is_some() { FLAG_PB } else { 0 }),
-        ];
-        for (at, v) in u32s {
-            slot[at..at + 4].copy_from_slice(&v.to_le_bytes());
-        }
-        let u64s: [(usize, u64); 7] = [
-            (8, self.t0),
-            (16, self.t1),
-            (24, self.posted),
-            (32, self.actual.2),
-            (40, id),
-            (48, lc),
-            (56, sent),
-        ];
-        for (at, v) in u64s {
-            slot[at..at + 8].copy_from_slice(&v.to_le_bytes());
-        }
+        self.store_posted(slot);
+        store_result(slot, self.t1, self.actual, self.pb);
+    }
+
+    /// Writes what is known before the call: function, start time and the
+    /// posted fields. The rest follows with [`store_result`].
+    #[inline(always)]
+    pub fn store_posted(&self, slot: &mut [u8; PENDING_AT]) {
+        put32(slot, 0, KIND_RECV);
+        put32(slot, 4, self.func);
+        put64(slot, 8, self.t0);
+        put64(slot, 24, self.posted);
+        put32(slot, 64, self.comm);
+        put32(slot, 68, self.src as u32);
+        put32(slot, 72, self.tag as u32);
     }
 
     /// The receive a slot holds, if it belongs at record position `end`.
