@@ -70,7 +70,15 @@ impl<'g> Call<'g> {
         if !self.ok() {
             return (0, 0);
         }
-        coll_bytes(&mut self.rec().types, shape, args, info)
+        // The commonest shapes without a call.
+        match shape {
+            Shape::Barrier => (0, 0),
+            Shape::Allreduce | Shape::Scan => {
+                let data = self.bytes(args.count, args.datatype);
+                (data, data)
+            }
+            _ => coll_bytes(&mut self.rec().types, shape, args, info),
+        }
     }
 
     /// Starts this call's record with room for a fixed-size payload.
