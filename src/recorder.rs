@@ -298,7 +298,9 @@ impl Recorder {
 
     /// Gives the active buffer to the flusher.
     fn hand_off(&mut self, last: bool) {
-        self.flush_pending();
+        if self.pending {
+            self.flush_pending();
+        }
         let Some(region) = self.region.take() else {
             return;
         };
@@ -320,7 +322,9 @@ impl Recorder {
 
     /// Seals this thread's buffer for good (finalize, thread exit).
     pub fn finish(&mut self) {
-        self.flush_pending();
+        if self.pending {
+            self.flush_pending();
+        }
         if let Some((a, b)) = self.pending_wait.take() {
             if self.reserve(WAIT_RECORD) {
                 self.write_wait(a, b);
@@ -375,11 +379,10 @@ impl Recorder {
     /// Makes room for a record that starts at `t0`.
     #[inline(always)]
     fn ready(&mut self, t0: u64, need: usize) -> bool {
-        if self.cap - self.pos >= need
-            && !self.pending
-            && self.pending_wait.is_none()
-            && !STOPPED.load(Relaxed)
-        {
+        if self.pending {
+            self.flush_pending();
+        }
+        if self.cap - self.pos >= need && self.pending_wait.is_none() && !STOPPED.load(Relaxed) {
             return true;
         }
         self.ready_slow(t0, need)
@@ -390,9 +393,9 @@ impl Recorder {
     /// record was written is written now, before this record: it came after
     /// that record's call and before this one's. A wait that happens while
     /// making room for this record is written before the next one.
+    /// (`ready` encoded a pending receive first.)
     #[cold]
     fn ready_slow(&mut self, t0: u64, need: usize) -> bool {
-        self.flush_pending();
         if self.link.is_none() && self.prev_end == 0 {
             self.prev_end = t0;
         }
@@ -479,11 +482,8 @@ impl Recorder {
     }
 
     /// Encodes the pending receive's record, in the room it reserved.
-    #[inline]
+    #[inline(never)]
     fn flush_pending(&mut self) {
-        if !self.pending {
-            return;
-        }
         self.pending = false;
         // SAFETY: as in `defer_recv`; the slot is still the active chunk's.
         let slot = unsafe { core::slice::from_raw_parts(self.slot, PENDING_LEN) };

@@ -106,10 +106,9 @@ impl PendingRecv {
     }
 
     /// The receive a slot holds, if it belongs at record position `end`.
+    #[inline]
     pub fn load(slot: &[u8], end: u64) -> Option<PendingRecv> {
-        if slot.len() < PENDING_LEN {
-            return None;
-        }
+        let slot: &[u8; PENDING_LEN] = slot.get(..PENDING_LEN)?.try_into().ok()?;
         let u32_at = |o: usize| u32::from_le_bytes(slot[o..o + 4].try_into().unwrap());
         let u64_at = |o: usize| u64::from_le_bytes(slot[o..o + 8].try_into().unwrap());
         if u64_at(PENDING_AT) != end.checked_add(1)? || u32_at(0) != KIND_RECV {
