@@ -14,7 +14,7 @@ export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM := 1
 export OMPI_MCA_rmaps_base_oversubscribe := 1
 
 DEB_PACKAGES := openmpi-bin libopenmpi-dev libclang-dev clang pkg-config \
-  libopen-trace-format2-dev otf2-tools python3-otf2 chromium python3-pip
+  libopen-trace-format2-dev otf2-tools python3-otf2 chromium python3-pip valgrind
 
 .PHONY: all build deps pydeps examples test unit lint demo bench wrappers clean
 

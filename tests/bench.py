@@ -89,9 +89,58 @@ def bench(mode, scratch, np=2, extra_env=None):
     return med(base), med(traced), med(diffs), med(ratios), min(traced) - min(base), per_call
 
 
+def instructions(mode, scale, traced, scratch, clocks="lamport"):
+    """Instructions one singleton run of mpibench executes (callgrind)."""
+    trace = tempfile.mkdtemp(dir=scratch)
+    os.rmdir(trace)
+    env = dict(ENV, PMTRACE_DIR=trace, PMTRACE_CLOCKS=clocks)
+    if traced:
+        env["LD_PRELOAD"] = LIB
+    cmd = ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null",
+           os.path.join(PROGS, "mpibench"), mode, str(scale)]
+    out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
+    shutil.rmtree(trace, ignore_errors=True)
+    m = re.search(r"Collected : (\d+)", out.stderr)
+    if out.returncode != 0 or not m:
+        sys.exit(f"bench: {' '.join(cmd)} failed:\n{out.stderr[-2000:]}")
+    return int(m.group(1))
+
+
+def instructions_section(scratch):
+    """Instructions per call, untraced and traced, by difference of two loop
+    lengths (np=1, so no other rank's progress is counted). Unlike times,
+    these do not move with the machine's speed."""
+    if shutil.which("valgrind") is None:
+        print("instructions per call: skipped (no valgrind)")
+        return
+    print("instructions per call (callgrind, np=1, difference of two loop lengths):")
+    print(f"{'call':<40}{'untraced':>10}{'traced':>10}{'added':>10}")
+    # mpibench runs blocks of 1000 after a warm-up of a tenth as many
+    # (iprobe: calls, not blocks); scales give 1 and 11 blocks plus warm-up.
+    rows = [
+        ("iprobe", (0.0005, 0.0055), lambda s: int(2_000_000 * s) + int(2_000_000 * s) // 10,
+         "MPI_Iprobe that finds nothing", "lamport"),
+        ("self", (0.005, 0.055), lambda s: (int(200 * s) + int(200 * s) // 10) * 1000,
+         "8 B Send+Recv to self, no piggyback", "none"),
+        ("self", (0.005, 0.055), lambda s: (int(200 * s) + int(200 * s) // 10) * 1000,
+         "8 B Send+Recv to self, Lamport", "lamport"),
+        ("allreduce", (0.005, 0.055), lambda s: (int(200 * s) + int(200 * s) // 10) * 1000,
+         "8 B Allreduce", "lamport"),
+    ]
+    for mode, (s1, s2), calls, label, clocks in rows:
+        n = calls(s2) - calls(s1)
+        per = {}
+        for traced in (False, True):
+            a = instructions(mode, s1, traced, scratch, clocks)
+            b = instructions(mode, s2, traced, scratch, clocks)
+            per[traced] = (b - a) / n
+        print(f"{label:<40}{per[False]:>10.0f}{per[True]:>10.0f}{per[True] - per[False]:>+10.0f}")
+
+
 def main():
     scratch = tempfile.mkdtemp(prefix="pmtrace-bench-")
-    only = {"export": export_section, "sync": sync_section}
+    only = {"export": export_section, "sync": sync_section,
+            "instructions": instructions_section}
     if len(sys.argv) == 2 and sys.argv[1] in only:
         try:
             only[sys.argv[1]](scratch)
@@ -129,6 +178,8 @@ def main():
             min_added = "" if mode == "bandwidth" else f"{min_diff:+.1f}"
             at_ref = "" if ref is None else f"{diff * ref / b:+.1f}"
             print(f"{label:<36}{b:>10.1f}{t:>10.1f}{added:>10}{min_added:>8}{at_ref:>8}{ratio:>8.3f}  {target}")
+        print()
+        instructions_section(scratch)
         print()
         if only_rows:
             return

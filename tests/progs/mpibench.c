@@ -3,6 +3,8 @@
  *   pingpong   ns per one-way 8-byte message (round trip / 2)
  *   bandwidth  MB/s of 1 MiB messages, 16 in flight
  *   allreduce  ns per 8-byte MPI_Allreduce
+ *   self       ns per 8-byte MPI_Send to this rank and the MPI_Recv of it
+ *              (any np; `bench.py instructions` counts its instructions)
  * Rank 0 prints "<mode> <value>" (pingpong and allreduce: the median block,
  * then "mean <ns>"). Each measures after a warm-up. */
 #include <mpi.h>
@@ -117,6 +119,25 @@ int main(int argc, char **argv) {
             }
             mean = (now_ns() - t0) / nb / BLOCK;
             value = median(per, nb);
+        }
+        free(per);
+    } else if (!strcmp(mode, "self")) {
+        long blocks = (long)(200 * scale);
+        char b[8] = {0};
+        double *per = malloc(sizeof(double) * (size_t)(blocks > 0 ? blocks : 1));
+        for (int pass = 0; pass < 2; pass++) {
+            long nb = pass ? blocks : blocks / 10;
+            double t0 = now_ns();
+            for (long k = 0; k < nb; k++) {
+                double b0 = now_ns();
+                for (long i = 0; i < BLOCK; i++) {
+                    MPI_Send(b, 8, MPI_BYTE, rank, 0, MPI_COMM_WORLD);
+                    MPI_Recv(b, 8, MPI_BYTE, rank, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+                }
+                per[k] = (now_ns() - b0) / BLOCK;
+            }
+            mean = nb > 0 ? (now_ns() - t0) / nb / BLOCK : 0;
+            value = nb > 0 ? median(per, nb) : 0;
         }
         free(per);
     } else {
