@@ -732,82 +732,90 @@ static ATTACHED: Mutex<Option<Attached>> = Mutex::new(None);
 
 #[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C" fn MPI_Buffer_attach(buffer: *mut c_void, size: c_int) -> c_int {
-    let guard = Guard::acquire();
-    if guard.is_none() || piggyback::mode() == Mode::None || size < 0 {
+    let Some(guard) = Guard::acquire() else {
         // SAFETY: the caller's arguments, passed through.
         return unsafe { real::PMPI_Buffer_attach(buffer, size) };
-    }
+    };
     let t0 = clock::now();
-    // Each message in the buffer takes at least MPI_BSEND_OVERHEAD bytes,
-    // so this bounds how many the application can have in it at once.
-    let messages = size as usize / ffi::MPI_BSEND_OVERHEAD as usize + 1;
-    let extra = messages * (piggyback::header_len() + 8);
-    let total = (size as usize)
-        .saturating_add(extra)
-        .min(c_int::MAX as usize);
-    let mut ours = vec![0u8; total];
-    // SAFETY: a buffer of `total` bytes that lives until the detach.
-    let rc = unsafe { real::PMPI_Buffer_attach(ours.as_mut_ptr() as *mut c_void, total as c_int) };
-    if rc == 0 {
-        *ATTACHED.lock() = Some(Attached {
-            user: buffer as usize,
-            size,
-            ours,
-        });
-    }
+    let rc = if piggyback::mode() == Mode::None || size < 0 {
+        // No headers to make room for (or a size MPI rejects itself).
+        // SAFETY: the caller's arguments, passed through.
+        unsafe { real::PMPI_Buffer_attach(buffer, size) }
+    } else {
+        // Each message in the buffer takes at least MPI_BSEND_OVERHEAD
+        // bytes, so this bounds how many the application can have in it
+        // at once.
+        let messages = size as usize / ffi::MPI_BSEND_OVERHEAD as usize + 1;
+        let extra = messages * (piggyback::header_len() + 8);
+        let total = (size as usize)
+            .saturating_add(extra)
+            .min(c_int::MAX as usize);
+        let mut ours = vec![0u8; total];
+        // SAFETY: a buffer of `total` bytes that lives until the detach.
+        let rc =
+            unsafe { real::PMPI_Buffer_attach(ours.as_mut_ptr() as *mut c_void, total as c_int) };
+        if rc == 0 {
+            *ATTACHED.lock() = Some(Attached {
+                user: buffer as usize,
+                size,
+                ours,
+            });
+        }
+        rc
+    };
     let t1 = clock::now();
-    if let Some(w) = guard.as_ref().unwrap().recorder().begin_call(
-        ids::MPI_BUFFER_ATTACH,
-        t0,
-        t1,
-        rc,
-        MAX_FIXED_RECORD,
-    ) {
-        w.commit();
-    }
+    record_plain(&guard, ids::MPI_BUFFER_ATTACH, t0, t1, rc);
     rc
 }
 
 #[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C" fn MPI_Buffer_detach(buffer: *mut c_void, size: *mut c_int) -> c_int {
-    let guard = Guard::acquire();
-    let mut attached = ATTACHED.lock();
-    if guard.is_none() || attached.is_none() || buffer.is_null() || size.is_null() {
-        drop(attached);
+    let Some(guard) = Guard::acquire() else {
         // SAFETY: the caller's arguments, passed through.
         return unsafe { real::PMPI_Buffer_detach(buffer, size as *mut c_void) };
-    }
-    let t0 = clock::now();
-    let mut ours: *mut c_void = core::ptr::null_mut();
-    let mut our_size: c_int = 0;
-    // SAFETY: detaches the buffer this module attached (blocking until its
-    // messages are out), into local variables.
-    let rc = unsafe {
-        real::PMPI_Buffer_detach(
-            &mut ours as *mut *mut c_void as *mut c_void,
-            &mut our_size as *mut c_int as *mut c_void,
-        )
     };
-    if rc == 0 {
-        let a = attached.take().unwrap();
-        // SAFETY: MPI_Buffer_detach's arguments: where to put the buffer
-        // address (a `void **` passed as `void *`) and its size.
-        unsafe {
-            *(buffer as *mut *mut c_void) = a.user as *mut c_void;
-            *size = a.size;
+    let t0 = clock::now();
+    let mut attached = ATTACHED.lock();
+    let rc = if attached.is_none() || buffer.is_null() || size.is_null() {
+        // Not a buffer pmtrace replaced (piggybacking off, or attached
+        // before tracing began), or arguments MPI rejects itself.
+        drop(attached);
+        // SAFETY: the caller's arguments, passed through.
+        unsafe { real::PMPI_Buffer_detach(buffer, size as *mut c_void) }
+    } else {
+        let mut ours: *mut c_void = core::ptr::null_mut();
+        let mut our_size: c_int = 0;
+        // SAFETY: detaches the buffer this module attached (blocking until
+        // its messages are out), into local variables.
+        let rc = unsafe {
+            real::PMPI_Buffer_detach(
+                &mut ours as *mut *mut c_void as *mut c_void,
+                &mut our_size as *mut c_int as *mut c_void,
+            )
+        };
+        if rc == 0 {
+            let a = attached.take().unwrap();
+            // SAFETY: MPI_Buffer_detach's arguments: where to put the
+            // buffer address (a `void **` passed as `void *`) and its size.
+            unsafe {
+                *(buffer as *mut *mut c_void) = a.user as *mut c_void;
+                *size = a.size;
+            }
+            drop(a.ours);
         }
-        drop(a.ours);
-    }
-    drop(attached);
+        rc
+    };
     let t1 = clock::now();
-    if let Some(w) = guard.as_ref().unwrap().recorder().begin_call(
-        ids::MPI_BUFFER_DETACH,
-        t0,
-        t1,
-        rc,
-        MAX_FIXED_RECORD,
-    ) {
+    record_plain(&guard, ids::MPI_BUFFER_DETACH, t0, t1, rc);
+    rc
+}
+
+/// The record of a call with no payload.
+fn record_plain(guard: &Guard, func: u32, t0: u64, t1: u64, rc: c_int) {
+    if let Some(w) = guard
+        .recorder()
+        .begin_call(func, t0, t1, rc, MAX_FIXED_RECORD)
+    {
         w.commit();
     }
-    rc
 }
