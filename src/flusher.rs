@@ -30,15 +30,15 @@ use memmap2::{MmapMut, MmapOptions};
 use parking_lot::Mutex;
 use pmtrace_format::pending::PENDING_LEN;
 use pmtrace_format::{meta, ChunkHeader, ChunkKind, ChunkState, CHUNK_HEADER_LEN, PAGE};
-
-/// Where an events chunk's records start: after its header and its
-/// pending slot (see `pmtrace_format::pending`).
-pub const RECORDS_AT: usize = CHUNK_HEADER_LEN + PENDING_LEN;
 use std::fs::File;
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::FileExt;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::Arc;
+
+/// Where an events chunk's records start: after its header and its
+/// pending slot (see `pmtrace_format::pending`).
+pub const RECORDS_AT: usize = CHUNK_HEADER_LEN + PENDING_LEN;
 
 pub const FIRST_BUFFER: usize = 256 << 10;
 use pmtrace_format::UNOWNED_THREAD as UNOWNED;

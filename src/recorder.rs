@@ -420,12 +420,19 @@ impl Recorder {
         if !self.ready(p.t0, record::MAX_FIXED_RECORD) {
             return false;
         }
-        // SAFETY: `slot` points at the active chunk's pending slot
-        // (PENDING_LEN bytes, 8-aligned: the chunk is page-aligned and the
-        // slot starts 64 bytes in), which only this thread writes.
-        p.store(unsafe { &mut *(self.slot as *mut [u8; PENDING_AT]) });
+        p.store(self.slot_fields());
         self.make_pending();
         true
+    }
+
+    /// The pending slot's fields, all but the position.
+    #[inline(always)]
+    fn slot_fields(&mut self) -> &mut [u8; PENDING_AT] {
+        // SAFETY: `slot` points at the active chunk's pending slot
+        // (PENDING_LEN bytes, 8-aligned: the chunk is page-aligned and the
+        // slot starts 64 bytes in), which only this thread writes; `ready`
+        // succeeded, so a chunk is active.
+        unsafe { &mut *(self.slot as *mut [u8; PENDING_AT]) }
     }
 
     /// The first half of `defer_recv`, before the receive's call: makes
@@ -437,8 +444,7 @@ impl Recorder {
         if !self.ready(p.t0, record::MAX_FIXED_RECORD) {
             return None;
         }
-        // SAFETY: as in `defer_recv`.
-        p.store_posted(unsafe { &mut *(self.slot as *mut [u8; PENDING_AT]) });
+        p.store_posted(self.slot_fields());
         Some(RecvSlot {
             pos: self.pos,
             seq: self.seq,
@@ -460,10 +466,7 @@ impl Recorder {
         if token.pos != self.pos || token.seq != self.seq || self.pending {
             return false;
         }
-        // SAFETY: as in `defer_recv`.
-        unsafe {
-            pending::store_result(&mut *(self.slot as *mut [u8; PENDING_AT]), t1, actual, pb);
-        }
+        pending::store_result(self.slot_fields(), t1, actual, pb);
         self.make_pending();
         true
     }
@@ -471,7 +474,7 @@ impl Recorder {
     /// Makes the slot live: its position last (see `defer_recv`).
     #[inline(always)]
     fn make_pending(&mut self) {
-        // SAFETY: as in `defer_recv`; the position field is 8-aligned.
+        // SAFETY: as in `slot_fields`; the position field is 8-aligned.
         unsafe {
             let at = &*(self.slot.add(PENDING_AT) as *const core::sync::atomic::AtomicU64);
             at.store(self.pos as u64 + 1, core::sync::atomic::Ordering::Release);
@@ -485,10 +488,13 @@ impl Recorder {
     #[inline(never)]
     fn flush_pending(&mut self) {
         self.pending = false;
-        // SAFETY: as in `defer_recv`; the slot is still the active chunk's.
+        // SAFETY: as in `slot_fields`; the slot is still the active chunk's.
         let slot = unsafe { core::slice::from_raw_parts(self.slot, PENDING_LEN) };
         let Some(p) = PendingRecv::load(slot, self.pos as u64) else {
+            // Cannot happen (only this thread writes the slot); if it did,
+            // the receive is counted as lost, not hidden.
             debug_assert!(false, "pending slot out of step");
+            DROPPED.fetch_add(1, Relaxed);
             return;
         };
         let mut prev_end = self.prev_end;
