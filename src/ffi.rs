@@ -28,6 +28,102 @@ extern "C" {
     fn pmtrace_status_cancelled(status: *const MPI_Status) -> core::ffi::c_int;
 }
 
+/// Handles as the exported `MPI_*` functions take and return them by
+/// value: register-wide, so that when `abi` finds an MPI of the other
+/// family at `MPI_Init` and the wrappers only pass calls on, a caller's
+/// pointer handle reaches the real function whole. An MPICH build narrows
+/// its `int` handles once tracing is known to be on (a caller compiled for
+/// MPICH leaves the upper half undefined, and MPICH reads only the lower);
+/// pointer handles are their own wide form.
+pub trait Wide: Copy {
+    type W: Copy;
+    fn narrow(w: Self::W) -> Self;
+    fn widen(self) -> Self::W;
+}
+
+macro_rules! same_width {
+    ($($t:ident),*) => {$(
+        impl Wide for $t {
+            type W = $t;
+            #[inline(always)]
+            fn narrow(w: $t) -> $t { w }
+            #[inline(always)]
+            fn widen(self) -> $t { self }
+        }
+    )*};
+}
+
+#[cfg(mpi_impl = "mpich")]
+macro_rules! int_handles {
+    ($($t:ident),*) => {$(
+        impl Wide for $t {
+            type W = u64;
+            #[inline(always)]
+            fn narrow(w: u64) -> $t { $t(w as core::ffi::c_int) }
+            #[inline(always)]
+            fn widen(self) -> u64 { u64::from(self.0 as u32) }
+        }
+    )*};
+}
+
+#[cfg(mpi_impl = "mpich")]
+int_handles!(
+    MPI_Comm,
+    MPI_Datatype,
+    MPI_Group,
+    MPI_Info,
+    MPI_Message,
+    MPI_Op,
+    MPI_Request,
+    MPI_Win,
+    MPI_Errhandler
+);
+#[cfg(mpi_impl = "mpich")]
+same_width!(
+    MPI_File,
+    MPI_T_enum,
+    MPI_T_cvar_handle,
+    MPI_T_pvar_handle,
+    MPI_T_pvar_session
+);
+#[cfg(not(mpi_impl = "mpich"))]
+same_width!(
+    MPI_Comm,
+    MPI_Datatype,
+    MPI_Group,
+    MPI_Info,
+    MPI_Message,
+    MPI_Op,
+    MPI_Request,
+    MPI_Win,
+    MPI_Errhandler,
+    MPI_File,
+    MPI_T_enum,
+    MPI_T_cvar_handle,
+    MPI_T_pvar_handle,
+    MPI_T_pvar_session
+);
+
+/// The wide handle types, by the handles' names (for generated code).
+#[allow(non_camel_case_types, dead_code)]
+pub mod wide {
+    use super::Wide;
+    pub type MPI_Comm = <super::MPI_Comm as Wide>::W;
+    pub type MPI_Datatype = <super::MPI_Datatype as Wide>::W;
+    pub type MPI_Group = <super::MPI_Group as Wide>::W;
+    pub type MPI_Info = <super::MPI_Info as Wide>::W;
+    pub type MPI_Message = <super::MPI_Message as Wide>::W;
+    pub type MPI_Op = <super::MPI_Op as Wide>::W;
+    pub type MPI_Request = <super::MPI_Request as Wide>::W;
+    pub type MPI_Win = <super::MPI_Win as Wide>::W;
+    pub type MPI_File = <super::MPI_File as Wide>::W;
+    pub type MPI_Errhandler = <super::MPI_Errhandler as Wide>::W;
+    pub type MPI_T_enum = <super::MPI_T_enum as Wide>::W;
+    pub type MPI_T_cvar_handle = <super::MPI_T_cvar_handle as Wide>::W;
+    pub type MPI_T_pvar_handle = <super::MPI_T_pvar_handle as Wide>::W;
+    pub type MPI_T_pvar_session = <super::MPI_T_pvar_session as Wide>::W;
+}
+
 /// MPI's special values, read once.
 pub struct Consts {
     pub in_place: usize,

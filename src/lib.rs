@@ -12,11 +12,13 @@
 //! - `recorder`: per-thread buffers in mapped file pages;
 //! - `flusher`: the background writer thread that owns the file;
 //! - `comms`, `requests`: communicator ids and live request state;
+//! - `abi`: refuses to trace under an MPI of another family than the build's;
 //! - `guard`: lifecycle state and the re-entrancy guard; `clock`: the timer;
 //! - `config`: `PMTRACE_*` settings; `ffi`: MPI bindings and C constants.
 //!
 //! Only the MPI symbols are exported; everything else is private.
 
+mod abi;
 mod clock;
 mod comms;
 mod config;

@@ -14,6 +14,7 @@
 //! call `PMPI_Finalize`. `MPI_Abort` seals this rank's trace before
 //! aborting, so an aborted job keeps its trace.
 
+use crate::abi;
 use crate::clock;
 use crate::comms;
 use crate::config::{Config, TimerChoice};
@@ -24,7 +25,7 @@ use crate::offsets;
 use crate::peers;
 use crate::piggyback::{self, Mode};
 use crate::recorder::{self, Recorder, Writer};
-use crate::wrappers::{ids, real, FUNCTIONS};
+use crate::wrappers::{ids, pass, real, FUNCTIONS};
 use core::ffi::{c_char, c_int, c_void};
 use parking_lot::Mutex;
 use pmtrace_format::meta::{self, FunctionDef, MpiConstants, RunInfo, TimerDef};
@@ -57,11 +58,24 @@ fn warn(msg: &str) {
     let _ = writeln!(std::io::stderr(), "pmtrace: warning: {msg}");
 }
 
+/// Whether the process runs an MPI of the other family than this build's
+/// (see `abi`): tracing then stays off, and rank 0 says why.
+fn wrong_mpi() -> bool {
+    let Some(msg) = abi::mismatch() else {
+        return false;
+    };
+    guard::set_state(State::Disabled);
+    if abi::launcher_rank().unwrap_or(0) == 0 {
+        warn(&msg);
+    }
+    true
+}
+
 #[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C" fn MPI_Init(argc: *mut c_int, argv: *mut *mut *mut c_char) -> c_int {
     guard::init_thread();
     let guard = Guard::acquire_any();
-    if guard.is_none() || guard::state() != State::Uninit {
+    if guard.is_none() || guard::state() != State::Uninit || wrong_mpi() {
         // SAFETY: the caller's arguments, passed through.
         return unsafe { real::PMPI_Init(argc as *mut c_void, argv as *mut c_void) };
     }
@@ -90,7 +104,7 @@ pub unsafe extern "C" fn MPI_Init_thread(
 ) -> c_int {
     guard::init_thread();
     let guard = Guard::acquire_any();
-    if guard.is_none() || guard::state() != State::Uninit {
+    if guard.is_none() || guard::state() != State::Uninit || wrong_mpi() {
         // SAFETY: the caller's arguments, passed through.
         return unsafe {
             real::PMPI_Init_thread(
@@ -675,9 +689,10 @@ fn summarize(rank: i32, dir: Option<&Path>, totals: Option<Totals>) {
 }
 
 #[cfg_attr(not(test), no_mangle)]
-pub unsafe extern "C" fn MPI_Abort(comm: MPI_Comm, errorcode: c_int) -> c_int {
+pub unsafe extern "C" fn MPI_Abort(wide: ffi::wide::MPI_Comm, errorcode: c_int) -> c_int {
     let guard = Guard::acquire_any();
     if guard::state() == State::Active {
+        let comm: MPI_Comm = ffi::Wide::narrow(wide);
         let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             let t0 = clock::now();
             let rec = guard.as_ref().map(|g| g.recorder());
@@ -695,7 +710,7 @@ pub unsafe extern "C" fn MPI_Abort(comm: MPI_Comm, errorcode: c_int) -> c_int {
     }
     drop(guard);
     // SAFETY: the caller's arguments, passed through.
-    unsafe { real::PMPI_Abort(comm, errorcode) }
+    unsafe { pass::PMPI_Abort(wide, errorcode) }
 }
 
 /// `MPI_Pcontrol(level, ...)`: the variadic arguments are not read. On

@@ -183,6 +183,31 @@ fn value_type(ctype: &str) -> Result<String, String> {
     })
 }
 
+/// The type an exported function takes or returns a by-value C type as:
+/// handles register-wide (see `ffi::wide`), the rest as `value_type`.
+fn exported_value_type(ctype: &str) -> Result<String, String> {
+    let t = ctype.trim_start_matches("const ").trim();
+    if HANDLES.contains(&t) {
+        return Ok(format!("ffi::wide::{t}"));
+    }
+    value_type(ctype)
+}
+
+/// `exported_value_type` for a parameter.
+fn exported_param_type(p: &Param) -> Result<String, String> {
+    if p.ctype.contains('*') {
+        param_type(p)
+    } else {
+        exported_value_type(&p.ctype)
+    }
+}
+
+/// The handle type of a by-value handle parameter.
+fn by_value_handle(p: &Param) -> Option<&str> {
+    let t = p.ctype.trim_start_matches("const ").trim();
+    (!p.ctype.contains('*') && HANDLES.contains(&t)).then_some(t)
+}
+
 /// Rust type of a parameter: pointers are opaque unless the role needs them typed.
 fn param_type(p: &Param) -> Result<String, String> {
     if !p.ctype.contains('*') {
@@ -754,15 +779,41 @@ pub fn generate(entries: &[Entry], declared: &BTreeSet<String>) -> Result<String
     }
     writeln!(o, "    }}\n}}\n").unwrap();
 
+    // The same functions as the untraced path calls them: handles wide.
+    writeln!(
+        o,
+        "/// `real` with handles as the exported functions take them (`ffi::wide`):\n\
+         /// what a wrapper calls when it records nothing."
+    )
+    .unwrap();
+    writeln!(
+        o,
+        "#[allow(clippy::all, dead_code, clashing_extern_declarations)]\npub mod pass {{\n    use super::*;\n    extern \"C\" {{"
+    )
+    .unwrap();
+    for e in &wrapped {
+        let mut ps = Vec::new();
+        for p in &e.params {
+            ps.push(format!("{}: {}", p.name, exported_param_type(p)?));
+        }
+        if e.variadic {
+            ps.push("...".into());
+        }
+        let ret = exported_value_type(&e.ret)?;
+        writeln!(o, "        pub fn P{}({}) -> {ret};", e.name, ps.join(", ")).unwrap();
+    }
+    writeln!(o, "    }}\n}}\n").unwrap();
+
     // The wrappers.
     for e in &wrapped {
         if e.kind == "manual" {
             continue;
         }
-        let ret = value_type(&e.ret)?;
+        let ret = exported_value_type(&e.ret)?;
+        let ret_handle = HANDLES.contains(&e.ret.trim());
         let mut ps = Vec::new();
         for p in &e.params {
-            ps.push(format!("{}: {}", p.name, param_type(p)?));
+            ps.push(format!("{}: {}", p.name, exported_param_type(p)?));
         }
         let args: Vec<&str> = e.params.iter().map(|p| p.name.as_str()).collect();
         let args = args.join(", ");
@@ -804,8 +855,18 @@ pub fn generate(entries: &[Entry], declared: &BTreeSet<String>) -> Result<String
             "        // SAFETY: the caller's arguments, passed through unchanged."
         )
         .unwrap();
-        writeln!(o, "        return unsafe {{ real::P{}({args}) }};", e.name).unwrap();
+        writeln!(o, "        return unsafe {{ pass::P{}({args}) }};", e.name).unwrap();
         writeln!(o, "    }};").unwrap();
+        for p in &e.params {
+            if let Some(h) = by_value_handle(p) {
+                writeln!(
+                    o,
+                    "    let {}: ffi::{h} = ffi::Wide::narrow({});",
+                    p.name, p.name
+                )
+                .unwrap();
+            }
+        }
         for l in &prep {
             writeln!(o, "    {l}").unwrap();
         }
@@ -839,7 +900,11 @@ pub fn generate(entries: &[Entry], declared: &BTreeSet<String>) -> Result<String
         )
         .unwrap();
         writeln!(o, "    {hook};").unwrap();
-        writeln!(o, "    rc\n}}\n").unwrap();
+        if ret_handle {
+            writeln!(o, "    ffi::Wide::widen(rc)\n}}\n").unwrap();
+        } else {
+            writeln!(o, "    rc\n}}\n").unwrap();
+        }
     }
     Ok(o)
 }

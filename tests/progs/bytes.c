@@ -1,6 +1,7 @@
 /* Byte accounting: derived datatypes, receives posted larger than the
  * message, MPI_STATUS_IGNORE with wildcards, MPI_IN_PLACE. The integration
  * test asserts the exact byte counts commented below. Needs np >= 2. */
+#include <stddef.h>
 #include "expect.h"
 #include <mpi.h>
 #include <stdio.h>
