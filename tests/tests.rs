@@ -3,6 +3,7 @@
 //! Each test has its own scratch directory under target/test-scratch.
 
 mod exports;
+mod mpich;
 mod support;
 
 use pmtrace_analysis::Trace;
@@ -20,13 +21,20 @@ fn check_program(test: &str, prog_name: &str, np: u32) -> Run {
 /// `check_program` with arguments and a piggyback mode; also checks every
 /// clock the report checks.
 fn check_clocked(test: &str, prog_name: &str, np: u32, args: &[&str], clocks: &str) -> Run {
+    check_on(Mpi::OpenMpi, test, prog_name, np, args, clocks)
+}
+
+/// `check_clocked` under a given MPI.
+fn check_on(mpi: Mpi, test: &str, prog_name: &str, np: u32, args: &[&str], clocks: &str) -> Run {
     let dir = scratch(&format!(
-        "{test}-{prog_name}-{np}-{clocks}-{}",
-        args.join("-")
+        "{test}-{prog_name}-{np}-{clocks}-{}{}",
+        args.join("-"),
+        if mpi == Mpi::Mpich { "-mpich" } else { "" }
     ));
-    let prog = prog(prog_name);
-    let plain = mpirun(&dir, np, &prog, args, Mode::Plain, &[]);
-    let traced = mpirun(
+    let prog = mpi.prog(prog_name);
+    let plain = mpirun_on(mpi, &dir, np, &prog, args, Mode::Plain, &[]);
+    let traced = mpirun_on(
+        mpi,
         &dir,
         np,
         &prog,

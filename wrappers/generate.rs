@@ -705,6 +705,37 @@ fn around(e: &Entry) -> Result<Around, String> {
     Ok(a)
 }
 
+/// A module of `extern "C"` declarations of the `PMPI_` functions, with
+/// the given parameter and return types.
+fn extern_module(
+    o: &mut String,
+    wrapped: &[&Entry],
+    doc: &str,
+    name: &str,
+    param: fn(&Param) -> Result<String, String>,
+    value: fn(&str) -> Result<String, String>,
+) -> Result<(), String> {
+    writeln!(
+        o,
+        "{doc}\n#[allow(clippy::all, dead_code, clashing_extern_declarations)]\n\
+         pub mod {name} {{\n    use super::*;\n    extern \"C\" {{"
+    )
+    .unwrap();
+    for e in wrapped {
+        let mut ps = Vec::new();
+        for p in &e.params {
+            ps.push(format!("{}: {}", p.name, param(p)?));
+        }
+        if e.variadic {
+            ps.push("...".into());
+        }
+        let ret = value(&e.ret)?;
+        writeln!(o, "        pub fn P{}({}) -> {ret};", e.name, ps.join(", ")).unwrap();
+    }
+    writeln!(o, "    }}\n}}\n").unwrap();
+    Ok(())
+}
+
 /// Generates the whole module. `declared` holds the `PMPI_` names the
 /// installed mpi.h declares; entries without one get no wrapper.
 pub fn generate(entries: &[Entry], declared: &BTreeSet<String>) -> Result<String, String> {
@@ -755,54 +786,24 @@ pub fn generate(entries: &[Entry], declared: &BTreeSet<String>) -> Result<String
         .filter(|e| declared.contains(&format!("P{}", e.name)))
         .collect();
 
-    // The real functions.
-    writeln!(
-        o,
-        "/// The implementation below the wrappers. The one place that names it."
-    )
-    .unwrap();
-    writeln!(
-        o,
-        "#[allow(clippy::all, dead_code)]\npub mod real {{\n    use super::*;\n    extern \"C\" {{"
-    )
-    .unwrap();
-    for e in &wrapped {
-        let mut ps = Vec::new();
-        for p in &e.params {
-            ps.push(format!("{}: {}", p.name, param_type(p)?));
-        }
-        if e.variadic {
-            ps.push("...".into());
-        }
-        let ret = value_type(&e.ret)?;
-        writeln!(o, "        pub fn P{}({}) -> {ret};", e.name, ps.join(", ")).unwrap();
-    }
-    writeln!(o, "    }}\n}}\n").unwrap();
-
-    // The same functions as the untraced path calls them: handles wide.
-    writeln!(
-        o,
+    // The real functions, and the same as the untraced path calls them.
+    extern_module(
+        &mut o,
+        &wrapped,
+        "/// The implementation below the wrappers. The one place that names it.",
+        "real",
+        param_type,
+        value_type,
+    )?;
+    extern_module(
+        &mut o,
+        &wrapped,
         "/// `real` with handles as the exported functions take them (`ffi::wide`):\n\
-         /// what a wrapper calls when it records nothing."
-    )
-    .unwrap();
-    writeln!(
-        o,
-        "#[allow(clippy::all, dead_code, clashing_extern_declarations)]\npub mod pass {{\n    use super::*;\n    extern \"C\" {{"
-    )
-    .unwrap();
-    for e in &wrapped {
-        let mut ps = Vec::new();
-        for p in &e.params {
-            ps.push(format!("{}: {}", p.name, exported_param_type(p)?));
-        }
-        if e.variadic {
-            ps.push("...".into());
-        }
-        let ret = exported_value_type(&e.ret)?;
-        writeln!(o, "        pub fn P{}({}) -> {ret};", e.name, ps.join(", ")).unwrap();
-    }
-    writeln!(o, "    }}\n}}\n").unwrap();
+         /// what a wrapper calls when it records nothing.",
+        "pass",
+        exported_param_type,
+        exported_value_type,
+    )?;
 
     // The wrappers.
     for e in &wrapped {

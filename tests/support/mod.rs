@@ -46,6 +46,61 @@ pub fn prog(name: &str) -> PathBuf {
     root().join("target/examples").join(name)
 }
 
+/// Which MPI a job runs under. pmtrace is built against one MPI at a time;
+/// `make mpich` builds the runtime and the test programs for MPICH under
+/// target/mpich (Debian installs MPICH beside Open MPI, as `mpicc.mpich`
+/// and `mpirun.mpich`).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Mpi {
+    OpenMpi,
+    Mpich,
+}
+
+static MPICH_BUILD: Once = Once::new();
+
+impl Mpi {
+    /// The preload library built for this MPI.
+    pub fn lib(self) -> PathBuf {
+        match self {
+            Mpi::OpenMpi => lib(),
+            Mpi::Mpich => {
+                self.build();
+                root().join("target/mpich/release/libpmtrace.so")
+            }
+        }
+    }
+
+    /// A test program compiled for this MPI.
+    pub fn prog(self, name: &str) -> PathBuf {
+        match self {
+            Mpi::OpenMpi => prog(name),
+            Mpi::Mpich => {
+                self.build();
+                root().join("target/mpich/examples").join(name)
+            }
+        }
+    }
+
+    pub fn other(self) -> Mpi {
+        match self {
+            Mpi::OpenMpi => Mpi::Mpich,
+            Mpi::Mpich => Mpi::OpenMpi,
+        }
+    }
+
+    fn build(self) {
+        MPICH_BUILD.call_once(|| {
+            let st = Command::new("make")
+                .arg("-s")
+                .arg("mpich")
+                .current_dir(root())
+                .status()
+                .expect("make");
+            assert!(st.success(), "make mpich failed");
+        });
+    }
+}
+
 /// A fresh scratch directory for one test.
 pub fn scratch(test: &str) -> PathBuf {
     let d = root().join("target/test-scratch").join(test);
@@ -62,6 +117,8 @@ pub enum Mode {
     Preload,
     /// The program is linked with pmtrace; nothing is preloaded.
     Linked,
+    /// The library built for the other MPI family is preloaded.
+    Foreign,
 }
 
 pub struct Run {
@@ -107,25 +164,65 @@ pub fn mpirun(
     mode: Mode,
     env: &[(&str, &str)],
 ) -> Run {
+    mpirun_on(Mpi::OpenMpi, dir, np, prog, args, mode, env)
+}
+
+/// `mpirun` under a given MPI, with its launcher: Open MPI's `mpirun`
+/// (variables passed with `-x`) or MPICH's Hydra (which passes the whole
+/// environment; the preload goes to the ranks only, with `-genv`).
+pub fn mpirun_on(
+    mpi: Mpi,
+    dir: &Path,
+    np: u32,
+    prog: &Path,
+    args: &[&str],
+    mode: Mode,
+    env: &[(&str, &str)],
+) -> Run {
     let tag = format!("{mode:?}").to_lowercase();
     let trace = dir.join(format!("trace-{tag}"));
     let counts_dir = dir.join(format!("counts-{tag}"));
     let _ = std::fs::remove_dir_all(&trace);
     let _ = std::fs::remove_dir_all(&counts_dir);
     std::fs::create_dir_all(&counts_dir).unwrap();
-    let mut cmd = Command::new("mpirun");
-    cmd.arg("-np").arg(np.to_string()).arg("--oversubscribe");
-    cmd.env("OMPI_ALLOW_RUN_AS_ROOT", "1")
-        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1");
-    cmd.env("EXPECT_COUNTS_DIR", &counts_dir)
-        .arg("-x")
-        .arg("EXPECT_COUNTS_DIR");
-    cmd.env("PMTRACE_DIR", &trace).arg("-x").arg("PMTRACE_DIR");
-    if mode == Mode::Preload {
-        cmd.arg("-x").arg(format!("LD_PRELOAD={}", lib().display()));
+    let mut cmd = match mpi {
+        Mpi::OpenMpi => {
+            let mut c = Command::new("mpirun");
+            c.arg("-np").arg(np.to_string()).arg("--oversubscribe");
+            c.env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+                .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1");
+            c
+        }
+        Mpi::Mpich => {
+            let mut c = Command::new("mpirun.mpich");
+            c.arg("-np").arg(np.to_string());
+            c
+        }
+    };
+    let pass = |cmd: &mut Command, k: &str| {
+        if mpi == Mpi::OpenMpi {
+            cmd.arg("-x").arg(k);
+        }
+    };
+    cmd.env("EXPECT_COUNTS_DIR", &counts_dir);
+    pass(&mut cmd, "EXPECT_COUNTS_DIR");
+    cmd.env("PMTRACE_DIR", &trace);
+    pass(&mut cmd, "PMTRACE_DIR");
+    let preload = match mode {
+        Mode::Preload => Some(mpi.lib()),
+        Mode::Foreign => Some(mpi.other().lib()),
+        Mode::Plain | Mode::Linked => None,
+    };
+    if let Some(lib) = preload {
+        let lib = lib.display().to_string();
+        match mpi {
+            Mpi::OpenMpi => cmd.arg("-x").arg(format!("LD_PRELOAD={lib}")),
+            Mpi::Mpich => cmd.arg("-genv").arg("LD_PRELOAD").arg(lib),
+        };
     }
     for (k, v) in env {
-        cmd.env(k, v).arg("-x").arg(k);
+        cmd.env(k, v);
+        pass(&mut cmd, k);
     }
     cmd.arg(prog).args(args);
     let out = cmd.output().expect("mpirun");
