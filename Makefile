@@ -15,7 +15,7 @@ export OMPI_MCA_rmaps_base_oversubscribe := 1
 
 DEB_PACKAGES := openmpi-bin libopenmpi-dev libclang-dev clang pkg-config \
   libopen-trace-format2-dev otf2-tools python3-otf2 chromium python3-pip valgrind \
-  mpich libmpich-dev
+  mpich libmpich-dev python3-mpi4py
 
 .PHONY: all build deps pydeps examples mpich mpich-lib test unit lint demo bench wrappers clean
 

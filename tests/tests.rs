@@ -140,6 +140,64 @@ fn the_other_test_programs_are_transparent_under_vector_clocks() {
     check_clocked("vector", "late_finalize", 3, &[], "vector");
 }
 
+/// A Python program (Debian's mpi4py, over the C API): pickled messages
+/// (received through MPI_Mprobe and MPI_Mrecv), wildcard buffer receives,
+/// nonblocking exchanges and collectives. Same output, and the calls the
+/// program makes itself counted exactly; every message matched through its
+/// id, every clock check clean (mpi4py's own calls for its object
+/// collectives vary with its version and are not counted).
+#[test]
+fn mpi4py_programs_are_transparent_and_their_messages_matched() {
+    let script = root().join("tests/progs/mpi4py_ring.py");
+    let script = script.to_str().unwrap();
+    let python = std::path::Path::new("/usr/bin/python3");
+    for (np, clocks) in [(4, "lamport"), (3, "vector")] {
+        let what = format!("mpi4py np={np} {clocks}");
+        let dir = scratch(&format!("mpi4py-{np}-{clocks}"));
+        let plain = mpirun(&dir, np, python, &[script], Mode::Plain, &[]);
+        assert!(
+            plain
+                .stdout
+                .ends_with(&format!("mpi4py_ring: ok np={np}\n")),
+            "{what}: {}{}",
+            plain.stdout,
+            plain.stderr
+        );
+        let env = [("PMTRACE_CLOCKS", clocks)];
+        let traced = mpirun(&dir, np, python, &[script], Mode::Preload, &env);
+        assert_transparent(&plain, &traced, np);
+        let trace = Trace::open(&traced.trace).unwrap();
+        let n = u64::from(np);
+        for (rank, counts) in recorded_counts(&trace).iter().enumerate() {
+            let count = |f: &str| counts.get(f).copied().unwrap_or(0);
+            let pickled = 3; // one token receive per round
+            for (f, want) in [
+                ("MPI_Init_thread", 1),
+                ("MPI_Isend", 2),
+                ("MPI_Irecv", 2),
+                ("MPI_Waitall", 1),
+                ("MPI_Mprobe", pickled),
+                ("MPI_Mrecv", pickled),
+                ("MPI_Barrier", 1),
+                ("MPI_Finalize", 1),
+            ] {
+                assert_eq!(count(f), want, "{what}: rank {rank} {f}: {counts:?}");
+            }
+            let wildcard = if rank == 0 { n - 1 } else { 0 };
+            assert!(count("MPI_Recv") >= wildcard, "{what}: rank {rank}");
+        }
+        let rep = report(&traced.trace);
+        let m = &rep["messages"];
+        assert_eq!(m["unmatched"], 0, "{what}: {m}");
+        assert_eq!(m["matched"], m["sent"], "{what}: {m}");
+        assert!(
+            m["matched"].as_u64().unwrap() >= 3 * n + (n - 1) + 4 * n / 2,
+            "{what}: {m}"
+        );
+        check_clock_report(&rep, clocks, &what);
+    }
+}
+
 /// `MPI_Request_free` on operations in flight: small (staged), wildcard,
 /// large, strided and persistent receives still deliver their data, and
 /// 1000 fire-and-forget sends go through, under both clock modes. The
