@@ -183,14 +183,19 @@ fn value_type(ctype: &str) -> Result<String, String> {
     })
 }
 
+/// The handle a by-value C type is, if it is one.
+fn by_value_handle(ctype: &str) -> Option<&str> {
+    let t = ctype.trim_start_matches("const ").trim();
+    (!ctype.contains('*') && HANDLES.contains(&t)).then_some(t)
+}
+
 /// The type an exported function takes or returns a by-value C type as:
 /// handles register-wide (see `ffi::wide`), the rest as `value_type`.
 fn exported_value_type(ctype: &str) -> Result<String, String> {
-    let t = ctype.trim_start_matches("const ").trim();
-    if HANDLES.contains(&t) {
-        return Ok(format!("ffi::wide::{t}"));
+    match by_value_handle(ctype) {
+        Some(h) => Ok(format!("ffi::wide::{h}")),
+        None => value_type(ctype),
     }
-    value_type(ctype)
 }
 
 /// `exported_value_type` for a parameter.
@@ -200,12 +205,6 @@ fn exported_param_type(p: &Param) -> Result<String, String> {
     } else {
         exported_value_type(&p.ctype)
     }
-}
-
-/// The handle type of a by-value handle parameter.
-fn by_value_handle(p: &Param) -> Option<&str> {
-    let t = p.ctype.trim_start_matches("const ").trim();
-    (!p.ctype.contains('*') && HANDLES.contains(&t)).then_some(t)
 }
 
 /// Rust type of a parameter: pointers are opaque unless the role needs them typed.
@@ -811,7 +810,7 @@ pub fn generate(entries: &[Entry], declared: &BTreeSet<String>) -> Result<String
             continue;
         }
         let ret = exported_value_type(&e.ret)?;
-        let ret_handle = HANDLES.contains(&e.ret.trim());
+        let ret_handle = by_value_handle(&e.ret).is_some();
         let mut ps = Vec::new();
         for p in &e.params {
             ps.push(format!("{}: {}", p.name, exported_param_type(p)?));
@@ -859,7 +858,7 @@ pub fn generate(entries: &[Entry], declared: &BTreeSet<String>) -> Result<String
         writeln!(o, "        return unsafe {{ pass::P{}({args}) }};", e.name).unwrap();
         writeln!(o, "    }};").unwrap();
         for p in &e.params {
-            if let Some(h) = by_value_handle(p) {
+            if let Some(h) = by_value_handle(&p.ctype) {
                 writeln!(
                     o,
                     "    let {}: ffi::{h} = ffi::Wide::narrow({});",

@@ -32,17 +32,22 @@ pub fn cli() -> PathBuf {
 
 static EXAMPLES: Once = Once::new();
 
-/// A compiled example or test program (`make examples` builds them all).
-pub fn prog(name: &str) -> PathBuf {
-    EXAMPLES.call_once(|| {
+/// `make -s target`, once per test process.
+fn make_once(once: &Once, target: &str) {
+    once.call_once(|| {
         let st = Command::new("make")
             .arg("-s")
-            .arg("examples")
+            .arg(target)
             .current_dir(root())
             .status()
             .expect("make");
-        assert!(st.success(), "make examples failed");
+        assert!(st.success(), "make {target} failed");
     });
+}
+
+/// A compiled example or test program (`make examples` builds them all).
+pub fn prog(name: &str) -> PathBuf {
+    make_once(&EXAMPLES, "examples");
     root().join("target/examples").join(name)
 }
 
@@ -64,7 +69,7 @@ impl Mpi {
         match self {
             Mpi::OpenMpi => lib(),
             Mpi::Mpich => {
-                self.build();
+                make_once(&MPICH_BUILD, "mpich");
                 root().join("target/mpich/release/libpmtrace.so")
             }
         }
@@ -75,7 +80,7 @@ impl Mpi {
         match self {
             Mpi::OpenMpi => prog(name),
             Mpi::Mpich => {
-                self.build();
+                make_once(&MPICH_BUILD, "mpich");
                 root().join("target/mpich/examples").join(name)
             }
         }
@@ -86,18 +91,6 @@ impl Mpi {
             Mpi::OpenMpi => Mpi::Mpich,
             Mpi::Mpich => Mpi::OpenMpi,
         }
-    }
-
-    fn build(self) {
-        MPICH_BUILD.call_once(|| {
-            let st = Command::new("make")
-                .arg("-s")
-                .arg("mpich")
-                .current_dir(root())
-                .status()
-                .expect("make");
-            assert!(st.success(), "make mpich failed");
-        });
     }
 }
 

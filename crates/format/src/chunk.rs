@@ -175,7 +175,10 @@ mod tests {
         assert!(matches!(err, FormatError::Corrupt(_)));
         // The slot's bytes are not room for records.
         h.used = 8192 - 64 - 128 + 1;
-        assert!(ChunkHeader::decode(&h.encode(), 0, 1 << 20).is_err());
+        assert!(matches!(
+            ChunkHeader::decode(&h.encode(), 0, 1 << 20),
+            Err(FormatError::Corrupt(_))
+        ));
         h.used -= 1;
         let ok = ChunkHeader::decode(&h.encode(), 0, 1 << 20).unwrap();
         assert_eq!((ok.records_offset(), ok.records_capacity()), (192, 8000));
