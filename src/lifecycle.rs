@@ -81,9 +81,10 @@ pub unsafe extern "C" fn MPI_Init(argc: *mut c_int, argv: *mut *mut *mut c_char)
     }
     let t0 = clock::monotonic();
     let p0 = clock::pair();
-    let announced = peers::announce();
+    peers::expect();
     // SAFETY: the caller's arguments, passed through.
     let rc = unsafe { real::PMPI_Init(argc as *mut c_void, argv as *mut c_void) };
+    let announced = peers::announced();
     start(
         guard.as_ref().unwrap(),
         ids::MPI_INIT,
@@ -117,7 +118,7 @@ pub unsafe extern "C" fn MPI_Init_thread(
     }
     let t0 = clock::monotonic();
     let p0 = clock::pair();
-    let announced = peers::announce();
+    peers::expect();
     // SAFETY: the caller's arguments, passed through.
     let rc = unsafe {
         real::PMPI_Init_thread(
@@ -127,6 +128,7 @@ pub unsafe extern "C" fn MPI_Init_thread(
             provided as *mut c_void,
         )
     };
+    let announced = peers::announced();
     // SAFETY: MPI set *provided.
     let got = if rc == 0 { unsafe { *provided } } else { 0 };
     start(
