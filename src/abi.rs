@@ -1,24 +1,31 @@
 //! Whether the process runs the MPI this library was built for.
 //!
 //! A PMPI tool is bound to one MPI's binary interface: handles are pointers
-//! to structures in Open MPI and integers in MPICH and the libraries built
-//! on it (MVAPICH, Intel MPI, Cray MPICH), and the constants the shim reads
-//! at build time are that family's. Preloaded under a program of the other
-//! family, the library would pass handles MPI cannot read: Open MPI crashes,
-//! MPICH aborts with "Invalid communicator". This happens easily on a
-//! machine with both MPIs (module systems, distribution packages side by
-//! side), so `MPI_Init` first asks `MPI_Get_library_version`, which MPI
-//! allows before initialisation, and on a mismatch leaves tracing off: the
-//! program runs as if untraced, and rank 0 says why in one line.
+//! to structures in Open MPI, integers in MPICH and the libraries built on
+//! it (MVAPICH, Intel MPI, Cray MPICH), and pointer-sized constants fixed
+//! by the standard in the MPI-5 ABI (`libmpi_abi.so`, which MPICH 5 ships
+//! beside its own `libmpi.so.12`); the constants the shim reads at build
+//! time are that interface's. Preloaded under a program of another family,
+//! the library would pass handles MPI cannot read: Open MPI crashes, MPICH
+//! aborts with "Invalid communicator". This happens easily on a machine
+//! with several MPIs (module systems, distribution packages side by side,
+//! one MPICH installation with both interfaces), so `MPI_Init` first asks
+//! `MPI_Abi_get_version` where it exists and `MPI_Get_library_version`,
+//! which MPI allows before initialisation, and on a mismatch leaves tracing
+//! off: the program runs as if untraced, and rank 0 says why in one line.
 
 use crate::wrappers::real;
-use core::ffi::c_int;
+use core::ffi::{c_char, c_int};
 
+/// A binary interface to MPI: what one libpmtrace is built for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Family {
+    /// Open MPI 4.1 and 5 (`libmpi.so.40`).
     OpenMpi,
-    /// MPICH and its ABI-compatible derivatives.
+    /// MPICH and its ABI-compatible derivatives (`libmpi.so.12`).
     Mpich,
+    /// The MPI-5 standard ABI (`libmpi_abi.so`), whichever MPI provides it.
+    Abi,
 }
 
 impl Family {
@@ -26,22 +33,25 @@ impl Family {
         match self {
             Family::OpenMpi => "Open MPI",
             Family::Mpich => "MPICH",
+            Family::Abi => "the MPI-5 standard ABI",
         }
     }
 
-    /// The compiler wrapper that builds against this family on Debian-like
-    /// systems, for the warning's hint.
-    fn mpicc(self) -> &'static str {
+    /// What builds the library of this family, and where it lands.
+    fn library(self) -> &'static str {
         match self {
-            Family::OpenMpi => "mpicc.openmpi",
-            Family::Mpich => "mpicc.mpich",
+            Family::OpenMpi => "`make`: target/release/libpmtrace.so",
+            Family::Mpich => "`make mpich`: target/mpich/release/libpmtrace.so",
+            Family::Abi => "`make abi`: target/abi/release/libpmtrace.so",
         }
     }
 }
 
 /// The family this library was compiled against (None: another MPI, whose
 /// version string is not checked).
-pub const BUILT: Option<Family> = if cfg!(mpi_impl = "openmpi") {
+pub const BUILT: Option<Family> = if cfg!(mpi_impl = "abi") {
+    Some(Family::Abi)
+} else if cfg!(mpi_impl = "openmpi") {
     Some(Family::OpenMpi)
 } else if cfg!(mpi_impl = "mpich") {
     Some(Family::Mpich)
@@ -49,7 +59,8 @@ pub const BUILT: Option<Family> = if cfg!(mpi_impl = "openmpi") {
     None
 };
 
-/// The family a library version string names, if it is one of the two.
+/// The family a library version string names, if it is one of the two
+/// native ones.
 pub fn family_of(version: &str) -> Option<Family> {
     if version.contains("Open MPI") {
         Some(Family::OpenMpi)
@@ -63,9 +74,19 @@ pub fn family_of(version: &str) -> Option<Family> {
     }
 }
 
-/// What is wrong when a library built for `built` runs under `version`.
-pub fn verdict(built: Option<Family>, version: &str) -> Option<String> {
-    let (built, running) = (built?, family_of(version)?);
+/// The family the process runs: the standard ABI when the MPI library's
+/// `MPI_Abi_get_version` gives a version (an MPI-5 library that is not
+/// the ABI one answers -1), else the version string's.
+pub fn running_family(abi_major: Option<c_int>, version: &str) -> Option<Family> {
+    if abi_major.is_some_and(|m| m >= 1) {
+        return Some(Family::Abi);
+    }
+    family_of(version)
+}
+
+/// What is wrong when a library built for `built` runs under `running`.
+pub fn verdict(built: Option<Family>, running: Option<Family>, version: &str) -> Option<String> {
+    let (built, running) = (built?, running?);
     if built == running {
         return None;
     }
@@ -78,11 +99,35 @@ pub fn verdict(built: Option<Family>, version: &str) -> Option<String> {
     let first = first.join(" ");
     Some(format!(
         "this libpmtrace was built for {} but the program runs {} ({first}); \
-         tracing is off. Build pmtrace with MPICC={} to trace it",
+         tracing is off. Trace it with the library for {} ({}), or with \
+         `pmtrace run`, which picks it",
         built.name(),
         running.name(),
-        running.mpicc()
+        running.name(),
+        running.library()
     ))
+}
+
+/// The standard ABI's version, asked of the MPI library in the process if
+/// it has `MPI_Abi_get_version` (MPI-5; callable before `MPI_Init`). Looked
+/// up by name, since an older MPI lacks the function altogether.
+fn abi_version() -> Option<c_int> {
+    type AbiVersion = unsafe extern "C" fn(*mut c_int, *mut c_int) -> c_int;
+    // SAFETY: a NUL-terminated name, looked up in the process's scope.
+    let f = unsafe {
+        libc::dlsym(
+            libc::RTLD_DEFAULT,
+            b"PMPI_Abi_get_version\0".as_ptr() as *const c_char,
+        )
+    };
+    if f.is_null() {
+        return None;
+    }
+    // SAFETY: MPI_Abi_get_version(int *abi_major, int *abi_minor).
+    let f: AbiVersion = unsafe { core::mem::transmute::<*mut libc::c_void, AbiVersion>(f) };
+    let (mut major, mut minor) = (-1, -1);
+    // SAFETY: two writable ints.
+    (unsafe { f(&mut major, &mut minor) } == 0).then_some(major)
 }
 
 /// The running MPI's version string.
@@ -107,7 +152,8 @@ fn running_version() -> Option<String> {
 /// None when the running MPI fits this build; otherwise the warning.
 pub fn mismatch() -> Option<String> {
     BUILT?;
-    verdict(BUILT, &running_version()?)
+    let version = running_version()?;
+    verdict(BUILT, running_family(abi_version(), &version), &version)
 }
 
 /// This process's rank as the launcher tells it, before MPI can be asked
@@ -148,21 +194,49 @@ mod tests {
     }
 
     #[test]
+    fn the_standard_abi_is_told_by_its_version_not_its_vendor() {
+        // MPICH 5's libmpi_abi.so and its libmpi.so.12 give the same version
+        // string; only the first has an ABI version.
+        assert_eq!(running_family(Some(1), MPICH), Some(Family::Abi));
+        assert_eq!(running_family(Some(-1), MPICH), Some(Family::Mpich));
+        assert_eq!(running_family(None, OMPI), Some(Family::OpenMpi));
+        assert_eq!(
+            running_family(Some(1), "Some Vendor MPI 1.0"),
+            Some(Family::Abi)
+        );
+        assert_eq!(running_family(Some(-1), "Some Vendor MPI 1.0"), None);
+    }
+
+    #[test]
     fn only_a_known_other_family_is_a_mismatch() {
-        assert_eq!(verdict(Some(Family::OpenMpi), OMPI), None);
-        assert_eq!(verdict(Some(Family::Mpich), MPICH), None);
+        let v = |built, abi, version| verdict(built, running_family(abi, version), version);
+        assert_eq!(v(Some(Family::OpenMpi), None, OMPI), None);
+        assert_eq!(v(Some(Family::Mpich), Some(-1), MPICH), None);
+        assert_eq!(v(Some(Family::Abi), Some(1), MPICH), None);
         // Unknown on either side: no verdict, tracing goes on.
-        assert_eq!(verdict(None, MPICH), None);
-        assert_eq!(verdict(Some(Family::Mpich), "Some Vendor MPI 1.0"), None);
-        let w = verdict(Some(Family::OpenMpi), MPICH).unwrap();
+        assert_eq!(v(None, None, MPICH), None);
+        assert_eq!(v(Some(Family::Mpich), None, "Some Vendor MPI 1.0"), None);
+        let w = v(Some(Family::OpenMpi), None, MPICH).unwrap();
         assert_eq!(
             w,
             "this libpmtrace was built for Open MPI but the program runs MPICH \
-             (MPICH Version: 4.0.2); tracing is off. Build pmtrace with \
-             MPICC=mpicc.mpich to trace it"
+             (MPICH Version: 4.0.2); tracing is off. Trace it with the library \
+             for MPICH (`make mpich`: target/mpich/release/libpmtrace.so), or \
+             with `pmtrace run`, which picks it"
         );
-        assert!(verdict(Some(Family::Mpich), OMPI)
+        assert!(v(Some(Family::Mpich), None, OMPI)
             .unwrap()
             .contains("runs Open MPI (Open MPI v4.1.4, package"));
+        let w = v(Some(Family::Mpich), Some(1), MPICH).unwrap();
+        assert!(
+            w.starts_with("this libpmtrace was built for MPICH but the program runs the MPI-5 standard ABI (MPICH Version: 4.0.2)"),
+            "{w}"
+        );
+        assert!(
+            w.contains("`make abi`: target/abi/release/libpmtrace.so"),
+            "{w}"
+        );
+        let w = v(Some(Family::Abi), Some(-1), MPICH).unwrap();
+        assert!(w.contains("runs MPICH (MPICH"), "{w}");
     }
 }

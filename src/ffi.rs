@@ -2,7 +2,44 @@
 //! macros (read through `src/shim.c`) and helpers for handle values. This is
 //! the FFI edge: every raw read of a caller's handle goes through here.
 
+#[cfg(feature = "native")]
 pub use mpi_sys::*;
+
+#[cfg(not(feature = "native"))]
+pub use abi_sys::*;
+
+/// The MPI-5 standard ABI's bindings (build.rs), and the constants that
+/// mpi-sys would give, from src/shim.c.
+#[cfg(not(feature = "native"))]
+#[allow(
+    non_camel_case_types,
+    non_upper_case_globals,
+    non_snake_case,
+    dead_code,
+    clippy::all
+)]
+mod abi_sys {
+    include!(concat!(env!("OUT_DIR"), "/abi_bindings.rs"));
+    extern "C" {
+        pub static RSMPI_COMM_WORLD: MPI_Comm;
+        pub static RSMPI_COMM_NULL: MPI_Comm;
+        pub static RSMPI_COMM_SELF: MPI_Comm;
+        pub static RSMPI_DATATYPE_NULL: MPI_Datatype;
+        pub static RSMPI_INT32_T: MPI_Datatype;
+        pub static RSMPI_MESSAGE_NULL: MPI_Message;
+        pub static RSMPI_REQUEST_NULL: MPI_Request;
+        pub static RSMPI_STATUS_IGNORE: *mut MPI_Status;
+        pub static RSMPI_STATUSES_IGNORE: *mut MPI_Status;
+        pub static RSMPI_ANY_SOURCE: core::ffi::c_int;
+        pub static RSMPI_ANY_TAG: core::ffi::c_int;
+        pub static RSMPI_PROC_NULL: core::ffi::c_int;
+        pub static RSMPI_UNDEFINED: core::ffi::c_int;
+        pub static RSMPI_CART: core::ffi::c_int;
+        pub static RSMPI_GRAPH: core::ffi::c_int;
+        pub static RSMPI_DIST_GRAPH: core::ffi::c_int;
+        pub static RSMPI_THREAD_MULTIPLE: core::ffi::c_int;
+    }
+}
 
 use core::mem::MaybeUninit;
 use std::sync::OnceLock;

@@ -31,3 +31,25 @@ int pmtrace_status_cancelled(const MPI_Status *s) {
     return flag;
 }
 #endif
+
+/* The MPI-5 standard ABI build has no mpi-sys: the handful of constants the
+ * runtime names as mpi-sys does (RSMPI_*) are defined here. */
+#if defined(MPI_ABI_VERSION)
+const MPI_Comm RSMPI_COMM_WORLD = MPI_COMM_WORLD;
+const MPI_Comm RSMPI_COMM_NULL = MPI_COMM_NULL;
+const MPI_Comm RSMPI_COMM_SELF = MPI_COMM_SELF;
+const MPI_Datatype RSMPI_DATATYPE_NULL = MPI_DATATYPE_NULL;
+const MPI_Datatype RSMPI_INT32_T = MPI_INT32_T;
+const MPI_Message RSMPI_MESSAGE_NULL = MPI_MESSAGE_NULL;
+const MPI_Request RSMPI_REQUEST_NULL = MPI_REQUEST_NULL;
+MPI_Status *const RSMPI_STATUS_IGNORE = MPI_STATUS_IGNORE;
+MPI_Status *const RSMPI_STATUSES_IGNORE = MPI_STATUSES_IGNORE;
+const int RSMPI_ANY_SOURCE = MPI_ANY_SOURCE;
+const int RSMPI_ANY_TAG = MPI_ANY_TAG;
+const int RSMPI_PROC_NULL = MPI_PROC_NULL;
+const int RSMPI_UNDEFINED = MPI_UNDEFINED;
+const int RSMPI_CART = MPI_CART;
+const int RSMPI_GRAPH = MPI_GRAPH;
+const int RSMPI_DIST_GRAPH = MPI_DIST_GRAPH;
+const int RSMPI_THREAD_MULTIPLE = MPI_THREAD_MULTIPLE;
+#endif

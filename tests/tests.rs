@@ -3,7 +3,7 @@
 //! Each test has its own scratch directory under target/test-scratch.
 
 mod exports;
-mod mpich;
+mod matrix;
 mod support;
 
 use pmtrace_analysis::Trace;
@@ -27,9 +27,9 @@ fn check_clocked(test: &str, prog_name: &str, np: u32, args: &[&str], clocks: &s
 /// `check_clocked` under a given MPI.
 fn check_on(mpi: Mpi, test: &str, prog_name: &str, np: u32, args: &[&str], clocks: &str) -> Run {
     let dir = scratch(&format!(
-        "{test}-{prog_name}-{np}-{clocks}-{}{}",
+        "{test}-{prog_name}-{np}-{clocks}-{}-{}",
         args.join("-"),
-        if mpi == Mpi::Mpich { "-mpich" } else { "" }
+        mpi.tag()
     ));
     let prog = mpi.prog(prog_name);
     let plain = mpirun_on(mpi, &dir, np, &prog, args, Mode::Plain, &[]);

@@ -10,7 +10,7 @@ use crate::support::*;
 
 /// Runs a checker script of tests/support with Debian's Python (which has
 /// python3-otf2) and the packages `make pydeps` put in target/pydeps.
-fn python_check(script: &str, arg: &Path) -> serde_json::Value {
+pub(crate) fn python_check(script: &str, arg: &Path) -> serde_json::Value {
     let out = Command::new("/usr/bin/python3")
         .arg(root().join("tests/support").join(script))
         .arg(arg)
@@ -26,7 +26,7 @@ fn python_check(script: &str, arg: &Path) -> serde_json::Value {
     serde_json::from_slice(&out.stdout).expect("the checker prints JSON")
 }
 
-fn export(trace: &Path, format: &str, out: &Path) {
+pub(crate) fn export(trace: &Path, format: &str, out: &Path) {
     let o = pmtrace(&[
         "export",
         trace.to_str().unwrap(),
@@ -44,7 +44,7 @@ fn export(trace: &Path, format: &str, out: &Path) {
 
 /// The OTF2 archive of `trace` reads without a word from `otf2-print`, and
 /// the reference reader finds the report's calls and messages per rank.
-fn check_otf2(what: &str, trace: &Path, rep: &serde_json::Value) -> serde_json::Value {
+pub(crate) fn check_otf2(what: &str, trace: &Path, rep: &serde_json::Value) -> serde_json::Value {
     let archive = trace.with_extension("otf2");
     export(trace, "otf2", &archive);
     let anchor = archive.join("traces.otf2");
@@ -89,7 +89,7 @@ fn check_otf2(what: &str, trace: &Path, rep: &serde_json::Value) -> serde_json::
 
 /// Perfetto: one slice per call, one flow per message and per logical
 /// message of a collective, each started once and ended once.
-fn check_perfetto(what: &str, trace: &Path, rep: &serde_json::Value) {
+pub(crate) fn check_perfetto(what: &str, trace: &Path, rep: &serde_json::Value) {
     let file = trace.with_extension("pftrace");
     export(trace, "perfetto", &file);
     let c = python_check("perfetto_check.py", &file);
@@ -114,7 +114,7 @@ fn check_perfetto(what: &str, trace: &Path, rep: &serde_json::Value) {
 }
 
 /// Chrome JSON: a complete event per call, an s/f pair per message.
-fn check_chrome(what: &str, trace: &Path, rep: &serde_json::Value) {
+pub(crate) fn check_chrome(what: &str, trace: &Path, rep: &serde_json::Value) {
     let file = trace.with_extension("json");
     export(trace, "chrome", &file);
     let v: serde_json::Value =

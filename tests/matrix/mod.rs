@@ -1,0 +1,122 @@
+//! The test matrix: the same checks under the five setups users run
+//! (Debian's Open MPI 4.1 and MPICH 4.0, Open MPI 5.0 and MPICH 5.0 from
+//! their wheels, and programs built with `mpicc_abi` on MPICH 5.0's
+//! standard ABI), each traced with its library; every library preloaded
+//! under every setup it does not serve; and ranks without the library
+//! under both Open MPIs. `make matrix` builds everything they run.
+
+use crate::check_on;
+use crate::exports::{check_chrome, check_otf2, check_perfetto};
+use crate::support::*;
+
+/// Transparency, exact call counts, every message matched through its
+/// piggybacked id and every clock check: point to point in every mode,
+/// wildcards, collectives, threads, derived types, under all three clock
+/// modes; then sync and the exports of a skewed trace.
+fn setup_checks(mpi: Mpi) {
+    for name in ["ring", "halo2d", "master_worker", "collectives", "coverage"] {
+        check_on(mpi, "matrix", name, 4, &[], "lamport");
+    }
+    check_on(mpi, "matrix", "bytes", 3, &[], "lamport");
+    check_on(mpi, "matrix", "threads", 2, &[], "lamport");
+    check_on(mpi, "matrix", "coverage", 3, &[], "vector");
+    check_on(mpi, "matrix", "halo2d", 4, &[], "none");
+    sync_and_exports(mpi);
+}
+
+/// halo2d under a simulated clock skew: sync leaves no violation, and the
+/// exports carry every call and message of the report.
+fn sync_and_exports(mpi: Mpi) {
+    let what = format!("halo2d under {mpi:?} with PMTRACE_CLOCK_SIM");
+    let dir = scratch(&format!("matrix-sync-{}", mpi.tag()));
+    let run = mpirun_on(
+        mpi,
+        &dir,
+        4,
+        &mpi.prog("halo2d"),
+        &[],
+        Mode::Preload,
+        &[("PMTRACE_CLOCK_SIM", "seed=5")],
+    );
+    assert_eq!(run.code, 0, "{what}: {}", run.stderr);
+    let before = report(&run.trace);
+    assert!(
+        before["violations"]["reversed"].as_u64().unwrap() > 0,
+        "{what}: the simulation reverses messages"
+    );
+    let o = pmtrace(&["sync", run.trace.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let rep = report(&run.trace);
+    for key in [
+        "reversed",
+        "clock_condition",
+        "collective_reversed",
+        "collective_clock_condition",
+    ] {
+        assert_eq!(rep["violations_after_sync"][key], 0, "{what}: {key}");
+    }
+    let synced = check_otf2(&what, &run.trace, &rep);
+    assert_eq!(synced["reversed"], 0, "{what}: {synced}");
+    check_perfetto(&what, &run.trace, &rep);
+    check_chrome(&what, &run.trace, &rep);
+}
+
+#[test]
+fn setup_openmpi_4_1_traces_transparently_and_exactly() {
+    setup_checks(Mpi::OpenMpi);
+}
+
+#[test]
+fn setup_mpich_4_0_traces_transparently_and_exactly() {
+    setup_checks(Mpi::Mpich);
+}
+
+#[test]
+fn setup_openmpi_5_0_traces_transparently_and_exactly() {
+    setup_checks(Mpi::OpenMpi5);
+}
+
+#[test]
+fn setup_mpich_5_0_traces_transparently_and_exactly() {
+    setup_checks(Mpi::Mpich5);
+}
+
+#[test]
+fn setup_standard_abi_traces_transparently_and_exactly() {
+    setup_checks(Mpi::Abi);
+}
+
+/// Every library under every setup it does not serve: the program runs as
+/// untraced (same output, same exit status), rank 0 prints one warning
+/// naming what it found and which library to use, no trace is made.
+#[test]
+fn a_library_of_another_flavour_leaves_the_program_untraced() {
+    for runs in Mpi::ALL {
+        let dir = scratch(&format!("matrix-foreign-{}", runs.tag()));
+        let prog = runs.prog("coverage");
+        let plain = mpirun_on(runs, &dir, 4, &prog, &[], Mode::Plain, &[]);
+        assert_eq!(plain.code, 0, "{runs:?}: {}", plain.stderr);
+        for built in Flavour::ALL {
+            if built == runs.flavour() {
+                continue;
+            }
+            let what = format!("{built:?} library under {runs:?}");
+            let traced = mpirun_on(runs, &dir, 4, &prog, &[], Mode::Foreign(built), &[]);
+            assert_eq!(traced.code, 0, "{what}: {}", traced.stderr);
+            assert_eq!(traced.stdout, plain.stdout, "{what}");
+            let lines = traced.stderr_lines();
+            assert_eq!(lines.len(), 1, "{what}: {lines:?}");
+            let found = runs.flavour().name();
+            assert!(
+                lines[0].starts_with(&format!(
+                    "pmtrace: warning: this libpmtrace was built for {} but the program runs {found} (",
+                    built.name()
+                )) && lines[0].contains("tracing is off")
+                    && lines[0].contains(runs.flavour().make_target()),
+                "{what}: {}",
+                lines[0]
+            );
+            assert!(!traced.trace.exists(), "{what}: a trace was made");
+        }
+    }
+}
