@@ -126,6 +126,8 @@ $(PYDEPS): | deps
 lint: deps
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --release --workspace --all-targets -- -D warnings
+	MPICC=$(MPICC_ABI) RUSTFLAGS="-C relro-level=partial" CARGO_TARGET_DIR=$(ABI_DIR) \
+	  $(CARGO) clippy --release -p pmtrace-runtime --no-default-features -- -D warnings
 
 test: build examples matrix pydeps lint
 	@if $(CARGO) nextest --version >/dev/null 2>&1; then \

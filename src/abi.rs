@@ -15,7 +15,7 @@
 //! off: the program runs as if untraced, and rank 0 says why in one line.
 
 use crate::wrappers::real;
-use core::ffi::{c_char, c_int};
+use core::ffi::c_int;
 
 /// A binary interface to MPI: what one libpmtrace is built for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -114,12 +114,7 @@ pub fn verdict(built: Option<Family>, running: Option<Family>, version: &str) ->
 fn abi_version() -> Option<c_int> {
     type AbiVersion = unsafe extern "C" fn(*mut c_int, *mut c_int) -> c_int;
     // SAFETY: a NUL-terminated name, looked up in the process's scope.
-    let f = unsafe {
-        libc::dlsym(
-            libc::RTLD_DEFAULT,
-            b"PMPI_Abi_get_version\0".as_ptr() as *const c_char,
-        )
-    };
+    let f = unsafe { libc::dlsym(libc::RTLD_DEFAULT, c"PMPI_Abi_get_version".as_ptr()) };
     if f.is_null() {
         return None;
     }

@@ -107,6 +107,7 @@ impl Flavour {
 /// libraries and the test programs of every setup, the current releases'
 /// from their wheels under target/mpi.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
+#[allow(clippy::enum_variant_names)]
 pub enum Mpi {
     /// Debian's Open MPI 4.1 (`mpicc`, `mpirun`).
     OpenMpi,
