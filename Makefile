@@ -150,6 +150,21 @@ demo: build examples
 	@echo "demo: timeline, open in a browser: $(DEMO_DIR).html"
 	@echo "demo: more: $(RELEASE)/pmtrace export $(DEMO_DIR) --format perfetto -o demo.pftrace (ui.perfetto.dev), --format chrome -o demo.json"
 
+# The CLI and every flavour of the library that was built, where
+# `pmtrace run` finds them: PREFIX/lib/pmtrace/{openmpi,mpich,abi}.
+PREFIX ?= /usr/local
+FLAVOURS := openmpi:target/release mpich:$(MPICH_DIR)/release abi:$(ABI_DIR)/release
+install:
+	@test -x $(RELEASE)/pmtrace || { echo "make install: build first (make)"; exit 1; }
+	install -D -m 755 $(RELEASE)/pmtrace $(DESTDIR)$(PREFIX)/bin/pmtrace
+	@for f in $(FLAVOURS); do name=$${f%%:*}; dir=$${f#*:}; \
+	  if [ -f $$dir/libpmtrace.so ]; then \
+	    echo "install $$dir/libpmtrace.{so,a} -> $(DESTDIR)$(PREFIX)/lib/pmtrace/$$name"; \
+	    install -D -m 755 $$dir/libpmtrace.so $(DESTDIR)$(PREFIX)/lib/pmtrace/$$name/libpmtrace.so; \
+	    install -D -m 644 $$dir/libpmtrace.a $(DESTDIR)$(PREFIX)/lib/pmtrace/$$name/libpmtrace.a; \
+	  fi; \
+	done
+
 bench: build target/examples/mpibench
 	python3 tests/bench.py
 

@@ -55,11 +55,8 @@ pub fn wanted() -> bool {
 ///
 /// # Safety
 /// `request` is the application's argument: null or valid for reads and
-/// writes; `real` is `PMPI_Request_free`.
-pub unsafe fn free(
-    request: *mut MPI_Request,
-    real: unsafe extern "C" fn(*mut MPI_Request) -> c_int,
-) -> c_int {
+/// writes.
+pub unsafe fn free(request: *mut MPI_Request) -> c_int {
     if !request.is_null() {
         // SAFETY: the caller's handle variable.
         let handle = unsafe { *request };
@@ -84,7 +81,9 @@ pub unsafe fn free(
         }
     }
     // SAFETY: the caller's argument, passed through.
-    unsafe { real(request) }
+    // Called, never taken by address: a library for the standard ABI must
+    // load where no MPI defines the function (see Makefile, `abi`).
+    unsafe { crate::wrappers::real::PMPI_Request_free(request) }
 }
 
 /// Tests the orphans and completes those MPI has finished. Called with the

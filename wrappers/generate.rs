@@ -693,12 +693,7 @@ fn around(e: &Entry) -> Result<Around, String> {
             r("requests")?
         )),
         // An operation in flight keeps its request (see `orphans`).
-        "request_free" => {
-            a.call = Some(format!(
-                "crate::orphans::free({}, real::PMPI_Request_free)",
-                r("request")?
-            ))
-        }
+        "request_free" => a.call = Some(format!("crate::orphans::free({})", r("request")?)),
         _ => {}
     }
     Ok(a)

@@ -120,3 +120,55 @@ fn a_library_of_another_flavour_leaves_the_program_untraced() {
         }
     }
 }
+
+/// `pmtrace run -- <launcher> -np 4 <program>` with no `--lib`, from the
+/// build tree and from `make install`: the library of the MPI the program
+/// links is preloaded, and every rank is traced with every message matched
+/// by its piggybacked id.
+#[test]
+fn pmtrace_run_picks_the_library_for_every_setup() {
+    let dir = scratch("matrix-run");
+    let prefix = dir.join("prefix");
+    let st = std::process::Command::new("make")
+        .args(["-s", "install"])
+        .arg(format!("PREFIX={}", prefix.display()))
+        .current_dir(root())
+        .status()
+        .expect("make install");
+    assert!(st.success(), "make install");
+    for (where_, cli) in [("built", cli()), ("installed", prefix.join("bin/pmtrace"))] {
+        for mpi in Mpi::ALL {
+            let what = format!("{mpi:?}, pmtrace {where_}");
+            let prog = mpi.prog("ring");
+            let trace = dir.join(format!("trace-{where_}-{}", mpi.tag()));
+            let (launcher, ompi) = mpi.launcher();
+            let mut cmd = std::process::Command::new(&cli);
+            cmd.arg("run")
+                .arg("--out")
+                .arg(&trace)
+                .arg("--")
+                .arg(launcher);
+            if ompi {
+                cmd.arg("--oversubscribe");
+                cmd.env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+                    .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1");
+            }
+            let out = cmd
+                .args(["-np", "4"])
+                .arg(&prog)
+                .env_remove("PMTRACE_LIB")
+                .output()
+                .expect("pmtrace run");
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(0), "{what}: {stderr}");
+            let rep = report(&trace);
+            assert_eq!(rep["ranks"], 4, "{what}: {stderr}");
+            assert!(rep["messages"]["matched"].as_u64().unwrap() > 0, "{what}");
+            assert_eq!(rep["messages"]["unmatched"], 0, "{what}");
+            assert_eq!(
+                rep["clocks"]["matched_by_id"], rep["messages"]["matched"],
+                "{what}"
+            );
+        }
+    }
+}

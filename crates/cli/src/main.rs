@@ -5,6 +5,7 @@
 //! turns any error into one line on stderr (`pmtrace: error: ...`, exit 1).
 //! Usage errors are clap's (exit 2). It never links the `MPI_*` wrappers.
 
+mod flavour;
 mod launch;
 mod progress;
 
