@@ -82,7 +82,7 @@ $(1)/examples/%: tests/progs/%.c examples/expect.h | deps
 endef
 
 # The programs every setup of the test matrix runs (tests/matrix).
-MATRIX_PROGS := ring halo2d master_worker collectives coverage bytes threads
+MATRIX_PROGS := ring halo2d master_worker collectives coverage bytes threads mpibench
 
 # The runtime and test programs built for MPICH, which Debian installs
 # beside Open MPI (mpicc.mpich, mpirun.mpich; Open MPI stays the default):

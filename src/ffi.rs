@@ -399,7 +399,12 @@ pub fn status_bytes(status: *const MPI_Status) -> u64 {
         return (*status)._ucount as u64;
         #[cfg(mpi_impl = "mpich")]
         return mpich_count(&*status);
-        #[cfg(not(any(mpi_impl = "openmpi", mpi_impl = "mpich")))]
+        #[cfg(mpi_impl = "abi")]
+        return match abi_status::layout() {
+            Some((lo, hi)) => split_count((*status).MPI_internal[lo], (*status).MPI_internal[hi]),
+            None => pmtrace_status_bytes(status).max(0) as u64,
+        };
+        #[cfg(not(any(mpi_impl = "openmpi", mpi_impl = "mpich", mpi_impl = "abi")))]
         return pmtrace_status_bytes(status).max(0) as u64;
     }
 }
@@ -420,7 +425,15 @@ pub fn set_status_bytes(status: *mut MPI_Status, n: u64) {
             s.count_hi_and_cancelled =
                 (((n >> 32) << 1) as u32 | (s.count_hi_and_cancelled as u32 & 1)) as i32;
         }
-        #[cfg(not(any(mpi_impl = "openmpi", mpi_impl = "mpich")))]
+        #[cfg(mpi_impl = "abi")]
+        match abi_status::layout() {
+            Some((lo, hi)) => {
+                let w = &mut (*status).MPI_internal;
+                (w[lo], w[hi]) = split_words(n, w[hi]);
+            }
+            None => pmtrace_status_set_bytes(status, n as core::ffi::c_longlong),
+        }
+        #[cfg(not(any(mpi_impl = "openmpi", mpi_impl = "mpich", mpi_impl = "abi")))]
         pmtrace_status_set_bytes(status, n as core::ffi::c_longlong);
     }
 }
@@ -433,7 +446,12 @@ pub fn status_cancelled(status: *const MPI_Status) -> bool {
         return (*status)._cancelled != 0;
         #[cfg(mpi_impl = "mpich")]
         return (*status).count_hi_and_cancelled & 1 != 0;
-        #[cfg(not(any(mpi_impl = "openmpi", mpi_impl = "mpich")))]
+        #[cfg(mpi_impl = "abi")]
+        return match abi_status::layout() {
+            Some((_, hi)) => (*status).MPI_internal[hi] & 1 != 0,
+            None => pmtrace_status_cancelled(status) != 0,
+        };
+        #[cfg(not(any(mpi_impl = "openmpi", mpi_impl = "mpich", mpi_impl = "abi")))]
         return pmtrace_status_cancelled(status) != 0;
     }
 }
@@ -442,5 +460,124 @@ pub fn status_cancelled(status: *const MPI_Status) -> bool {
 #[cfg(mpi_impl = "mpich")]
 #[inline(always)]
 fn mpich_count(s: &MPI_Status) -> u64 {
-    (u64::from(s.count_hi_and_cancelled as u32 >> 1) << 32) | u64::from(s.count_lo as u32)
+    split_count(s.count_lo, s.count_hi_and_cancelled)
+}
+
+/// A count kept as MPICH keeps it: the low 32 bits in one word, the high
+/// bits shifted left by one in another, whose lowest bit is the cancelled
+/// flag.
+#[allow(dead_code)]
+#[inline(always)]
+fn split_count(lo: core::ffi::c_int, hi_and_cancelled: core::ffi::c_int) -> u64 {
+    (u64::from(hi_and_cancelled as u32 >> 1) << 32) | u64::from(lo as u32)
+}
+
+/// The two words of `n` in that layout, keeping the cancelled flag.
+#[allow(dead_code)]
+#[inline(always)]
+fn split_words(n: u64, hi_and_cancelled: core::ffi::c_int) -> (core::ffi::c_int, core::ffi::c_int) {
+    (
+        n as u32 as core::ffi::c_int,
+        (((n >> 32) << 1) as u32 | (hi_and_cancelled as u32 & 1)) as core::ffi::c_int,
+    )
+}
+
+/// Where a status keeps a count in the split layout, from the words a
+/// library writes for three probes (`probe(count, cancelled)`): the
+/// positions of the low and the high word, if one layout explains all.
+#[allow(dead_code)]
+pub fn find_split_layout(
+    probe: impl Fn(MPI_Count, bool) -> Option<[core::ffi::c_int; 5]>,
+) -> Option<(usize, usize)> {
+    let cases: [(MPI_Count, bool); 3] = [(0x1_2345_6789, false), (5, true), (0x7f_ffff_fffe, true)];
+    let words: Vec<[core::ffi::c_int; 5]> = cases
+        .iter()
+        .map(|&(n, c)| probe(n, c))
+        .collect::<Option<_>>()?;
+    (0..5usize)
+        .flat_map(|lo| (0..5usize).map(move |hi| (lo, hi)))
+        .filter(|(lo, hi)| lo != hi)
+        .find(|&(lo, hi)| {
+            cases
+                .iter()
+                .zip(&words)
+                .all(|(&(n, c), w)| split_count(w[lo], w[hi]) == n as u64 && (w[hi] & 1 != 0) == c)
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_split_layout_is_found_wherever_it_sits() {
+        // MPICH 5's libmpi_abi.so: count_lo in word 0, the rest in 1.
+        let mpich = |n: MPI_Count, c: bool| {
+            let (lo, hi) = split_words(n as u64, core::ffi::c_int::from(c));
+            Some([lo, hi, 0, 0, 0])
+        };
+        assert_eq!(find_split_layout(mpich), Some((0, 1)));
+        let shifted = |n: MPI_Count, c: bool| {
+            let (lo, hi) = split_words(n as u64, core::ffi::c_int::from(c));
+            Some([7, 0, hi, lo, 0])
+        };
+        assert_eq!(find_split_layout(shifted), Some((3, 2)));
+        // A plain 64-bit count with the flag apart: not this layout.
+        let plain = |n: MPI_Count, c: bool| {
+            Some([
+                n as core::ffi::c_int,
+                (n >> 32) as core::ffi::c_int,
+                core::ffi::c_int::from(c),
+                0,
+                0,
+            ])
+        };
+        assert_eq!(find_split_layout(plain), None);
+        assert_eq!(find_split_layout(|_, _| None), None);
+    }
+}
+
+/// The standard ABI fixes `MPI_SOURCE`, `MPI_TAG` and `MPI_ERROR` but
+/// leaves where an implementation keeps the count in `MPI_internal[5]`.
+/// At `MPI_Init`, `learn` asks the library to set known counts and the
+/// cancelled flag and looks for them; if they sit in MPICH's split layout
+/// (as in MPICH 5's libmpi_abi.so), receives read them in place, as the
+/// MPICH build does. Any other layout, or before `learn`: MPI's own calls.
+#[cfg(mpi_impl = "abi")]
+pub mod abi_status {
+    use super::*;
+    use core::ffi::c_int;
+    use std::sync::atomic::{AtomicU32, Ordering};
+
+    /// lo | hi << 8 | FOUND, or 0.
+    static LAYOUT: AtomicU32 = AtomicU32::new(0);
+    const FOUND: u32 = 1 << 16;
+
+    #[inline(always)]
+    pub fn layout() -> Option<(usize, usize)> {
+        let l = LAYOUT.load(Ordering::Relaxed);
+        (l & FOUND != 0).then_some(((l & 0xff) as usize, ((l >> 8) & 0xff) as usize))
+    }
+
+    /// The words of a status the library filled with `count` bytes and
+    /// the cancelled flag.
+    fn filled(count: MPI_Count, cancelled: bool) -> Option<[c_int; 5]> {
+        // SAFETY: a zeroed status of this build's layout, filled by MPI.
+        unsafe {
+            let mut st: MPI_Status = core::mem::zeroed();
+            if PMPI_Status_set_elements_x(&mut st, consts().byte, count) != 0
+                || PMPI_Status_set_cancelled(&mut st, c_int::from(cancelled)) != 0
+            {
+                return None;
+            }
+            Some(st.MPI_internal)
+        }
+    }
+
+    /// After `PMPI_Init`: learns the running library's layout.
+    pub fn learn() {
+        if let Some((lo, hi)) = find_split_layout(filled) {
+            LAYOUT.store(lo as u32 | (hi as u32) << 8 | FOUND, Ordering::Relaxed);
+        }
+    }
 }

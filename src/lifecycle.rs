@@ -327,6 +327,8 @@ fn start_tracing(
         ffi::PMPI_Comm_rank(world(), &mut rank);
         ffi::PMPI_Comm_size(world(), &mut size);
     }
+    #[cfg(mpi_impl = "abi")]
+    ffi::abi_status::learn();
     if let Some(announced) = announced {
         let missing = announced.unmatched(size as u32);
         if !missing.is_empty() {

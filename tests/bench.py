@@ -89,15 +89,26 @@ def bench(mode, scratch, np=2, extra_env=None):
     return med(base), med(traced), med(diffs), med(ratios), min(traced) - min(base), per_call
 
 
-def instructions(mode, scale, traced, scratch, clocks="lamport"):
+# The flavours of the library, each with mpibench built for its MPI
+# (instructions section): Debian's Open MPI, Debian's MPICH, and the
+# standard ABI on MPICH 5's libmpi_abi.so. BENCH_LIB_<KEY> overrides a
+# library (to compare another build of it on the same programs).
+FLAVOURS = [
+    ("OPENMPI", "Open MPI", "target/release", "target/examples"),
+    ("MPICH", "MPICH", "target/mpich/release", "target/mpich/examples"),
+    ("ABI", "standard ABI", "target/abi/release", "target/abi/examples"),
+]
+
+
+def instructions(mode, scale, traced, scratch, clocks="lamport", lib=LIB, progs=PROGS):
     """Instructions one singleton run of mpibench executes (callgrind)."""
     trace = tempfile.mkdtemp(dir=scratch)
     os.rmdir(trace)
     env = dict(ENV, PMTRACE_DIR=trace, PMTRACE_CLOCKS=clocks)
     if traced:
-        env["LD_PRELOAD"] = LIB
+        env["LD_PRELOAD"] = lib
     cmd = ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null",
-           os.path.join(PROGS, "mpibench"), mode, str(scale)]
+           os.path.join(progs, "mpibench"), mode, str(scale)]
     out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
     shutil.rmtree(trace, ignore_errors=True)
     m = re.search(r"Collected : (\d+)", out.stderr)
@@ -114,7 +125,6 @@ def instructions_section(scratch):
         print("instructions per call: skipped (no valgrind)")
         return
     print("instructions per call (callgrind, np=1, difference of two loop lengths):")
-    print(f"{'call':<40}{'untraced':>10}{'traced':>10}{'added':>10}")
     # mpibench runs blocks of 1000 after a warm-up of a tenth as many
     # (iprobe: calls, not blocks); scales give 1 and 11 blocks plus warm-up.
     rows = [
@@ -124,17 +134,31 @@ def instructions_section(scratch):
          "8 B Send+Recv to self, no piggyback", "none"),
         ("self", (0.005, 0.055), lambda s: (int(200 * s) + int(200 * s) // 10) * 1000,
          "8 B Send+Recv to self, Lamport", "lamport"),
+        ("selfi", (0.005, 0.055), lambda s: (int(200 * s) + int(200 * s) // 10) * 1000,
+         "8 B Irecv+Send+Wait to self, Lamport", "lamport"),
         ("allreduce", (0.005, 0.055), lambda s: (int(200 * s) + int(200 * s) // 10) * 1000,
          "8 B Allreduce", "lamport"),
     ]
-    for mode, (s1, s2), calls, label, clocks in rows:
-        n = calls(s2) - calls(s1)
-        per = {}
-        for traced in (False, True):
-            a = instructions(mode, s1, traced, scratch, clocks)
-            b = instructions(mode, s2, traced, scratch, clocks)
-            per[traced] = (b - a) / n
-        print(f"{label:<40}{per[False]:>10.0f}{per[True]:>10.0f}{per[True] - per[False]:>+10.0f}")
+    for key, name, libdir, progs in FLAVOURS:
+        lib = os.environ.get("BENCH_LIB_" + key, os.path.join(ROOT, libdir, "libpmtrace.so"))
+        progs = os.path.join(ROOT, progs)
+        if not (os.path.exists(lib) and os.path.exists(os.path.join(progs, "mpibench"))):
+            print(f"{name}: skipped (build it: make matrix)")
+            continue
+        print(f"{name + ' library':<40}{'untraced':>10}{'traced':>10}{'added':>10}")
+        for mode, (s1, s2), calls, label, clocks in rows:
+            if mode == "self" and key != "OPENMPI":
+                # MPICH's blocking send to its own rank does not return
+                # before the receive is posted (selfi measures that path).
+                continue
+            n = calls(s2) - calls(s1)
+            per = {}
+            for traced in (False, True):
+                a = instructions(mode, s1, traced, scratch, clocks, lib, progs)
+                b = instructions(mode, s2, traced, scratch, clocks, lib, progs)
+                per[traced] = (b - a) / n
+            print(f"  {label:<38}{per[False]:>10.0f}{per[True]:>10.0f}"
+                  f"{per[True] - per[False]:>+10.0f}")
 
 
 def main():

@@ -5,6 +5,9 @@
  *   allreduce  ns per 8-byte MPI_Allreduce
  *   self       ns per 8-byte MPI_Send to this rank and the MPI_Recv of it
  *              (any np; `bench.py instructions` counts its instructions)
+ *   selfi      the same message received by an MPI_Irecv posted before the
+ *              send and an MPI_Wait (MPICH's blocking send to its own rank
+ *              does not return before the receive is posted)
  * Rank 0 prints "<mode> <value>" (pingpong and allreduce: the median block,
  * then "mean <ns>"). Each measures after a warm-up. */
 #include <mpi.h>
@@ -121,9 +124,11 @@ int main(int argc, char **argv) {
             value = median(per, nb);
         }
         free(per);
-    } else if (!strcmp(mode, "self")) {
+    } else if (!strcmp(mode, "self") || !strcmp(mode, "selfi")) {
+        int posted = !strcmp(mode, "selfi");
         long blocks = (long)(200 * scale);
-        char b[8] = {0};
+        char b[8] = {0}, got[8];
+        MPI_Request req;
         double *per = malloc(sizeof(double) * (size_t)(blocks > 0 ? blocks : 1));
         for (int pass = 0; pass < 2; pass++) {
             long nb = pass ? blocks : blocks / 10;
@@ -131,8 +136,14 @@ int main(int argc, char **argv) {
             for (long k = 0; k < nb; k++) {
                 double b0 = now_ns();
                 for (long i = 0; i < BLOCK; i++) {
-                    MPI_Send(b, 8, MPI_BYTE, rank, 0, MPI_COMM_WORLD);
-                    MPI_Recv(b, 8, MPI_BYTE, rank, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+                    if (posted) {
+                        MPI_Irecv(got, 8, MPI_BYTE, rank, 0, MPI_COMM_WORLD, &req);
+                        MPI_Send(b, 8, MPI_BYTE, rank, 0, MPI_COMM_WORLD);
+                        MPI_Wait(&req, MPI_STATUS_IGNORE);
+                    } else {
+                        MPI_Send(b, 8, MPI_BYTE, rank, 0, MPI_COMM_WORLD);
+                        MPI_Recv(b, 8, MPI_BYTE, rank, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+                    }
                 }
                 per[k] = (now_ns() - b0) / BLOCK;
             }
