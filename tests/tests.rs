@@ -778,10 +778,21 @@ fn defined_symbols(path: &std::path::Path) -> Vec<String> {
 
 #[test]
 fn the_library_exports_only_mpi_symbols_and_the_cli_none() {
-    let lib = defined_symbols(&lib());
-    assert!(lib.len() > 300, "{} symbols", lib.len());
-    let foreign: Vec<&String> = lib.iter().filter(|s| !s.starts_with("MPI_")).collect();
-    assert!(foreign.is_empty(), "non-MPI exports: {foreign:?}");
+    // Every flavour: the MPI functions, and PMIx_Init, through which the
+    // untraced-rank check rides on the MPI library's own PMIx start (peers).
+    for flavour in Flavour::ALL {
+        let lib = defined_symbols(&flavour.lib());
+        assert!(lib.len() > 300, "{flavour:?}: {} symbols", lib.len());
+        let foreign: Vec<&String> = lib
+            .iter()
+            .filter(|s| !s.starts_with("MPI_") && *s != "PMIx_Init")
+            .collect();
+        assert!(
+            foreign.is_empty(),
+            "{flavour:?}: non-MPI exports: {foreign:?}"
+        );
+        assert!(lib.iter().any(|s| s == "PMIx_Init"), "{flavour:?}");
+    }
     let out = std::process::Command::new("nm")
         .arg(cli())
         .output()
