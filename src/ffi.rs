@@ -38,6 +38,7 @@ mod abi_sys {
         pub static RSMPI_GRAPH: core::ffi::c_int;
         pub static RSMPI_DIST_GRAPH: core::ffi::c_int;
         pub static RSMPI_THREAD_MULTIPLE: core::ffi::c_int;
+        pub static RSMPI_ERRORS_RETURN: MPI_Errhandler;
     }
 }
 
@@ -283,6 +284,36 @@ pub fn is_request_null(r: MPI_Request) -> bool {
     handle_key(r) == handle_key(unsafe { RSMPI_REQUEST_NULL })
 }
 
+/// Runs `f`, MPI calls of pmtrace's own on handles that may be invalid,
+/// with the error handlers of `MPI_COMM_WORLD` and `MPI_COMM_SELF` (which
+/// take errors not tied to a communicator: MPI-3 says world, MPI-4 self)
+/// set to return, and puts the application's back after. An invalid
+/// handle then gives pmtrace an error code, never the application's fatal
+/// handler: only the application's own call reports its mistake.
+pub fn quietly<R>(f: impl FnOnce() -> R) -> R {
+    // SAFETY: initialised constants; handler queries and settings on the
+    // predefined communicators, each reference taken freed after.
+    unsafe {
+        let comms = [RSMPI_COMM_WORLD, RSMPI_COMM_SELF];
+        let mut old: [MPI_Errhandler; 2] = core::mem::zeroed();
+        let mut got = [false; 2];
+        for (i, &c) in comms.iter().enumerate() {
+            got[i] = PMPI_Comm_get_errhandler(c, &mut old[i]) == 0;
+            if got[i] {
+                PMPI_Comm_set_errhandler(c, RSMPI_ERRORS_RETURN);
+            }
+        }
+        let r = f();
+        for (i, &c) in comms.iter().enumerate() {
+            if got[i] {
+                PMPI_Comm_set_errhandler(c, old[i]);
+                PMPI_Errhandler_free(&mut old[i]);
+            }
+        }
+        r
+    }
+}
+
 /// Bumped by `MPI_Type_free`: datatype handles are reused, so cached sizes
 /// must be dropped when one is freed.
 pub static TYPE_GENERATION: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
@@ -295,6 +326,12 @@ pub struct TypeSizes {
     /// Elements are laid out without gaps from the buffer address on (size
     /// equals extent and true extent, lower bounds zero).
     dense: bool,
+    /// MPI answered for this handle: it is a valid datatype.
+    valid: bool,
+    /// Handles found valid in this generation, most recent first: these
+    /// are asked again without guarding the error handlers (`quietly`).
+    known: [u64; 8],
+    known_generation: u64,
 }
 
 impl TypeSizes {
@@ -304,6 +341,9 @@ impl TypeSizes {
             generation: u64::MAX,
             size: 0,
             dense: false,
+            valid: false,
+            known: [u64::MAX; 8],
+            known_generation: u64::MAX,
         }
     }
 
@@ -334,6 +374,13 @@ impl TypeSizes {
 
     #[cold]
     fn query(&mut self, datatype: MPI_Datatype, key: u64, generation: u64) {
+        if self.known_generation != generation {
+            self.known = [u64::MAX; 8];
+            self.known_generation = generation;
+        }
+        // SAFETY: reads an initialised constant.
+        let null = key == handle_key(unsafe { RSMPI_DATATYPE_NULL });
+        let known = self.known.contains(&key);
         let (mut size, mut lb, mut extent, mut tlb, mut textent): (
             MPI_Count,
             MPI_Count,
@@ -342,18 +389,37 @@ impl TypeSizes {
             MPI_Count,
         ) = (0, 0, 0, 0, 0);
         // SAFETY: queries on a handle the application passed to MPI.
-        let ok = unsafe {
+        let mut ask = || unsafe {
             PMPI_Type_size_x(datatype, &mut size) == 0
                 && PMPI_Type_get_extent_x(datatype, &mut lb, &mut extent) == 0
                 && PMPI_Type_get_true_extent_x(datatype, &mut tlb, &mut textent) == 0
         };
+        // A handle not yet seen valid may be the application's mistake,
+        // which only the application's own call may report: asked with the
+        // error handlers that could take it set to return.
+        let ok = !null && if known { ask() } else { quietly(ask) };
+        if ok && !known {
+            self.known.copy_within(0..7, 1);
+            self.known[0] = key;
+        }
         let size_ok = ok && size >= 0;
         *self = TypeSizes {
             key,
             generation,
             size: if size_ok { size as u64 } else { 0 },
             dense: size_ok && size > 0 && lb == 0 && tlb == 0 && extent == size && textent == size,
+            valid: ok,
+            known: self.known,
+            known_generation: self.known_generation,
         };
+    }
+
+    /// Whether `datatype` is a datatype MPI knows: a call with one that is
+    /// not fails, and must reach MPI with the application's arguments.
+    #[inline]
+    pub fn valid(&mut self, datatype: MPI_Datatype) -> bool {
+        self.load(datatype);
+        self.valid
     }
 
     /// Bytes of `count` elements if they form one contiguous block starting

@@ -281,6 +281,24 @@ pub struct Out {
     temp: Option<MPI_Datatype>,
 }
 
+/// Whether a message of these arguments can carry the header. MPI rejects
+/// a negative count or an invalid datatype, and that rejection must be the
+/// application's own: such a call goes to MPI untouched, and fails there
+/// as it would untraced, under the application's error handler.
+#[inline(always)]
+fn carries(rec: &mut Recorder, count: c_int, datatype: MPI_Datatype) -> bool {
+    count >= 0 && rec.types.valid(datatype)
+}
+
+/// A send that goes to MPI untouched (see `carries`) still takes its
+/// message id and clock tick, as a failing send with a header does: the
+/// analysis replays the ids over every send call (`send_ids`).
+#[cold]
+fn skip_header(rec: &mut Recorder, t0: u64) {
+    let scratch = rec.stage_out(header_len());
+    write_header(scratch, rec, t0);
+}
+
 /// Bytes of a message that goes through a staging copy: dense and small.
 #[inline(always)]
 fn staged_len(rec: &mut Recorder, count: c_int, datatype: MPI_Datatype) -> Option<u64> {
@@ -307,6 +325,10 @@ impl Out {
             temp: None,
         };
         if !on() {
+            return out;
+        }
+        if !carries(rec, count, datatype) {
+            skip_header(rec, t0);
             return out;
         }
         let h = header_len();
@@ -397,7 +419,7 @@ impl In {
             area: core::ptr::null_mut(),
             staged: false,
         };
-        if !on() {
+        if !on() || !carries(rec, count, datatype) {
             return inp;
         }
         let h = header_len();
@@ -720,6 +742,12 @@ pub fn post_send(
     if !on() {
         return Posted::passthrough(buf, count, datatype);
     }
+    if !carries(rec, count, datatype) {
+        if !persistent {
+            skip_header(rec, t0);
+        }
+        return Posted::passthrough(buf, count, datatype);
+    }
     let rx = Rx::matched();
     let Some(mut slot) = new_slot(rec, buf, count, datatype, true, rx, 0) else {
         return Posted::passthrough(buf, count, datatype);
@@ -747,7 +775,7 @@ pub fn post_recv(
     tag: c_int,
     persistent: bool,
 ) -> Posted {
-    if !on() {
+    if !on() || !carries(rec, count, datatype) {
         return Posted::passthrough(buf, count, datatype);
     }
     let Some(mut slot) = new_slot(rec, buf, count, datatype, false, rx, tag) else {

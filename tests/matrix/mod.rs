@@ -172,3 +172,34 @@ fn pmtrace_run_picks_the_library_for_every_setup() {
         }
     }
 }
+
+/// A program that handles MPI errors itself (MPI_ERRORS_RETURN on a
+/// duplicate of world, world left fatal): calls with an invalid datatype,
+/// rank, count, tag, root and operation return their error codes traced as
+/// untraced, and the program goes on communicating. pmtrace asks nothing of
+/// a handle before the call that could reach a fatal handler, passes a call
+/// it cannot piggyback untouched, and records every failed call with its
+/// code, under every setup.
+#[test]
+fn errors_the_application_handles_stay_its_own() {
+    for mpi in Mpi::ALL {
+        for np in [2, 3] {
+            let traced = check_on(mpi, "errors", "errors", np, &[], "lamport");
+            let failed: u64 = traced
+                .stdout
+                .lines()
+                .find_map(|l| l.strip_prefix("errors: "))
+                .and_then(|l| l.split_whitespace().next())
+                .and_then(|n| n.parse().ok())
+                .expect("the program's count of failed calls");
+            let trace = pmtrace_analysis::Trace::open(&traced.trace).unwrap();
+            let recorded: u64 = trace
+                .ranks
+                .iter()
+                .map(|r| r.calls().filter(|(_, c)| c.rc != 0).count() as u64)
+                .sum();
+            assert_eq!(recorded, failed, "{mpi:?} np={np}: failed calls recorded");
+            assert!(failed >= 16 * u64::from(np), "{mpi:?} np={np}: {failed}");
+        }
+    }
+}
