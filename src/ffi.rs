@@ -414,20 +414,14 @@ impl TypeSizes {
         };
     }
 
-    /// Whether `datatype` is a datatype MPI knows: a call with one that is
-    /// not fails, and must reach MPI with the application's arguments.
+    /// None if MPI will reject `count` elements of `datatype` (a negative
+    /// count, an invalid datatype); else their bytes if they form one
+    /// contiguous block starting at the buffer address.
     #[inline]
-    pub fn valid(&mut self, datatype: MPI_Datatype) -> bool {
+    pub fn dense_bytes(&mut self, count: i64, datatype: MPI_Datatype) -> Option<Option<u64>> {
         self.load(datatype);
-        self.valid
-    }
-
-    /// Bytes of `count` elements if they form one contiguous block starting
-    /// at the buffer address.
-    #[inline]
-    pub fn dense_bytes(&mut self, count: i64, datatype: MPI_Datatype) -> Option<u64> {
-        self.load(datatype);
-        (self.dense && count >= 0).then(|| (count as u64).saturating_mul(self.size))
+        (self.valid && count >= 0)
+            .then(|| self.dense.then(|| (count as u64).saturating_mul(self.size)))
     }
 
     /// `bytes`, when `datatype` is the cached type; `None` rather than
@@ -487,9 +481,7 @@ pub fn set_status_bytes(status: *mut MPI_Status, n: u64) {
         #[cfg(mpi_impl = "mpich")]
         {
             let s = &mut *status;
-            s.count_lo = n as u32 as i32;
-            s.count_hi_and_cancelled =
-                (((n >> 32) << 1) as u32 | (s.count_hi_and_cancelled as u32 & 1)) as i32;
+            (s.count_lo, s.count_hi_and_cancelled) = split_words(n, s.count_hi_and_cancelled);
         }
         #[cfg(mpi_impl = "abi")]
         match abi_status::layout() {

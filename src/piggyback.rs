@@ -281,16 +281,7 @@ pub struct Out {
     temp: Option<MPI_Datatype>,
 }
 
-/// Whether a message of these arguments can carry the header. MPI rejects
-/// a negative count or an invalid datatype, and that rejection must be the
-/// application's own: such a call goes to MPI untouched, and fails there
-/// as it would untraced, under the application's error handler.
-#[inline(always)]
-fn carries(rec: &mut Recorder, count: c_int, datatype: MPI_Datatype) -> bool {
-    count >= 0 && rec.types.valid(datatype)
-}
-
-/// A send that goes to MPI untouched (see `carries`) still takes its
+/// A send that goes to MPI untouched (see `packing`) still takes its
 /// message id and clock tick, as a failing send with a header does: the
 /// analysis replays the ids over every send call (`send_ids`).
 #[cold]
@@ -299,12 +290,17 @@ fn skip_header(rec: &mut Recorder, t0: u64) {
     write_header(scratch, rec, t0);
 }
 
-/// Bytes of a message that goes through a staging copy: dense and small.
+/// How a message of these arguments travels with its header: through a
+/// staging copy of `n` bytes (`Some(Some(n))`: dense and small), or a
+/// struct type around the user's buffer (`Some(None)`). None when MPI
+/// rejects it (a negative count, an invalid datatype): that rejection
+/// must be the application's own, so the call goes to MPI untouched and
+/// fails there as it would untraced, under the application's handler.
 #[inline(always)]
-fn staged_len(rec: &mut Recorder, count: c_int, datatype: MPI_Datatype) -> Option<u64> {
+fn packing(rec: &mut Recorder, count: c_int, datatype: MPI_Datatype) -> Option<Option<u64>> {
     rec.types
         .dense_bytes(i64::from(count), datatype)
-        .filter(|&n| n <= COPY_MAX)
+        .map(|dense| dense.filter(|&n| n <= COPY_MAX))
 }
 
 impl Out {
@@ -327,12 +323,12 @@ impl Out {
         if !on() {
             return out;
         }
-        if !carries(rec, count, datatype) {
+        let Some(staged) = packing(rec, count, datatype) else {
             skip_header(rec, t0);
             return out;
-        }
+        };
         let h = header_len();
-        match staged_len(rec, count, datatype) {
+        match staged {
             Some(n) => {
                 let stage = rec.stage_out(h + n as usize);
                 write_header(stage, rec, t0);
@@ -419,11 +415,14 @@ impl In {
             area: core::ptr::null_mut(),
             staged: false,
         };
-        if !on() || !carries(rec, count, datatype) {
+        if !on() {
             return inp;
         }
+        let Some(staged) = packing(rec, count, datatype) else {
+            return inp;
+        };
         let h = header_len();
-        match staged_len(rec, count, datatype) {
+        match staged {
             Some(n) => {
                 inp.area = rec.stage_in(h + n as usize);
                 inp.staged = true;
@@ -669,16 +668,15 @@ impl Posted {
 }
 
 fn new_slot(
-    rec: &mut Recorder,
     buf: *mut c_void,
     count: c_int,
     datatype: MPI_Datatype,
+    dense: Option<u64>,
     send: bool,
     rx: Rx,
     tag: i32,
 ) -> Option<Box<Slot>> {
     let h = header_len();
-    let dense = staged_len(rec, count, datatype);
     let mut slot = Box::new(Slot {
         area: vec![0u8; h + dense.unwrap_or(0) as usize],
         staged: dense.is_some(),
@@ -742,14 +740,14 @@ pub fn post_send(
     if !on() {
         return Posted::passthrough(buf, count, datatype);
     }
-    if !carries(rec, count, datatype) {
+    let Some(staged) = packing(rec, count, datatype) else {
         if !persistent {
             skip_header(rec, t0);
         }
         return Posted::passthrough(buf, count, datatype);
-    }
+    };
     let rx = Rx::matched();
-    let Some(mut slot) = new_slot(rec, buf, count, datatype, true, rx, 0) else {
+    let Some(mut slot) = new_slot(buf, count, datatype, staged, true, rx, 0) else {
         return Posted::passthrough(buf, count, datatype);
     };
     if !persistent {
@@ -775,10 +773,13 @@ pub fn post_recv(
     tag: c_int,
     persistent: bool,
 ) -> Posted {
-    if !on() || !carries(rec, count, datatype) {
+    if !on() {
         return Posted::passthrough(buf, count, datatype);
     }
-    let Some(mut slot) = new_slot(rec, buf, count, datatype, false, rx, tag) else {
+    let Some(staged) = packing(rec, count, datatype) else {
+        return Posted::passthrough(buf, count, datatype);
+    };
+    let Some(mut slot) = new_slot(buf, count, datatype, staged, false, rx, tag) else {
         return Posted::passthrough(buf, count, datatype);
     };
     if !persistent {

@@ -1200,15 +1200,7 @@ fn check_sync_removes_every_violation(name: &str, trace: &std::path::Path) {
             "simulated: errors measured"
         );
     }
-    for key in [
-        "reversed",
-        "clock_condition",
-        "collective_reversed",
-        "collective_clock_condition",
-    ] {
-        assert_eq!(rep["violations_after_sync"][key], 0, "{name}: {key}");
-        assert_eq!(sync["steps"][2]["violations"][key], 0, "{name}: {key}");
-    }
+    assert_synced_clean(&rep, name);
     let deviation = sync["interval_deviation"].as_f64().unwrap();
     assert!(deviation < 0.01, "{name}: interval deviation {deviation}");
     // Interpolation alone brings every event within 50 us of the true

@@ -366,3 +366,21 @@ pub fn assert_transparent(plain: &Run, traced: &Run, np: u32) {
         lines[0]
     );
 }
+
+/// After `pmtrace sync`: no violation of any kind is left, in the report's
+/// `violations_after_sync` and in the last sync step's own count.
+pub fn assert_synced_clean(rep: &serde_json::Value, what: &str) {
+    let last = rep["sync"]["steps"]
+        .as_array()
+        .and_then(|s| s.last())
+        .unwrap_or_else(|| panic!("{what}: no sync steps: {}", rep["sync"]));
+    for key in [
+        "reversed",
+        "clock_condition",
+        "collective_reversed",
+        "collective_clock_condition",
+    ] {
+        assert_eq!(rep["violations_after_sync"][key], 0, "{what}: {key}");
+        assert_eq!(last["violations"][key], 0, "{what}: {key}");
+    }
+}
