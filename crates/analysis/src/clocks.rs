@@ -42,7 +42,7 @@ use pmtrace_format::Kind;
 use serde::Serialize;
 
 use crate::matching::{Messages, RecvHow};
-use crate::read::{EventRef, Trace};
+use crate::read::{EventRef, Rank, Trace};
 
 /// Largest number of events for the brute-force happens-before check.
 pub const HB_MAX_EVENTS: usize = 4000;
@@ -174,6 +174,9 @@ pub enum Shape {
 
 pub(crate) fn shape_of(name: &str) -> Shape {
     let n = name.trim_start_matches("MPI_").to_ascii_lowercase();
+    // Large-count forms and persistent collectives have the shape of their base.
+    let n = n.strip_suffix("_c").unwrap_or(&n);
+    let n = n.strip_suffix("_init").unwrap_or(n).to_string();
     let n = n
         .strip_prefix('i')
         .filter(|rest| {
@@ -230,6 +233,63 @@ struct Plan {
     single: Vec<bool>,
 }
 
+/// The collective instances found so far, by (communicator, sequence
+/// number, start): the start is 0 but for a persistent collective, whose
+/// k-th start is an instance of its own.
+#[derive(Default)]
+struct Found {
+    instances: Vec<Instance>,
+    comm_rank: Vec<HashMap<u32, u32>>,
+    of: HashMap<(u64, u64, u64), usize>,
+}
+
+impl Found {
+    /// The instance a collective call (its `start`-th start) belongs to.
+    fn instance(&mut self, trace: &Trace, rank: &Rank, call: &Call, start: u64) -> Option<usize> {
+        let &Payload::Coll {
+            comm, root, seq, ..
+        } = &call.payload
+        else {
+            return None;
+        };
+        let gid = rank.comm_at(comm, call.t_start)?.global_id;
+        let c = trace.comms.get(gid)?;
+        let size = c.members.len() + c.remote_members.len();
+        if size == 0 {
+            return None;
+        }
+        Some(*self.of.entry((gid, seq, start)).or_insert_with(|| {
+            let shape = shape_of(rank.function_name(call.func));
+            let rooted = matches!(shape, Shape::OneToN | Shape::NToOne);
+            let root = if rooted && !c.inter {
+                root.and_then(|r| u32::try_from(r).ok())
+                    .and_then(|r| c.members.get(r as usize).copied())
+            } else {
+                None
+            };
+            self.instances.push(Instance {
+                shape: if rooted && root.is_none() {
+                    Shape::NToN
+                } else {
+                    shape
+                },
+                root,
+                size,
+                enters: Vec::new(),
+            });
+            self.comm_rank.push(
+                c.members
+                    .iter()
+                    .chain(&c.remote_members)
+                    .enumerate()
+                    .map(|(k, &w)| (w, k as u32))
+                    .collect(),
+            );
+            self.instances.len() - 1
+        }))
+    }
+}
+
 fn plan(trace: &Trace, m: &Messages) -> Plan {
     let n = trace.ranks.len();
     let mut send_at: HashMap<(EventRef, usize), usize> = HashMap::default();
@@ -244,9 +304,7 @@ fn plan(trace: &Trace, m: &Messages) -> Plan {
             recv_post.insert((r.post, r.post_item), i);
         }
     }
-    let mut instances: Vec<Instance> = Vec::new();
-    let mut comm_rank: Vec<HashMap<u32, u32>> = Vec::new();
-    let mut inst_of: HashMap<(u64, u64), usize> = HashMap::default();
+    let mut found = Found::default();
     let mut events: Vec<Vec<Ev>> = Vec::new();
     let mut stream_rank = Vec::new();
     let mut single = vec![true; n];
@@ -262,6 +320,9 @@ fn plan(trace: &Trace, m: &Messages) -> Plan {
         // Persistent sends, and the instances of icolls, by op id.
         let send_inits = crate::matching::send_inits(rank);
         let mut icoll_of: HashMap<u64, usize> = HashMap::default();
+        // Persistent collectives by op id: the call that made them and how
+        // often they were started.
+        let mut coll_inits: HashMap<u64, (&Call, u64)> = HashMap::default();
         // Calls of all threads in time order.
         let mut calls: Vec<(EventRef, &Call)> = rank.calls().collect();
         calls.sort_by_key(|(at, c)| (c.t_start, at.thread, at.index));
@@ -282,6 +343,12 @@ fn plan(trace: &Trace, m: &Messages) -> Plan {
                         evs.push(Ev::Recv(r));
                     }
                 }
+                (Payload::Isendrecv { .. }, _) => {
+                    evs.push(send(0));
+                    if let Some(&r) = recv_post.get(&(at, 0)) {
+                        evs.push(Ev::Post(r));
+                    }
+                }
                 (Payload::Recv { .. } | Payload::Mrecv { .. }, _) => {
                     if let Some(&r) = recv_done.get(&(at, 0)) {
                         evs.push(Ev::Recv(r));
@@ -291,11 +358,21 @@ fn plan(trace: &Trace, m: &Messages) -> Plan {
                     }
                 }
                 (Payload::Start { started }, _) => {
-                    for (item, (init, _)) in started.iter().enumerate() {
-                        if init.is_some_and(|i| send_inits.contains(&i)) {
+                    for (item, &(init, instance)) in started.iter().enumerate() {
+                        let init = init.unwrap_or(0);
+                        if send_inits.contains(&init) {
                             evs.push(send(item));
+                        } else if let Some(&s) = send_at.get(&(at, item)) {
+                            // A partitioned send: no header, but a message.
+                            evs.push(Ev::Send(s));
                         } else if let Some(&r) = recv_post.get(&(at, item)) {
                             evs.push(Ev::Post(r));
+                        } else if let Some((made, k)) = coll_inits.get_mut(&init) {
+                            *k += 1;
+                            if let Some(inst) = found.instance(trace, rank, made, *k) {
+                                evs.push(Ev::Enter(inst));
+                                icoll_of.insert(instance, inst);
+                            }
                         }
                     }
                 }
@@ -308,66 +385,20 @@ fn plan(trace: &Trace, m: &Messages) -> Plan {
                         }
                     }
                 }
-                (
-                    &Payload::Coll {
-                        comm,
-                        root,
-                        seq,
-                        op,
-                        ..
-                    },
-                    _,
-                ) if call.rc == 0 => {
-                    let Some(def) = rank.comm_at(comm, call.t_start) else {
-                        evs.push(Ev::End(at));
-                        continue;
-                    };
-                    let gid = def.global_id;
-                    let Some(c) = trace.comms.get(gid) else {
-                        evs.push(Ev::End(at));
-                        continue;
-                    };
-                    let size = c.members.len() + c.remote_members.len();
-                    if size == 0 {
-                        evs.push(Ev::End(at));
-                        continue;
-                    }
-                    let inst = *inst_of.entry((gid, seq)).or_insert_with(|| {
-                        let shape = shape_of(rank.function_name(call.func));
-                        let rooted = matches!(shape, Shape::OneToN | Shape::NToOne);
-                        let root = if rooted && !c.inter {
-                            root.and_then(|r| u32::try_from(r).ok())
-                                .and_then(|r| c.members.get(r as usize).copied())
-                        } else {
-                            None
-                        };
-                        instances.push(Instance {
-                            shape: if rooted && root.is_none() {
-                                Shape::NToN
-                            } else {
-                                shape
-                            },
-                            root,
-                            size,
-                            enters: Vec::new(),
-                        });
-                        comm_rank.push(
-                            c.members
-                                .iter()
-                                .chain(&c.remote_members)
-                                .enumerate()
-                                .map(|(k, &w)| (w, k as u32))
-                                .collect(),
-                        );
-                        instances.len() - 1
-                    });
-                    evs.push(Ev::Enter(inst));
-                    if kind == Kind::Icoll {
+                (&Payload::Coll { op, .. }, _) if call.rc == 0 => {
+                    if kind == Kind::CollInit {
                         if let Some(op) = op {
-                            icoll_of.insert(op, inst);
+                            coll_inits.insert(op, (call, 0));
                         }
-                    } else {
-                        evs.push(Ev::Exit(inst));
+                    } else if let Some(inst) = found.instance(trace, rank, call, 0) {
+                        evs.push(Ev::Enter(inst));
+                        if kind == Kind::Icoll {
+                            if let Some(op) = op {
+                                icoll_of.insert(op, inst);
+                            }
+                        } else {
+                            evs.push(Ev::Exit(inst));
+                        }
                     }
                 }
                 _ => {}
@@ -375,6 +406,11 @@ fn plan(trace: &Trace, m: &Messages) -> Plan {
             evs.push(Ev::End(at));
         }
     }
+    let Found {
+        instances,
+        comm_rank,
+        ..
+    } = found;
     Plan {
         events,
         stream_rank,

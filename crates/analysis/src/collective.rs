@@ -16,11 +16,11 @@
 
 use rustc_hash::FxHashMap as HashMap;
 
-use pmtrace_format::record::Payload;
+use pmtrace_format::record::{Call, Payload};
 use pmtrace_format::Kind;
 
 use crate::clocks::{shape_of, Shape};
-use crate::read::{EventRef, Trace};
+use crate::read::{EventRef, Rank, Trace};
 
 /// What a member contributes: the bytes it sent and received.
 pub trait Part {
@@ -117,74 +117,131 @@ impl Instance<MemberCalls> {
 }
 
 /// Every collective instance of `trace` that completed without error on
-/// some member, in order of first appearance (rank by rank).
+/// some member, in order of first appearance (rank by rank). The k-th
+/// start of a persistent collective (`coll_init`) is an instance of its
+/// own, entered at that start.
 pub fn instances(trace: &Trace) -> Vec<Instance<MemberCalls>> {
     let mut insts: Vec<Instance<MemberCalls>> = Vec::new();
-    let mut inst_of: HashMap<(u64, u64), usize> = HashMap::default();
+    let mut inst_of: HashMap<(u64, u64, u64), usize> = HashMap::default();
     for rank in &trace.ranks {
         // Where each nonblocking collective completed.
         let done_at = rank.completions();
-        for (at, c) in rank.calls() {
-            let &Payload::Coll {
-                comm,
-                root,
-                sent,
-                recvd,
-                seq,
-                op,
-            } = &c.payload
-            else {
-                continue;
-            };
-            if c.rc != 0 {
-                continue;
+        // Persistent collectives by op id, and how often each was started.
+        let mut inits: HashMap<u64, (&Call, u64)> = HashMap::default();
+        for (_, c) in rank.calls() {
+            if let (Kind::CollInit, &Payload::Coll { op: Some(op), .. }) =
+                (rank.kind(c.func), &c.payload)
+            {
+                inits.insert(op, (c, 0));
             }
-            let Some(def) = rank.comm_at(comm, c.t_start) else {
-                continue;
-            };
-            let Some(cm) = trace.comms.get(def.global_id) else {
-                continue;
-            };
-            let size = cm.members.len() + cm.remote_members.len();
-            let Some(me) = cm
-                .members
-                .iter()
-                .chain(&cm.remote_members)
-                .position(|&w| w == rank.rank)
-            else {
-                continue;
-            };
-            let ii = *inst_of.entry((def.global_id, seq)).or_insert_with(|| {
-                let shape = shape_of(rank.function_name(c.func));
-                let rooted = matches!(shape, Shape::OneToN | Shape::NToOne);
-                let root = root
-                    .filter(|_| rooted && !cm.inter)
-                    .and_then(|r| u32::try_from(r).ok())
-                    .filter(|&r| (r as usize) < size);
-                insts.push(Instance {
-                    shape: if rooted && root.is_none() {
-                        Shape::NToN
+        }
+        for (at, c) in rank.calls() {
+            // (the collective call, which start of it, its enter, its exit)
+            let mut members: Vec<(&Call, u64, EventRef, Option<EventRef>)> = Vec::new();
+            match (rank.kind(c.func), &c.payload) {
+                (Kind::CollInit, _) => {}
+                (kind, &Payload::Coll { op, .. }) => {
+                    let exit = if kind == Kind::Icoll {
+                        op.and_then(|op| done_at.get(&op)).copied()
                     } else {
-                        shape
-                    },
-                    root,
-                    comm: def.global_id,
-                    members: vec![None; size],
-                });
-                insts.len() - 1
-            });
-            let exit = if rank.kind(c.func) == Kind::Icoll {
-                op.and_then(|op| done_at.get(&op)).copied()
-            } else {
-                Some(at)
-            };
-            insts[ii].members[me] = Some(MemberCalls {
-                enter: at,
-                exit,
-                sent,
-                recvd,
-            });
+                        Some(at)
+                    };
+                    members.push((c, 0, at, exit));
+                }
+                (_, Payload::Start { started }) => {
+                    for &(init, instance) in started {
+                        if let Some((made, k)) = init.and_then(|i| inits.get_mut(&i)) {
+                            *k += 1;
+                            members.push((made, *k, at, done_at.get(&instance).copied()));
+                        }
+                    }
+                }
+                _ => {}
+            }
+            for (call, start, enter, exit) in members {
+                add_member(
+                    trace,
+                    rank,
+                    &mut insts,
+                    &mut inst_of,
+                    call,
+                    start,
+                    enter,
+                    exit,
+                );
+            }
         }
     }
     insts
+}
+
+/// Enters `rank`'s part in the instance of a collective call (its
+/// `start`-th start for a persistent one).
+#[allow(clippy::too_many_arguments)]
+fn add_member(
+    trace: &Trace,
+    rank: &Rank,
+    insts: &mut Vec<Instance<MemberCalls>>,
+    inst_of: &mut HashMap<(u64, u64, u64), usize>,
+    c: &Call,
+    start: u64,
+    enter: EventRef,
+    exit: Option<EventRef>,
+) {
+    let &Payload::Coll {
+        comm,
+        root,
+        sent,
+        recvd,
+        seq,
+        ..
+    } = &c.payload
+    else {
+        return;
+    };
+    if c.rc != 0 {
+        return;
+    }
+    let Some(def) = rank.comm_at(comm, c.t_start) else {
+        return;
+    };
+    let Some(cm) = trace.comms.get(def.global_id) else {
+        return;
+    };
+    let size = cm.members.len() + cm.remote_members.len();
+    let Some(me) = cm
+        .members
+        .iter()
+        .chain(&cm.remote_members)
+        .position(|&w| w == rank.rank)
+    else {
+        return;
+    };
+    let ii = *inst_of
+        .entry((def.global_id, seq, start))
+        .or_insert_with(|| {
+            let shape = shape_of(rank.function_name(c.func));
+            let rooted = matches!(shape, Shape::OneToN | Shape::NToOne);
+            let root = root
+                .filter(|_| rooted && !cm.inter)
+                .and_then(|r| u32::try_from(r).ok())
+                .filter(|&r| (r as usize) < size);
+            insts.push(Instance {
+                shape: if rooted && root.is_none() {
+                    Shape::NToN
+                } else {
+                    shape
+                },
+                root,
+                comm: def.global_id,
+                members: vec![None; size],
+            });
+            insts.len() - 1
+        });
+    insts[ii].members[me] = Some(MemberCalls {
+        enter,
+        exit,
+        sent,
+        recvd,
+    });
 }

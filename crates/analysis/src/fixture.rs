@@ -83,6 +83,10 @@ pub const FUNCTIONS: &[(&str, Kind)] = &[
     ("MPI_Reduce", Kind::Coll),
     ("MPI_Scan", Kind::Coll),
     ("MPI_Exscan", Kind::Coll),
+    ("MPI_Isendrecv", Kind::Isendrecv),
+    ("MPI_Allreduce_init", Kind::CollInit),
+    ("MPI_Psend_init", Kind::PsendInit),
+    ("MPI_Precv_init", Kind::PrecvInit),
 ];
 
 fn function_id(name: &str) -> u32 {
@@ -740,7 +744,7 @@ impl ThreadBuilder {
             }
             (Kind::Pcontrol, Payload::Pcontrol { level }) => head.i(i64::from(*level)),
             (
-                Kind::Send | Kind::Isend | Kind::SendInit,
+                Kind::Send | Kind::Isend | Kind::SendInit | Kind::PsendInit,
                 Payload::Send {
                     peer,
                     tag,
@@ -758,7 +762,7 @@ impl ThreadBuilder {
                 }
             }
             (
-                Kind::Recv | Kind::Irecv | Kind::RecvInit,
+                Kind::Recv | Kind::Irecv | Kind::RecvInit | Kind::PrecvInit,
                 Payload::Recv {
                     src,
                     tag,
@@ -799,6 +803,30 @@ impl ThreadBuilder {
                 head.u(*posted);
                 head.u(u64::from(*comm));
                 head.status(status);
+            }
+            (
+                Kind::Isendrecv,
+                Payload::Isendrecv {
+                    peer,
+                    stag,
+                    bytes,
+                    src,
+                    rtag,
+                    posted,
+                    comm,
+                    ..
+                },
+            ) => {
+                head.i(i64::from(*peer));
+                head.i(i64::from(*stag));
+                head.u(*bytes);
+                head.i(i64::from(*src));
+                head.i(i64::from(*rtag));
+                head.u(*posted);
+                head.u(u64::from(*comm));
+                if ok {
+                    created.push(self.take_id());
+                }
             }
             (
                 Kind::Probe | Kind::Iprobe | Kind::Mprobe | Kind::Improbe,
@@ -873,7 +901,7 @@ impl ThreadBuilder {
                 head.i(self.reference(*op))
             }
             (
-                Kind::Coll | Kind::Icoll,
+                Kind::Coll | Kind::Icoll | Kind::CollInit,
                 Payload::Coll {
                     comm,
                     root,
@@ -889,7 +917,7 @@ impl ThreadBuilder {
                 head.u(*recvd);
                 head.u(coll_seq_code(self.last_coll, *comm, *seq));
                 self.last_coll = Some((*comm, *seq));
-                if kind == Kind::Icoll && ok {
+                if kind != Kind::Coll && ok {
                     created.push(self.take_id());
                 }
             }

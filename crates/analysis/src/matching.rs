@@ -2,12 +2,13 @@
 //! MPI's FIFO rule.
 //!
 //! **Sends** are `send` records, `isend` records (at issue), the send half
-//! of `sendrecv`, and every started instance of a `send_init` request (at
-//! its `start` call). A send's time is the start of the call that posted it.
+//! of `sendrecv` and `isendrecv`, and every started instance of a
+//! `send_init` or `psend_init` request (at its `start` call). A send's time is the start of the call that posted it.
 //!
 //! **Receives** are `recv`, the receive half of `sendrecv`, `mrecv`, and the
 //! completions (items of `complete` records) of operations made by `irecv`,
-//! by started `recv_init` requests and by `imrecv`. A receive's time is the
+//! `isendrecv` (its receive half), started `recv_init` and `precv_init`
+//! requests, and `imrecv`. A receive's time is the
 //! end of the call that completed it; its *posting* time (which orders it
 //! for matching) is the start of the call that posted it: the `recv`, the
 //! `irecv`, the `start`, or, for `mrecv`/`imrecv`, the probe that matched
@@ -24,7 +25,7 @@
 //! send: the sender's world rank (from the status) and the message id
 //! (each sender thread numbers its messages, [`send_ids`] replays that).
 //! Those pairs are exact. The rest (`PMTRACE_CLOCKS=none`, untraced
-//! senders) go by the FIFO rule, which [`Messages::fifo`] also keeps for
+//! senders, partitioned messages, which carry no header) go by the FIFO rule, which [`Messages::fifo`] also keeps for
 //! all receives, so that the ids can be checked against it. MPI guarantees
 //! non-overtaking per *channel* (source world rank, destination world
 //! rank, communicator, tag): the k-th send of a channel in the sender's
@@ -328,7 +329,7 @@ pub fn send_ids(trace: &Trace, sends: &[SendEvent]) -> Vec<u64> {
         for (call_at, call) in rank.calls() {
             let items: Vec<usize> = match (&call.payload, rank.kind(call.func)) {
                 (Payload::Send { .. }, Kind::Send | Kind::Isend)
-                | (Payload::Sendrecv { .. }, _) => {
+                | (Payload::Sendrecv { .. } | Payload::Isendrecv { .. }, _) => {
                     vec![0]
                 }
                 (Payload::Start { started }, _) => started
@@ -573,7 +574,7 @@ impl<'a> RankScan<'a> {
                 }
             }
             (
-                Kind::SendInit,
+                Kind::SendInit | Kind::PsendInit,
                 &Payload::Send {
                     peer,
                     tag,
@@ -619,7 +620,7 @@ impl<'a> RankScan<'a> {
                 self.post_recv(op, p);
             }
             (
-                Kind::RecvInit,
+                Kind::RecvInit | Kind::PrecvInit,
                 &Payload::Recv {
                     src,
                     tag,
@@ -664,6 +665,31 @@ impl<'a> RankScan<'a> {
                     call.t_end,
                     RecvHow::Blocking,
                 );
+            }
+            (
+                Kind::Isendrecv,
+                &Payload::Isendrecv {
+                    peer,
+                    stag,
+                    bytes,
+                    src,
+                    rtag,
+                    posted: n,
+                    comm,
+                    op,
+                },
+            ) => {
+                let comm = self.comm_id(comm, t);
+                let s = PostedSend {
+                    peer,
+                    tag: stag,
+                    comm,
+                    bytes,
+                };
+                self.push_send(s, t, at, 0);
+                if let Some(op) = op {
+                    self.post_recv(op, posted(src, rtag, comm, n));
+                }
             }
             (
                 Kind::Mprobe | Kind::Improbe,

@@ -27,6 +27,8 @@ use std::collections::BTreeMap;
 use std::io::{self, Write};
 
 use pmtrace_format::record::{Payload, Record};
+use pmtrace_format::Kind;
+use rustc_hash::FxHashMap as HashMap;
 use serde::Serialize;
 
 use crate::collective::{self, Instance, MemberCalls};
@@ -199,10 +201,32 @@ impl Report {
             let mut by_func = vec![FunctionStats::default(); rank.header.functions.len() + 1];
             let unknown = by_func.len() - 1;
             let (mut events, mut mpi_ns, mut last_end) = (0, 0, rank.header.start_ns);
+            // A persistent collective moves its bytes at each start.
+            let coll_inits: HashMap<u64, u64> = rank
+                .calls()
+                .filter(|(_, c)| rank.kind(c.func) == Kind::CollInit && c.rc == 0)
+                .filter_map(|(_, c)| match c.payload {
+                    Payload::Coll {
+                        sent,
+                        recvd,
+                        op: Some(op),
+                        ..
+                    } => Some((op, sent + recvd)),
+                    _ => None,
+                })
+                .collect();
             for (at, call) in rank.calls() {
-                let bytes = match call.payload {
+                let bytes = match &call.payload {
+                    _ if rank.kind(call.func) == Kind::CollInit => 0,
                     Payload::Coll { sent, recvd, .. } => sent + recvd,
                     Payload::None => 0,
+                    Payload::Start { started } if !coll_inits.is_empty() => {
+                        let colls: u64 = started
+                            .iter()
+                            .filter_map(|(init, _)| init.and_then(|i| coll_inits.get(&i)))
+                            .sum();
+                        colls + p2p_bytes.get(&at).copied().unwrap_or(0)
+                    }
                     _ => p2p_bytes.get(&at).copied().unwrap_or(0),
                 };
                 let dur = call.t_end - call.t_start;

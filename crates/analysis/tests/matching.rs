@@ -469,3 +469,92 @@ fn peers_of_a_communicator_without_member_list_are_unresolved() {
     let (_, m) = open(&tb, "unresolved");
     assert_eq!((m.sends.len(), m.unresolved(), m.unmatched()), (1, 1, 1));
 }
+
+#[test]
+fn isendrecv_sends_at_its_call_and_receives_at_its_completion() {
+    let mut tb = two_ranks();
+    for (me, peer) in [(0u32, 1i32), (1, 0)] {
+        let r = tb.rank(me).thread(0);
+        let op = r.next_op();
+        r.call(
+            "MPI_Isendrecv",
+            10,
+            12,
+            Payload::Isendrecv {
+                peer,
+                stag: 4,
+                bytes: 8,
+                src: ANY,
+                rtag: 4,
+                posted: 16,
+                comm: 0,
+                op: Some(op),
+            },
+        );
+        r.call(
+            "MPI_Wait",
+            40,
+            50,
+            fixture::complete(&[(op, fixture::status(peer, 4, 8))]),
+        );
+    }
+    let (_, m) = open(&tb, "isendrecv");
+    assert_eq!((m.sends.len(), m.recvs.len(), m.matched.len()), (2, 2, 2));
+    for p in &m.matched {
+        let (s, r) = (&m.sends[p.send], &m.recvs[p.recv]);
+        assert_eq!((s.time, r.posted_at, r.time, r.bytes), (10, 10, 50, 8));
+        assert!(r.wildcard);
+        assert_eq!(r.src, Some(s.src));
+    }
+}
+
+#[test]
+fn partitioned_channels_send_once_per_start_without_ids() {
+    let mut tb = two_ranks();
+    let r0 = tb.rank(0).thread(0);
+    let init = r0.next_op();
+    let psend = Payload::Send {
+        peer: 1,
+        tag: 7,
+        comm: 0,
+        bytes: 4 * 64,
+        op: None,
+    };
+    r0.call("MPI_Psend_init", 10, 11, psend);
+    for t in [100u64, 200, 300] {
+        let inst = r0.next_op();
+        r0.call("MPI_Start", t, t + 1, fixture::start(&[init]));
+        r0.call(
+            "MPI_Wait",
+            t + 10,
+            t + 20,
+            fixture::complete(&[(inst, fixture::no_status())]),
+        );
+    }
+    let r1 = tb.rank(1).thread(0);
+    let init = r1.next_op();
+    r1.call("MPI_Precv_init", 10, 11, fixture::irecv(0, 7, 0, 256));
+    for t in [90u64, 190, 290] {
+        let inst = r1.next_op();
+        r1.call("MPI_Start", t, t + 1, fixture::start(&[init]));
+        r1.call(
+            "MPI_Wait",
+            t + 30,
+            t + 40,
+            fixture::complete(&[(inst, Status::default())]),
+        );
+    }
+    let (trace, m) = open(&tb, "partitioned");
+    assert_eq!((m.sends.len(), m.recvs.len(), m.matched.len()), (3, 3, 3));
+    let times: Vec<(u64, u64)> = m
+        .matched
+        .iter()
+        .map(|p| (m.sends[p.send].time, m.recvs[p.recv].time))
+        .collect();
+    assert_eq!(times, vec![(100, 130), (200, 230), (300, 330)]);
+    // Partitioned sends carry no header: no message id is spent on them.
+    assert_eq!(
+        pmtrace_analysis::matching::send_ids(&trace, &m.sends),
+        vec![0, 0, 0]
+    );
+}

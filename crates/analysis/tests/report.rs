@@ -1,9 +1,10 @@
 //! The report (profile, matrix, counts) and the text export.
 
 use pmtrace_analysis::export::text;
-use pmtrace_analysis::fixture;
+use pmtrace_analysis::fixture::{self, TraceBuilder};
 use pmtrace_analysis::report::{FunctionStats, MatrixCell};
 use pmtrace_analysis::{Messages, Report, ReportOptions, Trace};
+use pmtrace_format::record::Payload;
 
 use crate::util::Scratch;
 
@@ -135,4 +136,68 @@ fn text_export_writes_one_line_per_record_in_time_order() {
     );
     assert!(text.contains("r1 t0 150 +50 MPI_Waitall done=0.1:[src=0,bytes=8],0.2:[src=0,bytes=16],0.3:[src=0,bytes=24]\n"), "{text}");
     assert!(text.contains("r1 t0 30 +0 DefComm index=2 global=0x2 inter=0 size=2 rank=0 remote_size=0 members=1,0\n"), "{text}");
+}
+
+#[test]
+fn each_start_of_a_persistent_collective_is_an_instance_of_its_own() {
+    use pmtrace_analysis::collective;
+    let mut tb = TraceBuilder::new(2);
+    for r in 0..2u32 {
+        tb.rank(r).define_world_and_self(0);
+        let th = tb.rank(r).thread(0);
+        let init = th.next_op();
+        th.call("MPI_Allreduce_init", 10, 11, {
+            let mut c = fixture::coll(0, None, 8, 8, 0);
+            if let Payload::Coll { op, .. } = &mut c {
+                *op = Some(init);
+            }
+            c
+        });
+        // A blocking collective between the starts keeps its own number.
+        th.call("MPI_Barrier", 20, 25, fixture::coll(0, None, 0, 0, 1));
+        for k in 0..3u64 {
+            let t = 100 * (k + 1) + u64::from(r) * 10;
+            let inst = th.next_op();
+            th.call("MPI_Start", t, t + 1, fixture::start(&[init]));
+            th.call(
+                "MPI_Wait",
+                t + 5,
+                t + 30,
+                fixture::complete(&[(inst, fixture::no_status())]),
+            );
+        }
+    }
+    let scratch = Scratch::new("persistent-coll");
+    tb.write(scratch.path()).unwrap();
+    let trace = Trace::open(scratch.path()).unwrap();
+    let insts = collective::instances(&trace);
+    // The barrier and three allreduce instances, each with both members.
+    assert_eq!(insts.len(), 4);
+    for inst in &insts {
+        assert!(inst.members.iter().all(Option::is_some));
+    }
+    let call = |at| match trace.record(at) {
+        Some(pmtrace_format::record::Record::Call(c)) => c.clone(),
+        other => panic!("not a call: {other:?}"),
+    };
+    let enters: Vec<Vec<u64>> = insts[1..]
+        .iter()
+        .map(|i| {
+            i.members
+                .iter()
+                .map(|m| call(m.unwrap().enter).t_start)
+                .collect()
+        })
+        .collect();
+    assert_eq!(enters, vec![vec![100, 110], vec![200, 210], vec![300, 310]]);
+    let exits: Vec<u64> = insts[1..]
+        .iter()
+        .map(|i| call(i.members[0].unwrap().exit.unwrap()).t_end)
+        .collect();
+    assert_eq!(exits, vec![130, 230, 330]);
+    // Bytes count at the starts, not at the init.
+    let report = Report::build(&trace, &Messages::build(&trace), Default::default());
+    let f = &report.functions;
+    assert_eq!(f["MPI_Allreduce_init"].bytes, 0);
+    assert_eq!(f["MPI_Start"].bytes, 3 * 2 * 16);
 }

@@ -23,13 +23,16 @@
 //! recv                       src:i tag:i comm:u posted:u status
 //! irecv, recv_init           src:i tag:i comm:u posted:u
 //! sendrecv                   peer:i stag:i bytes:u src:i rtag:i posted:u comm:u status
+//! isendrecv                  peer:i stag:i bytes:u src:i rtag:i posted:u comm:u
+//! psend_init                 peer:i tag:i comm:u bytes:u  (bytes of all partitions)
+//! precv_init                 src:i tag:i comm:u posted:u
 //! probe, iprobe, mprobe, improbe   src:i tag:i comm:u status
 //! mrecv                      msg:ref posted:u status
 //! imrecv                     msg:ref posted:u
 //! start                      n:u (init:ref)*n             (continuable)
 //! complete                   n:u (op:ref status)*n        (continuable)
 //! cancel, request_free       op:ref
-//! coll, icoll                comm:u root:r sent:u recvd:u seq:seqcode
+//! coll, icoll, coll_init    comm:u root:r sent:u recvd:u seq:seqcode
 //!                            (root:r is 0 for collectives without a root,
 //!                            else zigzag(root) + 1, MPI_ROOT and
 //!                            MPI_PROC_NULL included)
@@ -60,15 +63,19 @@
 //! started instance and matched-probe message gets an id: `thread << 40 | n`
 //! with `n` counting from 1 per thread, in record order, for each successful
 //! record that *creates* an operation (isend, irecv, send_init, recv_init,
-//! icoll, imrecv, each started request, and mprobe/improbe that found a
-//! message). Ids are never written; readers count. A reference (`ref`) is
+//! isendrecv, psend_init, precv_init, icoll, coll_init, imrecv, each
+//! started request, and mprobe/improbe that found a message). An
+//! isendrecv's operation is its receive half; its completion carries the
+//! receive's status. A coll_init is a persistent collective: each start of
+//! it is one collective instance, the k-th start on every member the same. Ids are never written; readers count. A reference (`ref`) is
 //! zigzag(next − id) where `next` is the id the thread would assign next; 0
 //! means "not a traced operation".
 //!
 //! **Message ids.** With piggybacking on, every message a thread sends gets
 //! the id `thread << 40 | n`, `n` counting from 1 per thread in record order
-//! over send, isend (and modes), sendrecv records (failed ones included),
-//! and every started instance of a persistent send. The receiver records the
+//! over send, isend (and modes), sendrecv and isendrecv records (failed
+//! ones included), and every started instance of a persistent send.
+//! Partitioned sends (psend_init) carry no header and take no id. The receiver records the
 //! id it got; the sender's ids are implicit.
 //!
 //! **Collective sequence numbers** are per communicator. `seqcode` is 0 when
@@ -123,10 +130,14 @@ pub enum Kind {
     Icoll,
     CommNew,
     CommFree,
+    Isendrecv,
+    CollInit,
+    PsendInit,
+    PrecvInit,
 }
 
 impl Kind {
-    pub const ALL: [Kind; 27] = [
+    pub const ALL: [Kind; 31] = [
         Kind::Plain,
         Kind::Init,
         Kind::InitThread,
@@ -154,6 +165,10 @@ impl Kind {
         Kind::Icoll,
         Kind::CommNew,
         Kind::CommFree,
+        Kind::Isendrecv,
+        Kind::CollInit,
+        Kind::PsendInit,
+        Kind::PrecvInit,
     ];
 
     pub fn name(self) -> &'static str {
@@ -185,6 +200,10 @@ impl Kind {
             Kind::Icoll => "icoll",
             Kind::CommNew => "comm_new",
             Kind::CommFree => "comm_free",
+            Kind::Isendrecv => "isendrecv",
+            Kind::CollInit => "coll_init",
+            Kind::PsendInit => "psend_init",
+            Kind::PrecvInit => "precv_init",
         }
     }
 
@@ -408,7 +427,7 @@ pub enum Payload {
     Pcontrol {
         level: i32,
     },
-    /// send, isend, send_init; `op` set for the latter two.
+    /// send, isend, send_init, psend_init; `op` set for all but send.
     Send {
         peer: i32,
         tag: i32,
@@ -416,7 +435,7 @@ pub enum Payload {
         bytes: u64,
         op: Option<u64>,
     },
-    /// recv (with status), irecv and recv_init (with op).
+    /// recv (with status), irecv, recv_init and precv_init (with op).
     Recv {
         src: i32,
         tag: i32,
@@ -434,6 +453,17 @@ pub enum Payload {
         posted: u64,
         comm: u32,
         status: Status,
+    },
+    /// isendrecv: a sendrecv whose receive half completes later, as `op`.
+    Isendrecv {
+        peer: i32,
+        stag: i32,
+        bytes: u64,
+        src: i32,
+        rtag: i32,
+        posted: u64,
+        comm: u32,
+        op: Option<u64>,
     },
     /// probe family; `op` names the message for mprobe/improbe hits.
     Probe {
@@ -801,7 +831,7 @@ impl ThreadDecoder {
             Kind::Pcontrol => Payload::Pcontrol {
                 level: i32v(buf, pos)?,
             },
-            Kind::Send | Kind::Isend | Kind::SendInit => {
+            Kind::Send | Kind::Isend | Kind::SendInit | Kind::PsendInit => {
                 let peer = i32v(buf, pos)?;
                 let tag = i32v(buf, pos)?;
                 let comm = u32v(buf, pos)?;
@@ -815,7 +845,7 @@ impl ThreadDecoder {
                     op,
                 }
             }
-            Kind::Recv | Kind::Irecv | Kind::RecvInit => {
+            Kind::Recv | Kind::Irecv | Kind::RecvInit | Kind::PrecvInit => {
                 let src = i32v(buf, pos)?;
                 let tag = i32v(buf, pos)?;
                 let comm = u32v(buf, pos)?;
@@ -834,7 +864,7 @@ impl ThreadDecoder {
                     op,
                 }
             }
-            Kind::Sendrecv => {
+            Kind::Sendrecv | Kind::Isendrecv => {
                 let peer = i32v(buf, pos)?;
                 let stag = i32v(buf, pos)?;
                 let bytes = u(buf, pos)?;
@@ -842,16 +872,30 @@ impl ThreadDecoder {
                 let rtag = i32v(buf, pos)?;
                 let posted = u(buf, pos)?;
                 let comm = u32v(buf, pos)?;
-                let status = self.status(buf, pos)?.resolve(src, rtag, posted);
-                Payload::Sendrecv {
-                    peer,
-                    stag,
-                    bytes,
-                    src,
-                    rtag,
-                    posted,
-                    comm,
-                    status,
+                if kind == Kind::Isendrecv {
+                    let op = ok.then(|| self.take_id());
+                    Payload::Isendrecv {
+                        peer,
+                        stag,
+                        bytes,
+                        src,
+                        rtag,
+                        posted,
+                        comm,
+                        op,
+                    }
+                } else {
+                    let status = self.status(buf, pos)?.resolve(src, rtag, posted);
+                    Payload::Sendrecv {
+                        peer,
+                        stag,
+                        bytes,
+                        src,
+                        rtag,
+                        posted,
+                        comm,
+                        status,
+                    }
                 }
             }
             Kind::Probe | Kind::Iprobe | Kind::Mprobe | Kind::Improbe => {
@@ -901,7 +945,7 @@ impl ThreadDecoder {
             Kind::Cancel | Kind::RequestFree => Payload::OpRef {
                 op: self.reference(buf, pos)?,
             },
-            Kind::Coll | Kind::Icoll => {
+            Kind::Coll | Kind::Icoll | Kind::CollInit => {
                 let comm = u32v(buf, pos)?;
                 let root = match u(buf, pos)? {
                     0 => None,
@@ -922,7 +966,7 @@ impl ThreadDecoder {
                     code - 1
                 };
                 self.last_coll = Some((comm, seq));
-                let op = (kind == Kind::Icoll && ok).then(|| self.take_id());
+                let op = (kind != Kind::Coll && ok).then(|| self.take_id());
                 Payload::Coll {
                     comm,
                     root,

@@ -169,8 +169,11 @@ fn region_role(kind: Kind, name: &str) -> ffi::OTF2_RegionRole {
         | Kind::Mrecv
         | Kind::Imrecv
         | Kind::SendInit
-        | Kind::RecvInit => ffi::OTF2_REGION_ROLE_POINT2POINT,
-        Kind::Coll | Kind::Icoll => {
+        | Kind::RecvInit
+        | Kind::Isendrecv
+        | Kind::PsendInit
+        | Kind::PrecvInit => ffi::OTF2_REGION_ROLE_POINT2POINT,
+        Kind::Coll | Kind::Icoll | Kind::CollInit => {
             if name.to_ascii_lowercase().contains("barrier") {
                 ffi::OTF2_REGION_ROLE_BARRIER
             } else {
@@ -433,19 +436,24 @@ impl<'v, 'a> Writer<'v, 'a> {
                 {
                     ops.insert(*op, Op::Send);
                 }
-                (Payload::Send { op: Some(op), .. }, Kind::SendInit) => {
+                (Payload::Send { op: Some(op), .. }, Kind::SendInit | Kind::PsendInit) => {
                     persistent.insert(*op, Op::Send);
                 }
                 (Payload::Recv { op: Some(op), .. }, Kind::Irecv)
-                | (Payload::Mrecv { op: Some(op), .. }, _) => {
+                | (Payload::Mrecv { op: Some(op), .. }, _)
+                | (Payload::Isendrecv { op: Some(op), .. }, _) => {
                     ops.insert(*op, Op::Recv);
                 }
-                (Payload::Recv { op: Some(op), .. }, Kind::RecvInit) => {
+                (Payload::Recv { op: Some(op), .. }, Kind::RecvInit | Kind::PrecvInit) => {
                     persistent.insert(*op, Op::Recv);
                 }
-                (p @ Payload::Coll { op: Some(op), .. }, _) => {
+                (p @ Payload::Coll { op: Some(op), .. }, kind) => {
                     if let Some(e) = self.coll_end(at, r.function_name(c.func), p) {
-                        ops.insert(*op, Op::Coll(e));
+                        if kind == Kind::CollInit {
+                            persistent.insert(*op, Op::Coll(e));
+                        } else {
+                            ops.insert(*op, Op::Coll(e));
+                        }
                     }
                 }
                 (Payload::Start { started }, _) => {
@@ -516,7 +524,9 @@ impl<'v, 'a> Writer<'v, 'a> {
                     continue;
                 }
                 let request = match &c.payload {
-                    Payload::Recv { op, .. } | Payload::Mrecv { op, .. } => *op,
+                    Payload::Recv { op, .. }
+                    | Payload::Mrecv { op, .. }
+                    | Payload::Isendrecv { op, .. } => *op,
                     Payload::Start { started } => started.get(rv.post_item).map(|x| x.1),
                     _ => None,
                 };
@@ -525,6 +535,16 @@ impl<'v, 'a> Writer<'v, 'a> {
                 }
             }
             match &c.payload {
+                // A persistent collective's instances begin at its starts.
+                Payload::Coll { .. } if kind == Kind::CollInit => {}
+                Payload::Start { started } => {
+                    for &(_, inst) in started {
+                        if let Some(Op::Coll(_)) = ops.get(&inst) {
+                            self.summary.collectives += 1;
+                            evs.push((t0, 1, i, Ev::NbcRequest(inst)));
+                        }
+                    }
+                }
                 p @ Payload::Coll { op, .. } if c.rc == 0 => {
                     if let Some(e) = self.coll_end(at, name, p) {
                         self.summary.collectives += 1;

@@ -147,6 +147,11 @@ fn format_call(out: &mut String, rank: &Rank, c: &Call) -> std::fmt::Result {
             " peer={peer} stag={stag} bytes={bytes} src={src} rtag={rtag} posted={posted} comm={comm} status={}",
             status_str(status)
         )?,
+        Payload::Isendrecv { peer, stag, bytes, src, rtag, posted, comm, op } => write!(
+            out,
+            " peer={peer} stag={stag} bytes={bytes} src={src} rtag={rtag} posted={posted} comm={comm} op={}",
+            op_str(*op)
+        )?,
         Payload::Probe { src, tag, comm, status, op } => {
             write!(out, " src={src} tag={tag} comm={comm} status={}", status_str(status))?;
             if let Some(op) = op {

@@ -42,10 +42,21 @@ pub struct Summary {
 /// The viewer's colour class of a function.
 pub fn category(kind: Kind) -> &'static str {
     match kind {
-        Kind::Send | Kind::Isend | Kind::SendInit | Kind::Sendrecv | Kind::Start => "send",
-        Kind::Recv | Kind::Irecv | Kind::RecvInit | Kind::Mrecv | Kind::Imrecv => "recv",
+        Kind::Send
+        | Kind::Isend
+        | Kind::SendInit
+        | Kind::PsendInit
+        | Kind::Sendrecv
+        | Kind::Isendrecv
+        | Kind::Start => "send",
+        Kind::Recv
+        | Kind::Irecv
+        | Kind::RecvInit
+        | Kind::PrecvInit
+        | Kind::Mrecv
+        | Kind::Imrecv => "recv",
         Kind::Complete | Kind::Cancel | Kind::RequestFree => "wait",
-        Kind::Coll | Kind::Icoll => "coll",
+        Kind::Coll | Kind::Icoll | Kind::CollInit => "coll",
         Kind::Probe | Kind::Iprobe | Kind::Mprobe | Kind::Improbe => "probe",
         Kind::CommNew | Kind::CommFree => "comm",
         Kind::Init | Kind::InitThread | Kind::Finalize => "init",
