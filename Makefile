@@ -83,12 +83,14 @@ endef
 
 # The programs every setup of the test matrix runs (tests/matrix).
 MATRIX_PROGS := ring halo2d master_worker collectives coverage bytes threads mpibench errors
+# ... and those of the setups with an MPI-4 library.
+MPI4_PROGS := mpi4
 
 # The runtime and test programs built for MPICH, which Debian installs
 # beside Open MPI (mpicc.mpich, mpirun.mpich; Open MPI stays the default):
 # tests/matrix runs the same checks under it. Any other MPI: MPICC=... make.
 MPICH_DIR := target/mpich
-mpich: mpich-lib $(addprefix $(MPICH_DIR)/examples/,$(MATRIX_PROGS))
+mpich: mpich-lib $(addprefix $(MPICH_DIR)/examples/,$(MATRIX_PROGS) $(MPI4_PROGS))
 
 mpich-lib: deps
 	MPICC=mpicc.mpich CARGO_TARGET_DIR=$(MPICH_DIR) $(CARGO) build --release -p pmtrace-runtime
@@ -101,7 +103,7 @@ $(eval $(call progs,$(MPICH_DIR),mpicc.mpich))
 # of another MPI it loads, says so and stays out of the way.
 ABI_DIR := target/abi
 MPICC_ABI ?= $(CURDIR)/$(MPICH5)/bin/mpicc_abi
-abi: abi-lib $(addprefix $(ABI_DIR)/examples/,$(MATRIX_PROGS))
+abi: abi-lib $(addprefix $(ABI_DIR)/examples/,$(MATRIX_PROGS) $(MPI4_PROGS))
 
 abi-lib: deps
 	MPICC=$(MPICC_ABI) RUSTFLAGS="-C relro-level=partial" CARGO_TARGET_DIR=$(ABI_DIR) \
@@ -113,7 +115,8 @@ $(eval $(call progs,$(ABI_DIR),$(MPICC_ABI)))
 # above (Open MPI 5 with target/release, MPICH 5 with target/mpich).
 $(eval $(call progs,target/openmpi5,$(CURDIR)/$(OMPI5)/bin/mpicc))
 $(eval $(call progs,target/mpich5,$(CURDIR)/$(MPICH5)/bin/mpicc))
-matrix: build mpich abi $(foreach s,openmpi5 mpich5,$(addprefix target/$(s)/examples/,$(MATRIX_PROGS)))
+matrix: build mpich abi $(foreach s,openmpi5 mpich5,$(addprefix target/$(s)/examples/,$(MATRIX_PROGS))) \
+  target/mpich5/examples/mpi4
 
 # Python packages the export tests read with, beside (not into) Debian's
 # Python: Perfetto's own protobuf definitions and the protobuf runtime.

@@ -5,6 +5,7 @@
 #[path = "wrappers/generate.rs"]
 mod generate;
 
+use std::collections::BTreeSet;
 use std::env;
 use std::path::PathBuf;
 use std::process::Command;
@@ -75,6 +76,65 @@ fn mpicc_cflags() -> Vec<String> {
         .collect()
 }
 
+/// The `PMPI_` functions the MPI libraries that `mpicc -show` links
+/// define, if they can be read (`nm -D`); None when they cannot. A header
+/// may declare what its library lacks (MPICH 4.0 declares the
+/// `MPI_Status_*f08` conversions without them): a wrapper for such a
+/// function would keep the library from loading.
+fn exported_pmpi() -> Option<BTreeSet<String>> {
+    let o = Command::new(mpicc()).arg("-show").output().ok()?;
+    let show = String::from_utf8_lossy(&o.stdout).to_string();
+    let mut dirs: Vec<PathBuf> = show
+        .split_whitespace()
+        .filter_map(|a| a.strip_prefix("-L"))
+        .map(PathBuf::from)
+        .collect();
+    for d in ["/usr/lib/x86_64-linux-gnu", "/usr/lib64", "/usr/lib"] {
+        dirs.push(PathBuf::from(d));
+    }
+    let mut found = BTreeSet::new();
+    for lib in show.split_whitespace().filter_map(|a| a.strip_prefix("-l")) {
+        let prefix = format!("lib{lib}.so");
+        // The first directory that has the library; its versioned file,
+        // since `libX.so` may be a linker script.
+        let Some(files) = dirs.iter().find_map(|d| {
+            let mut files: Vec<PathBuf> = std::fs::read_dir(d)
+                .ok()?
+                .filter_map(|e| e.ok().map(|e| e.path()))
+                .filter(|p| {
+                    p.file_name()
+                        .and_then(|n| n.to_str())
+                        .is_some_and(|n| n == prefix || n.starts_with(&format!("{prefix}.")))
+                })
+                .collect();
+            files.sort();
+            (!files.is_empty()).then_some(files)
+        }) else {
+            continue;
+        };
+        for f in files {
+            let Ok(nm) = Command::new("nm")
+                .args(["-D", "--defined-only"])
+                .arg(&f)
+                .output()
+            else {
+                return None;
+            };
+            if nm.status.success() {
+                for line in String::from_utf8_lossy(&nm.stdout).lines() {
+                    if let Some(name) = line.split_whitespace().last() {
+                        if name.starts_with("PMPI_") {
+                            found.insert(name.to_string());
+                        }
+                    }
+                }
+                break;
+            }
+        }
+    }
+    (!found.is_empty()).then_some(found)
+}
+
 /// Bindings of the MPI-5 standard ABI (`mpi_abi.h`), in the shape mpi-sys
 /// gives the other builds: handle types as newtypes. No MPI library is
 /// linked: the ABI's handles and constants are fixed values, so the
@@ -128,7 +188,21 @@ fn main() {
 
     let text = std::fs::read_to_string("wrappers/mpi.wrap").expect("wrappers/mpi.wrap");
     let entries = generate::parse(&text).unwrap_or_else(|e| panic!("{e}"));
-    let declared = generate::declared_names(&preprocessed_mpi_h(&out));
+    let mut declared = generate::declared_names(&preprocessed_mpi_h(&out));
+    if let Some(exported) = exported_pmpi() {
+        declared.retain(|f| exported.contains(f));
+    }
+    // What the library's MPI version brings, for the hand-written code.
+    println!("cargo::rustc-check-cfg=cfg(mpi4, mpi_sessions, mpi_t_events)");
+    for (cfg, function) in [
+        ("mpi4", "PMPI_Type_create_struct_c"),
+        ("mpi_sessions", "PMPI_Session_init"),
+        ("mpi_t_events", "PMPI_T_event_get_num"),
+    ] {
+        if declared.contains(function) {
+            println!("cargo:rustc-cfg={cfg}");
+        }
+    }
     let code = generate::generate(&entries, &declared).unwrap_or_else(|e| panic!("{e}"));
     std::fs::write(out.join("wrappers.rs"), code).unwrap();
 

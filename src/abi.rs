@@ -148,7 +148,18 @@ fn running_version() -> Option<String> {
 pub fn mismatch() -> Option<String> {
     BUILT?;
     let version = running_version()?;
+    let mpich = mpich_version(&version);
+    crate::piggyback::isendrecv_quirks(
+        mpich.is_some(),
+        mpich.is_some_and(|v| v.starts_with("4.0")),
+    );
     verdict(BUILT, running_family(abi_version(), &version), &version)
+}
+
+/// The release number of an MPICH version string ("MPICH Version: 4.0.2").
+fn mpich_version(version: &str) -> Option<&str> {
+    let rest = version.split("MPICH Version:").nth(1)?;
+    rest.split_whitespace().next()
 }
 
 /// This process's rank as the launcher tells it, before MPI can be asked
@@ -172,6 +183,14 @@ mod tests {
     const OMPI: &str =
         "Open MPI v4.1.4, package: Debian OpenMPI, ident: 4.1.4, repo rev: v4.1.4, May 26, 2022";
     const MPICH: &str = "MPICH Version:\t4.0.2\nMPICH Release date:\tThu Apr  7 12:34:45 CDT 2022\nMPICH ABI:\t14:2:2\n";
+
+    #[test]
+    fn mpich_releases_are_read_from_the_version_string() {
+        assert_eq!(mpich_version(MPICH), Some("4.0.2"));
+        assert_eq!(mpich_version("MPICH Version:      5.0.2\n"), Some("5.0.2"));
+        assert_eq!(mpich_version(OMPI), None);
+        assert_eq!(mpich_version("MVAPICH2 Version      :\t2.3.7"), None);
+    }
 
     #[test]
     fn families_are_told_apart_by_their_version_strings() {

@@ -142,6 +142,13 @@ same_width!(
     MPI_T_pvar_session
 );
 
+#[cfg(all(mpi_sessions, mpi_impl = "mpich"))]
+int_handles!(MPI_Session);
+#[cfg(all(mpi_sessions, not(mpi_impl = "mpich")))]
+same_width!(MPI_Session);
+#[cfg(mpi_t_events)]
+same_width!(MPI_T_event_registration, MPI_T_event_instance);
+
 /// The wide handle types, by the handles' names (for generated code).
 #[allow(non_camel_case_types, dead_code)]
 pub mod wide {
@@ -160,6 +167,12 @@ pub mod wide {
     pub type MPI_T_cvar_handle = <super::MPI_T_cvar_handle as Wide>::W;
     pub type MPI_T_pvar_handle = <super::MPI_T_pvar_handle as Wide>::W;
     pub type MPI_T_pvar_session = <super::MPI_T_pvar_session as Wide>::W;
+    #[cfg(mpi_sessions)]
+    pub type MPI_Session = <super::MPI_Session as Wide>::W;
+    #[cfg(mpi_t_events)]
+    pub type MPI_T_event_registration = <super::MPI_T_event_registration as Wide>::W;
+    #[cfg(mpi_t_events)]
+    pub type MPI_T_event_instance = <super::MPI_T_event_instance as Wide>::W;
 }
 
 /// MPI's special values, read once.

@@ -57,11 +57,11 @@ impl<'g> Call<'g> {
     /// whose arguments may be invalid (and asking MPI about an invalid
     /// handle would raise an error the application did not cause).
     #[inline(always)]
-    fn bytes(&self, count: c_int, datatype: MPI_Datatype) -> u64 {
+    fn bytes(&self, count: i64, datatype: MPI_Datatype) -> u64 {
         if !self.ok() {
             return 0;
         }
-        self.rec().types.bytes(i64::from(count), datatype)
+        self.rec().types.bytes(count, datatype)
     }
 
     /// Bytes this rank sends and receives in a collective (none if it failed).
@@ -174,7 +174,7 @@ fn put_send(r: &mut impl Sink, peer: c_int, tag: c_int, comm: u32, bytes: u64) {
 
 pub fn send(
     call: Call,
-    count: c_int,
+    count: i64,
     datatype: MPI_Datatype,
     peer: c_int,
     tag: c_int,
@@ -203,7 +203,7 @@ pub enum Issued {
 #[allow(clippy::too_many_arguments)]
 pub fn issue(
     call: Call,
-    count: c_int,
+    count: i64,
     datatype: MPI_Datatype,
     peer: c_int,
     tag: c_int,
@@ -291,7 +291,7 @@ pub fn recv_prepare(
     guard: &Guard,
     func: u32,
     t0: u64,
-    count: c_int,
+    count: i64,
     datatype: MPI_Datatype,
     src: c_int,
     tag: c_int,
@@ -299,7 +299,7 @@ pub fn recv_prepare(
 ) -> Option<RecvSlot> {
     let rec = guard.recorder();
     let info = comms::cached(comm, rec)?;
-    let posted = rec.types.cached_bytes(i64::from(count), datatype)?;
+    let posted = rec.types.cached_bytes(count, datatype)?;
     rec.prepare_recv(&PendingRecv {
         func,
         t0,
@@ -319,7 +319,7 @@ pub fn recv_prepare(
 #[allow(clippy::too_many_arguments)]
 pub fn recv(
     call: Call,
-    count: c_int,
+    count: i64,
     datatype: MPI_Datatype,
     src: c_int,
     tag: c_int,
@@ -368,11 +368,11 @@ pub fn recv(
 #[allow(clippy::too_many_arguments)]
 pub fn sendrecv(
     call: Call,
-    sendcount: c_int,
+    sendcount: i64,
     sendtype: MPI_Datatype,
     dest: c_int,
     sendtag: c_int,
-    recvcount: c_int,
+    recvcount: i64,
     recvtype: MPI_Datatype,
     source: c_int,
     recvtag: c_int,
@@ -401,6 +401,62 @@ pub fn sendrecv(
             got.as_ref(),
         );
         r.commit();
+    })
+}
+
+/// `MPI_Isendrecv(_replace)`: the send half goes now, the receive half
+/// completes with the request (`pb` holds both halves' piggyback slots).
+#[allow(clippy::too_many_arguments)]
+#[cfg_attr(not(mpi4), allow(dead_code))]
+pub fn isendrecv(
+    call: Call,
+    sendcount: i64,
+    sendtype: MPI_Datatype,
+    dest: c_int,
+    sendtag: c_int,
+    recvcount: i64,
+    recvtype: MPI_Datatype,
+    source: c_int,
+    recvtag: c_int,
+    comm: MPI_Comm,
+    request: *mut MPI_Request,
+    pb: usize,
+) {
+    guarded(|| {
+        let info = comm_info(&call, comm);
+        let bytes = call.bytes(sendcount, sendtype);
+        let posted = call.bytes(recvcount, recvtype);
+        let mut w = call.begin();
+        if call.ok() {
+            let id = w.as_mut().map_or(0, |r| r.take_op());
+            let kind = if piggyback::isendrecv_blind() {
+                OpKind::RecvBlind {
+                    src: source,
+                    tag: recvtag,
+                    posted,
+                }
+            } else {
+                OpKind::Recv {
+                    src: source,
+                    tag: recvtag,
+                    posted: Some(posted),
+                }
+            };
+            register(request, id, kind, false, pb);
+            piggyback::posted_recv(pb, true);
+        } else {
+            piggyback::release(pb);
+        }
+        if let Some(mut r) = w {
+            r.put_i(i64::from(dest));
+            r.put_i(i64::from(sendtag));
+            r.put_u(bytes);
+            r.put_i(i64::from(source));
+            r.put_i(i64::from(recvtag));
+            r.put_u(posted);
+            r.put_u(u64::from(info.index));
+            r.commit();
+        }
     })
 }
 
@@ -449,7 +505,7 @@ const EXPLICIT: (i32, i32, Option<u64>) = (i32::MIN, i32::MIN, None);
 
 pub fn mrecv(
     call: Call,
-    count: c_int,
+    count: i64,
     datatype: MPI_Datatype,
     msg: Option<u64>,
     status: *mut MPI_Status,
@@ -467,7 +523,7 @@ pub fn mrecv(
 
 pub fn imrecv(
     call: Call,
-    count: c_int,
+    count: i64,
     datatype: MPI_Datatype,
     msg: Option<u64>,
     request: *mut MPI_Request,
@@ -764,6 +820,20 @@ fn completion_items(r: &mut Writer, batch: &[Completed]) {
             OpKind::Recv { src, tag, posted } if !cancelled && !c.status.is_null() => {
                 r.put_status_pb((src, tag, posted), actual(c.status), extra, c.got.as_ref())
             }
+            OpKind::RecvBlind { src, tag, posted } if !cancelled && !c.status.is_null() => {
+                // The posted values; a wildcard's from the status, which
+                // has them right where MPI fills them at all.
+                let (s, t, _) = actual(c.status);
+                let k = ffi::consts();
+                let src_ = if src == k.any_source { s } else { src };
+                let tag_ = if tag == k.any_tag { t } else { tag };
+                r.put_status_pb(
+                    (src, tag, Some(posted)),
+                    (src_, tag_, posted),
+                    extra,
+                    c.got.as_ref(),
+                )
+            }
             _ => r.put_u(ST_NONE | extra),
         }
     }
@@ -799,6 +869,58 @@ pub fn request_status(call: Call, request: MPI_Request, flag: *mut c_int, status
             // live operation with this handle value will do.
             if let Some(op) = REQUESTS.get(key(request), 0) {
                 piggyback::peek(op.pb, status);
+            }
+        }
+        if let Some(r) = call.begin() {
+            r.commit();
+        }
+    })
+}
+
+/// `MPI_Request_get_status_all/any/some`: every receive reported complete
+/// is unpacked now, as for `MPI_Request_get_status`.
+#[allow(dead_code)] // MPI-4.1 libraries only
+pub fn request_statuses(call: Call, requests: &[MPI_Request], done: Done) {
+    guarded(|| {
+        let c = ffi::consts();
+        let peek = |i: usize, status: *mut MPI_Status| {
+            let h = requests[i];
+            if !ffi::is_request_null(h) {
+                if let Some(op) = REQUESTS.get(key(h), 0) {
+                    piggyback::peek(op.pb, status);
+                }
+            }
+        };
+        // SAFETY: MPI filled the flag, index, outcount, indices and
+        // statuses of this call (statuses substituted when ignored).
+        unsafe {
+            match done {
+                Done::AllIfFlag(flag, sts) if call.ok() && *flag != 0 => {
+                    for i in 0..requests.len() {
+                        peek(i, sts.add(i));
+                    }
+                }
+                Done::IndexIfFlag(index, flag, st)
+                    if call.ok()
+                        && *flag != 0
+                        && *index != c.undefined
+                        && *index >= 0
+                        && (*index as usize) < requests.len() =>
+                {
+                    peek(*index as usize, st);
+                }
+                Done::Some(outcount, indices, sts) if call.ok() => {
+                    let n = *outcount;
+                    if n != c.undefined && n > 0 {
+                        for k in 0..n as usize {
+                            let i = *indices.add(k) as usize;
+                            if i < requests.len() {
+                                peek(i, sts.add(k));
+                            }
+                        }
+                    }
+                }
+                _ => {}
             }
         }
         if let Some(r) = call.begin() {
@@ -875,14 +997,14 @@ impl Shape {
 pub struct CollArgs {
     pub sendbuf: *const c_void,
     pub recvbuf: *const c_void,
-    pub count: c_int,
+    pub count: i64,
     pub datatype: MPI_Datatype,
-    pub sendcount: c_int,
+    pub sendcount: i64,
     pub sendtype: MPI_Datatype,
-    pub recvcount: c_int,
+    pub recvcount: i64,
     pub recvtype: MPI_Datatype,
-    pub sendcounts: *const c_int,
-    pub recvcounts: *const c_int,
+    pub sendcounts: Counts,
+    pub recvcounts: Counts,
     pub sendtypes: *const MPI_Datatype,
     pub recvtypes: *const MPI_Datatype,
     pub root: c_int,
@@ -903,8 +1025,8 @@ impl CollArgs {
             sendtype: null,
             recvcount: 0,
             recvtype: null,
-            sendcounts: core::ptr::null(),
-            recvcounts: core::ptr::null(),
+            sendcounts: Counts::Int(core::ptr::null()),
+            recvcounts: Counts::Int(core::ptr::null()),
             sendtypes: core::ptr::null(),
             recvtypes: core::ptr::null(),
             root: 0,
@@ -913,10 +1035,43 @@ impl CollArgs {
     }
 }
 
+/// A collective's array of counts: `int` ones, or the `MPI_Count` ones of
+/// the large-count (`_c`) functions.
+#[derive(Clone, Copy)]
+pub enum Counts {
+    Int(*const c_int),
+    #[cfg_attr(not(mpi4), allow(dead_code))]
+    Large(*const ffi::MPI_Count),
+}
+
+impl Counts {
+    fn is_null(self) -> bool {
+        match self {
+            Counts::Int(p) => p.is_null(),
+            Counts::Large(p) => p.is_null(),
+        }
+    }
+
+    /// The `i`-th count.
+    ///
+    /// # Safety
+    /// The array is not null and has more than `i` entries.
+    unsafe fn get(self, i: usize) -> i64 {
+        // SAFETY: per the contract.
+        unsafe {
+            match self {
+                Counts::Int(p) => i64::from(*p.add(i)),
+                #[allow(clippy::unnecessary_cast)] // MPI_Count is i64 everywhere so far
+                Counts::Large(p) => *p.add(i) as i64,
+            }
+        }
+    }
+}
+
 /// Sum of `counts[..n]`, each times the size of its type.
 fn sum_bytes(
     sizes: &mut TypeSizes,
-    counts: *const c_int,
+    counts: Counts,
     n: usize,
     datatype: MPI_Datatype,
     types: *const MPI_Datatype,
@@ -930,7 +1085,7 @@ fn sum_bytes(
         // (or degree) for this rank's role; we read only those.
         let (c, t) = unsafe {
             (
-                *counts.add(i),
+                counts.get(i),
                 if types.is_null() {
                     datatype
                 } else {
@@ -938,7 +1093,7 @@ fn sum_bytes(
                 },
             )
         };
-        total = total.saturating_add(sizes.bytes(i64::from(c), t));
+        total = total.saturating_add(sizes.bytes(c, t));
     }
     total
 }
@@ -971,7 +1126,7 @@ fn degrees(comm: MPI_Comm, rank: u32) -> (usize, usize) {
 fn coll_bytes(sizes: &mut TypeSizes, shape: Shape, a: &CollArgs, info: &CommInfo) -> (u64, u64) {
     macro_rules! b {
         ($n:expr, $t:expr) => {
-            sizes.bytes(i64::from($n), $t)
+            sizes.bytes($n, $t)
         };
     }
     let c = ffi::consts();
@@ -1041,14 +1196,14 @@ fn coll_bytes(sizes: &mut TypeSizes, shape: Shape, a: &CollArgs, info: &CommInfo
             let mine = if a.recvcounts.is_null() {
                 0
             } else {
-                b!(unsafe { *a.recvcounts.add(info.rank as usize) }, a.datatype)
+                b!(unsafe { a.recvcounts.get(info.rank as usize) }, a.datatype)
             };
             (total, mine)
         }
         Shape::Gather | Shape::Gatherv => {
             let gathered = |sizes: &mut TypeSizes| {
                 if shape == Shape::Gather {
-                    sizes.bytes(i64::from(a.recvcount), a.recvtype) * peers_u as u64
+                    sizes.bytes(a.recvcount, a.recvtype) * peers_u as u64
                 } else {
                     sum_bytes(sizes, a.recvcounts, peers_u, a.recvtype, core::ptr::null())
                 }
@@ -1063,7 +1218,7 @@ fn coll_bytes(sizes: &mut TypeSizes, shape: Shape, a: &CollArgs, info: &CommInfo
         Shape::Scatter | Shape::Scatterv => {
             let scattered = |sizes: &mut TypeSizes| {
                 if shape == Shape::Scatter {
-                    sizes.bytes(i64::from(a.sendcount), a.sendtype) * peers_u as u64
+                    sizes.bytes(a.sendcount, a.sendtype) * peers_u as u64
                 } else {
                     sum_bytes(sizes, a.sendcounts, peers_u, a.sendtype, core::ptr::null())
                 }
@@ -1090,7 +1245,7 @@ fn coll_bytes(sizes: &mut TypeSizes, shape: Shape, a: &CollArgs, info: &CommInfo
             let total = sum_bytes(sizes, a.recvcounts, peers_u, a.recvtype, core::ptr::null());
             let sent = if in_place {
                 // SAFETY: recvcounts has one entry per rank of the group.
-                b!(unsafe { *a.recvcounts.add(info.rank as usize) }, a.recvtype)
+                b!(unsafe { a.recvcounts.get(info.rank as usize) }, a.recvtype)
             } else {
                 b!(a.sendcount, a.sendtype)
             };
@@ -1227,6 +1382,32 @@ pub fn icoll(call: Call, shape: Shape, args: &CollArgs, request: *mut MPI_Reques
         if call.ok() {
             let id = r.take_op();
             register(request, id, OpKind::Coll, false, 0);
+        }
+        r.commit();
+    })
+}
+
+/// A persistent collective (`MPI_*_init`): its sequence number is taken
+/// now (the init call is ordered as a collective); each `MPI_Start` of
+/// the request is an instance of its own (see `start`).
+#[cfg_attr(not(mpi4), allow(dead_code))]
+pub fn pcoll(call: Call, shape: Shape, args: &CollArgs, request: *mut MPI_Request) {
+    guarded(|| {
+        let info = comm_info(&call, args.comm);
+        let seq = next_seq(info);
+        let (sent, recvd) = call.coll_bytes(shape, args, info);
+        let Some(mut r) = call.begin() else { return };
+        put_coll(
+            &mut r,
+            info,
+            seq,
+            shape.rooted().then_some(args.root),
+            sent,
+            recvd,
+        );
+        if call.ok() {
+            let id = r.take_op();
+            register(request, id, OpKind::Coll, true, 0);
         }
         r.commit();
     })

@@ -19,6 +19,7 @@
 //! Only the MPI symbols are exported; everything else is private.
 
 mod abi;
+mod buffers;
 mod clock;
 mod comms;
 mod config;
@@ -46,7 +47,7 @@ pub mod wrappers {
     use crate::clock;
     use crate::ffi::{self, comm_value, message_value, request_value, status_or_local};
     use crate::guard::Guard;
-    use crate::hooks::{self, Call, CollArgs, Done, Issued, Origin, Scratch, Shape};
+    use crate::hooks::{self, Call, CollArgs, Counts, Done, Issued, Origin, Scratch, Shape};
     use crate::piggyback as pb;
     use core::ffi::{c_int, c_void};
     use core::mem::MaybeUninit;
@@ -58,7 +59,4 @@ pub mod wrappers {
     include!(concat!(env!("OUT_DIR"), "/wrappers.rs"));
 }
 
-pub use lifecycle::{
-    MPI_Abort, MPI_Buffer_attach, MPI_Buffer_detach, MPI_Finalize, MPI_Init, MPI_Init_thread,
-    MPI_Pcontrol,
-};
+pub use lifecycle::{MPI_Abort, MPI_Finalize, MPI_Init, MPI_Init_thread, MPI_Pcontrol};

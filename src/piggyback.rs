@@ -233,11 +233,10 @@ unsafe fn copy_bytes(src: *const u8, dst: *mut u8, n: usize) {
 fn struct_type(
     hdr: *const u8,
     buf: *const c_void,
-    count: c_int,
+    count: i64,
     datatype: MPI_Datatype,
 ) -> Option<MPI_Datatype> {
     let c = ffi::consts();
-    let lens = [header_len() as c_int, count];
     let mut displs: [ffi::MPI_Aint; 2] = [0, 0];
     let types = [c.byte, datatype];
     // SAFETY: address queries and a type constructor on valid arrays.
@@ -247,9 +246,22 @@ fn struct_type(
         }
         displs[1] = (buf as usize).wrapping_sub(c.bottom) as ffi::MPI_Aint;
         let mut t = core::mem::zeroed::<MPI_Datatype>();
-        if ffi::PMPI_Type_create_struct(2, lens.as_ptr(), displs.as_ptr(), types.as_ptr(), &mut t)
-            != 0
-        {
+        let made = match c_int::try_from(count) {
+            Ok(n) => {
+                let lens = [header_len() as c_int, n];
+                ffi::PMPI_Type_create_struct(
+                    2,
+                    lens.as_ptr(),
+                    displs.as_ptr(),
+                    types.as_ptr(),
+                    &mut t,
+                )
+            }
+            // A count beyond `int` came through a large-count function,
+            // which only an MPI-4 library has.
+            Err(_) => large_struct(count, &displs, &types, &mut t),
+        };
+        if made != 0 {
             return None;
         }
         if ffi::PMPI_Type_commit(&mut t) != 0 {
@@ -258,6 +270,31 @@ fn struct_type(
         }
         Some(t)
     }
+}
+
+/// `struct_type` for a count beyond `int`.
+#[cfg(mpi4)]
+unsafe fn large_struct(
+    count: i64,
+    displs: &[ffi::MPI_Aint; 2],
+    types: &[MPI_Datatype; 2],
+    t: &mut MPI_Datatype,
+) -> c_int {
+    let lens: [ffi::MPI_Count; 2] = [header_len() as ffi::MPI_Count, count as ffi::MPI_Count];
+    let displs: [ffi::MPI_Count; 2] = [displs[0] as ffi::MPI_Count, displs[1] as ffi::MPI_Count];
+    // SAFETY: a type constructor on valid arrays.
+    unsafe { ffi::PMPI_Type_create_struct_c(2, lens.as_ptr(), displs.as_ptr(), types.as_ptr(), t) }
+}
+
+/// Without large-count functions no count exceeds `int`.
+#[cfg(not(mpi4))]
+unsafe fn large_struct(
+    _: i64,
+    _: &[ffi::MPI_Aint; 2],
+    _: &[MPI_Datatype; 2],
+    _: &mut MPI_Datatype,
+) -> c_int {
+    1
 }
 
 fn free_type(t: &mut Option<MPI_Datatype>) {
@@ -276,7 +313,7 @@ fn bottom() -> *const c_void {
 /// The arguments a send passes to MPI instead of the user's.
 pub struct Out {
     pub buf: *const c_void,
-    pub count: c_int,
+    pub count: i64,
     pub datatype: MPI_Datatype,
     temp: Option<MPI_Datatype>,
 }
@@ -297,10 +334,53 @@ fn skip_header(rec: &mut Recorder, t0: u64) {
 /// must be the application's own, so the call goes to MPI untouched and
 /// fails there as it would untraced, under the application's handler.
 #[inline(always)]
-fn packing(rec: &mut Recorder, count: c_int, datatype: MPI_Datatype) -> Option<Option<u64>> {
+fn packing(rec: &mut Recorder, count: i64, datatype: MPI_Datatype) -> Option<Option<u64>> {
+    packing_up_to(rec, count, datatype, COPY_MAX)
+}
+
+/// `packing`, staging dense messages of up to `stage_max` bytes.
+#[inline(always)]
+fn packing_up_to(
+    rec: &mut Recorder,
+    count: i64,
+    datatype: MPI_Datatype,
+    stage_max: u64,
+) -> Option<Option<u64>> {
     rec.types
-        .dense_bytes(i64::from(count), datatype)
-        .map(|dense| dense.filter(|&n| n <= COPY_MAX))
+        .dense_bytes(count, datatype)
+        .map(|dense| dense.filter(|&n| n <= stage_max))
+}
+
+/// MPICH's `MPI_Isendrecv(_replace)` leave the byte count of the
+/// request's status unfilled (and MPICH 4.0 its source and tag too), so a
+/// staged receive could not tell how much arrived: there, a receive half
+/// takes its data in place and its header on trust (`unpack`), and
+/// `MPI_Isendrecv_replace` stages its whole buffer and copies all of it
+/// back (what no reply overwrote is the user's data again).
+static ISENDRECV_BLIND: AtomicBool = AtomicBool::new(false);
+/// MPICH 4.0's `MPI_Isendrecv(_replace)` also release the send half's
+/// derived datatype once too often (untraced programs that pass one crash
+/// the same way): there a send half of any size is staged, so that only
+/// `MPI_BYTE` goes out.
+static ISENDRECV_TYPES_BROKEN: AtomicBool = AtomicBool::new(false);
+
+/// Sets the quirks above for the MPI that runs.
+pub fn isendrecv_quirks(blind: bool, types_broken: bool) {
+    ISENDRECV_BLIND.store(blind, Relaxed);
+    ISENDRECV_TYPES_BROKEN.store(types_broken, Relaxed);
+}
+
+fn isendrecv_stage_max() -> u64 {
+    if ISENDRECV_TYPES_BROKEN.load(Relaxed) {
+        u64::MAX
+    } else {
+        COPY_MAX
+    }
+}
+
+/// Whether `MPI_Isendrecv(_replace)` leave their statuses unfilled.
+pub fn isendrecv_blind() -> bool {
+    ISENDRECV_BLIND.load(Relaxed)
 }
 
 impl Out {
@@ -311,7 +391,7 @@ impl Out {
         rec: &mut Recorder,
         t0: u64,
         buf: *const c_void,
-        count: c_int,
+        count: i64,
         datatype: MPI_Datatype,
     ) -> Out {
         let mut out = Out {
@@ -336,7 +416,7 @@ impl Out {
                 // staging buffer has room for header and data.
                 unsafe { copy_bytes(buf as *const u8, stage.add(h), n as usize) };
                 out.buf = stage as *const c_void;
-                out.count = (h + n as usize) as c_int;
+                out.count = (h + n as usize) as i64;
                 out.datatype = ffi::consts().byte;
             }
             _ => {
@@ -392,7 +472,7 @@ impl Rx {
 /// The arguments a receive passes to MPI instead of the user's.
 pub struct In {
     pub buf: *mut c_void,
-    pub count: c_int,
+    pub count: i64,
     pub datatype: MPI_Datatype,
     temp: Option<MPI_Datatype>,
     user: *mut c_void,
@@ -404,7 +484,7 @@ pub struct In {
 
 impl In {
     #[inline(always)]
-    pub fn new(rec: &mut Recorder, buf: *mut c_void, count: c_int, datatype: MPI_Datatype) -> In {
+    pub fn new(rec: &mut Recorder, buf: *mut c_void, count: i64, datatype: MPI_Datatype) -> In {
         let mut inp = In {
             buf,
             count,
@@ -428,7 +508,7 @@ impl In {
                 inp.staged = true;
                 inp.posted = n;
                 inp.buf = inp.area as *mut c_void;
-                inp.count = (h + n as usize) as c_int;
+                inp.count = (h + n as usize) as i64;
                 inp.datatype = ffi::consts().byte;
             }
             _ => {
@@ -461,6 +541,7 @@ impl In {
             status,
             rx,
             None,
+            false,
         )
     }
 }
@@ -480,6 +561,7 @@ fn completed_ok(rc: c_int, status: *const MPI_Status) -> bool {
 
 /// Takes the header off a received message at `area`.
 #[inline(always)]
+#[allow(clippy::too_many_arguments)]
 fn unpack(
     area: *mut u8,
     staged: bool,
@@ -488,8 +570,22 @@ fn unpack(
     status: *mut MPI_Status,
     rx: Rx,
     own: Option<(usize, u64, i32)>,
+    blind: bool,
 ) -> Option<Got> {
     let h = header_len() as u64;
+    if blind {
+        // A status MPI does not fill (see `ISENDRECV_BLIND`): the
+        // header is there (every rank is traced). Staged data is the whole
+        // area back: `MPI_Isendrecv_replace`'s, whose area went out with
+        // the user's data, so what no reply overwrote is the user's again.
+        if staged {
+            // SAFETY: the area holds the header and `posted` bytes.
+            unsafe { copy_bytes(area.add(h as usize), user as *mut u8, posted as usize) };
+        }
+        let got = read_header(area);
+        receive_clock(rx, own.map_or(i32::MIN, |o| o.2), own, &got);
+        return Some(got);
+    }
     let bytes = ffi::status_bytes(status);
     if bytes < h {
         // No header: the sender is not traced. Deliver what came (the
@@ -591,7 +687,7 @@ impl In {
         rec: &mut Recorder,
         t0: u64,
         buf: *mut c_void,
-        count: c_int,
+        count: i64,
         datatype: MPI_Datatype,
     ) -> In {
         let inp = In::new(rec, buf, count, datatype);
@@ -637,6 +733,10 @@ pub struct Slot {
     data_len: u64,
     /// Between the post (or `MPI_Start`) and the completion.
     active: bool,
+    /// The send half of an `MPI_Isendrecv`, released with this slot.
+    partner: usize,
+    /// Completed with a status MPI does not fill (see `unpack`).
+    blind: bool,
 }
 
 // SAFETY: a slot is owned by one request; the raw pointers are the
@@ -646,13 +746,13 @@ unsafe impl Send for Slot {}
 /// Substitute arguments for a nonblocking call, and the slot to keep.
 pub struct Posted {
     pub buf: *mut c_void,
-    pub count: c_int,
+    pub count: i64,
     pub datatype: MPI_Datatype,
     pub slot: Option<Box<Slot>>,
 }
 
 impl Posted {
-    fn passthrough(buf: *mut c_void, count: c_int, datatype: MPI_Datatype) -> Posted {
+    fn passthrough(buf: *mut c_void, count: i64, datatype: MPI_Datatype) -> Posted {
         Posted {
             buf,
             count,
@@ -669,7 +769,7 @@ impl Posted {
 
 fn new_slot(
     buf: *mut c_void,
-    count: c_int,
+    count: i64,
     datatype: MPI_Datatype,
     dense: Option<u64>,
     send: bool,
@@ -690,6 +790,8 @@ fn new_slot(
         got: None,
         data_len: 0,
         active: false,
+        partner: 0,
+        blind: false,
     });
     if dense.is_none() {
         slot.temp = Some(struct_type(slot.area.as_ptr(), buf, count, datatype)?);
@@ -700,13 +802,13 @@ fn new_slot(
 fn slot_args(
     slot: &Slot,
     buf: *mut c_void,
-    count: c_int,
+    count: i64,
     datatype: MPI_Datatype,
-) -> (*mut c_void, c_int, MPI_Datatype) {
+) -> (*mut c_void, i64, MPI_Datatype) {
     if slot.staged {
         (
             slot.area.as_ptr() as *mut c_void,
-            slot.area.len() as c_int,
+            slot.area.len() as i64,
             ffi::consts().byte,
         )
     } else if let Some(t) = slot.temp {
@@ -732,15 +834,60 @@ pub fn post_send(
     rec: &mut Recorder,
     t0: u64,
     buf: *const c_void,
-    count: c_int,
+    count: i64,
     datatype: MPI_Datatype,
     persistent: bool,
+) -> Posted {
+    post_send_up_to(rec, t0, buf, count, datatype, persistent, COPY_MAX)
+}
+
+/// The send half of `MPI_Isendrecv`.
+#[cfg_attr(not(mpi4), allow(dead_code))]
+pub fn post_isendrecv_send(
+    rec: &mut Recorder,
+    t0: u64,
+    buf: *const c_void,
+    count: i64,
+    datatype: MPI_Datatype,
+) -> Posted {
+    post_send_up_to(rec, t0, buf, count, datatype, false, isendrecv_stage_max())
+}
+
+/// The receive half of `MPI_Isendrecv`.
+#[cfg_attr(not(mpi4), allow(dead_code))]
+pub fn post_isendrecv_recv(
+    rec: &mut Recorder,
+    buf: *mut c_void,
+    count: i64,
+    datatype: MPI_Datatype,
+    rx: Rx,
+    tag: c_int,
+) -> Posted {
+    if !isendrecv_blind() {
+        return post_recv_up_to(rec, buf, count, datatype, rx, tag, false, COPY_MAX);
+    }
+    // No status to size a staged message by: the data goes in place.
+    let mut p = post_recv_up_to(rec, buf, count, datatype, rx, tag, false, 0);
+    if let Some(slot) = p.slot.as_mut() {
+        slot.blind = true;
+    }
+    p
+}
+
+fn post_send_up_to(
+    rec: &mut Recorder,
+    t0: u64,
+    buf: *const c_void,
+    count: i64,
+    datatype: MPI_Datatype,
+    persistent: bool,
+    stage_max: u64,
 ) -> Posted {
     let buf = buf as *mut c_void;
     if !on() {
         return Posted::passthrough(buf, count, datatype);
     }
-    let Some(staged) = packing(rec, count, datatype) else {
+    let Some(staged) = packing_up_to(rec, count, datatype, stage_max) else {
         if !persistent {
             skip_header(rec, t0);
         }
@@ -767,16 +914,30 @@ pub fn post_send(
 pub fn post_recv(
     rec: &mut Recorder,
     buf: *mut c_void,
-    count: c_int,
+    count: i64,
     datatype: MPI_Datatype,
     rx: Rx,
     tag: c_int,
     persistent: bool,
 ) -> Posted {
+    post_recv_up_to(rec, buf, count, datatype, rx, tag, persistent, COPY_MAX)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn post_recv_up_to(
+    rec: &mut Recorder,
+    buf: *mut c_void,
+    count: i64,
+    datatype: MPI_Datatype,
+    rx: Rx,
+    tag: c_int,
+    persistent: bool,
+    stage_max: u64,
+) -> Posted {
     if !on() {
         return Posted::passthrough(buf, count, datatype);
     }
-    let Some(staged) = packing(rec, count, datatype) else {
+    let Some(staged) = packing_up_to(rec, count, datatype, stage_max) else {
         return Posted::passthrough(buf, count, datatype);
     };
     let Some(mut slot) = new_slot(buf, count, datatype, staged, false, rx, tag) else {
@@ -793,6 +954,51 @@ pub fn post_recv(
         datatype: d,
         slot: Some(slot),
     }
+}
+
+/// `MPI_Isendrecv_replace`: a receive slot whose area goes out first, with
+/// the header (and the staged data) of the send half.
+#[allow(clippy::too_many_arguments)]
+#[cfg_attr(not(mpi4), allow(dead_code))]
+pub fn post_replace(
+    rec: &mut Recorder,
+    t0: u64,
+    buf: *mut c_void,
+    count: i64,
+    datatype: MPI_Datatype,
+    rx: Rx,
+    tag: c_int,
+) -> Posted {
+    if !on() {
+        return Posted::passthrough(buf, count, datatype);
+    }
+    let stage_max = if isendrecv_blind() {
+        u64::MAX
+    } else {
+        COPY_MAX
+    };
+    let mut p = post_recv_up_to(rec, buf, count, datatype, rx, tag, false, stage_max);
+    match p.slot.as_mut() {
+        Some(slot) => {
+            load_send(slot, rec, t0);
+            slot.blind = isendrecv_blind();
+        }
+        None => skip_header(rec, t0),
+    }
+    p
+}
+
+/// One request for two slots: the receive half's slot carries the send
+/// half's, which is released with it (either may be 0).
+#[cfg_attr(not(mpi4), allow(dead_code))]
+pub fn paired(recv: usize, send: usize) -> usize {
+    if recv == 0 {
+        release(send);
+        return 0;
+    }
+    // SAFETY: a live slot of this module.
+    unsafe { (*(recv as *mut Slot)).partner = send };
+    recv
 }
 
 /// After a nonblocking receive was posted (`ok`) or started: a wildcard one
@@ -865,6 +1071,7 @@ pub fn complete(
                 status,
                 s.rx,
                 Some((slot, s.post, s.tag)),
+                s.blind,
             );
         }
     }
@@ -897,6 +1104,7 @@ pub fn peek(slot: usize, status: *mut MPI_Status) {
             status,
             s.rx,
             Some((slot, s.post, s.tag)),
+            s.blind,
         );
         s.data_len = ffi::status_bytes(status);
     }
@@ -966,4 +1174,5 @@ pub fn release(slot: usize) {
     // SAFETY: the slot was made by `Posted::into_slot` and is released once.
     let mut s = unsafe { Box::from_raw(slot as *mut Slot) };
     free_type(&mut s.temp);
+    release(s.partner);
 }

@@ -24,6 +24,13 @@ pub enum OpKind {
         tag: i32,
         posted: Option<u64>,
     },
+    /// A receive whose status MPI does not fill (`piggyback::isendrecv_blind`):
+    /// recorded as what was posted.
+    RecvBlind {
+        src: i32,
+        tag: i32,
+        posted: u64,
+    },
     Coll,
     /// An `MPI_Comm_idup`: at completion, define the new communicator.
     Idup {

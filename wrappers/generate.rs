@@ -134,20 +134,27 @@ fn format_kind(kind: &str, name: &str) -> Result<&'static str, String> {
         "wait" | "test" | "waitany" | "testany" | "waitall" | "testall" | "waitsome"
         | "testsome" => "Complete",
         "cancel" => "Cancel",
-        "request_get_status" => "Plain",
+        "request_get_status"
+        | "request_get_status_all"
+        | "request_get_status_any"
+        | "request_get_status_some" => "Plain",
+        "isendrecv" | "isendrecv_replace" => "Isendrecv",
+        "psend_init" => "PsendInit",
+        "precv_init" => "PrecvInit",
+        "buffer_attach" | "buffer_detach" => "Plain",
         "request_free" => "RequestFree",
         "comm_new" | "comm_dynamic" | "comm_parent" => "CommNew",
         "comm_idup" => "Icoll",
         "comm_free" => "CommFree",
         k if k.starts_with("coll:") => "Coll",
         k if k.starts_with("icoll:") => "Icoll",
+        k if k.starts_with("pcoll:") => "CollInit",
         "manual" => match name {
             "MPI_Init" => "Init",
             "MPI_Init_thread" => "InitThread",
             "MPI_Finalize" => "Finalize",
             "MPI_Abort" => "Abort",
             "MPI_Pcontrol" => "Pcontrol",
-            "MPI_Buffer_attach" | "MPI_Buffer_detach" => "Plain",
             _ => return Err(format!("no hand-written wrapper is known for {name}")),
         },
         k => return Err(format!("unknown kind '{k}' for {name}")),
@@ -169,6 +176,9 @@ const HANDLES: &[&str] = &[
     "MPI_T_cvar_handle",
     "MPI_T_pvar_handle",
     "MPI_T_pvar_session",
+    "MPI_Session",
+    "MPI_T_event_registration",
+    "MPI_T_event_instance",
 ];
 
 /// Rust type of a by-value C type.
@@ -177,7 +187,11 @@ fn value_type(ctype: &str) -> Result<String, String> {
     Ok(match t {
         "int" | "MPI_Fint" => "c_int".into(),
         "double" => "f64".into(),
-        "MPI_Aint" | "MPI_Offset" | "MPI_Count" => format!("ffi::{t}"),
+        "MPI_Aint" | "MPI_Offset" | "MPI_Count" | "MPI_T_cb_safety" | "MPI_T_source_order" => {
+            format!("ffi::{t}")
+        }
+        // Callbacks passed by value (`MPI_T_event_free_cb_function f`).
+        f if f.ends_with("_function") => "*mut c_void".into(),
         h if HANDLES.contains(&h) => format!("ffi::{h}"),
         other => return Err(format!("no Rust type for C type '{other}'")),
     })
@@ -216,6 +230,9 @@ fn param_type(p: &Param) -> Result<String, String> {
         Some("status" | "statuses") => "*mut ffi::MPI_Status".into(),
         Some("request" | "requests") => "*mut ffi::MPI_Request".into(),
         Some("flag" | "index" | "outcount" | "indices") => "*mut c_int".into(),
+        Some("sendcounts" | "recvcounts") if p.ctype.contains("MPI_Count") => {
+            "*const ffi::MPI_Count".into()
+        }
         Some("sendcounts" | "recvcounts") => "*const c_int".into(),
         Some("sendtypes" | "recvtypes") => "*const ffi::MPI_Datatype".into(),
         Some("newcomm" | "comm_inout") => "*mut ffi::MPI_Comm".into(),
@@ -254,6 +271,11 @@ fn opt_role<'a>(e: &'a Entry, r: &str) -> Option<&'a str> {
         .iter()
         .find(|p| p.role.as_deref() == Some(r))
         .map(|p| p.name.as_str())
+}
+
+/// A count argument as the hooks take it: `int` and `MPI_Count` alike.
+fn wide(name: &str) -> String {
+    format!("i64::from({name})")
 }
 
 /// The preparation lines and the hook call for one entry.
@@ -299,15 +321,26 @@ fn body(e: &Entry) -> Result<(Vec<String>, String), String> {
         }
         "send" => format!(
             "hooks::send({call}, {}, {}, {}, {}, {})",
-            r("count")?,
+            wide(r("count")?),
             r("datatype")?,
             r("peer")?,
             r("tag")?,
             r("comm")?
         ),
+        "psend_init" | "precv_init" => format!(
+            "hooks::issue({call}, {}.saturating_mul(i64::from({})), {}, {}, {}, {}, {}, Issued::{}, true, 0)",
+            wide(r("count")?),
+            r("partitions")?,
+            r("datatype")?,
+            r("peer")?,
+            r("tag")?,
+            r("comm")?,
+            r("request")?,
+            if e.kind == "psend_init" { "Send" } else { "Recv" },
+        ),
         "isend" | "send_init" | "irecv" | "recv_init" => format!(
             "hooks::issue({call}, {}, {}, {}, {}, {}, {}, Issued::{}, {}, pb_post_slot)",
-            r("count")?,
+            wide(r("count")?),
             r("datatype")?,
             r("peer")?,
             r("tag")?,
@@ -322,7 +355,7 @@ fn body(e: &Entry) -> Result<(Vec<String>, String), String> {
         ),
         "recv" => format!(
             "hooks::recv({call}, {}, {}, {}, {}, {}, {}, got, pre)",
-            r("count")?,
+            wide(r("count")?),
             r("datatype")?,
             r("peer")?,
             r("tag")?,
@@ -331,11 +364,11 @@ fn body(e: &Entry) -> Result<(Vec<String>, String), String> {
         ),
         "sendrecv" => format!(
             "hooks::sendrecv({call}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, got)",
-            r("sendcount")?,
+            wide(r("sendcount")?),
             r("sendtype")?,
             r("peer")?,
             r("sendtag")?,
-            r("recvcount")?,
+            wide(r("recvcount")?),
             r("recvtype")?,
             r("source")?,
             r("recvtag")?,
@@ -350,7 +383,31 @@ fn body(e: &Entry) -> Result<(Vec<String>, String), String> {
             r("recvtag")?,
             r("comm")?,
             r("status")?,
-            c = r("count")?,
+            c = wide(r("count")?),
+            d = r("datatype")?
+        ),
+        "isendrecv" => format!(
+            "hooks::isendrecv({call}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, pb_post_slot)",
+            wide(r("sendcount")?),
+            r("sendtype")?,
+            r("peer")?,
+            r("sendtag")?,
+            wide(r("recvcount")?),
+            r("recvtype")?,
+            r("source")?,
+            r("recvtag")?,
+            r("comm")?,
+            r("request")?,
+        ),
+        "isendrecv_replace" => format!(
+            "hooks::isendrecv({call}, {c}, {d}, {}, {}, {c}, {d}, {}, {}, {}, {}, pb_post_slot)",
+            r("peer")?,
+            r("sendtag")?,
+            r("source")?,
+            r("recvtag")?,
+            r("comm")?,
+            r("request")?,
+            c = wide(r("count")?),
             d = r("datatype")?
         ),
         "probe" => format!(
@@ -395,14 +452,14 @@ fn body(e: &Entry) -> Result<(Vec<String>, String), String> {
             if e.kind == "mrecv" {
                 format!(
                     "hooks::mrecv({call}, {}, {}, message_op, {}, got)",
-                    r("count")?,
+                    wide(r("count")?),
                     r("datatype")?,
                     r("status")?
                 )
             } else {
                 format!(
                     "hooks::imrecv({call}, {}, {}, message_op, {}, pb_post_slot)",
-                    r("count")?,
+                    wide(r("count")?),
                     r("datatype")?,
                     r("request")?
                 )
@@ -467,6 +524,24 @@ fn body(e: &Entry) -> Result<(Vec<String>, String), String> {
             r("indices")?,
             r("statuses")?
         ),
+        "request_get_status_all" => format!(
+            "hooks::request_statuses({call}, scratch.requests(), Done::AllIfFlag({}, {}))",
+            r("flag")?,
+            r("statuses")?
+        ),
+        "request_get_status_any" => format!(
+            "hooks::request_statuses({call}, scratch.requests(), Done::IndexIfFlag({}, {}, {}))",
+            r("index")?,
+            r("flag")?,
+            r("status")?
+        ),
+        "request_get_status_some" => format!(
+            "hooks::request_statuses({call}, scratch.requests(), Done::Some({}, {}, {}))",
+            r("outcount")?,
+            r("indices")?,
+            r("statuses")?
+        ),
+        "buffer_attach" | "buffer_detach" => format!("hooks::plain({call})"),
         "request_get_status" => format!(
             "hooks::request_status({call}, {}, {}, {})",
             r("reqval")?,
@@ -507,28 +582,39 @@ fn body(e: &Entry) -> Result<(Vec<String>, String), String> {
             prep.push("let released = hooks::release_comm(comm_in);".into());
             format!("hooks::comm_free({call}, comm_in, released)")
         }
-        k if k.starts_with("coll:") || k.starts_with("icoll:") => {
+        k if k.starts_with("coll:") || k.starts_with("icoll:") || k.starts_with("pcoll:") => {
             let (prefix, shape) = k.split_once(':').unwrap();
             let mut fields = Vec::new();
-            for (field, rl, conv) in [
-                ("sendbuf", "sendbuf", " as *const c_void"),
-                ("recvbuf", "recvbuf", " as *const c_void"),
-                ("sendbuf", "buf", " as *const c_void"),
-                ("count", "count", ""),
-                ("datatype", "datatype", ""),
-                ("sendcount", "sendcount", ""),
-                ("sendtype", "sendtype", ""),
-                ("recvcount", "recvcount", ""),
-                ("recvtype", "recvtype", ""),
-                ("sendcounts", "sendcounts", ""),
-                ("recvcounts", "recvcounts", ""),
-                ("sendtypes", "sendtypes", ""),
-                ("recvtypes", "recvtypes", ""),
-                ("root", "root", ""),
+            for (field, rl) in [
+                ("sendbuf", "sendbuf"),
+                ("recvbuf", "recvbuf"),
+                ("sendbuf", "buf"),
+                ("count", "count"),
+                ("datatype", "datatype"),
+                ("sendcount", "sendcount"),
+                ("sendtype", "sendtype"),
+                ("recvcount", "recvcount"),
+                ("recvtype", "recvtype"),
+                ("sendcounts", "sendcounts"),
+                ("recvcounts", "recvcounts"),
+                ("sendtypes", "sendtypes"),
+                ("recvtypes", "recvtypes"),
+                ("root", "root"),
             ] {
-                if let Some(v) = opt_role(e, rl) {
-                    fields.push(format!("{field}: {v}{conv}"));
-                }
+                let Some(p) = e.params.iter().find(|p| p.role.as_deref() == Some(rl)) else {
+                    continue;
+                };
+                let v = &p.name;
+                let value = match rl {
+                    "sendbuf" | "recvbuf" | "buf" => format!("{v} as *const c_void"),
+                    "count" | "sendcount" | "recvcount" => wide(v),
+                    "sendcounts" | "recvcounts" if p.ctype.contains("MPI_Count") => {
+                        format!("Counts::Large({v})")
+                    }
+                    "sendcounts" | "recvcounts" => format!("Counts::Int({v})"),
+                    _ => v.clone(),
+                };
+                fields.push(format!("{field}: {value}"));
             }
             let args = format!(
                 "CollArgs {{ {}, ..CollArgs::new({}) }}",
@@ -538,6 +624,12 @@ fn body(e: &Entry) -> Result<(Vec<String>, String), String> {
             let args = args.replace("{ , ", "{ ");
             if prefix == "coll" {
                 format!("hooks::coll({call}, Shape::{}, &{args})", camel(shape))
+            } else if prefix == "pcoll" {
+                format!(
+                    "hooks::pcoll({call}, Shape::{}, &{args}, {})",
+                    camel(shape),
+                    r("request")?
+                )
             } else {
                 format!(
                     "hooks::icoll({call}, Shape::{}, &{args}, {})",
@@ -573,7 +665,9 @@ fn around(e: &Entry) -> Result<Around, String> {
     let mut a = Around::default();
     let replace = |a: &mut Around, var: &str, roles: [&str; 3]| {
         a.subst.push((roles[0].into(), format!("{var}.buf as _")));
-        a.subst.push((roles[1].into(), format!("{var}.count")));
+        // The piggyback layer's counts are i64; the user's own value, or a
+        // small one of its own, both fit the parameter's type.
+        a.subst.push((roles[1].into(), format!("{var}.count as _")));
         a.subst.push((roles[2].into(), format!("{var}.datatype")));
     };
     let data = |x: [&str; 3]| -> Result<[String; 3], String> {
@@ -587,7 +681,7 @@ fn around(e: &Entry) -> Result<Around, String> {
         "send" => {
             let [b, c, d] = data(["buf", "count", "datatype"])?;
             a.pre.push(format!(
-                "let pb_out = pb::Out::new(guard.recorder(), t0, {b} as *const c_void, {c}, {d});"
+                "let pb_out = pb::Out::new(guard.recorder(), t0, {b} as *const c_void, i64::from({c}), {d});"
             ));
             replace(&mut a, "pb_out", ["buf", "count", "datatype"]);
             a.post.push("drop(pb_out);".into());
@@ -595,7 +689,7 @@ fn around(e: &Entry) -> Result<Around, String> {
         "isend" | "send_init" => {
             let [b, c, d] = data(["buf", "count", "datatype"])?;
             a.pre.push(format!(
-                "let pb_post = pb::post_send(guard.recorder(), t0, {b} as *const c_void, {c}, {d}, {});",
+                "let pb_post = pb::post_send(guard.recorder(), t0, {b} as *const c_void, i64::from({c}), {d}, {});",
                 e.kind == "send_init"
             ));
             replace(&mut a, "pb_post", ["buf", "count", "datatype"]);
@@ -605,7 +699,7 @@ fn around(e: &Entry) -> Result<Around, String> {
         "irecv" | "recv_init" => {
             let [b, c, d] = data(["buf", "count", "datatype"])?;
             a.pre.push(format!(
-                "let pb_post = pb::post_recv(guard.recorder(), {b} as *mut c_void, {c}, {d}, pb::Rx::new({}, {}), {}, {});",
+                "let pb_post = pb::post_recv(guard.recorder(), {b} as *mut c_void, i64::from({c}), {d}, pb::Rx::new({}, {}), {}, {});",
                 r("peer")?,
                 r("comm")?,
                 r("tag")?,
@@ -618,7 +712,7 @@ fn around(e: &Entry) -> Result<Around, String> {
         "imrecv" => {
             let [b, c, d] = data(["buf", "count", "datatype"])?;
             a.pre.push(format!(
-                "let pb_post = pb::post_recv(guard.recorder(), {b} as *mut c_void, {c}, {d}, pb::Rx::matched(), 0, false);"
+                "let pb_post = pb::post_recv(guard.recorder(), {b} as *mut c_void, i64::from({c}), {d}, pb::Rx::matched(), 0, false);"
             ));
             replace(&mut a, "pb_post", ["buf", "count", "datatype"]);
             a.post
@@ -627,7 +721,7 @@ fn around(e: &Entry) -> Result<Around, String> {
         "recv" | "mrecv" => {
             let [b, c, d] = data(["buf", "count", "datatype"])?;
             a.pre.push(format!(
-                "let pb_in = pb::In::new(guard.recorder(), {b} as *mut c_void, {c}, {d});"
+                "let pb_in = pb::In::new(guard.recorder(), {b} as *mut c_void, i64::from({c}), {d});"
             ));
             replace(&mut a, "pb_in", ["buf", "count", "datatype"]);
             if e.kind == "recv" {
@@ -635,7 +729,7 @@ fn around(e: &Entry) -> Result<Around, String> {
                 // rank would wait anyway (see `hooks::recv_prepare`); after
                 // `In::new`, which caches the datatype's size.
                 a.pre.push(format!(
-                    "let pre = hooks::recv_prepare(&guard, ids::{}, t0, {c}, {d}, {}, {}, {});",
+                    "let pre = hooks::recv_prepare(&guard, ids::{}, t0, i64::from({c}), {d}, {}, {}, {});",
                     e.name.to_ascii_uppercase(),
                     r("peer")?,
                     r("tag")?,
@@ -655,12 +749,12 @@ fn around(e: &Entry) -> Result<Around, String> {
         "sendrecv" => {
             let [b, c, d] = data(["sendbuf", "sendcount", "sendtype"])?;
             a.pre.push(format!(
-                "let pb_out = pb::Out::new(guard.recorder(), t0, {b} as *const c_void, {c}, {d});"
+                "let pb_out = pb::Out::new(guard.recorder(), t0, {b} as *const c_void, i64::from({c}), {d});"
             ));
             replace(&mut a, "pb_out", ["sendbuf", "sendcount", "sendtype"]);
             let [b, c, d] = data(["recvbuf", "recvcount", "recvtype"])?;
             a.pre.push(format!(
-                "let pb_in = pb::In::new(guard.recorder(), {b} as *mut c_void, {c}, {d});"
+                "let pb_in = pb::In::new(guard.recorder(), {b} as *mut c_void, i64::from({c}), {d});"
             ));
             replace(&mut a, "pb_in", ["recvbuf", "recvcount", "recvtype"]);
             a.post.push("drop(pb_out);".into());
@@ -674,7 +768,7 @@ fn around(e: &Entry) -> Result<Around, String> {
         "sendrecv_replace" => {
             let [b, c, d] = data(["buf", "count", "datatype"])?;
             a.pre.push(format!(
-                "let pb_rep = pb::In::replace(guard.recorder(), t0, {b} as *mut c_void, {c}, {d});"
+                "let pb_rep = pb::In::replace(guard.recorder(), t0, {b} as *mut c_void, i64::from({c}), {d});"
             ));
             replace(&mut a, "pb_rep", ["buf", "count", "datatype"]);
             a.post.push(format!(
@@ -682,6 +776,74 @@ fn around(e: &Entry) -> Result<Around, String> {
                 r("status")?,
                 r("source")?,
                 r("comm")?
+            ));
+        }
+        "isendrecv" => {
+            let [b, c, d] = data(["sendbuf", "sendcount", "sendtype"])?;
+            a.pre.push(format!(
+                "let pb_send = pb::post_isendrecv_send(guard.recorder(), t0, {b} as *const c_void, i64::from({c}), {d});"
+            ));
+            replace(&mut a, "pb_send", ["sendbuf", "sendcount", "sendtype"]);
+            let [b, c, d] = data(["recvbuf", "recvcount", "recvtype"])?;
+            a.pre.push(format!(
+                "let pb_post = pb::post_isendrecv_recv(guard.recorder(), {b} as *mut c_void, i64::from({c}), {d}, pb::Rx::new({}, {}), {});",
+                r("source")?,
+                r("comm")?,
+                r("recvtag")?,
+            ));
+            replace(&mut a, "pb_post", ["recvbuf", "recvcount", "recvtype"]);
+            a.post.push(
+                "let pb_post_slot = pb::paired(pb_post.into_slot(), pb_send.into_slot());".into(),
+            );
+        }
+        "isendrecv_replace" => {
+            let [b, c, d] = data(["buf", "count", "datatype"])?;
+            a.pre.push(format!(
+                "let pb_post = pb::post_replace(guard.recorder(), t0, {b} as *mut c_void, i64::from({c}), {d}, pb::Rx::new({}, {}), {});",
+                r("source")?,
+                r("comm")?,
+                r("recvtag")?,
+            ));
+            replace(&mut a, "pb_post", ["buf", "count", "datatype"]);
+            a.post
+                .push("let pb_post_slot = pb_post.into_slot();".into());
+        }
+        "buffer_attach" => {
+            let scope = buffer_scope(e);
+            a.call = Some(format!(
+                "crate::buffers::attach({scope}, {b}, i64::from({n}), |b, n| real::P{}({}))",
+                e.name,
+                e.params
+                    .iter()
+                    .map(|p| match p.role.as_deref() {
+                        Some("buf") => "b".to_string(),
+                        Some("size") => "n as _".to_string(),
+                        _ => p.name.clone(),
+                    })
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                b = r("buf")?,
+                n = r("size")?,
+            ));
+        }
+        "buffer_detach" => {
+            let scope = buffer_scope(e);
+            let size = e.params.iter().find(|p| p.role.as_deref() == Some("size"));
+            let wide = size.is_some_and(|p| p.ctype.contains("MPI_Count"));
+            a.call = Some(format!(
+                "crate::buffers::detach({scope}, {b}, {n} as *mut c_void, {wide}, |b, n| real::P{}({}))",
+                e.name,
+                e.params
+                    .iter()
+                    .map(|p| match p.role.as_deref() {
+                        Some("buf") => "b".to_string(),
+                        Some("size") => "n as _".to_string(),
+                        _ => p.name.clone(),
+                    })
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                b = r("buf")?,
+                n = r("size")?,
             ));
         }
         "start" => a.pre.push(format!(
@@ -697,6 +859,17 @@ fn around(e: &Entry) -> Result<Around, String> {
         _ => {}
     }
     Ok(a)
+}
+
+/// Which attached buffer a `buffer_attach`/`buffer_detach` entry names.
+fn buffer_scope(e: &Entry) -> String {
+    if let Some(c) = opt_role(e, "comm") {
+        format!("crate::buffers::Scope::Comm(ffi::handle_key({c}))")
+    } else if let Some(s) = opt_role(e, "session") {
+        format!("crate::buffers::Scope::Session(ffi::handle_key({s}))")
+    } else {
+        "crate::buffers::Scope::Process".to_string()
+    }
 }
 
 /// A module of `extern "C"` declarations of the `PMPI_` functions, with

@@ -197,3 +197,102 @@ fn errors_the_application_handles_stay_its_own() {
         }
     }
 }
+
+/// MPI-4 under every MPI-4 setup: large-count forms mixed with their int
+/// forms, `MPI_Isendrecv(_replace)`, a persistent allreduce started three
+/// times and a partitioned exchange, at np=2..8. Output as untraced, exact
+/// call counts, every message matched; every message but the partitioned
+/// ones (which carry no header) matched through its piggybacked id, and
+/// each start of the persistent allreduce an instance of its own.
+#[test]
+fn mpi4_operations_are_traced_exactly() {
+    for mpi in [Mpi::Mpich, Mpi::Mpich5, Mpi::Abi] {
+        for np in 2..=8u32 {
+            let what = format!("mpi4 under {mpi:?} np={np}");
+            let dir = scratch(&format!("matrix-mpi4-{np}-{}", mpi.tag()));
+            let prog = mpi.prog("mpi4");
+            let plain = mpirun_on(mpi, &dir, np, &prog, &[], Mode::Plain, &[]);
+            let traced = mpirun_on(mpi, &dir, np, &prog, &[], Mode::Preload, &[]);
+            assert_transparent(&plain, &traced, np);
+            let trace = pmtrace_analysis::Trace::open(&traced.trace).unwrap();
+            assert_eq!(
+                recorded_counts(&trace),
+                traced.expected_counts(np),
+                "{what}"
+            );
+            let rep = report(&traced.trace);
+            let (m, c) = (&rep["messages"], &rep["clocks"]);
+            assert_eq!(m["unmatched"], 0, "{what}: {m}");
+            assert_eq!(m["matched"], m["sent"], "{what}: {m}");
+            // Two starts of one partitioned channel per pair of ranks.
+            let partitioned = 2 * u64::from(np / 2);
+            let matched = m["matched"].as_u64().unwrap();
+            assert_eq!(c["matched_by_id"], matched - partitioned, "{what}: {c}");
+            assert_eq!(c["unmatched_by_id"], partitioned, "{what}: {c}");
+            for key in [
+                "fifo_disagreements",
+                "lamport_violations",
+                "wire_mismatches",
+                "decreasing",
+                "forced",
+            ] {
+                assert_eq!(c[key], 0, "{what}: clocks.{key}: {c}");
+            }
+            // Collectives: 14 reports, bcast_c, bcast, allreduce_c,
+            // allreduce, and 3 starts of the persistent allreduce.
+            assert_eq!(rep["collectives"]["instances"], 14 + 4 + 3, "{what}");
+        }
+    }
+}
+
+#[allow(dead_code)]
+#[path = "../../wrappers/generate.rs"]
+mod generate;
+
+/// Completeness by construction: every `PMPI_` function the `mpi.h` of
+/// each setup declares is described in `wrappers/mpi.wrap` (with its
+/// roles, or as `plain` on purpose), so it gets a wrapper. A library that
+/// adds functions fails this test until they are classified.
+#[test]
+fn every_function_each_mpi_h_declares_is_described() {
+    let wrap = std::fs::read_to_string(root().join("wrappers/mpi.wrap")).unwrap();
+    let described: std::collections::BTreeSet<String> = generate::parse(&wrap)
+        .unwrap()
+        .into_iter()
+        .map(|e| format!("P{}", e.name))
+        .collect();
+    let setups: [(&str, std::path::PathBuf); 5] = [
+        ("Open MPI 4.1", "mpicc.openmpi".into()),
+        ("MPICH 4.0", "mpicc.mpich".into()),
+        ("Open MPI 5.0", root().join("target/mpi/openmpi5/bin/mpicc")),
+        ("MPICH 5.0", root().join("target/mpi/mpich5/bin/mpicc")),
+        (
+            "the standard ABI",
+            root().join("target/mpi/mpich5/bin/mpicc_abi"),
+        ),
+    ];
+    make_once(&MATRIX_BUILD, "matrix");
+    let dir = scratch("matrix-described");
+    let src = dir.join("mpi_h.c");
+    std::fs::write(&src, "#include <mpi.h>\n").unwrap();
+    for (name, cc) in setups {
+        let out = std::process::Command::new(&cc)
+            .arg("-E")
+            .arg(&src)
+            .output()
+            .unwrap_or_else(|e| panic!("{}: {e}", cc.display()));
+        assert!(out.status.success(), "{name}: {} -E failed", cc.display());
+        let declared = generate::declared_names(&String::from_utf8_lossy(&out.stdout));
+        assert!(
+            declared.len() > 400,
+            "{name}: {} declarations",
+            declared.len()
+        );
+        let missing: Vec<&String> = declared.difference(&described).collect();
+        assert!(
+            missing.is_empty(),
+            "{name}'s mpi.h declares {} function(s) wrappers/mpi.wrap does not describe: {missing:?}",
+            missing.len()
+        );
+    }
+}

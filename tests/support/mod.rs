@@ -33,7 +33,7 @@ pub fn cli() -> PathBuf {
 static EXAMPLES: Once = Once::new();
 
 /// `make -s target`, once per test process.
-fn make_once(once: &Once, target: &str) {
+pub fn make_once(once: &Once, target: &str) {
     once.call_once(|| {
         let st = Command::new("make")
             .arg("-s")
@@ -63,7 +63,7 @@ pub enum Flavour {
 }
 
 static MPICH_BUILD: Once = Once::new();
-static MATRIX_BUILD: Once = Once::new();
+pub static MATRIX_BUILD: Once = Once::new();
 
 impl Flavour {
     pub const ALL: [Flavour; 3] = [Flavour::OpenMpi, Flavour::Mpich, Flavour::Abi];

@@ -53,7 +53,8 @@ pub struct ClockReport {
     pub mode: String,
     /// Receives matched to their send through the piggybacked id.
     pub matched_by_id: u64,
-    /// Receives whose id matching differs from the FIFO-rule matching.
+    /// Receives with a piggyback whose id matching differs from the
+    /// FIFO-rule matching.
     pub fifo_disagreements: u64,
     /// Receives that carried no piggyback, or an id no send has.
     pub unmatched_by_id: u64,
@@ -783,7 +784,9 @@ pub fn compute(trace: &Trace, m: &Messages) -> Clocks {
             } else {
                 report.unmatched_by_id += 1;
             }
-            if found != fifo[ri] {
+            // A receive without a header (a partitioned message, an
+            // untraced sender) has no id to disagree with.
+            if r.pb.is_some() && found != fifo[ri] {
                 report.fifo_disagreements += 1;
             }
         }
