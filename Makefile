@@ -84,7 +84,7 @@ endef
 # The programs every setup of the test matrix runs (tests/matrix).
 MATRIX_PROGS := ring halo2d master_worker collectives coverage bytes threads mpibench errors
 # ... and those of the setups with an MPI-4 library.
-MPI4_PROGS := mpi4
+MPI4_PROGS := mpi4 sessions
 
 # The runtime and test programs built for MPICH, which Debian installs
 # beside Open MPI (mpicc.mpich, mpirun.mpich; Open MPI stays the default):
@@ -116,7 +116,7 @@ $(eval $(call progs,$(ABI_DIR),$(MPICC_ABI)))
 $(eval $(call progs,target/openmpi5,$(CURDIR)/$(OMPI5)/bin/mpicc))
 $(eval $(call progs,target/mpich5,$(CURDIR)/$(MPICH5)/bin/mpicc))
 matrix: build mpich abi $(foreach s,openmpi5 mpich5,$(addprefix target/$(s)/examples/,$(MATRIX_PROGS))) \
-  target/mpich5/examples/mpi4
+  $(addprefix target/mpich5/examples/,$(MPI4_PROGS)) target/openmpi5/examples/sessions
 
 # Python packages the export tests read with, beside (not into) Debian's
 # Python: Perfetto's own protobuf definitions and the protobuf runtime.

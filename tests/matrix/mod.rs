@@ -296,3 +296,31 @@ fn every_function_each_mpi_h_declares_is_described() {
         );
     }
 }
+
+/// A program that starts with `MPI_Session_init` and never calls
+/// `MPI_Init` runs as untraced under every MPI-4 setup: same output, exit
+/// status 0, nothing on stderr, no trace (tracing starts at `MPI_Init`).
+#[test]
+fn a_sessions_program_runs_unharmed() {
+    for mpi in [Mpi::Mpich, Mpi::OpenMpi5, Mpi::Mpich5, Mpi::Abi] {
+        let what = format!("sessions under {mpi:?}");
+        let dir = scratch(&format!("matrix-sessions-{}", mpi.tag()));
+        let prog = mpi.prog("sessions");
+        let plain = mpirun_on(mpi, &dir, 3, &prog, &[], Mode::Plain, &[]);
+        let traced = mpirun_on(mpi, &dir, 3, &prog, &[], Mode::Preload, &[]);
+        assert_eq!(plain.code, 0, "{what}: {}", plain.stderr);
+        assert!(
+            plain.stdout.contains("sum 33 over 3 ranks"),
+            "{what}: {}",
+            plain.stdout
+        );
+        assert_eq!(traced.code, 0, "{what}: {}", traced.stderr);
+        assert_eq!(traced.stdout, plain.stdout, "{what}");
+        assert!(
+            traced.stderr_lines().is_empty(),
+            "{what}: {}",
+            traced.stderr
+        );
+        assert!(!traced.trace.exists(), "{what}: a trace was made");
+    }
+}
