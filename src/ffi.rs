@@ -8,6 +8,12 @@ pub use mpi_sys::*;
 #[cfg(not(feature = "native"))]
 pub use abi_sys::*;
 
+/// Open MPI 5's session handle, which mpi-sys does not bind: a pointer to
+/// an opaque object, like every Open MPI handle.
+#[cfg(all(mpi_sessions, mpi_impl = "openmpi"))]
+#[allow(non_camel_case_types)]
+pub type MPI_Session = *mut core::ffi::c_void;
+
 /// The MPI-5 standard ABI's bindings (build.rs), and the constants that
 /// mpi-sys would give, from src/shim.c.
 #[cfg(not(feature = "native"))]
