@@ -2,14 +2,23 @@
 //! sequence number on each member, and who depends on whom.
 //!
 //! Becker et al. (`000_…` §4.1) model a collective as logical messages from
-//! enters to exits:
+//! enters to exits. pmtrace draws one only where data flows, from a member
+//! that sent data to one that received some, since only there does the
+//! standard order an exit after an enter:
 //!
 //! | shape | a member's exit depends on the enter of |
 //! |---|---|
-//! | 1-to-N (Bcast, Scatter) | the root, if the member received data |
-//! | N-to-1 (Reduce, Gather) | every member that sent data (root's exit only) |
-//! | N-to-N (Allreduce, Barrier, ...) | every member |
+//! | 1-to-N (Bcast, Scatter) | the root |
+//! | N-to-1 (Reduce, Gather) | every member (root's exit only) |
+//! | N-to-N (Allreduce, Allgather, Alltoall, ...) | every member |
 //! | Scan, Exscan | every member of lower rank |
+//!
+//! always of members that sent data, at a member that received data: a
+//! zero-count instance, or a zero-byte member, has none. Barriers
+//! (`MPI_Barrier`, `MPI_Ibarrier`, `MPI_Barrier_init`) synchronize by
+//! definition: every member's exit depends on every enter. Neighbourhood
+//! collectives (the trace does not say who the neighbours are) and
+//! `MPI_Comm_idup` (communicator management) have no logical message.
 //!
 //! Sync (`sync::graph`) and the viewers' exports (flows of a collective)
 //! read the same instances, so they draw the same logical messages.
@@ -28,10 +37,36 @@ pub trait Part {
     fn recvd(&self) -> u64;
 }
 
+/// What orders the members of a collective.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Flow {
+    /// The data each member sends (see the module docs).
+    Data,
+    /// A barrier: every exit after every enter.
+    Barrier,
+    /// Nothing pmtrace can tell.
+    Unordered,
+}
+
+impl Flow {
+    /// The flow of a collective function.
+    pub fn of(name: &str) -> Flow {
+        let n = name.to_ascii_lowercase();
+        if n.contains("barrier") {
+            Flow::Barrier
+        } else if n.contains("neighbor") || n.contains("comm_idup") {
+            Flow::Unordered
+        } else {
+            Flow::Data
+        }
+    }
+}
+
 /// One collective call across its communicator.
 #[derive(Debug, Clone)]
 pub struct Instance<P> {
     pub shape: Shape,
+    pub flow: Flow,
     /// Communicator rank of the root (rooted shapes only).
     pub root: Option<u32>,
     /// Global id of the communicator.
@@ -76,12 +111,34 @@ impl<P: Part> Instance<P> {
             return false;
         };
         k != i
-            && match self.shape {
-                Shape::NToN => true,
-                Shape::OneToN => Some(k) == self.root && me.recvd() > 0,
-                Shape::NToOne => Some(i) == self.root && m.sent() > 0,
-                Shape::Scan | Shape::Exscan => k < i,
+            && match self.flow {
+                Flow::Unordered => false,
+                Flow::Barrier => true,
+                Flow::Data => {
+                    m.sent() > 0
+                        && me.recvd() > 0
+                        && match self.shape {
+                            Shape::NToN => true,
+                            Shape::OneToN => Some(k) == self.root,
+                            Shape::NToOne => Some(i) == self.root,
+                            Shape::Scan | Shape::Exscan => k < i,
+                        }
+                }
             }
+    }
+
+    /// Whether every member's exit depends on every other member's enter
+    /// (a barrier, or data from and to every member).
+    pub fn all_to_all(&self) -> bool {
+        match (self.flow, self.shape) {
+            (Flow::Barrier, _) => true,
+            (Flow::Data, Shape::NToN) => self
+                .members
+                .iter()
+                .flatten()
+                .all(|m| m.sent() > 0 && m.recvd() > 0),
+            _ => false,
+        }
     }
 
     /// Every logical message (sender, receiver) of the instance.
@@ -93,6 +150,7 @@ impl<P: Part> Instance<P> {
     pub fn map<Q>(&self, mut f: impl FnMut(&P) -> Option<Q>) -> Instance<Q> {
         Instance {
             shape: self.shape,
+            flow: self.flow,
             root: self.root,
             comm: self.comm,
             members: self
@@ -232,6 +290,7 @@ fn add_member(
                 } else {
                     shape
                 },
+                flow: Flow::of(rank.function_name(c.func)),
                 root,
                 comm: def.global_id,
                 members: vec![None; size],

@@ -87,6 +87,11 @@ pub const FUNCTIONS: &[(&str, Kind)] = &[
     ("MPI_Allreduce_init", Kind::CollInit),
     ("MPI_Psend_init", Kind::PsendInit),
     ("MPI_Precv_init", Kind::PrecvInit),
+    ("MPI_Alltoall", Kind::Coll),
+    ("MPI_Gather", Kind::Coll),
+    ("MPI_Allgatherv", Kind::Coll),
+    ("MPI_Neighbor_alltoall", Kind::Coll),
+    ("MPI_Comm_idup", Kind::Icoll),
 ];
 
 fn function_id(name: &str) -> u32 {

@@ -226,6 +226,69 @@ fn n_to_n_pushes_every_exit_past_the_latest_enter() {
 }
 
 #[test]
+fn collectives_without_data_order_nothing_but_barriers_do() {
+    // Rank 2 exits before the others enter. With no data, nothing says it
+    // waited for them: a zero-count allreduce, a zero-byte gather, a
+    // communicator duplication and a neighbourhood exchange stay as they
+    // were; a barrier does order every exit after every enter.
+    let calls = [
+        (2_000, 2_500, 0, 0),
+        (2_100, 2_500, 0, 0),
+        (1_000, 1_010, 0, 0),
+    ];
+    for func in ["MPI_Allreduce", "MPI_Alltoall", "MPI_Comm_idup"] {
+        assert_eq!(
+            coll_exits(func, None, calls),
+            vec![2_500, 2_500, 1_010],
+            "{func}"
+        );
+    }
+    assert_eq!(
+        coll_exits("MPI_Gather", Some(0), calls),
+        vec![2_500, 2_500, 1_010]
+    );
+    let data = [
+        (2_000, 2_500, 8, 8),
+        (2_100, 2_500, 8, 8),
+        (1_000, 1_010, 8, 8),
+    ];
+    assert_eq!(
+        coll_exits("MPI_Neighbor_alltoall", None, data),
+        vec![2_500, 2_500, 1_010]
+    );
+    assert_eq!(
+        coll_exits("MPI_Barrier", None, calls),
+        vec![2_500, 2_500, 2_200]
+    );
+}
+
+#[test]
+fn only_members_that_receive_data_wait_for_members_that_send_it() {
+    // An allreduce-shaped call where rank 2 contributes nothing: the others
+    // do not wait for it, and it, receiving, waits for them.
+    let exits = coll_exits(
+        "MPI_Allgatherv",
+        None,
+        [
+            (2_000, 2_500, 8, 8),
+            (2_100, 2_500, 8, 8),
+            (3_000, 3_010, 0, 16),
+        ],
+    );
+    assert_eq!(exits, vec![2_500, 2_500, 3_010]);
+    let exits = coll_exits(
+        "MPI_Allgatherv",
+        None,
+        [
+            (2_000, 2_500, 8, 8),
+            (2_100, 2_500, 8, 8),
+            (1_000, 1_010, 0, 16),
+        ],
+    );
+    assert_eq!(exits, vec![2_500, 2_500, 2_200]);
+}
+
+#[test]
 fn scan_and_exscan_exits_wait_for_lower_ranks_only() {
     // Rank 1 enters late (2000). Rank 2 depends on it; rank 0 does not
     // (the paper's reversed index order would push rank 0 instead).

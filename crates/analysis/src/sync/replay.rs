@@ -12,7 +12,6 @@ use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
 use super::graph::{Dep, Graph, Node, Out};
-use crate::clocks::Shape;
 
 /// Visits every node of `g` once, in a causal order, smallest `key` first
 /// among the ready ones. Returns how many nodes were visited before their
@@ -31,6 +30,7 @@ pub fn replay<K: Ord + Copy>(
             .map(|i| vec![false; i.members.len()])
             .collect(),
         count: vec![0; g.insts.len()],
+        all_to_all: g.insts.iter().map(|i| i.all_to_all()).collect(),
         present: g
             .insts
             .iter()
@@ -86,6 +86,8 @@ struct Replay<'g> {
     /// Per instance and member: its enter was visited.
     entered: Vec<Vec<bool>>,
     count: Vec<u32>,
+    /// Per instance: every exit depends on every enter (`Instance::all_to_all`).
+    all_to_all: Vec<bool>,
     present: Vec<u32>,
     /// The location's next node is in the heap.
     queued: Vec<bool>,
@@ -123,7 +125,7 @@ impl Replay<'_> {
             Dep::Coll { inst, member } => {
                 let i = inst as usize;
                 let inst = &self.g.insts[i];
-                if inst.shape == Shape::NToN {
+                if self.all_to_all[i] {
                     // Every present member, this one included (its enter
                     // came first on its own location).
                     self.count[i] >= self.present[i]
