@@ -15,7 +15,7 @@ export OMPI_MCA_rmaps_base_oversubscribe := 1
 
 DEB_PACKAGES := openmpi-bin libopenmpi-dev libclang-dev clang pkg-config \
   libopen-trace-format2-dev otf2-tools python3-otf2 chromium python3-pip valgrind \
-  mpich libmpich-dev python3-mpi4py unzip
+  mpich libmpich-dev python3-mpi4py unzip python3-dev python3-setuptools
 
 # The current releases, from their wheels (pinned), each unpacked into a
 # prefix of its own under target/mpi: never into the system's Python.
@@ -25,7 +25,7 @@ OMPI5 := $(MPI_PREFIX)/openmpi5
 MPICH5 := $(MPI_PREFIX)/mpich5
 WHEELS := $(OMPI5)/.installed $(MPICH5)/.installed
 
-.PHONY: all build deps debs wheels matrix abi abi-lib install pydeps examples mpich mpich-lib test unit lint demo bench wrappers clean
+.PHONY: all build deps debs wheels matrix abi abi-lib install pydeps mpi4py-suite examples mpich mpich-lib test unit lint demo bench wrappers clean
 
 all: build
 
@@ -126,13 +126,29 @@ $(PYDEPS): | deps
 	/usr/bin/python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore \
 	  --target target/pydeps --no-deps perfetto protobuf
 
+# mpi4py's own test suite (1,362 tests), from its source distribution
+# (pinned), built by pip against Open MPI into target/mpi4py/lib, beside
+# (not into) Debian's Python.
+MPI4PY := target/mpi4py
+MPI4PY_VERSION := 3.1.4
+mpi4py-suite: $(MPI4PY)/.installed
+$(MPI4PY)/.installed: | debs
+	@rm -rf $(MPI4PY) && mkdir -p $(MPI4PY)
+	/usr/bin/python3 -m pip download --quiet --disable-pip-version-check --no-deps \
+	  --no-binary=:all: -d $(MPI4PY) mpi4py==$(MPI4PY_VERSION)
+	tar -xzf $(MPI4PY)/mpi4py-$(MPI4PY_VERSION).tar.gz -C $(MPI4PY) mpi4py-$(MPI4PY_VERSION)/test
+	MPICC=mpicc /usr/bin/python3 -m pip install --quiet --disable-pip-version-check \
+	  --root-user-action=ignore --no-build-isolation --no-deps --target $(MPI4PY)/lib \
+	  $(MPI4PY)/mpi4py-$(MPI4PY_VERSION).tar.gz
+	@touch $@
+
 lint: deps
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --release --workspace --all-targets -- -D warnings
 	MPICC=$(MPICC_ABI) RUSTFLAGS="-C relro-level=partial" CARGO_TARGET_DIR=$(ABI_DIR) \
 	  $(CARGO) clippy --release -p pmtrace-runtime --no-default-features -- -D warnings
 
-test: build examples matrix pydeps lint
+test: build examples matrix pydeps mpi4py-suite lint
 	@if $(CARGO) nextest --version >/dev/null 2>&1; then \
 	  $(CARGO) nextest run --release --workspace --no-fail-fast; \
 	else \

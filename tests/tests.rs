@@ -140,6 +140,91 @@ fn the_other_test_programs_are_transparent_under_vector_clocks() {
     check_clocked("vector", "late_finalize", 3, &[], "vector");
 }
 
+/// mpi4py's own test suite (1,362 tests; built from its source
+/// distribution by `make mpi4py-suite`), at np=1 and np=2: the same
+/// outcome traced as untraced (test_spawn left out: it hangs untraced
+/// too). At np=2, every message matched, and sync, on one host's clock,
+/// moves nothing.
+#[test]
+fn mpi4py_test_suite_has_the_same_outcome_traced() {
+    make_once(&MPI4PY_BUILD, "mpi4py-suite");
+    let base = root().join("target/mpi4py");
+    let lib = base.join("lib");
+    let runtests = base.join("mpi4py-3.1.4/test/runtests.py");
+    let python = std::path::Path::new("/usr/bin/python3");
+    let wrapper = root().join("tests/progs/mpi4py_suite.py");
+    let env = [("PYTHONPATH", lib.to_str().unwrap())];
+    // Per rank, "Ran N tests" and the verdict ("OK (skipped=K)"), without
+    // the times.
+    let outcome = |dir: &std::path::Path, np: u32| -> Vec<String> {
+        (0..np)
+            .flat_map(|r| {
+                let f = dir.join(format!("rank{r}.txt"));
+                let text =
+                    std::fs::read_to_string(&f).unwrap_or_else(|e| panic!("{}: {e}", f.display()));
+                text.lines()
+                    .filter(|l| {
+                        l.starts_with("Ran ") || l.starts_with("OK") || l.starts_with("FAILED")
+                    })
+                    .map(|l| format!("rank {r}: {}", l.split(" in ").next().unwrap_or(l)))
+                    .collect::<Vec<_>>()
+            })
+            .collect()
+    };
+    for np in [1u32, 2] {
+        let what = format!("mpi4py's suite np={np}");
+        let dir = scratch(&format!("mpi4py-suite-{np}"));
+        let run = |mode: Mode, name: &str| {
+            let out = dir.join(name);
+            std::fs::create_dir_all(&out).unwrap();
+            let args = [
+                wrapper.to_str().unwrap(),
+                out.to_str().unwrap(),
+                runtests.to_str().unwrap(),
+                "-q",
+                "-e",
+                "spawn",
+            ];
+            (
+                mpirun(&dir, np, python, &args, mode, &env),
+                outcome(&out, np),
+            )
+        };
+        let (plain, want) = run(Mode::Plain, "plain");
+        let (traced, got) = run(Mode::Preload, "traced");
+        assert_eq!(plain.code, 0, "{what}: {}", plain.stderr);
+        assert_eq!(traced.code, plain.code, "{what}: {}", traced.stderr);
+        assert_eq!(want.len(), 2 * np as usize, "{what}: {want:?}");
+        assert!(
+            want.contains(&"rank 0: Ran 1362 tests".to_string()),
+            "{what}: {want:?}"
+        );
+        assert_eq!(got, want, "{what}");
+        let rep = report(&traced.trace);
+        assert_eq!(rep["ranks"], np, "{what}");
+        assert_eq!(
+            rep["messages"]["unmatched"], 0,
+            "{what}: {}",
+            rep["messages"]
+        );
+        if np == 2 {
+            let out = pmtrace(&["sync", "--json", traced.trace.to_str().unwrap()]);
+            assert!(
+                out.status.success(),
+                "{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            let sync: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+            for (key, n) in sync["recorded"]["violations"].as_object().unwrap() {
+                assert_eq!(n, 0, "{what}: recorded {key}");
+            }
+            for step in sync["steps"].as_array().unwrap() {
+                assert_eq!(step["events_moved"], 0, "{what}: {step}");
+            }
+        }
+    }
+}
+
 /// A Python program (Debian's mpi4py, over the C API): pickled messages
 /// (received through MPI_Mprobe and MPI_Mrecv), wildcard buffer receives,
 /// nonblocking exchanges and collectives. Same output, and the calls the

@@ -64,6 +64,7 @@ pub enum Flavour {
 
 static MPICH_BUILD: Once = Once::new();
 pub static MATRIX_BUILD: Once = Once::new();
+pub static MPI4PY_BUILD: Once = Once::new();
 
 impl Flavour {
     pub const ALL: [Flavour; 3] = [Flavour::OpenMpi, Flavour::Mpich, Flavour::Abi];
