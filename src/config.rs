@@ -28,7 +28,81 @@ pub struct Config {
     clock_sim_text: Option<String>,
     /// `PMTRACE_SYNC_REPS`: ping-pongs per clock offset measurement.
     pub sync_reps: u32,
+    /// `PMTRACE_EXCLUDE`: the function ids whose calls are left out.
+    pub exclude: Vec<u32>,
     pub warnings: Vec<String>,
+}
+
+/// The groups `PMTRACE_EXCLUDE` names, by what their functions' names
+/// start with.
+const GROUPS: &[(&str, &[&str])] = &[
+    ("time", &["MPI_Wtime", "MPI_Wtick"]),
+    (
+        "probe",
+        &["MPI_Probe", "MPI_Iprobe", "MPI_Mprobe", "MPI_Improbe"],
+    ),
+    ("test", &["MPI_Test", "MPI_Request_get_status"]),
+];
+
+/// Whether calls of a function of this kind can be left out of a trace
+/// and the rest still read right: those that move no message and create no
+/// operation. A probe that matches a message (`MPI_Mprobe`) and a test
+/// that completes an operation are recorded all the same (see `hooks`).
+fn can_leave_out(kind: pmtrace_format::Kind) -> bool {
+    use pmtrace_format::Kind;
+    matches!(
+        kind,
+        Kind::Plain | Kind::Probe | Kind::Iprobe | Kind::Mprobe | Kind::Improbe | Kind::Complete
+    )
+}
+
+/// `PMTRACE_EXCLUDE=<group or function>,...` against `functions` (the
+/// function table): the ids, and one warning per name it cannot take.
+fn parse_exclude(v: &str, functions: &[(&str, pmtrace_format::Kind)]) -> (Vec<u32>, Vec<String>) {
+    let (mut ids, mut warnings) = (Vec::new(), Vec::new());
+    for item in v.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+        let lower = item.to_ascii_lowercase();
+        let prefixes: Vec<String> = match GROUPS.iter().find(|(g, _)| *g == lower) {
+            Some((_, names)) => names.iter().map(|n| n.to_ascii_lowercase()).collect(),
+            None => vec![],
+        };
+        let name = if lower.starts_with("mpi_") {
+            lower.clone()
+        } else {
+            format!("mpi_{lower}")
+        };
+        let matching: Vec<u32> = functions
+            .iter()
+            .enumerate()
+            .filter(|(_, (f, _))| {
+                let f = f.to_ascii_lowercase();
+                if prefixes.is_empty() {
+                    f == name
+                } else {
+                    prefixes.iter().any(|p| f.starts_with(p.as_str()))
+                }
+            })
+            .map(|(i, _)| i as u32)
+            .collect();
+        if matching.is_empty() {
+            warnings.push(format!(
+                "PMTRACE_EXCLUDE: {item} is neither an MPI function nor a group (time, probe, test); ignored"
+            ));
+        }
+        for id in matching {
+            let (f, kind) = functions[id as usize];
+            if can_leave_out(kind) {
+                ids.push(id);
+            } else {
+                warnings.push(format!(
+                    "PMTRACE_EXCLUDE: {f} cannot be left out (the trace's messages and operations depend on it); recorded"
+                ));
+            }
+        }
+    }
+    ids.sort_unstable();
+    ids.dedup();
+    (ids, warnings)
 }
 
 /// 100 round trips per tree level: a few ms of `MPI_Init` at most (measured:
@@ -76,6 +150,7 @@ impl Config {
             clock_sim: None,
             clock_sim_text: None,
             sync_reps: DEFAULT_SYNC_REPS,
+            exclude: Vec::new(),
             warnings: Vec::new(),
         };
         for (k, v) in vars {
@@ -127,6 +202,11 @@ impl Config {
                         "PMTRACE_SYNC_REPS={v} is not a count between 1 and 1000; using {DEFAULT_SYNC_REPS}"
                     )),
                 },
+                "PMTRACE_EXCLUDE" => {
+                    let (ids, warnings) = parse_exclude(&v, &crate::wrappers::FUNCTIONS);
+                    c.exclude = ids;
+                    c.warnings.extend(warnings);
+                }
                 k if KNOWN.contains(&k) => {}
                 _ => c.warnings.push(format!("unknown setting {k} ignored")),
             }
@@ -154,6 +234,14 @@ impl Config {
         if let Some(t) = &self.clock_sim_text {
             m.insert("PMTRACE_CLOCK_SIM".into(), t.clone());
         }
+        if !self.exclude.is_empty() {
+            let names: Vec<&str> = self
+                .exclude
+                .iter()
+                .map(|&i| crate::wrappers::FUNCTIONS[i as usize].0)
+                .collect();
+            m.insert("PMTRACE_EXCLUDE".into(), names.join(","));
+        }
         m
     }
 }
@@ -164,6 +252,31 @@ mod tests {
 
     fn cfg(pairs: &[(&str, &str)]) -> Config {
         Config::from_vars(pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())))
+    }
+
+    #[test]
+    fn exclusions_take_groups_and_names_and_refuse_what_moves_messages() {
+        use pmtrace_format::Kind;
+        let table = [
+            ("MPI_Send", Kind::Send),
+            ("MPI_Wtime", Kind::Plain),
+            ("MPI_Wtick", Kind::Plain),
+            ("MPI_Iprobe", Kind::Iprobe),
+            ("MPI_Improbe", Kind::Improbe),
+            ("MPI_Test", Kind::Complete),
+            ("MPI_Testall", Kind::Complete),
+            ("MPI_Test_cancelled", Kind::Plain),
+            ("MPI_Comm_rank", Kind::Plain),
+            ("MPI_Wait", Kind::Complete),
+        ];
+        let (ids, w) = parse_exclude("time, probe,TEST,comm_rank", &table);
+        assert_eq!(ids, vec![1, 2, 3, 4, 5, 6, 7, 8]);
+        assert!(w.is_empty(), "{w:?}");
+        let (ids, w) = parse_exclude("MPI_Send,MPI_Wait,sundial,", &table);
+        assert_eq!(ids, vec![9]);
+        assert_eq!(w.len(), 2, "{w:?}");
+        assert!(w[0].contains("MPI_Send cannot be left out"), "{w:?}");
+        assert!(w[1].contains("sundial is neither"), "{w:?}");
     }
 
     #[test]

@@ -125,6 +125,53 @@ fn list_batch() -> usize {
     (LIST_BATCH * MAX_LIST_ITEM / item_room()).clamp(1, LIST_BATCH)
 }
 
+/// `PMTRACE_EXCLUDE`: per function id, whether its calls are left out,
+/// and how many were.
+static EXCLUDED: std::sync::OnceLock<Box<[bool]>> = std::sync::OnceLock::new();
+static LEFT_OUT: std::sync::OnceLock<Box<[core::sync::atomic::AtomicU64]>> =
+    std::sync::OnceLock::new();
+
+/// Leaves the calls of `ids` out of the trace (set once, at `MPI_Init`).
+pub fn exclude(ids: &[u32]) {
+    let n = crate::wrappers::FUNCTIONS.len();
+    let mut set = vec![false; n];
+    for &i in ids {
+        set[i as usize] = true;
+    }
+    let _ = EXCLUDED.set(set.into_boxed_slice());
+    let _ = LEFT_OUT.set((0..n).map(|_| Default::default()).collect());
+}
+
+/// Calls left out so far, by function name.
+pub fn left_out() -> std::collections::BTreeMap<String, u64> {
+    let Some(counts) = LEFT_OUT.get() else {
+        return Default::default();
+    };
+    counts
+        .iter()
+        .enumerate()
+        .map(|(i, c)| (i, c.load(core::sync::atomic::Ordering::Relaxed)))
+        .filter(|&(_, c)| c > 0)
+        .map(|(i, c)| (crate::wrappers::FUNCTIONS[i].0.to_string(), c))
+        .collect()
+}
+
+/// Whether this call is left out (counted if so). Only the hooks whose
+/// calls move no message, create no operation and complete none ask.
+#[inline(always)]
+fn leave_out(call: &Call) -> bool {
+    let Some(set) = EXCLUDED.get() else {
+        return false;
+    };
+    if !set.get(call.func as usize).copied().unwrap_or(false) {
+        return false;
+    }
+    if let Some(c) = LEFT_OUT.get().and_then(|c| c.get(call.func as usize)) {
+        c.fetch_add(1, core::sync::atomic::Ordering::Relaxed);
+    }
+    true
+}
+
 /// Runs a hook body; a panic disables tracing instead of unwinding into C.
 #[inline(always)]
 fn guarded(f: impl FnOnce()) {
@@ -156,6 +203,9 @@ fn actual(status: *const MPI_Status) -> (i32, i32, u64) {
 
 pub fn plain(call: Call) {
     guarded(|| {
+        if leave_out(&call) {
+            return;
+        }
         if let Some(r) = call.begin() {
             r.commit();
         }
@@ -479,6 +529,10 @@ pub fn probe(
         if found {
             piggyback::fix_probe_status(status);
         }
+        // A matched message gets an operation id: that probe stays.
+        if (!found || message.is_null()) && leave_out(&call) {
+            return;
+        }
         let Some(mut r) = call.begin() else { return };
         r.put_i(i64::from(src));
         r.put_i(i64::from(tag));
@@ -789,6 +843,9 @@ pub fn complete(call: Call, requests: &[MPI_Request], slots: *const MPI_Request,
                 comms::define_idup(comm, parent_gid, nth, call.rec(), call.t0);
             }
         }
+        if set.is_empty() && leave_out(&call) {
+            return;
+        }
         let mut batches = set.chunks(list_batch());
         let first = batches.next().unwrap_or(&[]);
         let Some(mut w) = call.begin_list(first.len()) else {
@@ -871,6 +928,9 @@ pub fn request_status(call: Call, request: MPI_Request, flag: *mut c_int, status
                 piggyback::peek(op.pb, status);
             }
         }
+        if leave_out(&call) {
+            return;
+        }
         if let Some(r) = call.begin() {
             r.commit();
         }
@@ -922,6 +982,9 @@ pub fn request_statuses(call: Call, requests: &[MPI_Request], done: Done) {
                 }
                 _ => {}
             }
+        }
+        if leave_out(&call) {
+            return;
         }
         if let Some(r) = call.begin() {
             r.commit();

@@ -354,6 +354,7 @@ fn start_tracing(
         TimerChoice::Monotonic => false,
     };
     let mut warnings = cfg.warnings.clone();
+    crate::hooks::exclude(&cfg.exclude);
     if cfg.timer == TimerChoice::Tsc && !invariant {
         warnings
             .push("PMTRACE_TIMER=tsc but this CPU's TSC is not invariant; using monotonic".into());
@@ -595,6 +596,7 @@ fn seal(
         buffer_waits: t.waits,
         buffer_wait_ns: t.wait_ns,
         dropped: recorder::DROPPED.load(std::sync::atomic::Ordering::Relaxed),
+        excluded: crate::hooks::left_out(),
         threads: t.threads.clone(),
         end_ns,
         monotonic_start_ns: mono_start,

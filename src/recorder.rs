@@ -779,6 +779,7 @@ mod tests {
             buffer_waits: t.waits,
             buffer_wait_ns: t.wait_ns,
             dropped: 0,
+            excluded: Default::default(),
             threads: t.threads.clone(),
             end_ns: 0,
             monotonic_start_ns: 0,

@@ -1391,3 +1391,74 @@ fn ranks_of_one_host_share_the_offset_their_leader_measured() {
         }
     }
 }
+
+/// `PMTRACE_EXCLUDE=time,probe,test,Comm_rank` on the coverage program:
+/// the output as untraced; `MPI_Wtime`, `MPI_Comm_rank` and the probes
+/// that matched no message for a later receive are gone from the trace,
+/// tests only where they completed nothing; every other call recorded
+/// exactly; what was left out counted per function in the trailer and the
+/// report; every message still matched through its id, every clock exact.
+#[test]
+fn excluded_functions_are_left_out_and_counted_and_clocks_stay_exact() {
+    let np = 4;
+    let what = "coverage with PMTRACE_EXCLUDE";
+    let dir = scratch("exclude");
+    let plain = mpirun(&dir, np, &prog("coverage"), &[], Mode::Plain, &[]);
+    let env = [("PMTRACE_EXCLUDE", "time,probe,test,Comm_rank")];
+    let traced = mpirun(&dir, np, &prog("coverage"), &[], Mode::Preload, &env);
+    assert_transparent(&plain, &traced, np);
+    let trace = Trace::open(&traced.trace).unwrap();
+    let expected = traced.expected_counts(np);
+    let recorded = recorded_counts(&trace);
+    let left_out = |f: &str| -> bool {
+        ["MPI_Wtime", "MPI_Wtick", "MPI_Comm_rank"].contains(&f)
+            || ["MPI_Probe", "MPI_Iprobe", "MPI_Mprobe", "MPI_Improbe"].contains(&f)
+            || f.starts_with("MPI_Test")
+            || f.starts_with("MPI_Request_get_status")
+    };
+    for (r, rank) in trace.ranks.iter().enumerate() {
+        let excluded = &rank.trailer.as_ref().unwrap().excluded;
+        for (f, &want) in &expected[r] {
+            let got = recorded[r].get(f).copied().unwrap_or(0);
+            if !left_out(f) {
+                assert_eq!(got, want, "{what}: rank {r} {f}");
+                assert!(!excluded.contains_key(f), "{what}: rank {r} {f}");
+                continue;
+            }
+            let gone = excluded.get(f).copied().unwrap_or(0);
+            assert_eq!(got + gone, want, "{what}: rank {r} {f}: {got} + {gone}");
+            match f.as_str() {
+                "MPI_Wtime" | "MPI_Comm_rank" | "MPI_Iprobe" | "MPI_Probe" => {
+                    assert_eq!(got, 0, "{what}: rank {r} {f}")
+                }
+                // Each matched a message, which needs its id.
+                "MPI_Mprobe" => assert_eq!(gone, 0, "{what}: rank {r} {f}"),
+                _ => {}
+            }
+        }
+    }
+    let rep = report(&traced.trace);
+    let total: u64 = trace
+        .ranks
+        .iter()
+        .flat_map(|r| r.trailer.as_ref().unwrap().excluded.values())
+        .sum();
+    let reported: u64 = rep["excluded_calls"]
+        .as_object()
+        .unwrap()
+        .values()
+        .map(|v| v.as_u64().unwrap())
+        .sum();
+    assert!(total > 0, "{what}");
+    assert_eq!(reported, total, "{what}: {}", rep["excluded_calls"]);
+    let m = &rep["messages"];
+    assert_eq!(m["unmatched"], 0, "{what}: {m}");
+    assert_eq!(m["matched"], m["sent"], "{what}: {m}");
+    check_clock_report(&rep, "lamport", what);
+    // The run record names what was left out.
+    let run = trace.ranks[0].header.run.as_ref().unwrap();
+    let names = &run.config["PMTRACE_EXCLUDE"];
+    for f in ["MPI_Wtime", "MPI_Iprobe", "MPI_Testsome", "MPI_Comm_rank"] {
+        assert!(names.split(',').any(|n| n == f), "{what}: {names}");
+    }
+}

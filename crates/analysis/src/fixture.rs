@@ -491,6 +491,7 @@ impl RankBuilder {
             buffer_waits: 0,
             buffer_wait_ns: 0,
             dropped: 0,
+            excluded: Default::default(),
             threads: self
                 .threads
                 .values()

@@ -183,6 +183,10 @@ pub struct Report {
     pub bytes_per_call: f64,
     pub incomplete_ranks: Vec<u32>,
     pub dropped_events: u64,
+    /// Calls left out on purpose (`PMTRACE_EXCLUDE`), by function, over
+    /// all ranks; absent when none were.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub excluded_calls: BTreeMap<String, u64>,
     pub run: Option<RunSummary>,
     pub warnings: Vec<String>,
     /// Piggybacked clock checks (see [`crate::clocks`]).
@@ -330,6 +334,18 @@ impl Report {
             violations_after_sync: None,
             functions,
             dropped_events: per_rank.iter().map(|r| r.dropped_events).sum(),
+            excluded_calls: {
+                let mut all: BTreeMap<String, u64> = BTreeMap::new();
+                for (f, n) in trace
+                    .ranks
+                    .iter()
+                    .filter_map(|r| r.trailer.as_ref())
+                    .flat_map(|t| &t.excluded)
+                {
+                    *all.entry(f.clone()).or_default() += n;
+                }
+                all
+            },
             per_rank,
             matrix: matrix
                 .into_iter()
@@ -399,6 +415,14 @@ impl Report {
         }
         for warning in &self.warnings {
             writeln!(w, "  warning        {warning}")?;
+        }
+        if !self.excluded_calls.is_empty() {
+            let list: Vec<String> = self
+                .excluded_calls
+                .iter()
+                .map(|(f, n)| format!("{f} {n}"))
+                .collect();
+            writeln!(w, "  left out       {} (PMTRACE_EXCLUDE)", list.join(", "))?;
         }
 
         writeln!(w, "\nProfile (all ranks, by total time)")?;

@@ -176,6 +176,9 @@ pub struct Trailer {
     pub buffer_wait_ns: u64,
     /// Events that could not be recorded (always counted, never hidden).
     pub dropped: u64,
+    /// Calls left out on purpose (`PMTRACE_EXCLUDE`), by function.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub excluded: std::collections::BTreeMap<String, u64>,
     pub threads: Vec<ThreadDef>,
     /// Timer value (ns) at the end of tracing.
     pub end_ns: u64,
