@@ -28,6 +28,7 @@ mod flusher;
 mod guard;
 mod hooks;
 mod lifecycle;
+mod next;
 mod offsets;
 mod orphans;
 mod peers;

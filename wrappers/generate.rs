@@ -872,8 +872,10 @@ fn buffer_scope(e: &Entry) -> String {
     }
 }
 
-/// A module of `extern "C"` declarations of the `PMPI_` functions, with
-/// the given parameter and return types.
+/// A module of the `PMPI_` functions, with the given parameter and return
+/// types: each resolved by name when first called (`crate::next`), so that
+/// the library names no MPI function at link time; a variadic one (which
+/// Rust cannot define) is declared `extern "C"`.
 fn extern_module(
     o: &mut String,
     wrapped: &[&Entry],
@@ -884,22 +886,48 @@ fn extern_module(
 ) -> Result<(), String> {
     writeln!(
         o,
-        "{doc}\n#[allow(clippy::all, dead_code, clashing_extern_declarations)]\n\
-         pub mod {name} {{\n    use super::*;\n    extern \"C\" {{"
+        "{doc}\n#[allow(clippy::all, dead_code, clashing_extern_declarations, non_snake_case)]\n\
+         pub mod {name} {{\n    use super::*;\n    use core::sync::atomic::AtomicUsize;"
     )
     .unwrap();
+    let mut variadic = Vec::new();
     for e in wrapped {
         let mut ps = Vec::new();
+        let mut types = Vec::new();
         for p in &e.params {
-            ps.push(format!("{}: {}", p.name, param(p)?));
-        }
-        if e.variadic {
-            ps.push("...".into());
+            let t = param(p)?;
+            ps.push(format!("{}: {t}", p.name));
+            types.push(t);
         }
         let ret = value(&e.ret)?;
-        writeln!(o, "        pub fn P{}({}) -> {ret};", e.name, ps.join(", ")).unwrap();
+        if e.variadic {
+            ps.push("...".into());
+            variadic.push(format!(
+                "        pub fn P{}({}) -> {ret};",
+                e.name,
+                ps.join(", ")
+            ));
+            continue;
+        }
+        let args: Vec<&str> = e.params.iter().map(|p| p.name.as_str()).collect();
+        writeln!(
+            o,
+            "    #[inline(always)]\n    pub unsafe fn P{n}({ps}) -> {ret} {{\n        \
+             static AT: AtomicUsize = AtomicUsize::new(0);\n        \
+             let f = crate::next::function(&AT, c\"P{n}\");\n        \
+             // SAFETY: the library's P{n}, of the prototype its mpi.h declares.\n        \
+             unsafe {{ core::mem::transmute::<usize, unsafe extern \"C\" fn({types}) -> {ret}>(f)({args}) }}\n    }}",
+            n = e.name,
+            ps = ps.join(", "),
+            types = types.join(", "),
+            args = args.join(", "),
+        )
+        .unwrap();
     }
-    writeln!(o, "    }}\n}}\n").unwrap();
+    if !variadic.is_empty() {
+        writeln!(o, "    extern \"C\" {{\n{}\n    }}", variadic.join("\n")).unwrap();
+    }
+    writeln!(o, "}}\n").unwrap();
     Ok(())
 }
 
