@@ -199,14 +199,14 @@ fn errors_the_application_handles_stay_its_own() {
 }
 
 /// MPI-4 under every MPI-4 setup: large-count forms mixed with their int
-/// forms, `MPI_Isendrecv(_replace)`, a persistent allreduce started three
+/// forms (Open MPI 5.0 has none: the int forms there), `MPI_Isendrecv(_replace)`, a persistent allreduce started three
 /// times and a partitioned exchange, at np=2..8. Output as untraced, exact
 /// call counts, every message matched; every message but the partitioned
 /// ones (which carry no header) matched through its piggybacked id, and
 /// each start of the persistent allreduce an instance of its own.
 #[test]
 fn mpi4_operations_are_traced_exactly() {
-    for mpi in [Mpi::Mpich, Mpi::Mpich5, Mpi::Abi] {
+    for mpi in [Mpi::Mpich, Mpi::OpenMpi5, Mpi::Mpich5, Mpi::Abi] {
         for np in 2..=8u32 {
             let what = format!("mpi4 under {mpi:?} np={np}");
             let dir = scratch(&format!("matrix-mpi4-{np}-{}", mpi.tag()));
@@ -224,8 +224,13 @@ fn mpi4_operations_are_traced_exactly() {
             let (m, c) = (&rep["messages"], &rep["clocks"]);
             assert_eq!(m["unmatched"], 0, "{what}: {m}");
             assert_eq!(m["matched"], m["sent"], "{what}: {m}");
-            // Two starts of one partitioned channel per pair of ranks.
-            let partitioned = 2 * u64::from(np / 2);
+            // Two starts of one partitioned channel per pair of ranks
+            // (none under Open MPI 5 at odd np: see the program).
+            let partitioned = if mpi == Mpi::OpenMpi5 && np % 2 == 1 {
+                0
+            } else {
+                2 * u64::from(np / 2)
+            };
             let matched = m["matched"].as_u64().unwrap();
             assert_eq!(c["matched_by_id"], matched - partitioned, "{what}: {c}");
             assert_eq!(c["unmatched_by_id"], partitioned, "{what}: {c}");
