@@ -1070,6 +1070,7 @@ fn run_with_untraced_ranks(
     let trace = dir.join(format!("trace-{}-{}", mpi.tag(), contexts.len()));
     let _ = std::fs::remove_dir_all(&trace);
     let mut cmd = std::process::Command::new(cli());
+    cmd.env_remove("LD_LIBRARY_PATH"); // see `mpirun_on`
     cmd.arg("run")
         .arg("--out")
         .arg(&trace)

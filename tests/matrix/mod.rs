@@ -136,6 +136,7 @@ fn pmtrace_run_picks_the_library_for_every_setup() {
             let trace = dir.join(format!("trace-{where_}-{}", mpi.tag()));
             let (launcher, ompi) = mpi.launcher();
             let mut cmd = std::process::Command::new(&cli);
+            cmd.env_remove("LD_LIBRARY_PATH"); // see `mpirun_on`
             cmd.arg("run")
                 .arg("--out")
                 .arg(&trace)

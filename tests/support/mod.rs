@@ -271,6 +271,10 @@ pub fn mpirun_on(
     std::fs::create_dir_all(&counts_dir).unwrap();
     let (launcher, ompi) = mpi.launcher();
     let mut cmd = Command::new(launcher);
+    // Cargo points the test's library path at the MPI libraries its build
+    // scripts linked (Open MPI 5's wheel, under target/): a job must find
+    // its own MPI, as it would outside the tests.
+    cmd.env_remove("LD_LIBRARY_PATH");
     cmd.arg("-np").arg(np.to_string());
     if ompi {
         cmd.arg("--oversubscribe");
