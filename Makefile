@@ -15,7 +15,7 @@ export OMPI_MCA_rmaps_base_oversubscribe := 1
 
 DEB_PACKAGES := openmpi-bin libopenmpi-dev libclang-dev clang pkg-config \
   libopen-trace-format2-dev otf2-tools python3-otf2 chromium python3-pip valgrind \
-  mpich libmpich-dev python3-mpi4py unzip python3-dev python3-setuptools
+  mpich libmpich-dev python3-mpi4py unzip python3-dev python3-setuptools gfortran
 
 # The current releases, from their wheels (pinned), each unpacked into a
 # prefix of its own under target/mpi: never into the system's Python.
@@ -75,7 +75,33 @@ target/examples/%: tests/progs/%.c examples/expect.h | deps
 	@mkdir -p target/examples
 	mpicc -O2 -Wall -Wextra -Iexamples -o $@ $<
 
-examples: $(EX_BIN)
+# $(call fortran,dir,mpif90): the Fortran test programs of one MPI into dir
+# (modules under dir/fmod).
+define fortran
+$(1)/fcover: tests/progs/fcover.F90 tests/progs/fexpect.f90 | deps
+	@mkdir -p $(1)/fmod
+	$(2) -O2 -Wall -Itests/progs -J$(1)/fmod -o $$@ $$<
+$(1)/fcover08: tests/progs/fcover.F90 tests/progs/fexpect.f90 | deps
+	@mkdir -p $(1)/fmod08
+	$(2) -O2 -Wall -DF08 -Itests/progs -J$(1)/fmod08 -o $$@ $$<
+endef
+
+# The PMPI tool the stacking test puts beside pmtrace (tests/progs/pmpicount.c):
+# a shared object to preload, and the coverage program with it linked in.
+TOOL_BIN := libpmpicount.so coverage_pmpicount
+target/examples/libpmpicount.so: tests/progs/pmpicount.c | deps
+	@mkdir -p target/examples
+	mpicc -O2 -Wall -Wextra -shared -fPIC -o $@ $<
+target/examples/coverage_pmpicount: tests/progs/coverage.c tests/progs/pmpicount.c examples/expect.h | deps
+	@mkdir -p target/examples
+	mpicc -O2 -Wall -Wextra -Iexamples -o $@ tests/progs/coverage.c tests/progs/pmpicount.c
+
+# Fortran: tests/progs/fcover.F90 with `use mpi` and with `use mpi_f08`, and
+# its C partner for a job of mixed languages.
+FORTRAN_BIN := fcover fcover08 fmix
+$(eval $(call fortran,target/examples,mpif90))
+
+examples: $(EX_BIN) $(addprefix target/examples/,$(TOOL_BIN) $(FORTRAN_BIN))
 
 # $(call progs,dir,mpicc): the rules that build the test programs of one
 # setup of the matrix into dir/examples.
@@ -86,6 +112,12 @@ $(1)/examples/%: examples/%.c examples/expect.h | deps
 $(1)/examples/%: tests/progs/%.c examples/expect.h | deps
 	@mkdir -p $$(@D)
 	$(2) -O2 -Wall -Wextra -Wno-stringop-overflow -Iexamples -o $$@ $$<
+$(1)/examples/libpmpicount.so: tests/progs/pmpicount.c | deps
+	@mkdir -p $$(@D)
+	$(2) -O2 -Wall -Wextra -shared -fPIC -o $$@ $$<
+$(1)/examples/coverage_pmpicount: tests/progs/coverage.c tests/progs/pmpicount.c examples/expect.h | deps
+	@mkdir -p $$(@D)
+	$(2) -O2 -Wall -Wextra -Wno-stringop-overflow -Iexamples -o $$@ tests/progs/coverage.c tests/progs/pmpicount.c
 endef
 
 # The programs every setup of the test matrix runs (tests/matrix).
@@ -97,12 +129,13 @@ MPI4_PROGS := mpi4 sessions
 # beside Open MPI (mpicc.mpich, mpirun.mpich; Open MPI stays the default):
 # tests/matrix runs the same checks under it. Any other MPI: MPICC=... make.
 MPICH_DIR := target/mpich
-mpich: mpich-lib $(addprefix $(MPICH_DIR)/examples/,$(MATRIX_PROGS) $(MPI4_PROGS))
+mpich: mpich-lib $(addprefix $(MPICH_DIR)/examples/,$(MATRIX_PROGS) $(MPI4_PROGS) $(TOOL_BIN) $(FORTRAN_BIN))
 
 mpich-lib: deps
 	MPICC=mpicc.mpich CARGO_TARGET_DIR=$(MPICH_DIR) $(CARGO) build --release -p pmtrace-runtime
 
 $(eval $(call progs,$(MPICH_DIR),mpicc.mpich))
+$(eval $(call fortran,$(MPICH_DIR)/examples,mpif90.mpich))
 
 # One build for the MPI-5 standard ABI, against the mpi_abi.h of MPICC_ABI
 # (default: MPICH 5's, from its wheel). It links no MPI library, and
@@ -110,7 +143,7 @@ $(eval $(call progs,$(MPICH_DIR),mpicc.mpich))
 # of another MPI it loads, says so and stays out of the way.
 ABI_DIR := target/abi
 MPICC_ABI ?= $(CURDIR)/$(MPICH5)/bin/mpicc_abi
-abi: abi-lib $(addprefix $(ABI_DIR)/examples/,$(MATRIX_PROGS) $(MPI4_PROGS))
+abi: abi-lib $(addprefix $(ABI_DIR)/examples/,$(MATRIX_PROGS) $(MPI4_PROGS) $(TOOL_BIN))
 
 abi-lib: deps
 	MPICC=$(MPICC_ABI) RUSTFLAGS="-C relro-level=partial" CARGO_TARGET_DIR=$(ABI_DIR) \
@@ -123,7 +156,7 @@ $(eval $(call progs,$(ABI_DIR),$(MPICC_ABI)))
 $(eval $(call progs,target/openmpi5,$(CURDIR)/$(OMPI5)/bin/mpicc))
 $(eval $(call progs,target/mpich5,$(CURDIR)/$(MPICH5)/bin/mpicc))
 matrix: build mpich abi $(foreach s,openmpi5 mpich5,$(addprefix target/$(s)/examples/,$(MATRIX_PROGS))) \
-  $(foreach s,openmpi5 mpich5,$(addprefix target/$(s)/examples/,$(MPI4_PROGS)))
+  $(foreach s,openmpi5 mpich5,$(addprefix target/$(s)/examples/,$(MPI4_PROGS) $(TOOL_BIN)))
 
 # Python packages the export tests read with, beside (not into) Debian's
 # Python: Perfetto's own protobuf definitions and the protobuf runtime.

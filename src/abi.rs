@@ -110,11 +110,11 @@ pub fn verdict(built: Option<Family>, running: Option<Family>, version: &str) ->
 
 /// The standard ABI's version, asked of the MPI library in the process if
 /// it has `MPI_Abi_get_version` (MPI-5; callable before `MPI_Init`). Looked
-/// up by name, since an older MPI lacks the function altogether.
+/// up by name, since an older MPI lacks the function altogether (and
+/// never pmtrace's own, `next::lookup`).
 fn abi_version() -> Option<c_int> {
     type AbiVersion = unsafe extern "C" fn(*mut c_int, *mut c_int) -> c_int;
-    // SAFETY: a NUL-terminated name, looked up in the process's scope.
-    let f = unsafe { libc::dlsym(libc::RTLD_DEFAULT, c"PMPI_Abi_get_version".as_ptr()) };
+    let f = crate::next::lookup(c"PMPI_Abi_get_version");
     if f.is_null() {
         return None;
     }

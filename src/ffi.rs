@@ -51,6 +51,76 @@ mod abi_sys {
 use core::mem::MaybeUninit;
 use std::sync::OnceLock;
 
+/// The real functions pmtrace calls for itself, with the prototypes of
+/// the bindings above, which they shadow: resolved by name when first
+/// called (`crate::next`), never bound at link time, because pmtrace
+/// exports `PMPI_` functions of its own (the inner level of stacking) and
+/// a link-time reference would reach those.
+macro_rules! own_calls {
+    ($($(#[$m:meta])* fn $name:ident($($a:ident: $t:ty),* $(,)?);)*) => {$(
+        $(#[$m])*
+        // Some serve only the builds whose status layout is not known.
+        #[allow(non_snake_case, dead_code, clippy::missing_safety_doc)]
+        #[inline(always)]
+        pub unsafe fn $name($($a: $t),*) -> c_int {
+            static AT: core::sync::atomic::AtomicUsize = core::sync::atomic::AtomicUsize::new(0);
+            // SAFETY: a literal NUL-terminated name.
+            let name = unsafe {
+                core::ffi::CStr::from_bytes_with_nul_unchecked(concat!(stringify!($name), "\0").as_bytes())
+            };
+            let f = crate::next::function(&AT, name);
+            // SAFETY: the library's function, of the prototype its mpi.h declares.
+            unsafe { core::mem::transmute::<usize, unsafe extern "C" fn($($t),*) -> c_int>(f)($($a),*) }
+        }
+    )*};
+}
+
+use core::ffi::{c_char, c_int, c_void};
+
+own_calls! {
+    fn PMPI_Allgather(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: c_int, recvtype: MPI_Datatype, comm: MPI_Comm);
+    fn PMPI_Allreduce(sendbuf: *const c_void, recvbuf: *mut c_void, count: c_int, datatype: MPI_Datatype, op: MPI_Op, comm: MPI_Comm);
+    fn PMPI_Bcast(buffer: *mut c_void, count: c_int, datatype: MPI_Datatype, root: c_int, comm: MPI_Comm);
+    fn PMPI_Cartdim_get(comm: MPI_Comm, ndims: *mut c_int);
+    fn PMPI_Comm_dup(comm: MPI_Comm, newcomm: *mut MPI_Comm);
+    fn PMPI_Comm_free(comm: *mut MPI_Comm);
+    fn PMPI_Comm_get_errhandler(comm: MPI_Comm, errhandler: *mut MPI_Errhandler);
+    fn PMPI_Comm_group(comm: MPI_Comm, group: *mut MPI_Group);
+    fn PMPI_Comm_rank(comm: MPI_Comm, rank: *mut c_int);
+    fn PMPI_Comm_remote_size(comm: MPI_Comm, size: *mut c_int);
+    fn PMPI_Comm_set_errhandler(comm: MPI_Comm, errhandler: MPI_Errhandler);
+    fn PMPI_Comm_size(comm: MPI_Comm, size: *mut c_int);
+    fn PMPI_Comm_test_inter(comm: MPI_Comm, flag: *mut c_int);
+    fn PMPI_Dist_graph_neighbors_count(comm: MPI_Comm, indegree: *mut c_int, outdegree: *mut c_int, weighted: *mut c_int);
+    fn PMPI_Errhandler_free(errhandler: *mut MPI_Errhandler);
+    fn PMPI_Get_address(location: *const c_void, address: *mut MPI_Aint);
+    fn PMPI_Get_elements_x(status: *const MPI_Status, datatype: MPI_Datatype, count: *mut MPI_Count);
+    fn PMPI_Get_library_version(version: *mut c_char, resultlen: *mut c_int);
+    fn PMPI_Graph_neighbors_count(comm: MPI_Comm, rank: c_int, nneighbors: *mut c_int);
+    fn PMPI_Group_free(group: *mut MPI_Group);
+    fn PMPI_Group_translate_ranks(group1: MPI_Group, n: c_int, ranks1: *const c_int, group2: MPI_Group, ranks2: *mut c_int);
+    fn PMPI_Ibarrier(comm: MPI_Comm, request: *mut MPI_Request);
+    fn PMPI_Irecv(buf: *mut c_void, count: c_int, datatype: MPI_Datatype, source: c_int, tag: c_int, comm: MPI_Comm, request: *mut MPI_Request);
+    fn PMPI_Recv(buf: *mut c_void, count: c_int, datatype: MPI_Datatype, source: c_int, tag: c_int, comm: MPI_Comm, status: *mut MPI_Status);
+    fn PMPI_Reduce(sendbuf: *const c_void, recvbuf: *mut c_void, count: c_int, datatype: MPI_Datatype, op: MPI_Op, root: c_int, comm: MPI_Comm);
+    fn PMPI_Request_free(request: *mut MPI_Request);
+    fn PMPI_Send(buf: *const c_void, count: c_int, datatype: MPI_Datatype, dest: c_int, tag: c_int, comm: MPI_Comm);
+    fn PMPI_Status_set_cancelled(status: *mut MPI_Status, flag: c_int);
+    fn PMPI_Status_set_elements_x(status: *mut MPI_Status, datatype: MPI_Datatype, count: MPI_Count);
+    fn PMPI_Test(request: *mut MPI_Request, flag: *mut c_int, status: *mut MPI_Status);
+    fn PMPI_Test_cancelled(status: *const MPI_Status, flag: *mut c_int);
+    fn PMPI_Testsome(incount: c_int, requests: *mut MPI_Request, outcount: *mut c_int, indices: *mut c_int, statuses: *mut MPI_Status);
+    fn PMPI_Topo_test(comm: MPI_Comm, status: *mut c_int);
+    fn PMPI_Type_commit(datatype: *mut MPI_Datatype);
+    fn PMPI_Type_create_struct(count: c_int, blocklengths: *const c_int, displacements: *const MPI_Aint, types: *const MPI_Datatype, newtype: *mut MPI_Datatype);
+    #[cfg(mpi4)]
+    fn PMPI_Type_create_struct_c(count: MPI_Count, blocklengths: *const MPI_Count, displacements: *const MPI_Count, types: *const MPI_Datatype, newtype: *mut MPI_Datatype);
+    fn PMPI_Type_free(datatype: *mut MPI_Datatype);
+    fn PMPI_Type_get_extent_x(datatype: MPI_Datatype, lb: *mut MPI_Count, extent: *mut MPI_Count);
+    fn PMPI_Type_get_true_extent_x(datatype: MPI_Datatype, true_lb: *mut MPI_Count, true_extent: *mut MPI_Count);
+    fn PMPI_Type_size_x(datatype: MPI_Datatype, size: *mut MPI_Count);
+}
+
 extern "C" {
     fn pmtrace_mpi_in_place() -> *const core::ffi::c_void;
     fn pmtrace_mpi_root() -> core::ffi::c_int;
@@ -65,11 +135,29 @@ extern "C" {
     fn pmtrace_mpi_op_min() -> MPI_Op;
 }
 
+/// Bytes a completed operation transferred, and whether it was cancelled,
+/// for an MPI whose status layout pmtrace does not know (Open MPI's and
+/// MPICH's fields are read in place below): through MPI itself.
 #[cfg(not(any(mpi_impl = "openmpi", mpi_impl = "mpich")))]
-extern "C" {
-    fn pmtrace_status_set_bytes(status: *mut MPI_Status, n: core::ffi::c_longlong);
-    fn pmtrace_status_bytes(status: *const MPI_Status) -> core::ffi::c_longlong;
-    fn pmtrace_status_cancelled(status: *const MPI_Status) -> core::ffi::c_int;
+unsafe fn pmtrace_status_set_bytes(status: *mut MPI_Status, n: core::ffi::c_longlong) {
+    // SAFETY: the caller's status.
+    unsafe { PMPI_Status_set_elements_x(status, consts().byte, n as MPI_Count) };
+}
+
+#[cfg(not(any(mpi_impl = "openmpi", mpi_impl = "mpich")))]
+unsafe fn pmtrace_status_bytes(status: *const MPI_Status) -> core::ffi::c_longlong {
+    let mut n: MPI_Count = 0;
+    // SAFETY: the caller's status.
+    unsafe { PMPI_Get_elements_x(status, consts().byte, &mut n) };
+    n.max(0) as core::ffi::c_longlong
+}
+
+#[cfg(not(any(mpi_impl = "openmpi", mpi_impl = "mpich")))]
+unsafe fn pmtrace_status_cancelled(status: *const MPI_Status) -> c_int {
+    let mut flag = 0;
+    // SAFETY: the caller's status.
+    unsafe { PMPI_Test_cancelled(status, &mut flag) };
+    flag
 }
 
 /// Handles as the exported `MPI_*` functions take and return them by

@@ -52,6 +52,7 @@ pub mod wrappers {
     use crate::piggyback as pb;
     use core::ffi::{c_int, c_void};
     use core::mem::MaybeUninit;
+    use core::sync::atomic::AtomicUsize;
     use pmtrace_format::Kind;
 
     /// The return code recorded for functions that return no error code.
@@ -60,4 +61,7 @@ pub mod wrappers {
     include!(concat!(env!("OUT_DIR"), "/wrappers.rs"));
 }
 
-pub use lifecycle::{MPI_Abort, MPI_Finalize, MPI_Init, MPI_Init_thread, MPI_Pcontrol};
+pub use lifecycle::{
+    MPI_Abort, MPI_Finalize, MPI_Init, MPI_Init_thread, MPI_Pcontrol, PMPI_Abort, PMPI_Finalize,
+    PMPI_Init, PMPI_Init_thread,
+};

@@ -26,7 +26,8 @@ use crate::peers;
 use crate::piggyback::{self, Mode};
 use crate::recorder::{self, Recorder, Writer};
 use crate::wrappers::{ids, pass, real, FUNCTIONS};
-use core::ffi::{c_char, c_int, c_void};
+use core::ffi::{c_char, c_int, c_void, CStr};
+use core::sync::atomic::AtomicUsize;
 use parking_lot::Mutex;
 use pmtrace_format::meta::{self, FunctionDef, MpiConstants, RunInfo, TimerDef};
 use pmtrace_format::record::MAX_FIXED_RECORD;
@@ -71,8 +72,36 @@ fn wrong_mpi() -> bool {
     true
 }
 
+/// The outer level of each function here (`crate::next`): another tool's
+/// `MPI_X` when one follows pmtrace's, else pmtrace's `PMPI_X`.
+macro_rules! outer {
+    ($(fn $name:ident => $inner:ident($($a:ident: $t:ty),*);)*) => {$(
+        #[cfg_attr(not(test), no_mangle)]
+        pub unsafe extern "C" fn $name($($a: $t),*) -> c_int {
+            static TOOL: AtomicUsize = AtomicUsize::new(0);
+            if let Some(f) = crate::next::tool(&TOOL, cname(concat!(stringify!($name), "\0")), cname(concat!(stringify!($inner), "\0"))) {
+                // SAFETY: the other tool's function, of MPI's prototype.
+                return unsafe { core::mem::transmute::<usize, unsafe extern "C" fn($($t),*) -> c_int>(f)($($a),*) };
+            }
+            // SAFETY: the caller's arguments, passed on.
+            unsafe { $inner($($a),*) }
+        }
+    )*};
+}
+
+fn cname(s: &'static str) -> &'static CStr {
+    CStr::from_bytes_with_nul(s.as_bytes()).expect("a NUL-terminated name")
+}
+
+outer! {
+    fn MPI_Init => PMPI_Init(argc: *mut c_int, argv: *mut *mut *mut c_char);
+    fn MPI_Init_thread => PMPI_Init_thread(argc: *mut c_int, argv: *mut *mut *mut c_char, required: c_int, provided: *mut c_int);
+    fn MPI_Finalize => PMPI_Finalize();
+    fn MPI_Abort => PMPI_Abort(comm: ffi::wide::MPI_Comm, errorcode: c_int);
+}
+
 #[cfg_attr(not(test), no_mangle)]
-pub unsafe extern "C" fn MPI_Init(argc: *mut c_int, argv: *mut *mut *mut c_char) -> c_int {
+pub unsafe extern "C" fn PMPI_Init(argc: *mut c_int, argv: *mut *mut *mut c_char) -> c_int {
     guard::init_thread();
     let guard = Guard::acquire_any();
     if guard.is_none() || guard::state() != State::Uninit || wrong_mpi() {
@@ -97,7 +126,7 @@ pub unsafe extern "C" fn MPI_Init(argc: *mut c_int, argv: *mut *mut *mut c_char)
 }
 
 #[cfg_attr(not(test), no_mangle)]
-pub unsafe extern "C" fn MPI_Init_thread(
+pub unsafe extern "C" fn PMPI_Init_thread(
     argc: *mut c_int,
     argv: *mut *mut *mut c_char,
     required: c_int,
@@ -617,7 +646,7 @@ fn seal(
 }
 
 #[cfg_attr(not(test), no_mangle)]
-pub unsafe extern "C" fn MPI_Finalize() -> c_int {
+pub unsafe extern "C" fn PMPI_Finalize() -> c_int {
     let guard = Guard::acquire_any();
     let session = SESSION.lock().as_ref().map(|s| (s.rank, s.dir.clone()));
     if let Some((rank, dir)) = session {
@@ -695,7 +724,7 @@ fn summarize(rank: i32, dir: Option<&Path>, totals: Option<Totals>) {
 }
 
 #[cfg_attr(not(test), no_mangle)]
-pub unsafe extern "C" fn MPI_Abort(wide: ffi::wide::MPI_Comm, errorcode: c_int) -> c_int {
+pub unsafe extern "C" fn PMPI_Abort(wide: ffi::wide::MPI_Comm, errorcode: c_int) -> c_int {
     let guard = Guard::acquire_any();
     if guard::state() == State::Active {
         let comm: MPI_Comm = ffi::Wide::narrow(wide);
@@ -723,13 +752,21 @@ pub unsafe extern "C" fn MPI_Abort(wide: ffi::wide::MPI_Comm, errorcode: c_int) 
 /// x86-64 (System V) a callee may ignore trailing variadic arguments.
 #[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C" fn MPI_Pcontrol(level: c_int) -> c_int {
-    let Some(guard) = Guard::acquire() else {
+    static TOOL: AtomicUsize = AtomicUsize::new(0);
+    let next = || match crate::next::tool(&TOOL, c"MPI_Pcontrol", c"PMPI_Pcontrol") {
+        // SAFETY: another tool's MPI_Pcontrol, given the level only (pmtrace
+        // defines no PMPI_Pcontrol, so that tool's call is not seen again).
+        Some(f) => unsafe {
+            core::mem::transmute::<usize, unsafe extern "C" fn(c_int, ...) -> c_int>(f)(level)
+        },
         // SAFETY: passes the level on; no variadic arguments follow.
-        return unsafe { real::PMPI_Pcontrol(level) };
+        None => unsafe { real::PMPI_Pcontrol(level) },
+    };
+    let Some(guard) = Guard::acquire() else {
+        return next();
     };
     let t0 = clock::now();
-    // SAFETY: as above.
-    let rc = unsafe { real::PMPI_Pcontrol(level) };
+    let rc = next();
     let t1 = clock::now();
     let rec = guard.recorder();
     if let Some(mut w) = rec.begin_call(ids::MPI_PCONTROL, t0, t1, rc, MAX_FIXED_RECORD) {

@@ -1,15 +1,28 @@
-//! The MPI library's own functions, found by name when first called.
+//! The MPI library's own functions, found by name when first called, and
+//! the other PMPI tools that sit between the program and it.
 //!
 //! Wrappers reach the real `PMPI_` functions through here (the generated
-//! `real` and `pass` modules), not through link-time references: the
-//! library then loads under any release of its MPI family, whichever
-//! functions that release lacks (a program can only call what its MPI
-//! has), and is linkable into programs of an older release. The next
-//! definition after pmtrace's own comes first (`RTLD_NEXT`: the MPI
-//! library, or another tool that interposes `PMPI_` functions); failing
-//! that, the process's first.
+//! `real` and `pass` modules, and `ffi`'s functions for pmtrace's own
+//! calls), not through link-time references: the library then loads under
+//! any release of its MPI family, whichever functions that release lacks
+//! (a program can only call what its MPI has), and is linkable into
+//! programs of an older release. The next definition after pmtrace's own
+//! comes first (`RTLD_NEXT`: the MPI library, or another tool that
+//! interposes `PMPI_` functions); failing that (an MPI library loaded
+//! later, with `dlopen`), the first definition in any other loaded object.
+//! Never pmtrace's own: it exports `PMPI_` functions too (see `tool`).
+//!
+//! Stacking. pmtrace defines each function twice: `MPI_X`, the outer
+//! level, and `PMPI_X`, the inner one, which records and piggybacks. When
+//! the next `MPI_X` after pmtrace's is the MPI library's own (it lives in
+//! the object that holds the real `PMPI_X`), `MPI_X` goes straight to the
+//! inner level. Otherwise another tool follows pmtrace in the search order
+//! (preloaded after it): `MPI_X` calls that tool's `MPI_X` with the user's
+//! arguments, and the tool's `PMPI_X` call reaches pmtrace's inner level,
+//! which does the work. A tool found before pmtrace (preloaded first, or
+//! linked into the executable) calls `PMPI_X` itself, which is pmtrace's.
 
-use core::ffi::CStr;
+use core::ffi::{c_void, CStr};
 use core::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 
 /// The address of `name`, cached in `at`.
@@ -24,12 +37,7 @@ pub fn function(at: &AtomicUsize, name: &CStr) -> usize {
 #[cold]
 #[inline(never)]
 fn resolve(at: &AtomicUsize, name: &CStr) -> usize {
-    // SAFETY: a NUL-terminated name, looked up in the process's scope.
-    let mut f = unsafe { libc::dlsym(libc::RTLD_NEXT, name.as_ptr()) };
-    if f.is_null() {
-        // SAFETY: as above.
-        f = unsafe { libc::dlsym(libc::RTLD_DEFAULT, name.as_ptr()) };
-    }
+    let f = lookup(name);
     if f.is_null() {
         // The program called a function its MPI library does not have,
         // which it could not have linked against: nothing to pass it to.
@@ -38,4 +46,101 @@ fn resolve(at: &AtomicUsize, name: &CStr) -> usize {
     }
     at.store(f as usize, Relaxed);
     f as usize
+}
+
+/// No other tool's `MPI_X` follows pmtrace's.
+const NONE: usize = 1;
+
+/// Another tool's `outer` (`MPI_X`) that follows pmtrace's, if any: the
+/// next definition, when it lives elsewhere than the real `inner`
+/// (`PMPI_X`). Cached in `at`.
+#[inline(always)]
+pub fn tool(at: &AtomicUsize, outer: &CStr, inner: &CStr) -> Option<usize> {
+    match at.load(Relaxed) {
+        0 => find_tool(at, outer, inner),
+        NONE => None,
+        f => Some(f),
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn find_tool(at: &AtomicUsize, outer: &CStr, inner: &CStr) -> Option<usize> {
+    let f = lookup(outer);
+    let real = lookup(inner);
+    let found = if f.is_null() || real.is_null() || object_of(f) == object_of(real) {
+        NONE
+    } else {
+        f as usize
+    };
+    at.store(found, Relaxed);
+    (found != NONE).then_some(found)
+}
+
+/// The first definition of `name` after pmtrace's own, or null.
+pub fn lookup(name: &CStr) -> *mut c_void {
+    // SAFETY: a NUL-terminated name, looked up in the process's scope.
+    let f = unsafe { libc::dlsym(libc::RTLD_NEXT, name.as_ptr()) };
+    if !f.is_null() && object_of(f) != own() {
+        return f;
+    }
+    elsewhere(name)
+}
+
+/// The base address of the object that holds `addr` (null if none).
+fn object_of(addr: *const c_void) -> *mut c_void {
+    let mut info = core::mem::MaybeUninit::<libc::Dl_info>::zeroed();
+    // SAFETY: dladdr fills `info` for any address, or returns 0.
+    if unsafe { libc::dladdr(addr, info.as_mut_ptr()) } == 0 {
+        return core::ptr::null_mut();
+    }
+    // SAFETY: filled by dladdr.
+    unsafe { info.assume_init() }.dli_fbase
+}
+
+/// The object pmtrace is in: the shared library, or the executable it
+/// was linked into.
+fn own() -> *mut c_void {
+    static OWN: AtomicUsize = AtomicUsize::new(0);
+    match OWN.load(Relaxed) {
+        0 => {
+            let base = object_of(own as *const c_void);
+            OWN.store(base as usize, Relaxed);
+            base
+        }
+        b => b as *mut c_void,
+    }
+}
+
+/// `name` in the loaded objects other than pmtrace's, in load order.
+fn elsewhere(name: &CStr) -> *mut c_void {
+    let mut found: (&CStr, *mut c_void) = (name, core::ptr::null_mut());
+    unsafe extern "C" fn each(
+        info: *mut libc::dl_phdr_info,
+        _: libc::size_t,
+        data: *mut c_void,
+    ) -> libc::c_int {
+        // SAFETY: `data` is `found` below; `info` is the loader's.
+        let (name, found) = unsafe { &mut *(data as *mut (&CStr, *mut c_void)) };
+        let path = unsafe { (*info).dlpi_name };
+        if path.is_null() || unsafe { *path } == 0 {
+            return 0; // the executable: pmtrace's scope, searched first
+        }
+        // SAFETY: an object already loaded; RTLD_NOLOAD loads nothing.
+        let h = unsafe { libc::dlopen(path, libc::RTLD_LAZY | libc::RTLD_NOLOAD) };
+        if h.is_null() {
+            return 0;
+        }
+        // SAFETY: a handle just opened, and a NUL-terminated name.
+        let f = unsafe { libc::dlsym(h, name.as_ptr()) };
+        unsafe { libc::dlclose(h) };
+        if f.is_null() || object_of(f) == own() {
+            return 0;
+        }
+        *found = f;
+        1
+    }
+    // SAFETY: the callback reads only what the loader hands it.
+    unsafe { libc::dl_iterate_phdr(Some(each), &mut found as *mut _ as *mut c_void) };
+    found.1
 }

@@ -15,23 +15,6 @@ MPI_Op pmtrace_mpi_op_max(void) { return MPI_MAX; }
 MPI_Op pmtrace_mpi_op_sum(void) { return MPI_SUM; }
 MPI_Op pmtrace_mpi_op_min(void) { return MPI_MIN; }
 
-/* Bytes a completed operation transferred, and whether it was cancelled,
- * for an MPI whose status layout pmtrace does not know (Open MPI's and
- * MPICH's fields are read in place by src/ffi.rs): through MPI itself. */
-#if !defined(OPEN_MPI) && !defined(MPICH)
-void pmtrace_status_set_bytes(MPI_Status *s, long long n) { PMPI_Status_set_elements_x(s, MPI_BYTE, (MPI_Count)n); }
-long long pmtrace_status_bytes(const MPI_Status *s) {
-    MPI_Count n = 0;
-    PMPI_Get_elements_x(s, MPI_BYTE, &n);
-    return n < 0 ? 0 : (long long)n;
-}
-int pmtrace_status_cancelled(const MPI_Status *s) {
-    int flag = 0;
-    PMPI_Test_cancelled(s, &flag);
-    return flag;
-}
-#endif
-
 /* The MPI-5 standard ABI build has no mpi-sys: the handful of constants the
  * runtime names as mpi-sys does (RSMPI_*) are defined here. */
 #if defined(MPI_ABI_VERSION)

@@ -870,12 +870,18 @@ fn the_library_exports_only_mpi_symbols_and_the_cli_none() {
         assert!(lib.len() > 300, "{flavour:?}: {} symbols", lib.len());
         let foreign: Vec<&String> = lib
             .iter()
-            .filter(|s| !s.starts_with("MPI_") && *s != "PMIx_Init")
+            .filter(|s| !s.starts_with("MPI_") && !s.starts_with("PMPI_") && *s != "PMIx_Init")
             .collect();
         assert!(
             foreign.is_empty(),
             "{flavour:?}: non-MPI exports: {foreign:?}"
         );
+        // Two levels for stacking (next.rs): each inner PMPI_X has its MPI_X.
+        let lone: Vec<&String> = lib
+            .iter()
+            .filter(|s| s.starts_with("PMPI_") && !lib.contains(&s[1..].to_string()))
+            .collect();
+        assert!(lone.is_empty(), "{flavour:?}: {lone:?}");
         assert!(lib.iter().any(|s| s == "PMIx_Init"), "{flavour:?}");
     }
     let out = std::process::Command::new("nm")
@@ -1461,5 +1467,147 @@ fn excluded_functions_are_left_out_and_counted_and_clocks_stay_exact() {
     let names = &run.config["PMTRACE_EXCLUDE"];
     for f in ["MPI_Wtime", "MPI_Iprobe", "MPI_Testsome", "MPI_Comm_rank"] {
         assert!(names.split(',').any(|n| n == f), "{what}: {names}");
+    }
+}
+
+/// What `tests/progs/pmpicount.c` wrote for each rank: its lines, and the
+/// calls it made of its own through `PMPI_` ("own" lines).
+fn tool_counts(
+    dir: &std::path::Path,
+    np: u32,
+) -> Vec<(String, std::collections::BTreeMap<String, u64>)> {
+    (0..np)
+        .map(|r| {
+            let path = dir.join(format!("rank-{r}.txt"));
+            let text = std::fs::read_to_string(&path)
+                .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            let own = text
+                .lines()
+                .filter_map(|l| l.strip_prefix("own "))
+                .map(|l| {
+                    let (f, n) = l.split_once(' ').unwrap();
+                    (f.to_string(), n.parse().unwrap())
+                })
+                .collect();
+            (text, own)
+        })
+        .collect()
+}
+
+/// Issue 17, point 6: another PMPI tool (counting calls and bytes of
+/// Init/Send/Recv/Isend/Irecv/Allreduce) preloaded before and after
+/// pmtrace, and linked into the executable, sees exactly what it sees
+/// alone; the program's output is unchanged; and pmtrace's trace holds
+/// every call of the program (and the tool's own `PMPI_` calls, which the
+/// process made too), every message matched, every clock check clean.
+#[test]
+fn another_pmpi_tool_sees_every_call_and_pmtrace_keeps_a_complete_trace() {
+    let np = 4;
+    for mpi in Mpi::ALL {
+        let dir = scratch(&format!("stacking-{}", mpi.tag()));
+        let coverage = mpi.prog("coverage");
+        let linked = mpi.prog("coverage_pmpicount");
+        let run = |name: &str, prog: &std::path::Path, mode: Mode| {
+            let out = dir.join(format!("counts-{name}"));
+            let _ = std::fs::remove_dir_all(&out);
+            std::fs::create_dir_all(&out).unwrap();
+            let env = [("PMPICOUNT_DIR", out.to_str().unwrap())];
+            let run = mpirun_on(mpi, &dir, np, prog, &[], mode, &env);
+            assert_eq!(run.code, 0, "{mpi:?} {name}: {}", run.stderr);
+            (run, tool_counts(&out, np))
+        };
+        let (alone, seen) = run("alone", &coverage, Mode::Tool(Stack::Alone));
+        for (text, _) in &seen {
+            for f in ["MPI_Init_thread 1 calls", "MPI_Send ", "MPI_Allreduce "] {
+                assert!(text.contains(f), "{mpi:?}: the tool alone: {text}");
+            }
+        }
+        for (name, prog, mode) in [
+            ("before", &coverage, Mode::Tool(Stack::BeforePmtrace)),
+            ("after", &coverage, Mode::Tool(Stack::AfterPmtrace)),
+            ("linked", &linked, Mode::Preload),
+        ] {
+            let what = format!("{mpi:?}, the tool {name} pmtrace");
+            let (traced, stacked) = run(name, prog, mode);
+            assert_transparent(&alone, &traced, np);
+            for r in 0..np as usize {
+                assert_eq!(
+                    stacked[r].0, seen[r].0,
+                    "{what}: rank {r}: the tool's counts"
+                );
+            }
+            let trace = Trace::open(&traced.trace).unwrap();
+            let expected = traced.expected_counts(np);
+            let recorded = recorded_counts(&trace);
+            for r in 0..np as usize {
+                let own = &stacked[r].1;
+                let functions: std::collections::BTreeSet<&String> =
+                    expected[r].keys().chain(recorded[r].keys()).collect();
+                for f in functions {
+                    let want =
+                        expected[r].get(f).copied().unwrap_or(0) + own.get(f).copied().unwrap_or(0);
+                    let got = recorded[r].get(f).copied().unwrap_or(0);
+                    assert_eq!(got, want, "{what}: rank {r} {f}");
+                }
+            }
+            let rep = report(&traced.trace);
+            let m = &rep["messages"];
+            assert_eq!(m["unmatched"], 0, "{what}: {m}");
+            assert_eq!(m["matched"], m["sent"], "{what}: {m}");
+            check_clock_report(&rep, "lamport", &what);
+        }
+    }
+}
+
+/// Issue 17, point 5: Fortran programs with `use mpi` and `use mpi_f08`
+/// (`MPI_IN_PLACE`, `MPI_STATUS(ES)_IGNORE`, `MPI_ANY_SOURCE`, a vector
+/// type, `MPI_Waitall`) trace with exact call counts, every message
+/// matched by id and every clock check clean, and print what they print
+/// untraced. Open MPI's Fortran layers call `PMPI_` functions, MPICH's call
+/// `MPI_` ones (and `PMPI_` ones for `mpi_f08` routines without a buffer):
+/// pmtrace's two levels record each call once either way.
+#[test]
+fn fortran_programs_trace_exactly_under_both_mpis_at_np_2_to_8() {
+    for mpi in [Mpi::OpenMpi, Mpi::Mpich] {
+        for prog in ["fcover", "fcover08"] {
+            for np in 2..=8 {
+                check_on(mpi, "fortran", prog, np, &[], "lamport");
+            }
+        }
+    }
+}
+
+/// Issue 17, point 5: one job of Fortran ranks (0 and 1) and C ranks
+/// (2 and up) exchanging messages, launched as `mpirun -np 2 fcover : -np
+/// N fmix`: the same exactness as a job of one language.
+#[test]
+fn a_job_of_fortran_and_c_ranks_traces_exactly() {
+    for mpi in [Mpi::OpenMpi, Mpi::Mpich] {
+        let dir = scratch(&format!("mixed-{}", mpi.tag()));
+        let fortran = mpi.prog("fcover");
+        let c = mpi.prog("fmix");
+        let args = [":", "-np", "3", c.to_str().unwrap()];
+        let np = 5;
+        let plain = mpirun_on(mpi, &dir, 2, &fortran, &args, Mode::Plain, &[]);
+        let traced = mpirun_on(mpi, &dir, 2, &fortran, &args, Mode::Preload, &[]);
+        let what = format!("{mpi:?}: fcover and fmix");
+        assert!(
+            plain.stdout.contains("fcover: ok np=5"),
+            "{what}: {}",
+            plain.stdout
+        );
+        assert_transparent(&plain, &traced, np);
+        let trace = Trace::open(&traced.trace).unwrap();
+        assert_eq!(trace.ranks.len(), np as usize, "{what}");
+        let expected = traced.expected_counts(np);
+        let recorded = recorded_counts(&trace);
+        for r in 0..np as usize {
+            assert_eq!(recorded[r], expected[r], "{what}: rank {r}");
+        }
+        let rep = report(&traced.trace);
+        let m = &rep["messages"];
+        assert_eq!(m["unmatched"], 0, "{what}: {m}");
+        assert_eq!(m["matched"], m["sent"], "{what}: {m}");
+        check_clock_report(&rep, "lamport", &what);
     }
 }

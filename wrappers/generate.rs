@@ -1031,16 +1031,51 @@ pub fn generate(entries: &[Entry], declared: &BTreeSet<String>) -> Result<String
         } else {
             "MPI_SUCCESS_CODE"
         };
+        let types: Vec<String> = e
+            .params
+            .iter()
+            .map(exported_param_type)
+            .collect::<Result<_, _>>()?;
         writeln!(
             o,
-            "/// Generated from wrappers/mpi.wrap line {} (kind `{}`).",
-            e.line, e.kind
+            "/// Generated from wrappers/mpi.wrap line {} (kind `{}`): the outer level\n\
+             /// (`crate::next`), another tool's `{n}` when one follows pmtrace's.\n\
+             #[cfg_attr(not(test), no_mangle)]\n\
+             pub unsafe extern \"C\" fn {n}({ps}) -> {ret} {{\n    \
+             static TOOL: AtomicUsize = AtomicUsize::new(0);\n    \
+             if let Some(f) = crate::next::tool(&TOOL, c\"{n}\", c\"P{n}\") {{\n        \
+             // SAFETY: the other tool's {n}, of the prototype mpi.h declares.\n        \
+             return unsafe {{ core::mem::transmute::<usize, unsafe extern \"C\" fn({types}) -> {ret}>(f)({args}) }};\n    \
+             }}\n    \
+             // SAFETY: the caller's arguments, passed on.\n    \
+             unsafe {{ P{n}({args}) }}\n}}\n",
+            e.line,
+            e.kind,
+            n = e.name,
+            ps = ps.join(", "),
+            types = types.join(", "),
         )
         .unwrap();
-        writeln!(o, "#[cfg_attr(not(test), no_mangle)]").unwrap();
+        if converts_handles(&e.name) {
+            writeln!(
+                o,
+                "/// What {} records, not exported as `P{0}`: an MPI's own Fortran\n\
+                 /// layer converts handles through `P{0}`, which is not the program's call.",
+                e.name
+            )
+            .unwrap();
+        } else {
+            writeln!(
+                o,
+                "/// The inner level of {}: records and piggybacks.\n\
+                 #[cfg_attr(not(test), no_mangle)]",
+                e.name
+            )
+            .unwrap();
+        }
         writeln!(
             o,
-            "pub unsafe extern \"C\" fn {}({}) -> {ret} {{",
+            "pub unsafe extern \"C\" fn P{}({}) -> {ret} {{",
             e.name,
             ps.join(", ")
         )
@@ -1103,6 +1138,16 @@ pub fn generate(entries: &[Entry], declared: &BTreeSet<String>) -> Result<String
         }
     }
     Ok(o)
+}
+
+/// A handle or status conversion between languages or to integers
+/// (`MPI_Comm_f2c`, `MPI_Status_c2f08`, `MPI_Comm_toint`, ...).
+fn converts_handles(name: &str) -> bool {
+    [
+        "_f2c", "_c2f", "_f082c", "_c2f08", "_f2f08", "_f082f", "_toint", "_fromint",
+    ]
+    .iter()
+    .any(|s| name.ends_with(s))
 }
 
 /// `PMPI_` names in preprocessed mpi.h text.

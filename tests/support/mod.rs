@@ -203,6 +203,17 @@ pub enum Mode {
     Linked,
     /// The library of another flavour than the program's is preloaded.
     Foreign(Flavour),
+    /// A PMPI tool (`libpmpicount.so`, beside the program) is preloaded,
+    /// alone or with pmtrace.
+    Tool(Stack),
+}
+
+/// Where the PMPI tool goes in `LD_PRELOAD`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Stack {
+    Alone,
+    BeforePmtrace,
+    AfterPmtrace,
 }
 
 pub struct Run {
@@ -281,33 +292,43 @@ pub fn mpirun_on(
         cmd.env("OMPI_ALLOW_RUN_AS_ROOT", "1")
             .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1");
     }
-    let pass = |cmd: &mut Command, k: &str| {
+    // Open MPI's `-x` options belong to one application context: they are
+    // repeated after each ':' of a job of several programs (in `args`).
+    let mut ctx: Vec<String> = Vec::new();
+    let mut pass = |cmd: &mut Command, k: &str, v: &dyn AsRef<std::ffi::OsStr>| {
+        cmd.env(k, v);
         if ompi {
-            cmd.arg("-x").arg(k);
+            ctx.extend(["-x".to_string(), k.to_string()]);
         }
     };
-    cmd.env("EXPECT_COUNTS_DIR", &counts_dir);
-    pass(&mut cmd, "EXPECT_COUNTS_DIR");
-    cmd.env("PMTRACE_DIR", &trace);
-    pass(&mut cmd, "PMTRACE_DIR");
+    pass(&mut cmd, "EXPECT_COUNTS_DIR", &counts_dir);
+    pass(&mut cmd, "PMTRACE_DIR", &trace);
+    for (k, v) in env {
+        pass(&mut cmd, k, v);
+    }
+    let tool = || prog.with_file_name("libpmpicount.so").display().to_string();
     let preload = match mode {
-        Mode::Preload => Some(mpi.lib()),
-        Mode::Foreign(f) => Some(f.lib()),
+        Mode::Preload => Some(mpi.lib().display().to_string()),
+        Mode::Foreign(f) => Some(f.lib().display().to_string()),
+        Mode::Tool(Stack::Alone) => Some(tool()),
+        Mode::Tool(Stack::BeforePmtrace) => Some(format!("{}:{}", tool(), mpi.lib().display())),
+        Mode::Tool(Stack::AfterPmtrace) => Some(format!("{}:{}", mpi.lib().display(), tool())),
         Mode::Plain | Mode::Linked => None,
     };
     if let Some(lib) = preload {
-        let lib = lib.display().to_string();
         if ompi {
-            cmd.arg("-x").arg(format!("LD_PRELOAD={lib}"));
+            ctx.extend(["-x".to_string(), format!("LD_PRELOAD={lib}")]);
         } else {
             cmd.arg("-genv").arg("LD_PRELOAD").arg(lib);
         }
     }
-    for (k, v) in env {
-        cmd.env(k, v);
-        pass(&mut cmd, k);
+    cmd.args(&ctx).arg(prog);
+    for a in args {
+        cmd.arg(a);
+        if *a == ":" {
+            cmd.args(&ctx);
+        }
     }
-    cmd.arg(prog).args(args);
     let out = cmd.output().expect("mpirun");
     Run {
         stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
