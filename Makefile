@@ -88,10 +88,13 @@ endef
 
 # The PMPI tool the stacking test puts beside pmtrace (tests/progs/pmpicount.c):
 # a shared object to preload, and the coverage program with it linked in.
-TOOL_BIN := libpmpicount.so coverage_pmpicount
+TOOL_BIN := libpmpicount.so libpmpicount_dlsym.so coverage_pmpicount
 target/examples/libpmpicount.so: tests/progs/pmpicount.c | deps
 	@mkdir -p target/examples
 	mpicc -O2 -Wall -Wextra -shared -fPIC -o $@ $<
+target/examples/libpmpicount_dlsym.so: tests/progs/pmpicount.c | deps
+	@mkdir -p target/examples
+	mpicc -O2 -Wall -Wextra -shared -fPIC -DPMPICOUNT_DLSYM -o $@ $<
 target/examples/coverage_pmpicount: tests/progs/coverage.c tests/progs/pmpicount.c examples/expect.h | deps
 	@mkdir -p target/examples
 	mpicc -O2 -Wall -Wextra -Iexamples -o $@ tests/progs/coverage.c tests/progs/pmpicount.c
@@ -115,6 +118,9 @@ $(1)/examples/%: tests/progs/%.c examples/expect.h | deps
 $(1)/examples/libpmpicount.so: tests/progs/pmpicount.c | deps
 	@mkdir -p $$(@D)
 	$(2) -O2 -Wall -Wextra -shared -fPIC -o $$@ $$<
+$(1)/examples/libpmpicount_dlsym.so: tests/progs/pmpicount.c | deps
+	@mkdir -p $$(@D)
+	$(2) -O2 -Wall -Wextra -shared -fPIC -DPMPICOUNT_DLSYM -o $$@ $$<
 $(1)/examples/coverage_pmpicount: tests/progs/coverage.c tests/progs/pmpicount.c examples/expect.h | deps
 	@mkdir -p $$(@D)
 	$(2) -O2 -Wall -Wextra -Wno-stringop-overflow -Iexamples -o $$@ tests/progs/coverage.c tests/progs/pmpicount.c

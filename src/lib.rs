@@ -23,6 +23,7 @@ mod buffers;
 mod clock;
 mod comms;
 mod config;
+mod elf;
 mod ffi;
 mod flusher;
 mod guard;

@@ -26,8 +26,8 @@ use crate::peers;
 use crate::piggyback::{self, Mode};
 use crate::recorder::{self, Recorder, Writer};
 use crate::wrappers::{ids, pass, real, FUNCTIONS};
-use core::ffi::{c_char, c_int, c_void, CStr};
-use core::sync::atomic::AtomicUsize;
+use core::ffi::{c_char, c_int, c_void};
+use core::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use parking_lot::Mutex;
 use pmtrace_format::meta::{self, FunctionDef, MpiConstants, RunInfo, TimerDef};
 use pmtrace_format::record::MAX_FIXED_RECORD;
@@ -72,57 +72,85 @@ fn wrong_mpi() -> bool {
     true
 }
 
-/// The outer level of each function here (`crate::next`): another tool's
-/// `MPI_X` when one follows pmtrace's, else pmtrace's `PMPI_X`.
-macro_rules! outer {
-    ($(fn $name:ident => $inner:ident($($a:ident: $t:ty),*);)*) => {$(
-        #[cfg_attr(not(test), no_mangle)]
-        pub unsafe extern "C" fn $name($($a: $t),*) -> c_int {
-            static TOOL: AtomicUsize = AtomicUsize::new(0);
-            if let Some(f) = crate::next::tool(&TOOL, cname(concat!(stringify!($name), "\0")), cname(concat!(stringify!($inner), "\0"))) {
-                // SAFETY: the other tool's function, of MPI's prototype.
-                return unsafe { core::mem::transmute::<usize, unsafe extern "C" fn($($t),*) -> c_int>(f)($($a),*) };
-            }
-            // SAFETY: the caller's arguments, passed on.
-            unsafe { $inner($($a),*) }
-        }
-    )*};
+/// The next tool's function of this name (`crate::next::tool`), if one
+/// follows pmtrace's.
+macro_rules! next_tool {
+    ($name:literal, $inner:literal) => {{
+        static TOOL: AtomicUsize = AtomicUsize::new(0);
+        crate::next::tool(&TOOL, $name, $inner, false)
+    }};
 }
 
-fn cname(s: &'static str) -> &'static CStr {
-    CStr::from_bytes_with_nul(s.as_bytes()).expect("a NUL-terminated name")
+// The outer levels (`crate::next`). When another tool follows, tracing
+// starts and stops here, around that tool's function: a tool that reaches
+// the MPI library without pmtrace's inner level (one that looks `PMPI_`
+// functions up with `dlsym(RTLD_NEXT)`) then still has its job traced; the
+// inner level, reached or not, passes through, as pmtrace holds the guard.
+
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn MPI_Init(argc: *mut c_int, argv: *mut *mut *mut c_char) -> c_int {
+    let Some(f) = next_tool!(c"MPI_Init", c"PMPI_Init") else {
+        // SAFETY: the caller's arguments, passed on.
+        return unsafe { PMPI_Init(argc, argv) };
+    };
+    type F = unsafe extern "C" fn(*mut c_int, *mut *mut *mut c_char) -> c_int;
+    // SAFETY: the other tool's MPI_Init, with the caller's arguments.
+    init_around(ids::MPI_INIT, None, || unsafe {
+        core::mem::transmute::<usize, F>(f)(argc, argv)
+    })
 }
 
-outer! {
-    fn MPI_Init => PMPI_Init(argc: *mut c_int, argv: *mut *mut *mut c_char);
-    fn MPI_Init_thread => PMPI_Init_thread(argc: *mut c_int, argv: *mut *mut *mut c_char, required: c_int, provided: *mut c_int);
-    fn MPI_Finalize => PMPI_Finalize();
-    fn MPI_Abort => PMPI_Abort(comm: ffi::wide::MPI_Comm, errorcode: c_int);
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn MPI_Init_thread(
+    argc: *mut c_int,
+    argv: *mut *mut *mut c_char,
+    required: c_int,
+    provided: *mut c_int,
+) -> c_int {
+    let Some(f) = next_tool!(c"MPI_Init_thread", c"PMPI_Init_thread") else {
+        // SAFETY: the caller's arguments, passed on.
+        return unsafe { PMPI_Init_thread(argc, argv, required, provided) };
+    };
+    type F = unsafe extern "C" fn(*mut c_int, *mut *mut *mut c_char, c_int, *mut c_int) -> c_int;
+    // SAFETY: the other tool's MPI_Init_thread, with the caller's arguments.
+    init_around(
+        ids::MPI_INIT_THREAD,
+        Some((required, provided)),
+        || unsafe { core::mem::transmute::<usize, F>(f)(argc, argv, required, provided) },
+    )
+}
+
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn MPI_Finalize() -> c_int {
+    let Some(f) = next_tool!(c"MPI_Finalize", c"PMPI_Finalize") else {
+        // SAFETY: no arguments.
+        return unsafe { PMPI_Finalize() };
+    };
+    // SAFETY: the other tool's MPI_Finalize.
+    finalize_around(|| unsafe {
+        core::mem::transmute::<usize, unsafe extern "C" fn() -> c_int>(f)()
+    })
+}
+
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn MPI_Abort(wide: ffi::wide::MPI_Comm, errorcode: c_int) -> c_int {
+    let Some(f) = next_tool!(c"MPI_Abort", c"PMPI_Abort") else {
+        // SAFETY: the caller's arguments, passed on.
+        return unsafe { PMPI_Abort(wide, errorcode) };
+    };
+    type F = unsafe extern "C" fn(ffi::wide::MPI_Comm, c_int) -> c_int;
+    // SAFETY: the other tool's MPI_Abort, with the caller's arguments.
+    abort_around(wide, errorcode, || unsafe {
+        core::mem::transmute::<usize, F>(f)(wide, errorcode)
+    })
 }
 
 #[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C" fn PMPI_Init(argc: *mut c_int, argv: *mut *mut *mut c_char) -> c_int {
-    guard::init_thread();
-    let guard = Guard::acquire_any();
-    if guard.is_none() || guard::state() != State::Uninit || wrong_mpi() {
-        // SAFETY: the caller's arguments, passed through.
-        return unsafe { real::PMPI_Init(argc as *mut c_void, argv as *mut c_void) };
-    }
-    let t0 = clock::monotonic();
-    let p0 = clock::pair();
-    peers::expect();
-    // SAFETY: the caller's arguments, passed through.
-    let rc = unsafe { real::PMPI_Init(argc as *mut c_void, argv as *mut c_void) };
-    let announced = peers::announced();
-    start(
-        guard.as_ref().unwrap(),
-        ids::MPI_INIT,
-        (t0, p0),
-        announced,
-        rc,
-        None,
-    );
-    rc
+    // SAFETY: the caller's arguments, passed on.
+    init_around(ids::MPI_INIT, None, || unsafe {
+        real::PMPI_Init(argc as *mut c_void, argv as *mut c_void)
+    })
 }
 
 #[cfg_attr(not(test), no_mangle)]
@@ -132,42 +160,45 @@ pub unsafe extern "C" fn PMPI_Init_thread(
     required: c_int,
     provided: *mut c_int,
 ) -> c_int {
-    guard::init_thread();
-    let guard = Guard::acquire_any();
-    if guard.is_none() || guard::state() != State::Uninit || wrong_mpi() {
-        // SAFETY: the caller's arguments, passed through.
-        return unsafe {
+    // SAFETY: the caller's arguments, passed on.
+    init_around(
+        ids::MPI_INIT_THREAD,
+        Some((required, provided)),
+        || unsafe {
             real::PMPI_Init_thread(
                 argc as *mut c_void,
                 argv as *mut c_void,
                 required,
                 provided as *mut c_void,
             )
-        };
+        },
+    )
+}
+
+/// Starts tracing around `init`, the call that initializes MPI (the real
+/// `PMPI_Init(_thread)` or the next tool's `MPI_Init(_thread)`); `thread`
+/// holds `MPI_Init_thread`'s required level and where MPI puts the
+/// provided one.
+fn init_around(
+    id: u32,
+    thread: Option<(c_int, *mut c_int)>,
+    init: impl FnOnce() -> c_int,
+) -> c_int {
+    guard::init_thread();
+    let guard = Guard::acquire_any();
+    if guard.is_none() || guard::state() != State::Uninit || wrong_mpi() {
+        return init();
     }
     let t0 = clock::monotonic();
     let p0 = clock::pair();
     peers::expect();
-    // SAFETY: the caller's arguments, passed through.
-    let rc = unsafe {
-        real::PMPI_Init_thread(
-            argc as *mut c_void,
-            argv as *mut c_void,
-            required,
-            provided as *mut c_void,
-        )
-    };
+    let rc = init();
     let announced = peers::announced();
-    // SAFETY: MPI set *provided.
-    let got = if rc == 0 { unsafe { *provided } } else { 0 };
-    start(
-        guard.as_ref().unwrap(),
-        ids::MPI_INIT_THREAD,
-        (t0, p0),
-        announced,
-        rc,
-        Some((required, got)),
-    );
+    let levels = thread.map(|(required, provided)| {
+        // SAFETY: MPI set *provided when it succeeded.
+        (required, if rc == 0 { unsafe { *provided } } else { 0 })
+    });
+    start(guard.as_ref().unwrap(), id, (t0, p0), announced, rc, levels);
     rc
 }
 
@@ -647,9 +678,21 @@ fn seal(
 
 #[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C" fn PMPI_Finalize() -> c_int {
+    // SAFETY: no arguments.
+    finalize_around(|| unsafe { real::PMPI_Finalize() })
+}
+
+/// Whether this process's trace was finished (by `MPI_Finalize` or
+/// `MPI_Abort`): at most once, though both levels may be reached.
+static FINISHED: AtomicBool = AtomicBool::new(false);
+
+/// Stops tracing, then calls `finalize`: the real `PMPI_Finalize`, or the
+/// next tool's `MPI_Finalize`.
+fn finalize_around(finalize: impl FnOnce() -> c_int) -> c_int {
     let guard = Guard::acquire_any();
     let session = SESSION.lock().as_ref().map(|s| (s.rank, s.dir.clone()));
-    if let Some((rank, dir)) = session {
+    let first = session.is_some() && !FINISHED.swap(true, Ordering::AcqRel);
+    if let (Some((rank, dir)), true) = (session, first) {
         let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             let t0 = clock::now();
             crate::orphans::finish();
@@ -675,8 +718,7 @@ pub unsafe extern "C" fn PMPI_Finalize() -> c_int {
         }));
     }
     drop(guard);
-    // SAFETY: no arguments.
-    unsafe { real::PMPI_Finalize() }
+    finalize()
 }
 
 /// Sums the ranks' counts to rank 0, which prints the one summary line.
@@ -725,8 +767,21 @@ fn summarize(rank: i32, dir: Option<&Path>, totals: Option<Totals>) {
 
 #[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C" fn PMPI_Abort(wide: ffi::wide::MPI_Comm, errorcode: c_int) -> c_int {
+    // SAFETY: the caller's arguments, passed through.
+    abort_around(wide, errorcode, || unsafe {
+        pass::PMPI_Abort(wide, errorcode)
+    })
+}
+
+/// Seals this rank's trace, then calls `abort`: the real `PMPI_Abort`, or
+/// the next tool's `MPI_Abort`.
+fn abort_around(
+    wide: ffi::wide::MPI_Comm,
+    errorcode: c_int,
+    abort: impl FnOnce() -> c_int,
+) -> c_int {
     let guard = Guard::acquire_any();
-    if guard::state() == State::Active {
+    if guard::state() == State::Active && !FINISHED.swap(true, Ordering::AcqRel) {
         let comm: MPI_Comm = ffi::Wide::narrow(wide);
         let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             let t0 = clock::now();
@@ -744,8 +799,7 @@ pub unsafe extern "C" fn PMPI_Abort(wide: ffi::wide::MPI_Comm, errorcode: c_int)
         }));
     }
     drop(guard);
-    // SAFETY: the caller's arguments, passed through.
-    unsafe { pass::PMPI_Abort(wide, errorcode) }
+    abort()
 }
 
 /// `MPI_Pcontrol(level, ...)`: the variadic arguments are not read. On
@@ -753,7 +807,7 @@ pub unsafe extern "C" fn PMPI_Abort(wide: ffi::wide::MPI_Comm, errorcode: c_int)
 #[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C" fn MPI_Pcontrol(level: c_int) -> c_int {
     static TOOL: AtomicUsize = AtomicUsize::new(0);
-    let next = || match crate::next::tool(&TOOL, c"MPI_Pcontrol", c"PMPI_Pcontrol") {
+    let next = || match crate::next::tool(&TOOL, c"MPI_Pcontrol", c"PMPI_Pcontrol", false) {
         // SAFETY: another tool's MPI_Pcontrol, given the level only (pmtrace
         // defines no PMPI_Pcontrol, so that tool's call is not seen again).
         Some(f) => unsafe {

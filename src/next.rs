@@ -49,15 +49,23 @@ fn resolve(at: &AtomicUsize, name: &CStr) -> usize {
 }
 
 /// No other tool's `MPI_X` follows pmtrace's.
-const NONE: usize = 1;
+pub const NONE: usize = 1;
 
 /// Another tool's `outer` (`MPI_X`) that follows pmtrace's, if any: the
 /// next definition, when it lives elsewhere than the real `inner`
 /// (`PMPI_X`). Cached in `at`.
+///
+/// `needs_inner`: pmtrace's work on X happens at the inner level (the
+/// piggyback), so the tool must call `PMPI_X` by name, reaching pmtrace's.
+/// A tool that does not (it looks `PMPI_X` up with `dlsym(RTLD_NEXT)`,
+/// which finds the MPI library's) would send messages without the header
+/// that receivers expect, or take them with one: X is then not handed to
+/// it (it misses those calls, as it would without stacking), with one
+/// warning.
 #[inline(always)]
-pub fn tool(at: &AtomicUsize, outer: &CStr, inner: &CStr) -> Option<usize> {
+pub fn tool(at: &AtomicUsize, outer: &CStr, inner: &CStr, needs_inner: bool) -> Option<usize> {
     match at.load(Relaxed) {
-        0 => find_tool(at, outer, inner),
+        0 => find_tool(at, outer, inner, needs_inner),
         NONE => None,
         f => Some(f),
     }
@@ -65,16 +73,66 @@ pub fn tool(at: &AtomicUsize, outer: &CStr, inner: &CStr) -> Option<usize> {
 
 #[cold]
 #[inline(never)]
-fn find_tool(at: &AtomicUsize, outer: &CStr, inner: &CStr) -> Option<usize> {
+fn find_tool(at: &AtomicUsize, outer: &CStr, inner: &CStr, needs_inner: bool) -> Option<usize> {
     let f = lookup(outer);
     let real = lookup(inner);
-    let found = if f.is_null() || real.is_null() || object_of(f) == object_of(real) {
+    let mut found = if f.is_null() || real.is_null() || object_of(f) == object_of(real) {
         NONE
     } else {
         f as usize
     };
+    if found != NONE && needs_inner && !calls_by_name(f, inner) {
+        bypassed(f, outer);
+        found = NONE;
+    }
     at.store(found, Relaxed);
     (found != NONE).then_some(found)
+}
+
+/// Whether the object holding `f` refers to `name` as an undefined symbol
+/// (a call bound by the dynamic linker, which reaches pmtrace's export).
+fn calls_by_name(f: *const c_void, name: &CStr) -> bool {
+    let Some(path) = path_of(f) else {
+        return false;
+    };
+    let Ok(image) = std::fs::read(&path) else {
+        return false;
+    };
+    crate::elf::undefined_symbols(&image)
+        .is_some_and(|names| names.iter().any(|n| n.as_slice() == name.to_bytes()))
+}
+
+/// The file of the object that holds `f`.
+fn path_of(f: *const c_void) -> Option<std::path::PathBuf> {
+    let mut info = core::mem::MaybeUninit::<libc::Dl_info>::zeroed();
+    // SAFETY: dladdr fills `info` for any address, or returns 0.
+    if unsafe { libc::dladdr(f, info.as_mut_ptr()) } == 0 {
+        return None;
+    }
+    // SAFETY: filled by dladdr.
+    let name = unsafe { info.assume_init() }.dli_fname;
+    if name.is_null() {
+        return None;
+    }
+    // SAFETY: a NUL-terminated path from the loader.
+    let name = unsafe { CStr::from_ptr(name) };
+    use std::os::unix::ffi::OsStrExt;
+    Some(std::ffi::OsStr::from_bytes(name.to_bytes()).into())
+}
+
+/// Says once (on the launcher's rank 0) which tool misses calls, and why.
+fn bypassed(f: *const c_void, outer: &CStr) {
+    static SAID: core::sync::atomic::AtomicBool = core::sync::atomic::AtomicBool::new(false);
+    if SAID.swap(true, Relaxed) || crate::abi::launcher_rank().unwrap_or(0) != 0 {
+        return;
+    }
+    let tool = path_of(f).map_or_else(|| "a tool".into(), |p| p.display().to_string());
+    eprintln!(
+        "pmtrace: warning: {tool}, preloaded after pmtrace, reaches the MPI library \
+         without pmtrace's PMPI_ functions, so it is not handed {} and the like \
+         (preload it before pmtrace to let it see them)",
+        outer.to_string_lossy()
+    );
 }
 
 /// The first definition of `name` after pmtrace's own, or null.

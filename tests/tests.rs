@@ -1498,8 +1498,16 @@ fn tool_counts(
 /// Init/Send/Recv/Isend/Irecv/Allreduce) preloaded before and after
 /// pmtrace, and linked into the executable, sees exactly what it sees
 /// alone; the program's output is unchanged; and pmtrace's trace holds
-/// every call of the program (and the tool's own `PMPI_` calls, which the
-/// process made too), every message matched, every clock check clean.
+/// every call of the program, every message matched, every clock check
+/// clean. The tool's own `PMPI_` calls are calls of the process and may be
+/// recorded too (all of them when pmtrace's inner level sees them, none
+/// inside a call pmtrace records at the outer level).
+///
+/// The tool's build that finds its `PMPI_` functions with `dlsym(RTLD_NEXT)`
+/// (as Darshan's does) behaves the same before pmtrace. After pmtrace, it
+/// would reach the MPI library past pmtrace's piggyback: it is not handed
+/// the point-to-point calls (one warning says so) and the job, its output
+/// and pmtrace's trace stay whole.
 #[test]
 fn another_pmpi_tool_sees_every_call_and_pmtrace_keeps_a_complete_trace() {
     let np = 4;
@@ -1522,19 +1530,59 @@ fn another_pmpi_tool_sees_every_call_and_pmtrace_keeps_a_complete_trace() {
                 assert!(text.contains(f), "{mpi:?}: the tool alone: {text}");
             }
         }
+        let (dlsym_alone, dlsym_seen) =
+            run("dlsym-alone", &coverage, Mode::DlsymTool(Stack::Alone));
+        assert_eq!(dlsym_alone.stdout, alone.stdout, "{mpi:?}");
+        assert_eq!(dlsym_seen, seen, "{mpi:?}: the dlsym build alone");
         for (name, prog, mode) in [
             ("before", &coverage, Mode::Tool(Stack::BeforePmtrace)),
             ("after", &coverage, Mode::Tool(Stack::AfterPmtrace)),
             ("linked", &linked, Mode::Preload),
+            (
+                "dlsym-before",
+                &coverage,
+                Mode::DlsymTool(Stack::BeforePmtrace),
+            ),
+            (
+                "dlsym-after",
+                &coverage,
+                Mode::DlsymTool(Stack::AfterPmtrace),
+            ),
         ] {
             let what = format!("{mpi:?}, the tool {name} pmtrace");
             let (traced, stacked) = run(name, prog, mode);
-            assert_transparent(&alone, &traced, np);
-            for r in 0..np as usize {
-                assert_eq!(
-                    stacked[r].0, seen[r].0,
-                    "{what}: rank {r}: the tool's counts"
+            if name == "dlsym-after" {
+                assert_eq!(traced.stdout, alone.stdout, "{what}");
+                let lines = traced.stderr_lines();
+                assert_eq!(lines.len(), 2, "{what}: {lines:?}");
+                assert!(
+                    lines[0].starts_with("pmtrace: warning: ")
+                        && lines[0].contains("libpmpicount_dlsym.so")
+                        && lines[0].contains("preload it before pmtrace"),
+                    "{what}: {lines:?}"
                 );
+                assert!(
+                    lines[1].starts_with("pmtrace: trace of 4/4 ranks"),
+                    "{what}: {lines:?}"
+                );
+                for r in 0..np as usize {
+                    for l in stacked[r].0.lines() {
+                        let f = l.split(' ').next().unwrap();
+                        if ["MPI_Send", "MPI_Recv", "MPI_Isend", "MPI_Irecv"].contains(&f) {
+                            assert!(l.ends_with(" 0 calls 0 bytes"), "{what}: rank {r}: {l}");
+                        } else if f != "own" {
+                            assert!(seen[r].0.contains(l), "{what}: rank {r}: {l}");
+                        }
+                    }
+                }
+            } else {
+                assert_transparent(&alone, &traced, np);
+                for r in 0..np as usize {
+                    assert_eq!(
+                        stacked[r].0, seen[r].0,
+                        "{what}: rank {r}: the tool's counts"
+                    );
+                }
             }
             let trace = Trace::open(&traced.trace).unwrap();
             let expected = traced.expected_counts(np);
@@ -1544,10 +1592,13 @@ fn another_pmpi_tool_sees_every_call_and_pmtrace_keeps_a_complete_trace() {
                 let functions: std::collections::BTreeSet<&String> =
                     expected[r].keys().chain(recorded[r].keys()).collect();
                 for f in functions {
-                    let want =
-                        expected[r].get(f).copied().unwrap_or(0) + own.get(f).copied().unwrap_or(0);
+                    let want = expected[r].get(f).copied().unwrap_or(0);
+                    let extra = own.get(f).copied().unwrap_or(0);
                     let got = recorded[r].get(f).copied().unwrap_or(0);
-                    assert_eq!(got, want, "{what}: rank {r} {f}");
+                    assert!(
+                        (want..=want + extra).contains(&got),
+                        "{what}: rank {r} {f}: {got} recorded, the program made {want}, the tool {extra}"
+                    );
                 }
             }
             let rep = report(&traced.trace);

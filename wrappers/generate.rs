@@ -1036,6 +1036,15 @@ pub fn generate(entries: &[Entry], declared: &BTreeSet<String>) -> Result<String
             .iter()
             .map(exported_param_type)
             .collect::<Result<_, _>>()?;
+        // A wrapper that passes the caller's arguments to the real function
+        // unchanged can record at the outer level too, around the next
+        // tool's function (see `crate::next`).
+        let outer_records = e.ret.trim() == "int"
+            && prep.is_empty()
+            && around.pre.is_empty()
+            && around.subst.is_empty()
+            && around.post.is_empty()
+            && around.call.is_none();
         writeln!(
             o,
             "/// Generated from wrappers/mpi.wrap line {} (kind `{}`): the outer level\n\
@@ -1043,17 +1052,75 @@ pub fn generate(entries: &[Entry], declared: &BTreeSet<String>) -> Result<String
              #[cfg_attr(not(test), no_mangle)]\n\
              pub unsafe extern \"C\" fn {n}({ps}) -> {ret} {{\n    \
              static TOOL: AtomicUsize = AtomicUsize::new(0);\n    \
-             if let Some(f) = crate::next::tool(&TOOL, c\"{n}\", c\"P{n}\") {{\n        \
-             // SAFETY: the other tool's {n}, of the prototype mpi.h declares.\n        \
-             return unsafe {{ core::mem::transmute::<usize, unsafe extern \"C\" fn({types}) -> {ret}>(f)({args}) }};\n    \
+             if TOOL.load(core::sync::atomic::Ordering::Relaxed) == crate::next::NONE {{\n        \
+             // SAFETY: the caller's arguments, passed on.\n        \
+             return unsafe {{ P{n}({args}) }};\n    \
              }}\n    \
-             // SAFETY: the caller's arguments, passed on.\n    \
-             unsafe {{ P{n}({args}) }}\n}}\n",
+             // SAFETY: as above.\n    \
+             unsafe {{ next_{n}(&TOOL, {args}) }}\n}}\n\n\
+             /// {n} when another tool may follow: found out once, then taken\n\
+             /// only when one does.\n\
+             #[cold]\n\
+             #[inline(never)]\n\
+             unsafe fn next_{n}(at: &AtomicUsize, {ps}) -> {ret} {{\n    \
+             if let Some(f) = crate::next::tool(at, c\"{n}\", c\"P{n}\", {needs_inner}) {{\n        \
+             // SAFETY: the other tool's {n}, of the prototype mpi.h declares.\n        \
+             let next = unsafe {{ core::mem::transmute::<usize, unsafe extern \"C\" fn({types}) -> {ret}>(f) }};",
             e.line,
             e.kind,
             n = e.name,
             ps = ps.join(", "),
             types = types.join(", "),
+            needs_inner = !outer_records,
+        )
+        .unwrap();
+        if outer_records {
+            writeln!(
+                o,
+                "        // Recorded here: the inner level, if the tool reaches it, passes\n        \
+                 // through, as this call holds the guard.\n        \
+                 let Some(guard) = Guard::acquire() else {{\n            \
+                 // SAFETY: the caller's arguments, passed on.\n            \
+                 return unsafe {{ next({args}) }};\n        \
+                 }};\n        \
+                 let t0 = clock::now();\n        \
+                 // SAFETY: the caller's arguments, passed on.\n        \
+                 let rc = unsafe {{ next({args}) }};\n        \
+                 let t1 = clock::now();"
+            )
+            .unwrap();
+            for p in &e.params {
+                if let Some(h) = by_value_handle(&p.ctype) {
+                    writeln!(
+                        o,
+                        "        let {}: ffi::{h} = ffi::Wide::narrow({});",
+                        p.name, p.name
+                    )
+                    .unwrap();
+                }
+            }
+            writeln!(
+                o,
+                "        let call = Call::new(&guard, ids::{}, t0, t1, rc);\n        \
+                 {hook};\n        \
+                 return rc;",
+                e.name.to_ascii_uppercase()
+            )
+            .unwrap();
+        } else {
+            writeln!(
+                o,
+                "        // SAFETY: the caller's arguments, passed on.\n        \
+                 return unsafe {{ next({args}) }};"
+            )
+            .unwrap();
+        }
+        writeln!(
+            o,
+            "    }}\n    \
+             // SAFETY: the caller's arguments, passed on.\n    \
+             unsafe {{ P{}({args}) }}\n}}\n",
+            e.name
         )
         .unwrap();
         if converts_handles(&e.name) {

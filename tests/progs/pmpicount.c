@@ -6,12 +6,32 @@
  * status says arrived (so a tracer's piggyback must not show through).
  *
  * Built as a shared object to preload (before or after pmtrace), or as an
- * object linked into a program. Of its own it calls only PMPI_Type_size,
+ * object linked into a program. Built with -DPMPICOUNT_DLSYM it finds each
+ * PMPI_ function with dlsym(RTLD_NEXT) instead of linking to it, as
+ * Darshan's preload build does. Of its own it calls only PMPI_Type_size,
  * PMPI_Get_count and PMPI_Comm_rank, and counts those calls too ("own"
  * lines), since a tracer stacked with it sees them. */
+#ifdef PMPICOUNT_DLSYM
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#endif
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
+
+#ifdef PMPICOUNT_DLSYM
+static void *next_function(const char *name) {
+    void *f = dlsym(RTLD_NEXT, name);
+    if (!f) {
+        fprintf(stderr, "pmpicount: no %s\n", name);
+        abort();
+    }
+    return f;
+}
+#define REAL(f) ((__typeof__(&f))next_function(#f))
+#else
+#define REAL(f) f
+#endif
 
 enum { INIT, INIT_THREAD, SEND, RECV, ISEND, IRECV, ALLREDUCE, N };
 static long long calls[N], bytes[N];
@@ -25,36 +45,36 @@ static void count(int which, int n, MPI_Datatype type) {
     if (n <= 0)
         return;
     own_type_size++;
-    if (PMPI_Type_size(type, &size) == MPI_SUCCESS)
+    if (REAL(PMPI_Type_size)(type, &size) == MPI_SUCCESS)
         bytes[which] += (long long)n * size;
 }
 
 int MPI_Init(int *argc, char ***argv) {
     calls[INIT]++;
-    return PMPI_Init(argc, argv);
+    return REAL(PMPI_Init)(argc, argv);
 }
 
 int MPI_Init_thread(int *argc, char ***argv, int required, int *provided) {
     calls[INIT_THREAD]++;
-    return PMPI_Init_thread(argc, argv, required, provided);
+    return REAL(PMPI_Init_thread)(argc, argv, required, provided);
 }
 
 int MPI_Send(const void *buf, int n, MPI_Datatype type, int dest, int tag, MPI_Comm comm) {
     count(SEND, n, type);
-    return PMPI_Send(buf, n, type, dest, tag, comm);
+    return REAL(PMPI_Send)(buf, n, type, dest, tag, comm);
 }
 
 int MPI_Recv(void *buf, int n, MPI_Datatype type, int source, int tag, MPI_Comm comm,
              MPI_Status *status) {
     MPI_Status own;
     MPI_Status *st = status == MPI_STATUS_IGNORE ? &own : status;
-    int rc = PMPI_Recv(buf, n, type, source, tag, comm, st);
+    int rc = REAL(PMPI_Recv)(buf, n, type, source, tag, comm, st);
     int got = 0;
     calls[RECV]++;
     if (rc != MPI_SUCCESS)
         return rc;
     own_get_count++;
-    if (PMPI_Get_count(st, MPI_BYTE, &got) == MPI_SUCCESS && got != MPI_UNDEFINED)
+    if (REAL(PMPI_Get_count)(st, MPI_BYTE, &got) == MPI_SUCCESS && got != MPI_UNDEFINED)
         bytes[RECV] += got;
     return rc;
 }
@@ -62,25 +82,25 @@ int MPI_Recv(void *buf, int n, MPI_Datatype type, int source, int tag, MPI_Comm 
 int MPI_Isend(const void *buf, int n, MPI_Datatype type, int dest, int tag, MPI_Comm comm,
               MPI_Request *req) {
     count(ISEND, n, type);
-    return PMPI_Isend(buf, n, type, dest, tag, comm, req);
+    return REAL(PMPI_Isend)(buf, n, type, dest, tag, comm, req);
 }
 
 int MPI_Irecv(void *buf, int n, MPI_Datatype type, int source, int tag, MPI_Comm comm,
               MPI_Request *req) {
     count(IRECV, n, type);
-    return PMPI_Irecv(buf, n, type, source, tag, comm, req);
+    return REAL(PMPI_Irecv)(buf, n, type, source, tag, comm, req);
 }
 
 int MPI_Allreduce(const void *in, void *out, int n, MPI_Datatype type, MPI_Op op,
                   MPI_Comm comm) {
     count(ALLREDUCE, n, type);
-    return PMPI_Allreduce(in, out, n, type, op, comm);
+    return REAL(PMPI_Allreduce)(in, out, n, type, op, comm);
 }
 
 int MPI_Finalize(void) {
     const char *dir = getenv("PMPICOUNT_DIR");
     int rank = 0;
-    PMPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    REAL(PMPI_Comm_rank)(MPI_COMM_WORLD, &rank);
     if (dir) {
         char path[4096];
         snprintf(path, sizeof path, "%s/rank-%d.txt", dir, rank);
@@ -93,5 +113,5 @@ int MPI_Finalize(void) {
             fclose(f);
         }
     }
-    return PMPI_Finalize();
+    return REAL(PMPI_Finalize)();
 }

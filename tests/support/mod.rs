@@ -206,6 +206,9 @@ pub enum Mode {
     /// A PMPI tool (`libpmpicount.so`, beside the program) is preloaded,
     /// alone or with pmtrace.
     Tool(Stack),
+    /// The same with the tool's build that finds its `PMPI_` functions
+    /// with `dlsym(RTLD_NEXT)` (`libpmpicount_dlsym.so`).
+    DlsymTool(Stack),
 }
 
 /// Where the PMPI tool goes in `LD_PRELOAD`.
@@ -306,13 +309,20 @@ pub fn mpirun_on(
     for (k, v) in env {
         pass(&mut cmd, k, v);
     }
-    let tool = || prog.with_file_name("libpmpicount.so").display().to_string();
+    let stacked = |name: &str, stack: Stack| {
+        let tool = prog.with_file_name(name).display().to_string();
+        let lib = mpi.lib().display().to_string();
+        match stack {
+            Stack::Alone => tool,
+            Stack::BeforePmtrace => format!("{tool}:{lib}"),
+            Stack::AfterPmtrace => format!("{lib}:{tool}"),
+        }
+    };
     let preload = match mode {
         Mode::Preload => Some(mpi.lib().display().to_string()),
         Mode::Foreign(f) => Some(f.lib().display().to_string()),
-        Mode::Tool(Stack::Alone) => Some(tool()),
-        Mode::Tool(Stack::BeforePmtrace) => Some(format!("{}:{}", tool(), mpi.lib().display())),
-        Mode::Tool(Stack::AfterPmtrace) => Some(format!("{}:{}", mpi.lib().display(), tool())),
+        Mode::Tool(stack) => Some(stacked("libpmpicount.so", stack)),
+        Mode::DlsymTool(stack) => Some(stacked("libpmpicount_dlsym.so", stack)),
         Mode::Plain | Mode::Linked => None,
     };
     if let Some(lib) = preload {
