@@ -10,7 +10,10 @@ Rows:
              with the Lamport piggyback (the default), and with vector clocks at
              np = 2, 4, 8 (every pair of ranks plays at once; beyond np=2 the
              ranks outnumber this machine's two cores)
-  bandwidth  MB/s of 1 MiB messages (ratio traced/baseline)
+  bandwidth  MB/s of 1 MiB messages (ratio traced/baseline); then, under
+             Open MPI and MPICH, 64 KiB, 1 MiB and 16 MiB messages over 8
+             interleaved runs each, the worst traced run beside the slowest
+             untraced one (`bench.py bandwidth` prints these only)
   allreduce  ns per 8-byte MPI_Allreduce
 Ping-pong and Allreduce time blocks of 1000 iterations and take the median
 block, so that a moment the rank was descheduled does not move the figure.
@@ -100,6 +103,63 @@ FLAVOURS = [
 ]
 
 
+# Large-message bandwidth (`bench.py bandwidth`): each MPI with its own
+# launcher, library and mpibench build.
+LAUNCHERS = [
+    ("Open MPI 4.1", ["mpirun", "--oversubscribe"], "-x", "target/release", "target/examples"),
+    ("MPICH 4.0", ["mpirun.mpich"], "-genv", "target/mpich/release", "target/mpich/examples"),
+]
+BW_RUNS = int(os.environ.get("BENCH_BW_RUNS", "8"))
+
+
+def bandwidth_run(launcher, pass_env, lib, progs, size, traced, scratch):
+    """MB/s of one run of mpibench's bandwidth mode at `size` bytes."""
+    env = dict(ENV)
+    cmd = list(launcher) + ["-np", "2"]
+    if traced:
+        trace = tempfile.mkdtemp(dir=scratch)
+        os.rmdir(trace)
+        if pass_env == "-x":
+            cmd += ["-x", "LD_PRELOAD=" + lib, "-x", "PMTRACE_DIR=" + trace]
+        else:
+            cmd += ["-genv", "LD_PRELOAD", lib, "-genv", "PMTRACE_DIR", trace]
+    cmd += [os.path.join(progs, "mpibench"), "bandwidth", "0.5", str(size)]
+    out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
+    if out.returncode != 0:
+        sys.exit(f"bench: {' '.join(cmd)} failed:\n{out.stderr}")
+    if traced:
+        shutil.rmtree(trace, ignore_errors=True)
+    return float(out.stdout.split()[1])
+
+
+def bandwidth_section(scratch):
+    """Issue 17's large-message figures: BW_RUNS interleaved runs (ABBA),
+    with the worst traced run against the slowest untraced one, since the
+    loss can be bimodal and a median hides it."""
+    print(f"large-message bandwidth, np=2, {BW_RUNS} interleaved runs each (MB/s; "
+          "targets: worst traced >= 0.8x slowest untraced, median ratio >= 0.95):")
+    print(f"  {'MPI, size':<22}{'untraced slowest':>17}{'median':>8}{'traced worst':>14}"
+          f"{'median':>8}{'worst/slowest':>15}{'median ratio':>14}")
+    for name, launcher, pass_env, libdir, progs in LAUNCHERS:
+        lib = os.path.join(ROOT, libdir, "libpmtrace.so")
+        progs = os.path.join(ROOT, progs)
+        if not os.path.exists(lib) or shutil.which(launcher[0]) is None:
+            print(f"  {name}: skipped (build it: make matrix)")
+            continue
+        for size, label in [(64 << 10, "64 KiB"), (1 << 20, "1 MiB"), (16 << 20, "16 MiB")]:
+            base, traced, ratios = [], [], []
+            for rep in range(BW_RUNS):
+                pair = {}
+                for t in ([False, True] if rep % 2 == 0 else [True, False]):
+                    pair[t] = bandwidth_run(launcher, pass_env, lib, progs, size, t, scratch)
+                base.append(pair[False])
+                traced.append(pair[True])
+                ratios.append(pair[True] / pair[False])
+            med = statistics.median
+            print(f"  {name + ', ' + label:<22}{min(base):>17.0f}{med(base):>8.0f}{min(traced):>14.0f}"
+                  f"{med(traced):>8.0f}{min(traced) / min(base):>15.2f}{med(ratios):>14.2f}")
+
+
 def instructions(mode, scale, traced, scratch, clocks="lamport", lib=LIB, progs=PROGS):
     """Instructions one singleton run of mpibench executes (callgrind)."""
     trace = tempfile.mkdtemp(dir=scratch)
@@ -164,7 +224,7 @@ def instructions_section(scratch):
 def main():
     scratch = tempfile.mkdtemp(prefix="pmtrace-bench-")
     only = {"export": export_section, "sync": sync_section,
-            "instructions": instructions_section}
+            "instructions": instructions_section, "bandwidth": bandwidth_section}
     if len(sys.argv) == 2 and sys.argv[1] in only:
         try:
             only[sys.argv[1]](scratch)
@@ -202,6 +262,8 @@ def main():
             min_added = "" if mode == "bandwidth" else f"{min_diff:+.1f}"
             at_ref = "" if ref is None else f"{diff * ref / b:+.1f}"
             print(f"{label:<36}{b:>10.1f}{t:>10.1f}{added:>10}{min_added:>8}{at_ref:>8}{ratio:>8.3f}  {target}")
+        print()
+        bandwidth_section(scratch)
         print()
         instructions_section(scratch)
         print()

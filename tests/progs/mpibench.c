@@ -1,7 +1,8 @@
 /* The microbenchmark behind `make bench` (np=2). One mode per run:
  *   iprobe     ns per MPI_Iprobe that finds nothing
  *   pingpong   ns per one-way 8-byte message (round trip / 2)
- *   bandwidth  MB/s of 1 MiB messages, 16 in flight
+ *   bandwidth  MB/s of 1 MiB messages, 16 in flight (a third argument
+ *              sets the size in bytes; in flight: 16, at most 256 MiB)
  *   allreduce  ns per 8-byte MPI_Allreduce
  *   self       ns per 8-byte MPI_Send to this rank and the MPI_Recv of it
  *              (any np; `bench.py instructions` counts its instructions)
@@ -85,19 +86,24 @@ int main(int argc, char **argv) {
         }
         free(per);
     } else if (!strcmp(mode, "bandwidth")) {
-        enum { W = 16, SIZE = 1 << 20 };
-        long reps = (long)(40 * scale);
+        long size = argc > 3 ? atol(argv[3]) : 1 << 20;
+        int W = size * 16 > (256L << 20) ? (int)((256L << 20) / size) : 16;
+        if (W < 1) W = 1;
+        const long SIZE = size;
+        /* about 40 x 16 MiB per pass at any size, by default */
+        long reps = (long)(40 * scale * (16L << 20) / ((long)W * SIZE));
+        if (reps < 4) reps = 4;
         char *buf = malloc((size_t)W * SIZE);
         memset(buf, 1, (size_t)W * SIZE);
-        MPI_Request req[W];
+        MPI_Request req[16];
         for (int pass = 0; pass < 2; pass++) {
             long iters = pass ? reps : 4;
             MPI_Barrier(MPI_COMM_WORLD);
             double t0 = MPI_Wtime();
             for (long r = 0; r < iters; r++) {
                 for (int w = 0; w < W; w++) {
-                    if (rank == 0) MPI_Isend(buf + (size_t)w * SIZE, SIZE, MPI_BYTE, peer, w, MPI_COMM_WORLD, &req[w]);
-                    else MPI_Irecv(buf + (size_t)w * SIZE, SIZE, MPI_BYTE, peer, w, MPI_COMM_WORLD, &req[w]);
+                    if (rank == 0) MPI_Isend(buf + (size_t)w * SIZE, (int)SIZE, MPI_BYTE, peer, w, MPI_COMM_WORLD, &req[w]);
+                    else MPI_Irecv(buf + (size_t)w * SIZE, (int)SIZE, MPI_BYTE, peer, w, MPI_COMM_WORLD, &req[w]);
                 }
                 MPI_Waitall(W, req, MPI_STATUSES_IGNORE);
                 char ack = 0;
