@@ -126,7 +126,7 @@ fn abi_version() -> Option<c_int> {
 }
 
 /// The running MPI's version string.
-fn running_version() -> Option<String> {
+pub fn running_version() -> Option<String> {
     // Larger than MPI_MAX_LIBRARY_VERSION_STRING of every MPI (Open MPI's
     // is 256, MPICH's 8192): the constant compiled in may be the other
     // family's.

@@ -85,6 +85,7 @@ own_calls! {
     fn PMPI_Comm_dup(comm: MPI_Comm, newcomm: *mut MPI_Comm);
     fn PMPI_Comm_free(comm: *mut MPI_Comm);
     fn PMPI_Comm_get_errhandler(comm: MPI_Comm, errhandler: *mut MPI_Errhandler);
+    fn PMPI_Comm_get_parent(parent: *mut MPI_Comm);
     fn PMPI_Comm_group(comm: MPI_Comm, group: *mut MPI_Group);
     fn PMPI_Comm_rank(comm: MPI_Comm, rank: *mut c_int);
     fn PMPI_Comm_remote_size(comm: MPI_Comm, size: *mut c_int);
@@ -100,6 +101,12 @@ own_calls! {
     fn PMPI_Group_free(group: *mut MPI_Group);
     fn PMPI_Group_translate_ranks(group1: MPI_Group, n: c_int, ranks1: *const c_int, group2: MPI_Group, ranks2: *mut c_int);
     fn PMPI_Ibarrier(comm: MPI_Comm, request: *mut MPI_Request);
+    fn PMPI_Info_create(info: *mut MPI_Info);
+    fn PMPI_Info_dup(info: MPI_Info, newinfo: *mut MPI_Info);
+    fn PMPI_Info_free(info: *mut MPI_Info);
+    fn PMPI_Info_get(info: MPI_Info, key: *const c_char, valuelen: c_int, value: *mut c_char, flag: *mut c_int);
+    fn PMPI_Info_get_valuelen(info: MPI_Info, key: *const c_char, valuelen: *mut c_int, flag: *mut c_int);
+    fn PMPI_Info_set(info: MPI_Info, key: *const c_char, value: *const c_char);
     fn PMPI_Irecv(buf: *mut c_void, count: c_int, datatype: MPI_Datatype, source: c_int, tag: c_int, comm: MPI_Comm, request: *mut MPI_Request);
     fn PMPI_Recv(buf: *mut c_void, count: c_int, datatype: MPI_Datatype, source: c_int, tag: c_int, comm: MPI_Comm, status: *mut MPI_Status);
     fn PMPI_Reduce(sendbuf: *const c_void, recvbuf: *mut c_void, count: c_int, datatype: MPI_Datatype, op: MPI_Op, root: c_int, comm: MPI_Comm);
@@ -133,6 +140,7 @@ extern "C" {
     fn pmtrace_mpi_op_max() -> MPI_Op;
     fn pmtrace_mpi_op_sum() -> MPI_Op;
     fn pmtrace_mpi_op_min() -> MPI_Op;
+    fn pmtrace_mpi_info_null() -> MPI_Info;
 }
 
 /// Bytes a completed operation transferred, and whether it was cancelled,
@@ -286,6 +294,7 @@ pub struct Consts {
     pub op_max: MPI_Op,
     pub op_sum: MPI_Op,
     pub op_min: MPI_Op,
+    pub info_null: MPI_Info,
 }
 
 // SAFETY: handle values are plain identifiers, valid from any thread.
@@ -315,6 +324,7 @@ pub fn consts() -> &'static Consts {
                 op_max: pmtrace_mpi_op_max(),
                 op_sum: pmtrace_mpi_op_sum(),
                 op_min: pmtrace_mpi_op_min(),
+                info_null: pmtrace_mpi_info_null(),
             }
         }
     })

@@ -36,6 +36,7 @@ mod peers;
 mod piggyback;
 mod recorder;
 mod requests;
+mod spawn;
 
 /// The generated wrappers: `$OUT_DIR/wrappers.rs` (`make wrappers` shows it).
 #[allow(

@@ -40,6 +40,9 @@ use std::path::{Path, PathBuf};
 /// What the runtime keeps between init and finalize.
 struct Session {
     rank: i32,
+    /// A world started by `MPI_Comm_spawn`: its trace goes in a directory
+    /// of the parent's, and its rank 0 prints no summary line.
+    spawned: bool,
     dir: Option<PathBuf>,
     flusher: Option<std::thread::JoinHandle<()>>,
     mono_start: u64,
@@ -247,9 +250,50 @@ fn default_dir_name() -> String {
     format!("pmtrace-{stamp}-{}", std::process::id())
 }
 
+/// This rank's trace directory, while tracing.
+pub fn trace_dir() -> Option<PathBuf> {
+    SESSION.lock().as_ref().and_then(|s| s.dir.clone())
+}
+
+/// Whether this world was started by `MPI_Comm_spawn` (or its
+/// `_multiple` form): it has a parent.
+fn has_parent() -> bool {
+    let mut parent = core::mem::MaybeUninit::<MPI_Comm>::uninit();
+    // SAFETY: a local query after MPI_Init.
+    if unsafe { ffi::PMPI_Comm_get_parent(parent.as_mut_ptr()) } != 0 {
+        return false;
+    }
+    // SAFETY: filled by MPI.
+    let parent = unsafe { parent.assume_init() };
+    ffi::handle_key(parent) != ffi::handle_key(unsafe { ffi::RSMPI_COMM_NULL })
+}
+
+/// A spawned world's directory: `spawn-<k>` in the parent's trace (the
+/// first `k` from 1 free; creating it is the claim), when the parent's
+/// directory is there to hold it (`PMTRACE_DIR` names it); else a
+/// directory of its own, as any job's.
+fn spawned_dir(cfg: &Config) -> Option<PathBuf> {
+    let base = PathBuf::from(cfg.dir.clone()?);
+    if !std::fs::symlink_metadata(&base).is_ok_and(|m| m.is_dir()) {
+        return None;
+    }
+    (1..10_000).find_map(|k| {
+        let path = base.join(format!("spawn-{k}"));
+        std::fs::DirBuilder::new()
+            .mode(0o700)
+            .create(&path)
+            .ok()
+            .map(|()| path)
+    })
+}
+
 /// Rank 0: creates (or checks) the trace directory; returns its absolute path.
-fn prepare_dir(cfg: &Config) -> Result<PathBuf, String> {
-    let path = PathBuf::from(cfg.dir.clone().unwrap_or_else(default_dir_name));
+fn prepare_dir(cfg: &Config, spawned: bool) -> Result<PathBuf, String> {
+    let path = match spawned.then(|| spawned_dir(cfg)).flatten() {
+        Some(p) => p,
+        None if spawned && cfg.dir.is_some() => PathBuf::from(default_dir_name()),
+        None => PathBuf::from(cfg.dir.clone().unwrap_or_else(default_dir_name)),
+    };
     match std::fs::symlink_metadata(&path) {
         Ok(m) if m.file_type().is_symlink() => {
             return Err(format!(
@@ -435,10 +479,12 @@ fn start_tracing(
     let t0 = clock::simulated(t0);
     let t1 = clock::now();
 
-    let mine = (rank == 0).then(|| prepare_dir(&cfg));
+    let spawned = has_parent();
+    let mine = (rank == 0).then(|| prepare_dir(&cfg, spawned));
     let (shared, clocks) = share_dir(world(), rank, mine, cfg.clocks);
     *SESSION.lock() = Some(Session {
         rank,
+        spawned,
         dir: None,
         flusher: None,
         mono_start,
@@ -690,9 +736,12 @@ static FINISHED: AtomicBool = AtomicBool::new(false);
 /// next tool's `MPI_Finalize`.
 fn finalize_around(finalize: impl FnOnce() -> c_int) -> c_int {
     let guard = Guard::acquire_any();
-    let session = SESSION.lock().as_ref().map(|s| (s.rank, s.dir.clone()));
+    let session = SESSION
+        .lock()
+        .as_ref()
+        .map(|s| (s.rank, s.dir.clone(), s.spawned));
     let first = session.is_some() && !FINISHED.swap(true, Ordering::AcqRel);
-    if let (Some((rank, dir)), true) = (session, first) {
+    if let (Some((rank, dir, spawned)), true) = (session, first) {
         let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             let t0 = clock::now();
             crate::orphans::finish();
@@ -714,15 +763,16 @@ fn finalize_around(finalize: impl FnOnce() -> c_int) -> c_int {
             } else {
                 None
             };
-            summarize(rank, dir.as_deref(), totals);
+            summarize(rank, dir.as_deref(), totals, spawned);
         }));
     }
     drop(guard);
     finalize()
 }
 
-/// Sums the ranks' counts to rank 0, which prints the one summary line.
-fn summarize(rank: i32, dir: Option<&Path>, totals: Option<Totals>) {
+/// Sums the ranks' counts to rank 0, which prints the one summary line
+/// (not in a spawned world: the job's line is its first world's).
+fn summarize(rank: i32, dir: Option<&Path>, totals: Option<Totals>, spawned: bool) {
     let c = ffi::consts();
     let t = totals.unwrap_or_default();
     let traced = u64::from(t.file_bytes > 0);
@@ -744,7 +794,7 @@ fn summarize(rank: i32, dir: Option<&Path>, totals: Option<Totals>) {
             world(),
         );
     }
-    if rank != 0 {
+    if rank != 0 || spawned {
         return;
     }
     let Some(dir) = dir else { return };

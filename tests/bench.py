@@ -177,6 +177,21 @@ def instructions(mode, scale, traced, scratch, clocks="lamport", lib=LIB, progs=
     return int(m.group(1))
 
 
+# Traced instructions per call at commit 64b168d, before issue 17's work
+# (docs/notes.md, "Every MPI people run today"), for the "before and after"
+# the issue asks of `make bench`. The standard ABI library came later.
+BEFORE_ISSUE_17 = {
+    ("OPENMPI", "MPI_Iprobe that finds nothing"): 741,
+    ("OPENMPI", "8 B Send+Recv to self, no piggyback"): 2010,
+    ("OPENMPI", "8 B Send+Recv to self, Lamport"): 2253,
+    ("OPENMPI", "8 B Irecv+Send+Wait to self, Lamport"): 3844,
+    ("OPENMPI", "8 B Allreduce"): 556,
+    ("MPICH", "MPI_Iprobe that finds nothing"): 378,
+    ("MPICH", "8 B Irecv+Send+Wait to self, Lamport"): 3684,
+    ("MPICH", "8 B Allreduce"): 773,
+}
+
+
 def instructions_section(scratch):
     """Instructions per call, untraced and traced, by difference of two loop
     lengths (np=1, so no other rank's progress is counted). Unlike times,
@@ -205,7 +220,8 @@ def instructions_section(scratch):
         if not (os.path.exists(lib) and os.path.exists(os.path.join(progs, "mpibench"))):
             print(f"{name}: skipped (build it: make matrix)")
             continue
-        print(f"{name + ' library':<40}{'untraced':>10}{'traced':>10}{'added':>10}")
+        print(f"{name + ' library':<40}{'untraced':>10}{'traced':>10}{'added':>10}"
+              f"{'issue 17 start':>16}")
         for mode, (s1, s2), calls, label, clocks in rows:
             if mode == "self" and key != "OPENMPI":
                 # MPICH's blocking send to its own rank does not return
@@ -217,8 +233,10 @@ def instructions_section(scratch):
                 a = instructions(mode, s1, traced, scratch, clocks, lib, progs)
                 b = instructions(mode, s2, traced, scratch, clocks, lib, progs)
                 per[traced] = (b - a) / n
+            before = BEFORE_ISSUE_17.get((key, label))
             print(f"  {label:<38}{per[False]:>10.0f}{per[True]:>10.0f}"
-                  f"{per[True] - per[False]:>+10.0f}")
+                  f"{per[True] - per[False]:>+10.0f}"
+                  f"{'' if before is None else before:>16}")
 
 
 def main():

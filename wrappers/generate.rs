@@ -856,6 +856,32 @@ fn around(e: &Entry) -> Result<Around, String> {
         )),
         // An operation in flight keeps its request (see `orphans`).
         "request_free" => a.call = Some(format!("crate::orphans::free({})", r("request")?)),
+        // Spawned processes get what they need to be traced (`spawn`).
+        "comm_dynamic" if opt_role(e, "spawn_info").is_some() => {
+            a.pre.push(format!(
+                "let spawn_env = crate::spawn::Env::new(core::slice::from_ref(&{}), {}, {});",
+                r("spawn_info")?,
+                r("root")?,
+                r("comm")?
+            ));
+            a.subst
+                .push(("spawn_info".into(), "spawn_env.infos()[0]".into()));
+            a.post.push("drop(spawn_env);".into());
+        }
+        "comm_dynamic" if opt_role(e, "spawn_infos").is_some() => {
+            a.pre.push(format!(
+                "let spawn_env = crate::spawn::Env::many({}, {}, {}, {});",
+                r("spawn_infos")?,
+                r("count")?,
+                r("root")?,
+                r("comm")?
+            ));
+            a.subst.push((
+                "spawn_infos".into(),
+                format!("spawn_env.infos_or({}) as _", r("spawn_infos")?),
+            ));
+            a.post.push("drop(spawn_env);".into());
+        }
         _ => {}
     }
     Ok(a)

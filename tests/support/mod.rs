@@ -237,7 +237,12 @@ impl Run {
 
     /// What each rank says it called (`EXPECT_COUNTS_DIR`, see examples/expect.h).
     pub fn expected_counts(&self, np: u32) -> Vec<BTreeMap<String, u64>> {
-        (0..np)
+        self.counts_of(0..np)
+    }
+
+    /// `expected_counts` for the files of the given rank numbers.
+    pub fn counts_of(&self, ranks: impl Iterator<Item = u32>) -> Vec<BTreeMap<String, u64>> {
+        ranks
             .map(|r| {
                 let f = self.counts_dir.join(format!("rank-{r}.counts"));
                 let text =

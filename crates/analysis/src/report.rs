@@ -187,12 +187,41 @@ pub struct Report {
     /// all ranks; absent when none were.
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub excluded_calls: BTreeMap<String, u64>,
+    /// Worlds the job started with `MPI_Comm_spawn`, traced in directories
+    /// of this trace's (`spawn-<k>`, each a trace of its own), by name
+    /// with their rank count; absent when none.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub spawned_worlds: BTreeMap<String, usize>,
     pub run: Option<RunSummary>,
     pub warnings: Vec<String>,
     /// Piggybacked clock checks (see [`crate::clocks`]).
     pub clocks: Option<crate::clocks::ClockReport>,
     /// Timestamp synchronisation results; null until `pmtrace sync` ran.
     pub sync: Option<SyncReport>,
+}
+
+/// The `spawn-<k>` directories of a trace that hold rank files, with how
+/// many (see `Report::spawned_worlds`).
+fn spawned_worlds(dir: &std::path::Path) -> BTreeMap<String, usize> {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return BTreeMap::new();
+    };
+    entries
+        .filter_map(Result::ok)
+        .filter_map(|e| {
+            let name = e.file_name().into_string().ok()?;
+            let k = name.strip_prefix("spawn-")?;
+            if k.is_empty() || !k.bytes().all(|b| b.is_ascii_digit()) {
+                return None;
+            }
+            let ranks = std::fs::read_dir(e.path())
+                .ok()?
+                .filter_map(Result::ok)
+                .filter(|f| f.file_name().to_string_lossy().ends_with(".pmt"))
+                .count();
+            (ranks > 0).then_some((name, ranks))
+        })
+        .collect()
 }
 
 impl Report {
@@ -364,6 +393,7 @@ impl Report {
                 bytes_payload as f64 / events as f64
             },
             incomplete_ranks: trace.incomplete_ranks(),
+            spawned_worlds: spawned_worlds(&trace.dir),
             run,
             warnings: trace.all_warnings(),
             clocks: Some(crate::clocks::compute(trace, messages).report),
@@ -415,6 +445,18 @@ impl Report {
         }
         for warning in &self.warnings {
             writeln!(w, "  warning        {warning}")?;
+        }
+        if !self.spawned_worlds.is_empty() {
+            let list: Vec<String> = self
+                .spawned_worlds
+                .iter()
+                .map(|(d, n)| format!("{d} ({n} ranks)"))
+                .collect();
+            writeln!(
+                w,
+                "  spawned        {} (MPI_Comm_spawn; each reads as a trace of its own)",
+                list.join(", ")
+            )?;
         }
         if !self.excluded_calls.is_empty() {
             let list: Vec<String> = self
