@@ -3,6 +3,7 @@
 //! Each test has its own scratch directory under target/test-scratch.
 
 mod exports;
+mod golden;
 mod matrix;
 mod support;
 
