@@ -76,9 +76,12 @@ fn digest(bytes: &[u8]) -> String {
     format!("{} {:016x}", bytes.len(), h.finish())
 }
 
+/// (output name, content or digest) pairs.
+type Named = Vec<(String, String)>;
+
 /// Runs every verb on a copy of `case`'s trace; returns (file name,
 /// content) for the kept-whole outputs and (name, digest) for the others.
-fn outputs(case: &Path, work: &Path) -> (Vec<(String, String)>, Vec<(String, String)>) {
+fn outputs(case: &Path, work: &Path) -> (Named, Named) {
     let trace = work.join("trace");
     let _ = std::fs::remove_dir_all(work);
     std::fs::create_dir_all(&trace).unwrap();

@@ -1,33 +1,31 @@
-//! Everything the `pmtrace` command does with a trace after the run: read
-//! the rank files ([`Trace::open`]), resolve communicators across ranks
-//! ([`Comms`]), match point-to-point messages by MPI's FIFO rule
-//! ([`Messages`]), summarise them ([`Report`]) and write them out in other
-//! formats ([`export`]).
+//! Everything the `pmtrace` command does with a trace after the run, in
+//! one place for the CLI: this crate only re-exports the crates that do
+//! the work, along the data flow.
 //!
 //! ```text
-//!  rank files ─► read::Trace ─► matching::Messages ─► report::Report
-//!                    │                                  (JSON / text)
-//!                    └──────────► export::text
+//!  rank files ─► trace ─► matching ─► sync ─► report (JSON / text)
+//!                 (model,  (messages,   (times)
+//!                  reader)  collectives,   │
+//!                           clocks)        └──► export (text, OTF2,
+//!                                                Perfetto, Chrome, HTML)
 //! ```
 //!
-//! Library code returns typed errors ([`ReadError`], [`ExportError`]); the
-//! CLI turns them into one line on stderr. There is no `unsafe` here.
+//! - `crates/trace`: the trace model and its reader;
+//! - `crates/matching`: matching, collectives and clocks over the model;
+//! - `crates/sync`: timestamp synchronisation;
+//! - `crates/report`: the report and analyses;
+//! - `crates/export`: the exports;
+//! - `crates/fixture`: hand-built traces, for tests only.
 
-pub mod clocks;
-pub mod collective;
-pub mod comm;
-pub mod error;
-pub mod export;
-pub mod fixture;
-pub mod matching;
-pub mod read;
-pub mod report;
-pub mod sync;
+pub use pmtrace_export as export;
+pub use pmtrace_matching::{clocks, collective, matching};
+pub use pmtrace_report as report;
+pub use pmtrace_sync as sync;
+pub use pmtrace_trace::{comm, error, read, units};
 
-pub use clocks::{ClockReport, Clocks};
-pub use comm::{Comm, Comms};
-pub use error::ReadError;
-pub use export::ExportError;
-pub use matching::{Message, Messages, RecvEvent, SendEvent, Violations};
-pub use read::{EventRef, Rank, Thread, Trace};
-pub use report::{Report, ReportOptions};
+pub use pmtrace_export::ExportError;
+pub use pmtrace_matching::{
+    ClockReport, Clocks, Message, Messages, RecvEvent, SendEvent, Violations,
+};
+pub use pmtrace_report::{Report, ReportOptions};
+pub use pmtrace_trace::{Comm, Comms, EventRef, Rank, ReadError, Thread, Trace};

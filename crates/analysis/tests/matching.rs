@@ -1,8 +1,8 @@
 //! Message matching: which sends and receives exist, and which pairs MPI's
 //! FIFO rule makes.
 
-use pmtrace_analysis::fixture::{self, TraceBuilder};
 use pmtrace_analysis::{Messages, Trace};
+use pmtrace_fixture::{self as fixture, TraceBuilder};
 use pmtrace_format::meta::MpiConstants;
 use pmtrace_format::record::{CommDef, Payload};
 use pmtrace_format::Status;

@@ -1,9 +1,9 @@
 //! The report (profile, matrix, counts) and the text export.
 
 use pmtrace_analysis::export::text;
-use pmtrace_analysis::fixture::{self, TraceBuilder};
 use pmtrace_analysis::report::{FunctionStats, MatrixCell};
 use pmtrace_analysis::{Messages, Report, ReportOptions, Trace};
+use pmtrace_fixture::{self as fixture, TraceBuilder};
 use pmtrace_format::record::Payload;
 
 use crate::util::Scratch;

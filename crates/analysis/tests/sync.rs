@@ -6,9 +6,9 @@
 //! graph (100 ns here). Records 0 and 1 of every rank define the
 //! communicators; calls start at record 2.
 
-use pmtrace_analysis::fixture::{coll, recv, send, status, TraceBuilder};
 use pmtrace_analysis::sync::{clc, ClcParams, Graph, SyncParams, Synced};
 use pmtrace_analysis::{Messages, Trace};
+use pmtrace_fixture::{coll, recv, send, status, TraceBuilder};
 use pmtrace_format::record::Payload;
 
 use crate::util::Scratch;

@@ -1,5 +1,5 @@
 //! Integration tests of pmtrace-analysis on hand-built traces
-//! (`pmtrace_analysis::fixture`). Each test gets its own scratch directory.
+//! (`pmtrace_fixture`). Each test gets its own scratch directory.
 
 mod util;
 

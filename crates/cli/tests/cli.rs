@@ -4,7 +4,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::atomic::{AtomicU32, Ordering};
 
-use pmtrace_analysis::fixture;
+use pmtrace_fixture as fixture;
 use pmtrace_format::chunk::{ChunkHeader, ChunkState, CHUNK_HEADER_LEN};
 use pmtrace_format::decode_file_header;
 use pmtrace_format::pending::PENDING_LEN;

@@ -25,8 +25,8 @@ use serde::{Deserialize, Serialize};
 
 use super::graph::{stamps_of, Graph};
 use super::SyncReport;
-use crate::error::ReadError;
-use crate::read::{EventRef, Trace};
+use pmtrace_trace::error::ReadError;
+use pmtrace_trace::read::{EventRef, Trace};
 
 /// The name of the file `pmtrace sync` writes in a trace directory.
 pub const SYNC_FILE: &str = "sync.pmts";

@@ -42,7 +42,7 @@ use pmtrace_format::meta::MpiConstants;
 use pmtrace_format::record::{msg_id, Call, Payload, Pb};
 use pmtrace_format::{Kind, Status};
 
-use crate::read::{EventRef, Rank, Trace};
+use pmtrace_trace::read::{EventRef, Rank, Trace};
 
 /// One message leaving a rank.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -302,7 +302,7 @@ impl Messages {
 
 /// The operation ids of `rank`'s persistent send requests (`MPI_Send_init`
 /// and its modes): a start of one of them sends.
-pub(crate) fn send_inits(rank: &Rank) -> rustc_hash::FxHashSet<u64> {
+pub fn send_inits(rank: &Rank) -> rustc_hash::FxHashSet<u64> {
     rank.calls()
         .filter_map(|(_, c)| match (rank.kind(c.func), &c.payload) {
             (Kind::SendInit, Payload::Send { op: Some(op), .. }) => Some(*op),

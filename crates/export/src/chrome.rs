@@ -17,7 +17,7 @@
 use std::io::{self, Write};
 
 use super::view::View;
-use crate::read::EventRef;
+use pmtrace_trace::read::EventRef;
 
 /// What was written.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]

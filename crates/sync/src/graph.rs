@@ -39,9 +39,9 @@ use rustc_hash::FxHashMap as HashMap;
 
 use pmtrace_format::record::Record;
 
-use crate::collective::{self, Instance, Part};
-use crate::matching::Messages;
-use crate::read::{EventRef, Trace};
+use pmtrace_matching::collective::{self, Instance, Part};
+use pmtrace_matching::matching::Messages;
+use pmtrace_trace::read::{EventRef, Trace};
 
 /// Stamp `k` (in time order) of location `loc`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]

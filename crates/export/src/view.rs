@@ -10,12 +10,12 @@ use rustc_hash::FxHashMap as HashMap;
 
 use pmtrace_format::record::{Call, Payload, Record};
 
-use crate::clocks::{self, Clocks};
-use crate::collective::{self, Instance, MemberCalls};
-use crate::matching::Messages;
-use crate::read::{EventRef, Trace};
-use crate::sync::graph::stamps_of;
-use crate::sync::Synced;
+use pmtrace_matching::clocks::{self, Clocks};
+use pmtrace_matching::collective::{self, Instance, MemberCalls};
+use pmtrace_matching::matching::Messages;
+use pmtrace_sync::graph::stamps_of;
+use pmtrace_sync::Synced;
+use pmtrace_trace::read::{EventRef, Trace};
 
 /// One application thread of one rank: a track, an OTF2 location, a lane.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -42,7 +42,7 @@ use pmtrace_format::Kind;
 use serde::Serialize;
 
 use crate::matching::{Messages, RecvHow};
-use crate::read::{EventRef, Rank, Trace};
+use pmtrace_trace::read::{EventRef, Rank, Trace};
 
 /// Largest number of events for the brute-force happens-before check.
 pub const HB_MAX_EVENTS: usize = 4000;
@@ -173,7 +173,7 @@ pub enum Shape {
     Exscan,
 }
 
-pub(crate) fn shape_of(name: &str) -> Shape {
+pub fn shape_of(name: &str) -> Shape {
     let n = name.trim_start_matches("MPI_").to_ascii_lowercase();
     // Large-count forms and persistent collectives have the shape of their base.
     let n = n.strip_suffix("_c").unwrap_or(&n);

@@ -37,8 +37,8 @@ pub use graph::Graph;
 pub use quality::{ErrorStats, SyncViolations};
 pub use store::Synced;
 
-use crate::matching::Messages;
-use crate::read::Trace;
+use pmtrace_matching::matching::Messages;
+use pmtrace_trace::read::Trace;
 
 /// What `pmtrace sync` may be told.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -127,7 +127,7 @@ pub struct SyncReport {
 impl SyncReport {
     /// The report's sync section, as a person reads it.
     pub fn write_text(&self, w: &mut dyn std::io::Write) -> std::io::Result<()> {
-        use crate::report::human_ns;
+        use pmtrace_trace::units::human_ns;
         let p = &self.params;
         writeln!(
             w,

@@ -5,7 +5,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::graph::Graph;
-use crate::read::Trace;
+use pmtrace_trace::read::Trace;
 
 /// Messages that point backward in time, or arrive sooner than μ.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]

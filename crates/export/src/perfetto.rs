@@ -33,7 +33,7 @@ use std::io::{self, Write};
 use prost::Message;
 
 use super::view::{CallDetail, View};
-use crate::read::EventRef;
+use pmtrace_trace::read::EventRef;
 
 /// `TracePacket` (trace_packet.proto). The `data` oneof is spelled as
 /// optional fields: on the wire they are the same.

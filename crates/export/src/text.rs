@@ -32,8 +32,8 @@ use std::path::Path;
 use pmtrace_format::record::{Call, Payload, Record, OP_THREAD_SHIFT};
 use pmtrace_format::Status;
 
-use crate::export::ExportError;
-use crate::read::{Rank, Trace};
+use crate::ExportError;
+use pmtrace_trace::read::{Rank, Trace};
 
 /// Writes the export to the file `path` (created or truncated); returns the
 /// number of lines.

@@ -46,11 +46,11 @@ use pmtrace_otf2::{
 
 use super::view::{Location, View};
 use super::ExportError;
-use crate::clocks::{shape_of, Shape};
-use crate::comm::Comm;
-use crate::matching::RecvHow;
-use crate::read::EventRef;
-use crate::sync::interp;
+use pmtrace_matching::clocks::{shape_of, Shape};
+use pmtrace_matching::matching::RecvHow;
+use pmtrace_sync::interp;
+use pmtrace_trace::comm::Comm;
+use pmtrace_trace::read::EventRef;
 
 /// The archive's name inside its directory.
 pub const ARCHIVE_NAME: &str = "traces";
@@ -752,7 +752,7 @@ impl<'v, 'a> Writer<'v, 'a> {
             .iter()
             .map(|c| {
                 let name = match c.global_id {
-                    crate::comm::WORLD_ID => "MPI_COMM_WORLD".to_owned(),
+                    pmtrace_trace::comm::WORLD_ID => "MPI_COMM_WORLD".to_owned(),
                     id if id & 0xffff_ffff == 1 && c.members.len() == 1 => {
                         format!("MPI_COMM_SELF (rank {})", id >> 32)
                     }

@@ -8,7 +8,7 @@
 use pmtrace_format::meta::OffsetSample;
 
 use super::graph::Graph;
-use crate::read::Trace;
+use pmtrace_trace::read::Trace;
 
 /// A rank's offset to rank 0 as a function of its local time.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

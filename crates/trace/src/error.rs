@@ -36,7 +36,7 @@ pub enum ReadError {
 }
 
 impl ReadError {
-    pub(crate) fn corrupt(file: &str, what: impl Into<String>) -> ReadError {
+    pub fn corrupt(file: &str, what: impl Into<String>) -> ReadError {
         ReadError::Corrupt {
             file: file.to_owned(),
             what: what.into(),
@@ -44,7 +44,7 @@ impl ReadError {
     }
 
     /// Attaches a file name (and a place within it) to a format-level error.
-    pub(crate) fn from_format(file: &str, err: FormatError, place: Option<String>) -> ReadError {
+    pub fn from_format(file: &str, err: FormatError, place: Option<String>) -> ReadError {
         let with_place = |what: String| match &place {
             Some(p) => format!("{what} {p}"),
             None => what,

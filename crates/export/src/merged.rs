@@ -23,11 +23,11 @@ use std::io::{self, Write};
 
 use pmtrace_format::record::Record;
 
-use crate::export::text::format_record;
-use crate::matching::Messages;
-use crate::read::Trace;
-use crate::sync::replay::replay;
-use crate::sync::{Graph, Synced};
+use crate::text::format_record;
+use pmtrace_matching::matching::Messages;
+use pmtrace_sync::replay::replay;
+use pmtrace_sync::{Graph, Synced};
+use pmtrace_trace::read::Trace;
 
 /// Writes the merged log of `trace` with the times of `synced`; returns the
 /// number of lines.

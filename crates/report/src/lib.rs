@@ -19,7 +19,7 @@
 //!   wrote, with the μ the sync used between clock groups (0 within one
 //!   clock), and the same counts for the logical messages of collectives
 //!   (`collective_reversed`, `collective_clock_condition`).
-//! - `sync`: the report `pmtrace sync` stored (see [`crate::sync`]).
+//! - `sync`: the report `pmtrace sync` stored (see [`pmtrace_sync`]).
 //! - `bytes_total`: size of the rank files; `bytes_payload`: what the
 //!   records take in them; `bytes_per_call`: `bytes_payload / events`.
 
@@ -31,10 +31,10 @@ use pmtrace_format::Kind;
 use rustc_hash::FxHashMap as HashMap;
 use serde::Serialize;
 
-use crate::collective::{self, Instance, MemberCalls};
-use crate::matching::{Messages, Violations};
-use crate::read::Trace;
-use crate::sync::{quality, Graph, SyncReport, SyncViolations, Synced};
+use pmtrace_matching::collective::{self, Instance, MemberCalls};
+use pmtrace_matching::matching::{Messages, Violations};
+use pmtrace_sync::{quality, Graph, SyncReport, SyncViolations, Synced};
+use pmtrace_trace::read::Trace;
 
 /// How to compute the report.
 #[derive(Debug, Clone, Copy, Default)]
@@ -112,7 +112,7 @@ pub struct MatrixCell {
     pub bytes: u64,
 }
 
-/// Collective instances and their logical messages (see [`crate::collective`]).
+/// Collective instances and their logical messages (see [`pmtrace_matching::collective`]).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
 pub struct CollectiveCounts {
     pub instances: u64,
@@ -194,8 +194,8 @@ pub struct Report {
     pub spawned_worlds: BTreeMap<String, usize>,
     pub run: Option<RunSummary>,
     pub warnings: Vec<String>,
-    /// Piggybacked clock checks (see [`crate::clocks`]).
-    pub clocks: Option<crate::clocks::ClockReport>,
+    /// Piggybacked clock checks (see [`pmtrace_matching::clocks`]).
+    pub clocks: Option<pmtrace_matching::clocks::ClockReport>,
     /// Timestamp synchronisation results; null until `pmtrace sync` ran.
     pub sync: Option<SyncReport>,
 }
@@ -396,7 +396,7 @@ impl Report {
             spawned_worlds: spawned_worlds(&trace.dir),
             run,
             warnings: trace.all_warnings(),
-            clocks: Some(crate::clocks::compute(trace, messages).report),
+            clocks: Some(pmtrace_matching::clocks::compute(trace, messages).report),
             sync: None,
         }
     }
@@ -635,18 +635,7 @@ fn list(v: &[u32]) -> String {
     v.iter().map(u32::to_string).collect::<Vec<_>>().join(", ")
 }
 
-/// "850 ns", "12.5 us", "3.200 ms", "1.500 s".
-pub fn human_ns(ns: f64) -> String {
-    if ns < 1e3 {
-        format!("{ns:.0} ns")
-    } else if ns < 1e6 {
-        format!("{:.1} us", ns / 1e3)
-    } else if ns < 1e9 {
-        format!("{:.3} ms", ns / 1e6)
-    } else {
-        format!("{:.3} s", ns / 1e9)
-    }
-}
+pub use pmtrace_trace::units::human_ns;
 
 /// "512 B", "1.5 KiB", "3.0 MiB", "2.00 GiB".
 pub fn human_bytes(b: u64) -> String {

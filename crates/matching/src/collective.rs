@@ -29,7 +29,7 @@ use pmtrace_format::record::{Call, Payload};
 use pmtrace_format::Kind;
 
 use crate::clocks::{shape_of, Shape};
-use crate::read::{EventRef, Rank, Trace};
+use pmtrace_trace::read::{EventRef, Rank, Trace};
 
 /// What a member contributes: the bytes it sent and received.
 pub trait Part {

@@ -23,7 +23,7 @@ use std::io::{self, Write};
 use pmtrace_format::Kind;
 
 use super::view::View;
-use crate::read::EventRef;
+use pmtrace_trace::read::EventRef;
 
 const TEMPLATE: &str = include_str!("timeline.html");
 /// The line of the template the data replaces (alone on its line).

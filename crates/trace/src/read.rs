@@ -684,7 +684,7 @@ fn decode_one(
 }
 
 /// The rank-local communicator indices a call names.
-pub(crate) fn comm_indices(p: &Payload) -> impl Iterator<Item = u32> {
+pub fn comm_indices(p: &Payload) -> impl Iterator<Item = u32> {
     let (a, b) = match *p {
         Payload::Send { comm, .. }
         | Payload::Recv { comm, .. }

@@ -1,0 +1,21 @@
+//! The trace model and its reader: the rank files of a trace directory
+//! decoded ([`Trace::open`]), communicators resolved across ranks
+//! ([`Comms`]). Every other part of the post-processing reads this.
+//!
+//! ```text
+//!  format ─► trace ─► matching ─► sync ─► report
+//!                          │        │
+//!                          └────────┴────► export
+//! ```
+//!
+//! Dependencies go one way, down toward this crate. Library code returns
+//! typed errors ([`ReadError`]); the CLI turns them into one line on stderr.
+
+pub mod comm;
+pub mod error;
+pub mod read;
+pub mod units;
+
+pub use comm::{Comm, Comms};
+pub use error::ReadError;
+pub use read::{EventRef, Rank, Thread, Trace};
