@@ -30,6 +30,7 @@ step; and its throughput (events per second) and peak memory (bytes per
 event) on the largest of those traces (over 10 million events: syncbench's
 spin loop calls MPI_Wtime, and every call is traced).
 """
+import json
 import os
 import re
 import shutil
@@ -242,7 +243,8 @@ def instructions_section(scratch):
 def main():
     scratch = tempfile.mkdtemp(prefix="pmtrace-bench-")
     only = {"export": export_section, "sync": sync_section,
-            "instructions": instructions_section, "bandwidth": bandwidth_section}
+            "instructions": instructions_section, "bandwidth": bandwidth_section,
+            "engine": engine_section}
     if len(sys.argv) == 2 and sys.argv[1] in only:
         try:
             only[sys.argv[1]](scratch)
@@ -310,6 +312,8 @@ def main():
         sync_section(scratch)
         print()
         export_section(scratch)
+        print()
+        engine_section(scratch)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 
@@ -421,6 +425,80 @@ def export_section(scratch):
         print(f"{fmt:<12}{wall:>9.2f}{events / wall / 1e6:>11.2f}{rss / 2**20:>10.0f}"
               f"{rss / events:>8.0f}{size / 1e6:>11.1f}")
         shutil.rmtree(path, ignore_errors=True) if os.path.isdir(path) else os.remove(path)
+    shutil.rmtree(trace, ignore_errors=True)
+
+
+# Issue 18's measuring stick: every verb on one trace of BENCH_ENGINE_SECONDS
+# of syncbench at np=8 (5 s: about 95 million calls), each under an
+# address-space limit of ENGINE_LIMIT bytes, as a machine that must not be
+# taken whole would set one.
+ENGINE_SECONDS = os.environ.get("BENCH_ENGINE_SECONDS", "5")
+ENGINE_LIMIT = int(os.environ.get("BENCH_ENGINE_LIMIT", str(20 << 30)))
+
+
+def timed_limited(cmd):
+    """Runs `cmd` under the limit: (wall s, peak RSS bytes, None) or
+    (wall s, peak RSS bytes, the last line it wrote on failure)."""
+    import resource
+    import time
+
+    def limit():
+        resource.setrlimit(resource.RLIMIT_AS, (ENGINE_LIMIT, ENGINE_LIMIT))
+
+    began = time.monotonic()
+    with subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                          preexec_fn=limit) as p:
+        err = p.stderr.read().decode(errors="replace")
+        _, status, usage = os.wait4(p.pid, 0)
+        code = os.waitstatus_to_exitcode(status)
+    wall = time.monotonic() - began
+    if code != 0:
+        lines = [l for l in err.splitlines() if l.strip()]
+        return wall, usage.ru_maxrss * 1024, (lines[0] if lines else f"exit {code}")[:100]
+    return wall, usage.ru_maxrss * 1024, None
+
+
+def engine_section(scratch):
+    """Each verb's wall time, events per second and peak memory per event."""
+    cli = os.path.join(ROOT, "target/release/pmtrace")
+    trace = traced_run(8, os.path.join(PROGS, "syncbench"), [ENGINE_SECONDS], scratch, {})
+    size = size_of(trace)
+    # The event count is the report's, if it can be made; else estimated
+    # from the size at the 4.1 bytes per call syncbench's records take.
+    wall, rss, failed = timed_limited([cli, "report", "--json", trace])
+    rep = None
+    if failed is None:
+        rep = json.loads(subprocess.run([cli, "report", "--json", trace], capture_output=True,
+                                        text=True, check=True).stdout)
+        events = rep["events"]
+    else:
+        events = int(size / 4.1)
+    print(f"the engine: syncbench {ENGINE_SECONDS} s at np=8, "
+          f"{'' if rep else '~'}{events / 1e6:.1f} M events, {size / 1e6:.0f} MB on disk; "
+          f"address space limited to {ENGINE_LIMIT >> 30} GiB "
+          f"(targets: report, sync, perfetto >= 5 M events/s and <= 40 B/event)")
+    print(f"{'verb':<24}{'wall s':>9}{'M events/s':>12}{'peak MiB':>10}{'B/event':>9}  result")
+    rows = [("report --json", None), ("sync", None), ("merge", "merge.txt"),
+            ("export otf2", "archive"), ("export perfetto", "t.pftrace"),
+            ("export chrome", "t.json"), ("timeline (1 s window)", "t.html")]
+    for verb, out in rows:
+        path = os.path.join(scratch, out) if out else None
+        if verb == "report --json":
+            cmd = [cli, "report", "--json", trace]
+        elif verb == "sync":
+            cmd = [cli, "sync", trace]
+        elif verb == "merge":
+            cmd = [cli, "merge", trace, "-o", path]
+        elif verb.startswith("timeline"):
+            cmd = [cli, "timeline", trace, "--from", "1s", "--to", "2s", "-o", path]
+        else:
+            cmd = [cli, "export", trace, "--format", verb.split()[1], "-o", path]
+        if verb != "report --json":
+            wall, rss, failed = timed_limited(cmd)
+        print(f"{verb:<24}{wall:>9.1f}{events / wall / 1e6:>12.2f}{rss / 2**20:>10.0f}"
+              f"{rss / max(events, 1):>9.0f}  {'ok' if failed is None else 'FAILED: ' + failed}")
+        if path and os.path.exists(path):
+            shutil.rmtree(path, ignore_errors=True) if os.path.isdir(path) else os.remove(path)
     shutil.rmtree(trace, ignore_errors=True)
 
 
