@@ -454,7 +454,7 @@ def timed_limited(cmd):
     wall = time.monotonic() - began
     if code != 0:
         lines = [l for l in err.splitlines() if l.strip()]
-        return wall, usage.ru_maxrss * 1024, (lines[0] if lines else f"exit {code}")[:100]
+        return wall, usage.ru_maxrss * 1024, (lines[-1] if lines else f"exit {code}")[:100]
     return wall, usage.ru_maxrss * 1024, None
 
 
