@@ -1663,3 +1663,47 @@ fn a_job_of_fortran_and_c_ranks_traces_exactly() {
         check_clock_report(&rep, "lamport", &what);
     }
 }
+
+/// Issue 18: a verb that runs out of memory says so in one line and exits
+/// with status 1, as for any other error; no abort, no backtrace. A trace
+/// of 600k calls read under an address-space limit of 100 MB.
+#[test]
+fn running_out_of_memory_is_one_line_and_exit_status_1() {
+    use std::os::unix::process::CommandExt;
+    let dir = scratch("oom");
+    let run = mpirun(
+        &dir,
+        2,
+        &prog("manycalls"),
+        &["300000"],
+        Mode::Preload,
+        &[("EXPECT_COUNTS_DIR", "")],
+    );
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let mut cmd = std::process::Command::new(cli());
+    cmd.args(["report", run.trace.to_str().unwrap()]);
+    // SAFETY: only setrlimit between fork and exec.
+    unsafe {
+        cmd.pre_exec(|| {
+            let lim = libc::rlimit {
+                rlim_cur: 100 << 20,
+                rlim_max: 100 << 20,
+            };
+            if libc::setrlimit(libc::RLIMIT_AS, &lim) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        })
+    };
+    let out = cmd.output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    let lines: Vec<&str> = err.lines().filter(|l| !l.trim().is_empty()).collect();
+    assert_eq!(lines.len(), 1, "{err}");
+    assert!(
+        lines[0].starts_with("pmtrace: error: out of memory: "),
+        "{err}"
+    );
+    // Without the limit the same trace reads.
+    assert!(report(&run.trace)["events"].as_u64().unwrap() >= 600_000);
+}

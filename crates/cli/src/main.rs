@@ -7,7 +7,11 @@
 
 mod flavour;
 mod launch;
+mod memory;
 mod progress;
+
+#[global_allocator]
+static ALLOCATOR: memory::Guarded = memory::Guarded;
 
 use std::io::{self, BufWriter, Write};
 use std::path::{Path, PathBuf};
