@@ -51,10 +51,10 @@ unsafe impl GlobalAlloc for Guarded {
 fn out_of_memory(size: usize) -> ! {
     let mut line = [0u8; 256];
     let mut w = &mut line[..];
-    let _ = write!(
+    let _ = writeln!(
         w,
         "pmtrace: error: out of memory: {} MiB more could not be had; this trace needs \
-         more memory than this machine (or its limit) gives\n",
+         more memory than this machine (or its limit) gives",
         size.div_ceil(1 << 20)
     );
     let left = w.len();
