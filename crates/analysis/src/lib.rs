@@ -28,4 +28,4 @@ pub use pmtrace_matching::{
     ClockReport, Clocks, Message, Messages, RecvEvent, SendEvent, Violations,
 };
 pub use pmtrace_report::{Report, ReportOptions};
-pub use pmtrace_trace::{Comm, Comms, EventRef, Rank, ReadError, Thread, Trace};
+pub use pmtrace_trace::{census, Census, Comm, Comms, EventRef, Rank, ReadError, Thread, Trace};

@@ -283,6 +283,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
 }
 
 fn report(args: ReportArgs) -> Result<ExitCode> {
+    memory::check(&args.dir, "report", memory::per_event::REPORT)?;
     let trace = Trace::open(&args.dir)?;
     let messages = Messages::build(&trace);
     let mut report = Report::build(&trace, &messages, ReportOptions { mu_ns: args.mu_ns });
@@ -301,6 +302,7 @@ fn report(args: ReportArgs) -> Result<ExitCode> {
 }
 
 fn sync(args: SyncArgs) -> Result<ExitCode> {
+    memory::check(&args.dir, "sync", memory::per_event::SYNC)?;
     let trace = Trace::open(&args.dir)?;
     for warning in trace.all_warnings() {
         eprintln!("pmtrace: warning: {warning}");
@@ -333,6 +335,7 @@ fn sync(args: SyncArgs) -> Result<ExitCode> {
 }
 
 fn merge(args: MergeArgs) -> Result<ExitCode> {
+    memory::check(&args.dir, "merge", memory::per_event::MERGE)?;
     let trace = Trace::open(&args.dir)?;
     let messages = Messages::build(&trace);
     let synced = match Synced::load(&trace)? {
@@ -359,6 +362,7 @@ fn merge(args: MergeArgs) -> Result<ExitCode> {
 }
 
 fn timeline(args: TimelineArgs) -> Result<ExitCode> {
+    memory::check(&args.dir, "timeline", memory::per_event::TIMELINE)?;
     if let (Some(from), Some(to)) = (args.from, args.to) {
         if to < from {
             bail!("--to ({to} ns) is before --from ({from} ns)");
@@ -457,6 +461,7 @@ fn with_output<T>(path: &Path, write: impl FnOnce(&mut dyn Write) -> io::Result<
 }
 
 fn export(args: ExportArgs) -> Result<ExitCode> {
+    memory::check(&args.dir, "export", memory::per_event::EXPORT)?;
     let progress = progress::Progress::new();
     progress.phase("reading the trace");
     let trace = Trace::open(&args.dir)?;

@@ -62,3 +62,75 @@ fn out_of_memory(size: usize) -> ! {
     let _ = std::io::stderr().write_all(&line[..n]);
     std::process::exit(1);
 }
+
+/// Memory each verb takes per event with today's trace model, measured
+/// with `bench.py engine` (docs/notes.md, "The engine").
+pub mod per_event {
+    pub const REPORT: u64 = 190;
+    pub const SYNC: u64 = 245;
+    pub const MERGE: u64 = 230;
+    pub const EXPORT: u64 = 225;
+    pub const TIMELINE: u64 = 225;
+}
+
+/// Refuses, in one line and before reading, a trace whose `verb` would
+/// need more memory than the process can get (available memory and swap,
+/// and the address-space limit). `PMTRACE_MEMORY_CHECK=off` skips this.
+/// A trace whose census cannot be taken is left to the verb, whose own
+/// reading reports what is wrong with it.
+pub fn check(dir: &std::path::Path, verb: &str, per_event: u64) -> anyhow::Result<()> {
+    if std::env::var("PMTRACE_MEMORY_CHECK").is_ok_and(|v| v == "off") {
+        return Ok(());
+    }
+    let Ok(census) = pmtrace_analysis::census(dir) else {
+        return Ok(());
+    };
+    let Some(available) = available() else {
+        return Ok(());
+    };
+    let need = census.events.saturating_mul(per_event) + (64 << 20);
+    if need <= available {
+        return Ok(());
+    }
+    let gib = |b: u64| b as f64 / f64::from(1u32 << 30);
+    anyhow::bail!(
+        "this trace holds {}{:.1} M events over {} ranks; `pmtrace {verb}` needs about {:.1} GiB \
+         for it, and this process can have {:.1} GiB (PMTRACE_MEMORY_CHECK=off tries anyway)",
+        if census.guessed { "about " } else { "" },
+        census.events as f64 / 1e6,
+        census.ranks,
+        gib(need),
+        gib(available)
+    )
+}
+
+/// The memory this process can still get: available memory plus free swap,
+/// and what its address-space limit leaves; None if neither is known.
+fn available() -> Option<u64> {
+    let kib = |text: &str, key: &str| -> Option<u64> {
+        let line = text.lines().find(|l| l.starts_with(key))?;
+        Some(line.split_whitespace().nth(1)?.parse::<u64>().ok()? * 1024)
+    };
+    let meminfo = std::fs::read_to_string("/proc/meminfo").ok();
+    let ram = meminfo
+        .as_deref()
+        .and_then(|m| Some(kib(m, "MemAvailable:")? + kib(m, "SwapFree:").unwrap_or(0)));
+    let limit = std::fs::read_to_string("/proc/self/limits")
+        .ok()
+        .and_then(|l| {
+            let line = l.lines().find(|l| l.starts_with("Max address space"))?;
+            let soft = line["Max address space".len()..]
+                .split_whitespace()
+                .next()?;
+            soft.parse::<u64>().ok()
+        });
+    let used = std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| kib(&s, "VmSize:"))
+        .unwrap_or(0);
+    let room = limit.map(|l| l.saturating_sub(used));
+    match (ram, room) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
+}

@@ -18,4 +18,4 @@ pub mod units;
 
 pub use comm::{Comm, Comms};
 pub use error::ReadError;
-pub use read::{EventRef, Rank, Thread, Trace};
+pub use read::{census, Census, EventRef, Rank, Thread, Trace};

@@ -336,6 +336,60 @@ fn rank_files(dir: &Path) -> Result<BTreeMap<u32, PathBuf>, ReadError> {
 }
 
 /// An open rank file, read piecewise.
+/// What a trace holds, read from its files' headers, chunk headers and
+/// trailers only (no record decoded): enough to size a verb before it
+/// starts.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Census {
+    pub ranks: u32,
+    /// Events: the trailers' counts, and for a rank without a trailer its
+    /// record bytes over [`Census::BYTES_PER_EVENT_GUESS`].
+    pub events: u64,
+    /// Bytes of records over all ranks.
+    pub record_bytes: u64,
+    /// Whether some rank's count is a guess (it never finalized).
+    pub guessed: bool,
+}
+
+impl Census {
+    /// Record bytes per event assumed where no trailer counts them: the
+    /// smallest records' size, so that the guess errs high.
+    pub const BYTES_PER_EVENT_GUESS: u64 = 4;
+}
+
+/// The [`Census`] of the trace in `dir`.
+pub fn census(dir: impl AsRef<Path>) -> Result<Census, ReadError> {
+    let mut c = Census::default();
+    for (rank, path) in rank_files(dir.as_ref())? {
+        let file = RankFile::open(&path, rank)?;
+        let (_, first_chunk) = file.header()?;
+        let mut bytes = 0;
+        let mut events = None;
+        for (at, h) in file.walk_chunks(first_chunk, &mut Vec::new())? {
+            match h.kind {
+                ChunkKind::Trailer if h.state == ChunkState::Sealed => {
+                    let json = file.sealed_payload(at, &h)?;
+                    let t: Trailer = serde_json::from_slice(&json).map_err(|e| {
+                        ReadError::corrupt(&file.name, format!("trailer at offset {at}: {e}"))
+                    })?;
+                    events = Some(t.events);
+                }
+                ChunkKind::Events if h.thread != pmtrace_format::UNOWNED_THREAD => {
+                    bytes += h.used;
+                }
+                _ => {}
+            }
+        }
+        c.ranks += 1;
+        c.record_bytes += bytes;
+        c.events += events.unwrap_or_else(|| {
+            c.guessed = true;
+            bytes / Census::BYTES_PER_EVENT_GUESS
+        });
+    }
+    Ok(c)
+}
+
 struct RankFile {
     file: File,
     path: PathBuf,
