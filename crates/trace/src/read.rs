@@ -220,10 +220,14 @@ impl Trace {
                 world_size,
             });
         }
-        let mut ranks = Vec::with_capacity(headers.len());
-        for (file, header, first_chunk) in headers {
-            ranks.push(file.read(header, first_chunk)?);
-        }
+        // Each rank file decodes on its own: in parallel, in rank order.
+        use rayon::prelude::*;
+        let ranks = headers
+            .into_par_iter()
+            .map(|(file, header, first_chunk)| file.read(header, first_chunk))
+            .collect::<Vec<_>>()
+            .into_iter()
+            .collect::<Result<Vec<Rank>, ReadError>>()?;
         let mut warnings = Vec::new();
         let constants = ranks[0].header.constants;
         for r in &ranks {
