@@ -119,6 +119,8 @@ const KNOWN: &[&str] = &[
     "PMTRACE_BUFFER_SIZE",
     "PMTRACE_TIMER",
     "PMTRACE_LIB",
+    // The CLI's (a shell set up to read traces may trace a job too).
+    "PMTRACE_MEMORY_CHECK",
 ];
 
 pub fn parse_size(s: &str) -> Option<usize> {

@@ -856,8 +856,7 @@ fn abort_around(
 /// x86-64 (System V) a callee may ignore trailing variadic arguments.
 #[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C" fn MPI_Pcontrol(level: c_int) -> c_int {
-    static TOOL: AtomicUsize = AtomicUsize::new(0);
-    let next = || match crate::next::tool(&TOOL, c"MPI_Pcontrol", c"PMPI_Pcontrol", false) {
+    let next = || match next_tool!(c"MPI_Pcontrol", c"PMPI_Pcontrol") {
         // SAFETY: another tool's MPI_Pcontrol, given the level only (pmtrace
         // defines no PMPI_Pcontrol, so that tool's call is not seen again).
         Some(f) => unsafe {

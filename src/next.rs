@@ -91,19 +91,33 @@ fn find_tool(at: &AtomicUsize, outer: &CStr, inner: &CStr, needs_inner: bool) ->
 
 /// Whether the object holding `f` refers to `name` as an undefined symbol
 /// (a call bound by the dynamic linker, which reaches pmtrace's export).
+/// Each object's file is read once, however many functions ask.
 fn calls_by_name(f: *const c_void, name: &CStr) -> bool {
+    type Undefined = Option<Vec<Vec<u8>>>;
+    static READ: std::sync::Mutex<Vec<(std::path::PathBuf, Undefined)>> =
+        std::sync::Mutex::new(Vec::new());
     let Some(path) = path_of(f) else {
         return false;
     };
-    let Ok(image) = std::fs::read(&path) else {
-        return false;
+    let mut read = READ.lock().unwrap_or_else(|e| e.into_inner());
+    let at = match read.iter().position(|(p, _)| *p == path) {
+        Some(at) => at,
+        None => {
+            let names = std::fs::read(&path)
+                .ok()
+                .and_then(|image| crate::elf::undefined_symbols(&image));
+            read.push((path, names));
+            read.len() - 1
+        }
     };
-    crate::elf::undefined_symbols(&image)
+    read[at]
+        .1
+        .as_ref()
         .is_some_and(|names| names.iter().any(|n| n.as_slice() == name.to_bytes()))
 }
 
 /// The file of the object that holds `f`.
-fn path_of(f: *const c_void) -> Option<std::path::PathBuf> {
+pub fn path_of(f: *const c_void) -> Option<std::path::PathBuf> {
     let mut info = core::mem::MaybeUninit::<libc::Dl_info>::zeroed();
     // SAFETY: dladdr fills `info` for any address, or returns 0.
     if unsafe { libc::dladdr(f, info.as_mut_ptr()) } == 0 {

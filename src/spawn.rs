@@ -144,20 +144,8 @@ fn env_lines() -> Option<String> {
 /// The path of pmtrace's shared library; None when pmtrace is linked into
 /// the executable (spawned copies of it are traced anyway).
 fn own_library() -> Option<String> {
-    let mut info = core::mem::MaybeUninit::<libc::Dl_info>::zeroed();
-    // SAFETY: dladdr fills `info` for an address of this library.
-    if unsafe { libc::dladdr(own_library as *const c_void, info.as_mut_ptr()) } == 0 {
-        return None;
-    }
-    // SAFETY: filled by dladdr.
-    let name = unsafe { info.assume_init() }.dli_fname;
-    if name.is_null() {
-        return None;
-    }
-    // SAFETY: a NUL-terminated path from the loader.
-    let path = unsafe { core::ffi::CStr::from_ptr(name) }
-        .to_string_lossy()
-        .into_owned();
+    let path = crate::next::path_of(own_library as *const c_void)?;
+    let path = path.to_str()?.to_string();
     let file = path.rsplit('/').next().unwrap_or(&path);
     (file.contains(".so") && path.starts_with('/')).then_some(path)
 }

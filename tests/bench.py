@@ -436,9 +436,10 @@ ENGINE_SECONDS = os.environ.get("BENCH_ENGINE_SECONDS", "5")
 ENGINE_LIMIT = int(os.environ.get("BENCH_ENGINE_LIMIT", str(20 << 30)))
 
 
-def timed_limited(cmd):
-    """Runs `cmd` under the limit: (wall s, peak RSS bytes, None) or
-    (wall s, peak RSS bytes, the last line it wrote on failure)."""
+def timed_limited(cmd, stdout=None):
+    """Runs `cmd` under the limit, its output into the file `stdout` if
+    given: (wall s, peak RSS bytes, None) or (wall s, peak RSS bytes, the
+    last line it wrote on failure)."""
     import resource
     import time
 
@@ -446,11 +447,13 @@ def timed_limited(cmd):
         resource.setrlimit(resource.RLIMIT_AS, (ENGINE_LIMIT, ENGINE_LIMIT))
 
     began = time.monotonic()
-    with subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                          preexec_fn=limit) as p:
+    out = open(stdout, "w") if stdout else subprocess.DEVNULL
+    with subprocess.Popen(cmd, stdout=out, stderr=subprocess.PIPE, preexec_fn=limit) as p:
         err = p.stderr.read().decode(errors="replace")
         _, status, usage = os.wait4(p.pid, 0)
         code = os.waitstatus_to_exitcode(status)
+    if stdout:
+        out.close()
     wall = time.monotonic() - began
     if code != 0:
         lines = [l for l in err.splitlines() if l.strip()]
@@ -465,11 +468,12 @@ def engine_section(scratch):
     size = size_of(trace)
     # The event count is the report's, if it can be made; else estimated
     # from the size at the 4.1 bytes per call syncbench's records take.
-    wall, rss, failed = timed_limited([cli, "report", "--json", trace])
+    report_json = os.path.join(scratch, "report.json")
+    wall, rss, failed = timed_limited([cli, "report", "--json", trace], stdout=report_json)
     rep = None
     if failed is None:
-        rep = json.loads(subprocess.run([cli, "report", "--json", trace], capture_output=True,
-                                        text=True, check=True).stdout)
+        with open(report_json) as f:
+            rep = json.load(f)
         events = rep["events"]
     else:
         events = int(size / 4.1)

@@ -1115,16 +1115,7 @@ pub fn generate(entries: &[Entry], declared: &BTreeSet<String>) -> Result<String
                  let t1 = clock::now();"
             )
             .unwrap();
-            for p in &e.params {
-                if let Some(h) = by_value_handle(&p.ctype) {
-                    writeln!(
-                        o,
-                        "        let {}: ffi::{h} = ffi::Wide::narrow({});",
-                        p.name, p.name
-                    )
-                    .unwrap();
-                }
-            }
+            narrow_handles(&mut o, e, "        ");
             writeln!(
                 o,
                 "        let call = Call::new(&guard, ids::{}, t0, t1, rc);\n        \
@@ -1181,16 +1172,7 @@ pub fn generate(entries: &[Entry], declared: &BTreeSet<String>) -> Result<String
         .unwrap();
         writeln!(o, "        return unsafe {{ pass::P{}({args}) }};", e.name).unwrap();
         writeln!(o, "    }};").unwrap();
-        for p in &e.params {
-            if let Some(h) = by_value_handle(&p.ctype) {
-                writeln!(
-                    o,
-                    "    let {}: ffi::{h} = ffi::Wide::narrow({});",
-                    p.name, p.name
-                )
-                .unwrap();
-            }
-        }
+        narrow_handles(&mut o, e, "    ");
         for l in &prep {
             writeln!(o, "    {l}").unwrap();
         }
@@ -1231,6 +1213,21 @@ pub fn generate(entries: &[Entry], declared: &BTreeSet<String>) -> Result<String
         }
     }
     Ok(o)
+}
+
+/// The lines that turn the by-value handles a wrapper takes (register-wide,
+/// `ffi::wide`) into this build's handles, shadowing the parameters.
+fn narrow_handles(o: &mut String, e: &Entry, indent: &str) {
+    for p in &e.params {
+        if let Some(h) = by_value_handle(&p.ctype) {
+            writeln!(
+                o,
+                "{indent}let {}: ffi::{h} = ffi::Wide::narrow({});",
+                p.name, p.name
+            )
+            .unwrap();
+        }
+    }
 }
 
 /// A handle or status conversion between languages or to integers
