@@ -499,8 +499,11 @@ def engine_section(scratch):
             cmd = [cli, "export", trace, "--format", verb.split()[1], "-o", path]
         if verb != "report --json":
             wall, rss, failed = timed_limited(cmd)
-        print(f"{verb:<24}{wall:>9.1f}{events / wall / 1e6:>12.2f}{rss / 2**20:>10.0f}"
-              f"{rss / max(events, 1):>9.0f}  {'ok' if failed is None else 'FAILED: ' + failed}")
+        if failed is None:
+            print(f"{verb:<24}{wall:>9.1f}{events / wall / 1e6:>12.2f}{rss / 2**20:>10.0f}"
+                  f"{rss / max(events, 1):>9.0f}  ok")
+        else:
+            print(f"{verb:<24}{wall:>9.1f}{'-':>12}{rss / 2**20:>10.0f}{'-':>9}  FAILED: {failed}")
         if path and os.path.exists(path):
             shutil.rmtree(path, ignore_errors=True) if os.path.isdir(path) else os.remove(path)
     shutil.rmtree(trace, ignore_errors=True)
