@@ -42,6 +42,9 @@ pub struct CommInfo {
     pub seq: AtomicU64,
     /// `MPI_Comm_idup`s on this communicator.
     pub idups: AtomicU64,
+    /// World rank of each (remote) rank, -1 outside this world; made when
+    /// a large message first needs it (`apart`).
+    pub world_ranks: std::sync::OnceLock<Box<[core::ffi::c_int]>>,
 }
 
 struct Slot {
@@ -229,6 +232,7 @@ fn define(comm: MPI_Comm, gid: u64, rec: &mut Recorder, t: u64) -> &'static Comm
         remote_size: s.remote_size,
         seq: AtomicU64::new(0),
         idups: AtomicU64::new(0),
+        world_ranks: std::sync::OnceLock::new(),
     }));
     insert(comm, info);
     let list = if s.rank == 0 && gid != WORLD_GID {
@@ -329,6 +333,7 @@ pub fn unknown(rec: &mut Recorder, t: u64) -> &'static CommInfo {
         remote_size: 0,
         seq: AtomicU64::new(0),
         idups: AtomicU64::new(0),
+        world_ranks: std::sync::OnceLock::new(),
     }));
     write_def(rec, t, info, &[]);
     let _ = UNKNOWN.set(info);

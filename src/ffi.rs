@@ -82,12 +82,14 @@ own_calls! {
     fn PMPI_Allreduce(sendbuf: *const c_void, recvbuf: *mut c_void, count: c_int, datatype: MPI_Datatype, op: MPI_Op, comm: MPI_Comm);
     fn PMPI_Bcast(buffer: *mut c_void, count: c_int, datatype: MPI_Datatype, root: c_int, comm: MPI_Comm);
     fn PMPI_Cartdim_get(comm: MPI_Comm, ndims: *mut c_int);
+    fn PMPI_Cancel(request: *mut MPI_Request);
     fn PMPI_Comm_dup(comm: MPI_Comm, newcomm: *mut MPI_Comm);
     fn PMPI_Comm_free(comm: *mut MPI_Comm);
     fn PMPI_Comm_get_errhandler(comm: MPI_Comm, errhandler: *mut MPI_Errhandler);
     fn PMPI_Comm_get_parent(parent: *mut MPI_Comm);
     fn PMPI_Comm_group(comm: MPI_Comm, group: *mut MPI_Group);
     fn PMPI_Comm_rank(comm: MPI_Comm, rank: *mut c_int);
+    fn PMPI_Comm_remote_group(comm: MPI_Comm, group: *mut MPI_Group);
     fn PMPI_Comm_remote_size(comm: MPI_Comm, size: *mut c_int);
     fn PMPI_Comm_set_errhandler(comm: MPI_Comm, errhandler: MPI_Errhandler);
     fn PMPI_Comm_size(comm: MPI_Comm, size: *mut c_int);
@@ -107,13 +109,18 @@ own_calls! {
     fn PMPI_Info_get(info: MPI_Info, key: *const c_char, valuelen: c_int, value: *mut c_char, flag: *mut c_int);
     fn PMPI_Info_get_valuelen(info: MPI_Info, key: *const c_char, valuelen: *mut c_int, flag: *mut c_int);
     fn PMPI_Info_set(info: MPI_Info, key: *const c_char, value: *const c_char);
+    fn PMPI_Iprobe(source: c_int, tag: c_int, comm: MPI_Comm, flag: *mut c_int, status: *mut MPI_Status);
+    fn PMPI_Isend(buf: *const c_void, count: c_int, datatype: MPI_Datatype, dest: c_int, tag: c_int, comm: MPI_Comm, request: *mut MPI_Request);
     fn PMPI_Irecv(buf: *mut c_void, count: c_int, datatype: MPI_Datatype, source: c_int, tag: c_int, comm: MPI_Comm, request: *mut MPI_Request);
+    fn PMPI_Pack(inbuf: *const c_void, incount: c_int, datatype: MPI_Datatype, outbuf: *mut c_void, outsize: c_int, position: *mut c_int, comm: MPI_Comm);
+    fn PMPI_Recv_init(buf: *mut c_void, count: c_int, datatype: MPI_Datatype, source: c_int, tag: c_int, comm: MPI_Comm, request: *mut MPI_Request);
     fn PMPI_Recv(buf: *mut c_void, count: c_int, datatype: MPI_Datatype, source: c_int, tag: c_int, comm: MPI_Comm, status: *mut MPI_Status);
     fn PMPI_Reduce(sendbuf: *const c_void, recvbuf: *mut c_void, count: c_int, datatype: MPI_Datatype, op: MPI_Op, root: c_int, comm: MPI_Comm);
     fn PMPI_Request_free(request: *mut MPI_Request);
     fn PMPI_Send(buf: *const c_void, count: c_int, datatype: MPI_Datatype, dest: c_int, tag: c_int, comm: MPI_Comm);
     fn PMPI_Status_set_cancelled(status: *mut MPI_Status, flag: c_int);
     fn PMPI_Status_set_elements_x(status: *mut MPI_Status, datatype: MPI_Datatype, count: MPI_Count);
+    fn PMPI_Start(request: *mut MPI_Request);
     fn PMPI_Test(request: *mut MPI_Request, flag: *mut c_int, status: *mut MPI_Status);
     fn PMPI_Test_cancelled(status: *const MPI_Status, flag: *mut c_int);
     fn PMPI_Testsome(incount: c_int, requests: *mut MPI_Request, outcount: *mut c_int, indices: *mut c_int, statuses: *mut MPI_Status);
@@ -126,6 +133,9 @@ own_calls! {
     fn PMPI_Type_get_extent_x(datatype: MPI_Datatype, lb: *mut MPI_Count, extent: *mut MPI_Count);
     fn PMPI_Type_get_true_extent_x(datatype: MPI_Datatype, true_lb: *mut MPI_Count, true_extent: *mut MPI_Count);
     fn PMPI_Type_size_x(datatype: MPI_Datatype, size: *mut MPI_Count);
+    fn PMPI_Wait(request: *mut MPI_Request, status: *mut MPI_Status);
+    fn PMPI_Waitsome(incount: c_int, requests: *mut MPI_Request, outcount: *mut c_int, indices: *mut c_int, statuses: *mut MPI_Status);
+    fn PMPI_Unpack(inbuf: *const c_void, insize: c_int, position: *mut c_int, outbuf: *mut c_void, outcount: c_int, datatype: MPI_Datatype, comm: MPI_Comm);
 }
 
 extern "C" {
@@ -531,14 +541,12 @@ impl TypeSizes {
         };
     }
 
-    /// None if MPI will reject `count` elements of `datatype` (a negative
-    /// count, an invalid datatype); else their bytes if they form one
-    /// contiguous block starting at the buffer address.
+    /// None if MPI will reject `count` elements of `datatype`; else their
+    /// bytes, and whether they form one contiguous block.
     #[inline]
-    pub fn dense_bytes(&mut self, count: i64, datatype: MPI_Datatype) -> Option<Option<u64>> {
+    pub fn layout(&mut self, count: i64, datatype: MPI_Datatype) -> Option<(u64, bool)> {
         self.load(datatype);
-        (self.valid && count >= 0)
-            .then(|| self.dense.then(|| (count as u64).saturating_mul(self.size)))
+        (self.valid && count >= 0).then(|| ((count as u64).saturating_mul(self.size), self.dense))
     }
 
     /// `bytes`, when `datatype` is the cached type; `None` rather than

@@ -527,7 +527,7 @@ pub fn probe(
         // SAFETY: MPI set *flag for this call when a flag was passed.
         let found = call.ok() && (flag.is_null() || unsafe { *flag } != 0);
         if found {
-            piggyback::fix_probe_status(status);
+            piggyback::fix_probe_status(status, comm, message);
         }
         // A matched message gets an operation id: that probe stays.
         if (!found || message.is_null()) && leave_out(&call) {

@@ -19,6 +19,7 @@
 //! Only the MPI symbols are exported; everything else is private.
 
 mod abi;
+mod apart;
 mod buffers;
 mod clock;
 mod comms;

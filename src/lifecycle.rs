@@ -548,6 +548,9 @@ fn start_tracing(
     let multiple = unsafe { ffi::RSMPI_THREAD_MULTIPLE };
     let serial = thread.is_none_or(|(_, provided)| provided < multiple);
     piggyback::enable(clocks, rank as usize, size as usize, serial);
+    if clocks != Mode::None {
+        crate::apart::open(rank as usize, size as usize, piggyback::header_len());
+    }
     guard::set_state(State::Active);
 
     recorder::set_main_thread();
@@ -745,6 +748,7 @@ fn finalize_around(finalize: impl FnOnce() -> c_int) -> c_int {
         let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             let t0 = clock::now();
             crate::orphans::finish();
+            crate::apart::close();
             if guard::state() == State::Active {
                 if let Some((rank, size, reps, own)) = *SYNC.lock() {
                     *FINAL_OFFSET.lock() =

@@ -1,10 +1,12 @@
 //! Piggybacking: a hidden header in front of every point-to-point message.
 //!
 //! **Layout.** Every message carries, before the user's data, a header of
-//! 24 bytes (the sender's Lamport clock, the message id, the sender's timer
-//! value at the send), followed in vector mode by the sender's vector clock
-//! (one u64 per world rank). Header first, so that a receive posted larger
-//! than the message still works.
+//! 32 bytes (the job's magic value, the sender's Lamport clock, the message
+//! id, the sender's timer value at the send), followed in vector mode by
+//! the sender's vector clock (one u64 per world rank). Header first, so
+//! that a receive posted larger than the message still works. Messages of
+//! more than `apart::limit()` bytes go untouched, their header apart
+//! (`crate::apart`).
 //!
 //! **Two routes, one wire format.** A dense message (contiguous type, no
 //! gaps) of at most [`COPY_MAX`] bytes is copied with its header into a
@@ -33,7 +35,8 @@
 //! CLI reconstructs them exactly from the trace (docs/notes.md has the
 //! argument and the costs).
 
-use crate::ffi::{self, MPI_Comm, MPI_Datatype, MPI_Status};
+use crate::apart;
+use crate::ffi::{self, MPI_Comm, MPI_Datatype, MPI_Message, MPI_Status};
 use crate::recorder::Recorder;
 use core::ffi::{c_int, c_void};
 use parking_lot::Mutex;
@@ -67,7 +70,7 @@ impl Mode {
 }
 
 /// Header bytes before the vector clock.
-pub const BASE: usize = 24;
+pub const BASE: usize = 32;
 /// Largest dense message sent through a staging copy.
 pub const COPY_MAX: u64 = 4096;
 
@@ -149,9 +152,10 @@ fn write_header(dst: *mut u8, rec: &mut Recorder, t0: u64) {
     let lc = LC.load(Relaxed);
     // SAFETY: `dst` has room for a whole header (callers size it so).
     unsafe {
-        core::ptr::write_unaligned(dst as *mut u64, lc);
-        core::ptr::write_unaligned(dst.add(8) as *mut u64, id);
-        core::ptr::write_unaligned(dst.add(16) as *mut u64, t0);
+        core::ptr::write_unaligned(dst as *mut u64, apart::magic());
+        core::ptr::write_unaligned(dst.add(8) as *mut u64, lc);
+        core::ptr::write_unaligned(dst.add(16) as *mut u64, id);
+        core::ptr::write_unaligned(dst.add(24) as *mut u64, t0);
     }
     if mode() == Mode::Vector {
         let mut vc = VC.lock();
@@ -168,9 +172,9 @@ fn read_header(src: *const u8) -> Got {
     // SAFETY: `src` holds a received header of `header_len()` bytes.
     let mut g = unsafe {
         Got {
-            lc: core::ptr::read_unaligned(src as *const u64),
-            id: core::ptr::read_unaligned(src.add(8) as *const u64),
-            sent: core::ptr::read_unaligned(src.add(16) as *const u64),
+            lc: core::ptr::read_unaligned(src.add(8) as *const u64),
+            id: core::ptr::read_unaligned(src.add(16) as *const u64),
+            sent: core::ptr::read_unaligned(src.add(24) as *const u64),
             vc: Vec::new(),
         }
     };
@@ -318,37 +322,13 @@ pub struct Out {
     temp: Option<MPI_Datatype>,
 }
 
-/// A send that goes to MPI untouched (see `packing`) still takes its
+/// A send that goes to MPI untouched (MPI rejects its arguments) still takes its
 /// message id and clock tick, as a failing send with a header does: the
 /// analysis replays the ids over every send call (`send_ids`).
 #[cold]
 fn skip_header(rec: &mut Recorder, t0: u64) {
     let scratch = rec.stage_out(header_len());
     write_header(scratch, rec, t0);
-}
-
-/// How a message of these arguments travels with its header: through a
-/// staging copy of `n` bytes (`Some(Some(n))`: dense and small), or a
-/// struct type around the user's buffer (`Some(None)`). None when MPI
-/// rejects it (a negative count, an invalid datatype): that rejection
-/// must be the application's own, so the call goes to MPI untouched and
-/// fails there as it would untraced, under the application's handler.
-#[inline(always)]
-fn packing(rec: &mut Recorder, count: i64, datatype: MPI_Datatype) -> Option<Option<u64>> {
-    packing_up_to(rec, count, datatype, COPY_MAX)
-}
-
-/// `packing`, staging dense messages of up to `stage_max` bytes.
-#[inline(always)]
-fn packing_up_to(
-    rec: &mut Recorder,
-    count: i64,
-    datatype: MPI_Datatype,
-    stage_max: u64,
-) -> Option<Option<u64>> {
-    rec.types
-        .dense_bytes(count, datatype)
-        .map(|dense| dense.filter(|&n| n <= stage_max))
 }
 
 /// MPICH's `MPI_Isendrecv(_replace)` leave the byte count of the
@@ -383,6 +363,42 @@ pub fn isendrecv_blind() -> bool {
     ISENDRECV_BLIND.load(Relaxed)
 }
 
+/// Where a send goes: for the choice between inline and apart.
+#[derive(Clone, Copy)]
+pub struct To {
+    pub comm: MPI_Comm,
+    pub dest: c_int,
+    pub tag: c_int,
+}
+
+impl To {
+    #[inline(always)]
+    pub fn new(dest: c_int, tag: c_int, comm: MPI_Comm) -> To {
+        To { comm, dest, tag }
+    }
+}
+
+/// A message of `bytes` bytes to `to` goes apart: its header is sent now,
+/// before the data. False when it goes inline.
+#[inline(always)]
+fn send_apart(rec: &mut Recorder, t0: u64, to: To, bytes: u64) -> bool {
+    if bytes <= apart::limit() {
+        return false;
+    }
+    apart_header(rec, t0, to, bytes)
+}
+
+#[inline(never)]
+fn apart_header(rec: &mut Recorder, t0: u64, to: To, bytes: u64) -> bool {
+    let Some((world, gid)) = apart::destination(to.comm, to.dest, to.tag, bytes) else {
+        return false;
+    };
+    apart::send(world, gid, to.tag, bytes, header_len(), |dst| {
+        write_header(dst, rec, t0)
+    });
+    true
+}
+
 impl Out {
     /// Packs a message for a blocking send; the staging buffer is the
     /// thread's own, valid until its next call.
@@ -393,6 +409,7 @@ impl Out {
         buf: *const c_void,
         count: i64,
         datatype: MPI_Datatype,
+        to: To,
     ) -> Out {
         let mut out = Out {
             buf,
@@ -403,31 +420,32 @@ impl Out {
         if !on() {
             return out;
         }
-        let Some(staged) = packing(rec, count, datatype) else {
+        let Some((bytes, dense)) = rec.types.layout(count, datatype) else {
             skip_header(rec, t0);
             return out;
         };
+        if send_apart(rec, t0, to, bytes) {
+            return out;
+        }
         let h = header_len();
-        match staged {
-            Some(n) => {
-                let stage = rec.stage_out(h + n as usize);
-                write_header(stage, rec, t0);
-                // SAFETY: the user's buffer holds `n` dense bytes; the
-                // staging buffer has room for header and data.
-                unsafe { copy_bytes(buf as *const u8, stage.add(h), n as usize) };
-                out.buf = stage as *const c_void;
-                out.count = (h + n as usize) as i64;
-                out.datatype = ffi::consts().byte;
-            }
-            _ => {
-                let hdr = rec.stage_out(h);
-                write_header(hdr, rec, t0);
-                if let Some(t) = struct_type(hdr, buf, count, datatype) {
-                    out.buf = bottom();
-                    out.count = 1;
-                    out.datatype = t;
-                    out.temp = Some(t);
-                }
+        if dense && bytes <= COPY_MAX {
+            let n = bytes;
+            let stage = rec.stage_out(h + n as usize);
+            write_header(stage, rec, t0);
+            // SAFETY: the user's buffer holds `n` dense bytes; the
+            // staging buffer has room for header and data.
+            unsafe { copy_bytes(buf as *const u8, stage.add(h), n as usize) };
+            out.buf = stage as *const c_void;
+            out.count = (h + n as usize) as i64;
+            out.datatype = ffi::consts().byte;
+        } else {
+            let hdr = rec.stage_out(h);
+            write_header(hdr, rec, t0);
+            if let Some(t) = struct_type(hdr, buf, count, datatype) {
+                out.buf = bottom();
+                out.count = 1;
+                out.datatype = t;
+                out.temp = Some(t);
             }
         }
         out
@@ -442,11 +460,17 @@ impl Drop for Out {
 
 // ---- blocking receives ----
 
-/// What a receive expects: for the clock rules.
+/// What a receive expects: for the clock rules, and for taking a header
+/// that came apart.
 #[derive(Clone, Copy)]
 pub struct Rx {
     pub wildcard: bool,
     pub comm: u64,
+    /// The communicator (None: a matched-probe receive whose probe pmtrace
+    /// did not see, or a send's slot).
+    pub handle: Option<MPI_Comm>,
+    /// The posted source.
+    pub source: c_int,
 }
 
 impl Rx {
@@ -455,18 +479,80 @@ impl Rx {
         Rx {
             wildcard: source == ffi::consts().any_source,
             comm: ffi::handle_key(comm),
+            handle: Some(comm),
+            source,
         }
     }
 
-    /// A matched-probe receive (its message was matched at the probe), or
-    /// no receive at all (a send's slot).
+    /// No receive at all (a send's slot).
     #[inline(always)]
     pub fn matched() -> Rx {
         Rx {
             wildcard: false,
             comm: 0,
+            handle: None,
+            source: -1,
         }
     }
+
+    /// A matched-probe receive: its message was matched at the probe,
+    /// which noted the communicator (`fix_probe_status`).
+    pub fn of_message(message: MPI_Message) -> Rx {
+        let key = ffi::handle_key(message);
+        let mut m = MATCHED.lock();
+        let handle = m
+            .iter()
+            .position(|e| e.0 == key)
+            .map(|i| m.swap_remove(i).1 .0);
+        Rx {
+            wildcard: false,
+            comm: 0,
+            handle,
+            source: -1,
+        }
+    }
+}
+
+struct CommHandle(MPI_Comm);
+// SAFETY: a communicator handle is a plain identifier, valid from any thread.
+unsafe impl Send for CommHandle {}
+/// The communicators of messages matched by `MPI_(I)mprobe` and not yet
+/// received, by message handle.
+static MATCHED: Mutex<Vec<(u64, CommHandle)>> = Mutex::new(Vec::new());
+
+/// How a receive takes its message.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Route {
+    /// Into a staging area of header and data, copied to the user's
+    /// buffer (dense and small).
+    Staged,
+    /// A struct type {header area, user's buffer}.
+    Struct,
+    /// The user's arguments untouched (dense and large); the area keeps
+    /// the buffer's first bytes as they were, for an inline message.
+    Untouched,
+}
+
+/// Where a received message lands: what taking its header off needs.
+#[derive(Clone, Copy)]
+struct Landing {
+    route: Route,
+    area: *mut u8,
+    user: *mut c_void,
+    count: i64,
+    datatype: MPI_Datatype,
+    /// The user's buffer in bytes.
+    posted: u64,
+    dense: bool,
+}
+
+/// Whether a dense receive of `bytes` can take any message untouched:
+/// every inline message fits (inline data is at most the limit), and every
+/// process that may send is of this world.
+#[inline]
+fn untouched(bytes: u64, rx: &Rx) -> bool {
+    let limit = apart::limit();
+    limit > 0 && bytes >= limit + header_len() as u64 && rx.handle.is_some_and(apart::all_local)
 }
 
 /// The arguments a receive passes to MPI instead of the user's.
@@ -475,52 +561,75 @@ pub struct In {
     pub count: i64,
     pub datatype: MPI_Datatype,
     temp: Option<MPI_Datatype>,
-    user: *mut c_void,
-    posted: u64,
-    /// Header (and staged data when `staged`).
-    area: *mut u8,
-    staged: bool,
+    /// Null: no header expected (piggybacking off, or MPI rejects the call).
+    land: Landing,
 }
 
 impl In {
     #[inline(always)]
-    pub fn new(rec: &mut Recorder, buf: *mut c_void, count: i64, datatype: MPI_Datatype) -> In {
+    pub fn new(
+        rec: &mut Recorder,
+        buf: *mut c_void,
+        count: i64,
+        datatype: MPI_Datatype,
+        rx: Rx,
+    ) -> In {
+        In::new_with(rec, buf, count, datatype, rx, true)
+    }
+
+    #[inline(always)]
+    fn new_with(
+        rec: &mut Recorder,
+        buf: *mut c_void,
+        count: i64,
+        datatype: MPI_Datatype,
+        rx: Rx,
+        may_leave: bool,
+    ) -> In {
         let mut inp = In {
             buf,
             count,
             datatype,
             temp: None,
-            user: buf,
-            posted: 0,
-            area: core::ptr::null_mut(),
-            staged: false,
+            land: Landing {
+                route: Route::Struct,
+                area: core::ptr::null_mut(),
+                user: buf,
+                count,
+                datatype,
+                posted: 0,
+                dense: false,
+            },
         };
         if !on() {
             return inp;
         }
-        let Some(staged) = packing(rec, count, datatype) else {
+        let Some((bytes, dense)) = rec.types.layout(count, datatype) else {
             return inp;
         };
+        inp.land.posted = bytes;
+        inp.land.dense = dense;
         let h = header_len();
-        match staged {
-            Some(n) => {
-                inp.area = rec.stage_in(h + n as usize);
-                inp.staged = true;
-                inp.posted = n;
-                inp.buf = inp.area as *mut c_void;
-                inp.count = (h + n as usize) as i64;
-                inp.datatype = ffi::consts().byte;
-            }
-            _ => {
-                inp.area = rec.stage_in(h);
-                if let Some(t) = struct_type(inp.area, buf, count, datatype) {
-                    inp.buf = bottom() as *mut c_void;
-                    inp.count = 1;
-                    inp.datatype = t;
-                    inp.temp = Some(t);
-                } else {
-                    inp.area = core::ptr::null_mut();
-                }
+        if dense && bytes <= COPY_MAX {
+            inp.land.route = Route::Staged;
+            inp.land.area = rec.stage_in(h + bytes as usize);
+            inp.buf = inp.land.area as *mut c_void;
+            inp.count = (h + bytes as usize) as i64;
+            inp.datatype = ffi::consts().byte;
+        } else if may_leave && dense && untouched(bytes, &rx) {
+            inp.land.route = Route::Untouched;
+            let keep = saved_len(bytes);
+            inp.land.area = rec.stage_in(keep);
+            // SAFETY: the user's buffer holds `bytes` ≥ `keep` bytes.
+            unsafe { core::ptr::copy_nonoverlapping(buf as *const u8, inp.land.area, keep) };
+        } else {
+            let area = rec.stage_in(h);
+            if let Some(t) = struct_type(area, buf, count, datatype) {
+                inp.land.area = area;
+                inp.buf = bottom() as *mut c_void;
+                inp.count = 1;
+                inp.datatype = t;
+                inp.temp = Some(t);
             }
         }
         inp
@@ -530,20 +639,18 @@ impl In {
     #[inline(always)]
     pub fn finish(mut self, rc: c_int, status: *mut MPI_Status, rx: Rx) -> Option<Got> {
         free_type(&mut self.temp);
-        if self.area.is_null() || !completed_ok(rc, status) {
+        if self.land.area.is_null() || !completed_ok(rc, status) {
             return None;
         }
-        unpack(
-            self.area,
-            self.staged,
-            self.user,
-            self.posted,
-            status,
-            rx,
-            None,
-            false,
-        )
+        unpack(&self.land, status, rx, None, false)
     }
+}
+
+/// The first bytes of an untouched receive's buffer kept before it: all an
+/// inline message (at most the limit, plus its header) may overwrite.
+#[inline(always)]
+fn saved_len(bytes: u64) -> usize {
+    bytes.min(apart::limit() + header_len() as u64) as usize
 }
 
 /// Whether a receive delivered a message whose header can be read: the call
@@ -559,57 +666,253 @@ fn completed_ok(rc: c_int, status: *const MPI_Status) -> bool {
     s.MPI_SOURCE != c.proc_null && !ffi::status_cancelled(status)
 }
 
-/// Takes the header off a received message at `area`.
+/// Takes the header off a received message and runs the clock rules.
+/// `own` is a nonblocking receive's slot, post number and posted tag.
 #[inline(always)]
-#[allow(clippy::too_many_arguments)]
 fn unpack(
-    area: *mut u8,
-    staged: bool,
-    user: *mut c_void,
-    posted: u64,
+    land: &Landing,
     status: *mut MPI_Status,
     rx: Rx,
     own: Option<(usize, u64, i32)>,
     blind: bool,
 ) -> Option<Got> {
+    let posted_tag = own.map_or(i32::MIN, |o| o.2);
+    let got = deliver(land, status, rx, blind, posted_tag)?;
+    let tag = if blind {
+        posted_tag
+    } else {
+        // SAFETY: MPI filled the status.
+        unsafe { (*status).MPI_TAG }
+    };
+    receive_clock(rx, tag, own, &got);
+    Some(got)
+}
+
+/// Takes the header off a received message: the user's buffer gets the
+/// data alone, the status the user's byte count. None when the message
+/// had no header (an untraced sender) or its header could not be had.
+#[inline(always)]
+fn deliver(
+    land: &Landing,
+    status: *mut MPI_Status,
+    rx: Rx,
+    blind: bool,
+    posted_tag: c_int,
+) -> Option<Got> {
     let h = header_len() as u64;
     if blind {
-        // A status MPI does not fill (see `ISENDRECV_BLIND`): the
-        // header is there (every rank is traced). Staged data is the whole
-        // area back: `MPI_Isendrecv_replace`'s, whose area went out with
-        // the user's data, so what no reply overwrote is the user's again.
-        if staged {
-            // SAFETY: the area holds the header and `posted` bytes.
-            unsafe { copy_bytes(area.add(h as usize), user as *mut u8, posted as usize) };
-        }
-        let got = read_header(area);
-        receive_clock(rx, own.map_or(i32::MIN, |o| o.2), own, &got);
-        return Some(got);
+        return deliver_blind(land, rx, posted_tag);
     }
     let bytes = ffi::status_bytes(status);
     if bytes < h {
         // No header: the sender is not traced. Deliver what came (the
         // report counts the receive as one without an id).
-        if staged {
-            let n = bytes.min(posted) as usize;
+        if land.route == Route::Staged {
+            let n = bytes.min(land.posted) as usize;
             // SAFETY: the staging area holds `bytes` received bytes; the
             // user's buffer was posted with `posted` dense bytes.
-            unsafe { copy_bytes(area, user as *mut u8, n) };
+            unsafe { copy_bytes(land.area, land.user as *mut u8, n) };
         }
         return None;
     }
-    let data = bytes - h;
-    if staged {
-        let n = data.min(posted) as usize;
-        // SAFETY: as above, the data follows the header.
-        unsafe { copy_bytes(area.add(h as usize), user as *mut u8, n) };
+    if bytes > apart::limit() && apart::limit() > 0 {
+        if let Some(from) = came_apart(land, bytes, status, rx) {
+            return deliver_apart(land, bytes, status, from);
+        }
     }
+    let data = bytes - h;
+    let got = match land.route {
+        Route::Staged => {
+            let n = data.min(land.posted) as usize;
+            // SAFETY: as above, the data follows the header.
+            unsafe { copy_bytes(land.area.add(h as usize), land.user as *mut u8, n) };
+            read_header(land.area)
+        }
+        Route::Struct => read_header(land.area),
+        Route::Untouched => {
+            let u = land.user as *mut u8;
+            let got = read_header(u);
+            // SAFETY: the buffer holds the header and `data` bytes (an
+            // inline message is at most the limit, and the buffer larger);
+            // the saved area holds its first `saved_len` bytes as they were,
+            // which covers `data + h`.
+            unsafe {
+                core::ptr::copy(u.add(h as usize), u, data as usize);
+                core::ptr::copy_nonoverlapping(
+                    land.area.add(data as usize),
+                    u.add(data as usize),
+                    h as usize,
+                );
+            }
+            got
+        }
+    };
     ffi::set_status_bytes(status, data);
-    let got = read_header(area);
+    Some(got)
+}
+
+/// Whether a message of `bytes` came apart, and from which world rank and
+/// communicator id: past the limit plus a header surely, within a header
+/// of the limit when its front is not the job's magic. Peers outside this
+/// world send everything inline.
+#[inline(never)]
+fn came_apart(
+    land: &Landing,
+    bytes: u64,
+    status: *const MPI_Status,
+    rx: Rx,
+) -> Option<(c_int, u64)> {
+    let comm = rx.handle?;
+    // SAFETY: MPI filled the status.
+    let source = unsafe { (*status).MPI_SOURCE };
+    let from = apart::world_rank(comm, source)?;
+    if bytes > apart::limit() + header_len() as u64 {
+        return Some(from);
+    }
+    let front = match land.route {
+        Route::Untouched => land.user as *const u8,
+        _ => land.area as *const u8,
+    };
+    // SAFETY: at least 8 bytes arrived at the front.
+    let first = unsafe { core::ptr::read_unaligned(front as *const u64) };
+    (first != apart::magic()).then_some(from)
+}
+
+/// A message that came apart: its data is the user's where MPI put it
+/// (after the header area, for a struct route: moved into place), its
+/// header is the sender's on the side channel.
+#[inline(never)]
+fn deliver_apart(
+    land: &Landing,
+    bytes: u64,
+    status: *const MPI_Status,
+    (from, gid): (c_int, u64),
+) -> Option<Got> {
     // SAFETY: MPI filled the status.
     let tag = unsafe { (*status).MPI_TAG };
-    receive_clock(rx, tag, own, &got);
-    Some(got)
+    let taken = apart::take(
+        &apart::Want {
+            from,
+            gid,
+            tag: Some(tag),
+            bytes: Some(bytes),
+        },
+        read_header,
+    );
+    land_apart(land, bytes);
+    taken.map(|t| t.1)
+}
+
+/// Puts data that came apart (no header in front) where the user expects
+/// it, for a receive that expected a header in front.
+fn land_apart(land: &Landing, bytes: u64) {
+    let h = header_len();
+    match land.route {
+        Route::Untouched => {}
+        Route::Staged => {
+            let n = bytes.min(land.posted) as usize;
+            // SAFETY: the staging area holds the message.
+            unsafe { copy_bytes(land.area, land.user as *mut u8, n) };
+        }
+        Route::Struct if land.dense => {
+            // The header area holds the data's first h bytes, the user's
+            // buffer the rest from its start: move it up by h.
+            let total = bytes.min(land.posted) as usize;
+            let u = land.user as *mut u8;
+            // SAFETY: within the user's buffer of `posted` bytes.
+            unsafe {
+                if total > h {
+                    core::ptr::copy(u, u.add(h), total - h);
+                }
+                core::ptr::copy_nonoverlapping(land.area, u, total.min(h));
+            }
+        }
+        Route::Struct => shift_packed(land, bytes),
+    }
+}
+
+/// `land_apart` for a non-contiguous type: the same move, in the packed
+/// form of the user's elements.
+#[cold]
+fn shift_packed(land: &Landing, bytes: u64) {
+    let h = header_len();
+    let p = land.posted as usize;
+    let (Ok(count), Ok(size)) = (c_int::try_from(land.count), c_int::try_from(p)) else {
+        return;
+    };
+    // SAFETY: reads an initialised constant.
+    let world = unsafe { ffi::RSMPI_COMM_WORLD };
+    let mut packed = vec![0u8; p];
+    let mut pos: c_int = 0;
+    // SAFETY: packs the user's elements into a buffer of their size.
+    let rc = unsafe {
+        ffi::PMPI_Pack(
+            land.user,
+            count,
+            land.datatype,
+            packed.as_mut_ptr() as *mut c_void,
+            size,
+            &mut pos,
+            world,
+        )
+    };
+    if rc != 0 || pos as usize != p {
+        return;
+    }
+    let n = (bytes as usize).min(p);
+    if n < h {
+        return;
+    }
+    let mut stream = Vec::with_capacity(p);
+    // SAFETY: the header area holds h received bytes.
+    stream.extend_from_slice(unsafe { core::slice::from_raw_parts(land.area, h) });
+    stream.extend_from_slice(&packed[..n - h]);
+    stream.extend_from_slice(&packed[n..]);
+    let mut pos: c_int = 0;
+    // SAFETY: unpacks as many bytes as were packed into the same elements.
+    unsafe {
+        ffi::PMPI_Unpack(
+            stream.as_ptr() as *const c_void,
+            size,
+            &mut pos,
+            land.user,
+            count,
+            land.datatype,
+            world,
+        )
+    };
+}
+
+/// A receive whose status MPI does not fill (see `ISENDRECV_BLIND`): the
+/// header is in front unless the job's magic is not, in which case the
+/// message came apart and is looked for by the posted source and tag.
+fn deliver_blind(land: &Landing, rx: Rx, posted_tag: c_int) -> Option<Got> {
+    let h = header_len();
+    // SAFETY: the area holds at least a header's bytes.
+    let first = unsafe { core::ptr::read_unaligned(land.area as *const u64) };
+    if apart::limit() > 0 && first != apart::magic() {
+        let any_tag = ffi::consts().any_tag;
+        let from = rx.handle.and_then(|c| apart::world_rank(c, rx.source))?;
+        let (bytes, got) = apart::take(
+            &apart::Want {
+                from: from.0,
+                gid: from.1,
+                tag: (posted_tag != any_tag).then_some(posted_tag),
+                bytes: None,
+            },
+            read_header,
+        )?;
+        land_apart(land, bytes);
+        return Some(got);
+    }
+    // Staged data is the whole area back: `MPI_Isendrecv_replace`'s, whose
+    // area went out with the user's data, so what no reply overwrote is the
+    // user's data again.
+    if land.route == Route::Staged {
+        // SAFETY: the area holds the header and `posted` bytes.
+        unsafe { copy_bytes(land.area.add(h), land.user as *mut u8, land.posted as usize) };
+    }
+    Some(read_header(land.area))
 }
 
 /// LLCP rule R4 with the merge of the module docs; `own` is the slot, post
@@ -664,48 +967,188 @@ fn merge_vector(got: &Got) {
     vc[ME.load(Relaxed)] += 1;
 }
 
-/// Fixes the status of a probe that found a message: the header is not the
-/// user's.
+/// Fixes the status of a probe that found a message on `comm`: the header
+/// is not the user's. In the band where an inline message and one that
+/// came apart have the same size, the message came apart if its header
+/// has come (it was sent first). A matched probe (`message`, not null)
+/// notes the communicator for the receive of the message.
 #[inline(always)]
-pub fn fix_probe_status(status: *mut MPI_Status) {
+pub fn fix_probe_status(status: *mut MPI_Status, comm: MPI_Comm, message: *const MPI_Message) {
     if !on() {
         return;
     }
     let h = header_len() as u64;
     let bytes = ffi::status_bytes(status);
-    if bytes >= h {
-        ffi::set_status_bytes(status, bytes - h);
+    if !message.is_null() {
+        note_matched(message, comm);
     }
+    if bytes < h {
+        return;
+    }
+    if bytes > apart::limit() && apart::limit() > 0 && probed_apart(status, comm, bytes) {
+        return;
+    }
+    ffi::set_status_bytes(status, bytes - h);
+}
+
+#[inline(never)]
+fn note_matched(message: *const MPI_Message, comm: MPI_Comm) {
+    // SAFETY: MPI just stored the matched message handle there.
+    let key = ffi::handle_key(unsafe { *message });
+    let mut m = MATCHED.lock();
+    m.retain(|e| e.0 != key);
+    m.push((key, CommHandle(comm)));
+}
+
+#[inline(never)]
+fn probed_apart(status: *const MPI_Status, comm: MPI_Comm, bytes: u64) -> bool {
+    // SAFETY: MPI filled the status.
+    let (source, tag) = unsafe { ((*status).MPI_SOURCE, (*status).MPI_TAG) };
+    let Some((from, gid)) = apart::world_rank(comm, source) else {
+        return false;
+    };
+    bytes > apart::limit() + header_len() as u64
+        || apart::has_come(&apart::Want {
+            from,
+            gid,
+            tag: Some(tag),
+            bytes: Some(bytes),
+        })
 }
 
 // ---- Sendrecv_replace ----
 
+/// The arguments of `MPI_Sendrecv_replace`: the user's buffer with its
+/// header in front (inline), or, for a message that goes apart, a
+/// `MPI_Sendrecv` from a copy of the data into the user's buffer.
+pub struct Replace {
+    pub buf: *mut c_void,
+    pub count: i64,
+    pub datatype: MPI_Datatype,
+    pub sendbuf: *const c_void,
+    pub sendcount: i64,
+    pub sendtype: MPI_Datatype,
+    inp: In,
+    _copy: Vec<u8>,
+}
+
+impl Replace {
+    /// Whether the call is a `MPI_Sendrecv` (the message goes apart).
+    #[inline(always)]
+    pub fn apart(&self) -> bool {
+        !self.sendbuf.is_null()
+    }
+
+    pub fn finish(self, rc: c_int, status: *mut MPI_Status, rx: Rx) -> Option<Got> {
+        self.inp.finish(rc, status, rx)
+    }
+}
+
 impl In {
     /// One buffer both sent from and received into: the header (and staged
-    /// data) go out from the area the reply comes back into.
+    /// data) go out from the area the reply comes back into; a message that
+    /// goes apart goes from a copy.
     pub fn replace(
         rec: &mut Recorder,
         t0: u64,
         buf: *mut c_void,
         count: i64,
         datatype: MPI_Datatype,
-    ) -> In {
-        let inp = In::new(rec, buf, count, datatype);
-        if !inp.area.is_null() {
-            write_header(inp.area, rec, t0);
-            if inp.staged {
+        to: To,
+        rx: Rx,
+    ) -> Replace {
+        if let Some(copy) = replace_apart(rec, t0, buf, count, datatype, to) {
+            let inp = In::new(rec, buf, count, datatype, rx);
+            return Replace {
+                buf: inp.buf,
+                count: inp.count,
+                datatype: inp.datatype,
+                sendbuf: copy.as_ptr() as *const c_void,
+                sendcount: copy.len() as i64,
+                sendtype: ffi::consts().byte,
+                inp,
+                _copy: copy,
+            };
+        }
+        let inp = In::new_with(rec, buf, count, datatype, rx, false);
+        if !inp.land.area.is_null() {
+            write_header(inp.land.area, rec, t0);
+            if inp.land.route == Route::Staged {
                 // SAFETY: dense user data of `posted` bytes into the staging area.
                 unsafe {
                     copy_bytes(
                         buf as *const u8,
-                        inp.area.add(header_len()),
-                        inp.posted as usize,
+                        inp.land.area.add(header_len()),
+                        inp.land.posted as usize,
                     )
                 };
             }
         }
-        inp
+        Replace {
+            buf: inp.buf,
+            count: inp.count,
+            datatype: inp.datatype,
+            sendbuf: core::ptr::null(),
+            sendcount: 0,
+            sendtype: inp.datatype,
+            inp,
+            _copy: Vec::new(),
+        }
     }
+}
+
+/// A replace's message that goes apart: its data copied out (packed, for
+/// a non-contiguous type) and its header sent. None: inline.
+fn replace_apart(
+    rec: &mut Recorder,
+    t0: u64,
+    buf: *mut c_void,
+    count: i64,
+    datatype: MPI_Datatype,
+    to: To,
+) -> Option<Vec<u8>> {
+    if !on() {
+        return None;
+    }
+    let (bytes, dense) = rec.types.layout(count, datatype)?;
+    if bytes <= apart::limit() || apart::destination(to.comm, to.dest, to.tag, bytes).is_none() {
+        return None;
+    }
+    let copy = copy_out(buf, count, datatype, bytes, dense)?;
+    apart_header(rec, t0, to, bytes);
+    Some(copy)
+}
+
+/// The data of `count` elements at `buf`, in their packed form.
+fn copy_out(
+    buf: *const c_void,
+    count: i64,
+    datatype: MPI_Datatype,
+    bytes: u64,
+    dense: bool,
+) -> Option<Vec<u8>> {
+    let size = c_int::try_from(bytes).ok()?;
+    let mut copy = vec![0u8; bytes as usize];
+    if dense {
+        // SAFETY: the user's buffer holds `bytes` dense bytes.
+        unsafe { core::ptr::copy_nonoverlapping(buf as *const u8, copy.as_mut_ptr(), copy.len()) };
+        return Some(copy);
+    }
+    let count = c_int::try_from(count).ok()?;
+    let mut pos: c_int = 0;
+    // SAFETY: packs the user's elements into a buffer of their size.
+    let rc = unsafe {
+        ffi::PMPI_Pack(
+            buf,
+            count,
+            datatype,
+            copy.as_mut_ptr() as *mut c_void,
+            size,
+            &mut pos,
+            ffi::RSMPI_COMM_WORLD,
+        )
+    };
+    (rc == 0 && pos == size).then_some(copy)
 }
 
 impl Drop for In {
@@ -719,15 +1162,21 @@ impl Drop for In {
 /// Piggyback state that lives with a request until it completes (or, for a
 /// persistent request, until it is freed).
 pub struct Slot {
+    /// Receives: see `Landing`; sends: header and staged data.
     area: Vec<u8>,
-    staged: bool,
+    route: Route,
     send: bool,
     temp: Option<MPI_Datatype>,
     user: *mut c_void,
+    count: i64,
+    datatype: MPI_Datatype,
     posted: u64,
+    dense: bool,
     rx: Rx,
     tag: i32,
     post: u64,
+    /// A send whose message goes apart (its header sent at each start).
+    apart: Option<To>,
     /// A receive already unpacked (by `MPI_Request_get_status`).
     got: Option<Got>,
     data_len: u64,
@@ -737,11 +1186,31 @@ pub struct Slot {
     partner: usize,
     /// Completed with a status MPI does not fill (see `unpack`).
     blind: bool,
+    /// The data of an `MPI_Isendrecv_replace` whose message goes apart.
+    copy: Vec<u8>,
 }
 
 // SAFETY: a slot is owned by one request; the raw pointers are the
 // application's buffers, which MPI lets any thread complete.
 unsafe impl Send for Slot {}
+
+/// Areas of untouched receives, kept for the next ones (a few KiB each).
+static SAVED: Mutex<Vec<Vec<u8>>> = Mutex::new(Vec::new());
+const SAVED_KEPT: usize = 64;
+
+impl Slot {
+    fn landing(&mut self) -> Landing {
+        Landing {
+            route: self.route,
+            area: self.area.as_mut_ptr(),
+            user: self.user,
+            count: self.count,
+            datatype: self.datatype,
+            posted: self.posted,
+            dense: self.dense,
+        }
+    }
+}
 
 /// Substitute arguments for a nonblocking call, and the slot to keep.
 pub struct Posted {
@@ -765,35 +1234,71 @@ impl Posted {
     pub fn into_slot(self) -> usize {
         self.slot.map_or(0, |b| Box::into_raw(b) as usize)
     }
+
+    /// An `MPI_Isendrecv_replace` whose message goes apart: the copy of
+    /// the data it sends (the call is then an `MPI_Isendrecv`).
+    #[inline(always)]
+    pub fn apart_send(&self) -> Option<(*const c_void, i64)> {
+        let s = self.slot.as_ref()?;
+        (!s.copy.is_empty()).then_some((s.copy.as_ptr() as *const c_void, s.copy.len() as i64))
+    }
 }
 
+#[allow(clippy::too_many_arguments)]
 fn new_slot(
     buf: *mut c_void,
     count: i64,
     datatype: MPI_Datatype,
-    dense: Option<u64>,
+    route: Route,
+    (posted, dense): (u64, bool),
     send: bool,
     rx: Rx,
     tag: i32,
 ) -> Option<Box<Slot>> {
     let h = header_len();
+    let area = match route {
+        Route::Staged => h + posted as usize,
+        Route::Struct => h,
+        Route::Untouched => saved_len(posted),
+    };
+    let saved = route == Route::Untouched && !send;
     let mut slot = Box::new(Slot {
-        area: vec![0u8; h + dense.unwrap_or(0) as usize],
-        staged: dense.is_some(),
+        area: if saved {
+            // The buffer's first bytes as they are (no zeroing first: the
+            // copy fills it).
+            let mut v = SAVED.lock().pop().unwrap_or_default();
+            v.clear();
+            v.reserve(area);
+            // SAFETY: the user's buffer holds `posted` ≥ `area` bytes, and
+            // the copy initialises all `area` bytes of the new vector.
+            unsafe {
+                core::ptr::copy_nonoverlapping(buf as *const u8, v.as_mut_ptr(), area);
+                v.set_len(area);
+            }
+            v
+        } else {
+            vec![0u8; area]
+        },
+        route,
         send,
         temp: None,
         user: buf,
-        posted: dense.unwrap_or(0),
+        count,
+        datatype,
+        posted,
+        dense,
         rx,
         tag,
         post: 0,
+        apart: None,
         got: None,
         data_len: 0,
         active: false,
         partner: 0,
         blind: false,
+        copy: Vec::new(),
     });
-    if dense.is_none() {
+    if route == Route::Struct {
         slot.temp = Some(struct_type(slot.area.as_ptr(), buf, count, datatype)?);
     }
     Some(slot)
@@ -805,23 +1310,30 @@ fn slot_args(
     count: i64,
     datatype: MPI_Datatype,
 ) -> (*mut c_void, i64, MPI_Datatype) {
-    if slot.staged {
-        (
+    match (slot.route, slot.temp) {
+        (Route::Staged, _) => (
             slot.area.as_ptr() as *mut c_void,
             slot.area.len() as i64,
             ffi::consts().byte,
-        )
-    } else if let Some(t) = slot.temp {
-        (bottom() as *mut c_void, 1, t)
-    } else {
-        (buf, count, datatype)
+        ),
+        (Route::Struct, Some(t)) => (bottom() as *mut c_void, 1, t),
+        _ => (buf, count, datatype),
     }
 }
 
-/// Refills a send slot's header (and staged data) for the message about to go.
+/// Refills a send slot's header (and staged data) for the message about to
+/// go, or sends the header of a message that goes apart.
 fn load_send(slot: &mut Slot, rec: &mut Recorder, t0: u64) {
+    if let Some(to) = slot.apart {
+        if !apart_header(rec, t0, to, slot.posted) {
+            // The destination can no longer be told (never expected): the
+            // id is taken as for any send.
+            skip_header(rec, t0);
+        }
+        return;
+    }
     write_header(slot.area.as_mut_ptr(), rec, t0);
-    if slot.staged {
+    if slot.route == Route::Staged {
         let h = header_len();
         let n = slot.area.len() - h;
         // SAFETY: the user's buffer holds `n` dense bytes.
@@ -836,9 +1348,10 @@ pub fn post_send(
     buf: *const c_void,
     count: i64,
     datatype: MPI_Datatype,
+    to: To,
     persistent: bool,
 ) -> Posted {
-    post_send_up_to(rec, t0, buf, count, datatype, persistent, COPY_MAX)
+    post_send_up_to(rec, t0, buf, count, datatype, to, persistent, COPY_MAX)
 }
 
 /// The send half of `MPI_Isendrecv`.
@@ -849,8 +1362,18 @@ pub fn post_isendrecv_send(
     buf: *const c_void,
     count: i64,
     datatype: MPI_Datatype,
+    to: To,
 ) -> Posted {
-    post_send_up_to(rec, t0, buf, count, datatype, false, isendrecv_stage_max())
+    post_send_up_to(
+        rec,
+        t0,
+        buf,
+        count,
+        datatype,
+        to,
+        false,
+        isendrecv_stage_max(),
+    )
 }
 
 /// The receive half of `MPI_Isendrecv`.
@@ -864,22 +1387,24 @@ pub fn post_isendrecv_recv(
     tag: c_int,
 ) -> Posted {
     if !isendrecv_blind() {
-        return post_recv_up_to(rec, buf, count, datatype, rx, tag, false, COPY_MAX);
+        return post_recv_up_to(rec, buf, count, datatype, rx, tag, false, COPY_MAX, true);
     }
     // No status to size a staged message by: the data goes in place.
-    let mut p = post_recv_up_to(rec, buf, count, datatype, rx, tag, false, 0);
+    let mut p = post_recv_up_to(rec, buf, count, datatype, rx, tag, false, 0, false);
     if let Some(slot) = p.slot.as_mut() {
         slot.blind = true;
     }
     p
 }
 
+#[allow(clippy::too_many_arguments)]
 fn post_send_up_to(
     rec: &mut Recorder,
     t0: u64,
     buf: *const c_void,
     count: i64,
     datatype: MPI_Datatype,
+    to: To,
     persistent: bool,
     stage_max: u64,
 ) -> Posted {
@@ -887,14 +1412,46 @@ fn post_send_up_to(
     if !on() {
         return Posted::passthrough(buf, count, datatype);
     }
-    let Some(staged) = packing_up_to(rec, count, datatype, stage_max) else {
+    let Some((bytes, dense)) = rec.types.layout(count, datatype) else {
         if !persistent {
             skip_header(rec, t0);
         }
         return Posted::passthrough(buf, count, datatype);
     };
+    if bytes > apart::limit() && apart::limit() > 0 {
+        if !persistent {
+            if send_apart(rec, t0, to, bytes) {
+                return Posted::passthrough(buf, count, datatype);
+            }
+        } else if apart::destination(to.comm, to.dest, to.tag, bytes).is_some() {
+            let mut slot = new_slot(
+                buf,
+                count,
+                datatype,
+                Route::Untouched,
+                (bytes, dense),
+                true,
+                Rx::matched(),
+                0,
+            );
+            if let Some(s) = slot.as_mut() {
+                s.apart = Some(to);
+            }
+            return Posted {
+                buf,
+                count,
+                datatype,
+                slot,
+            };
+        }
+    }
+    let route = if dense && bytes <= stage_max {
+        Route::Staged
+    } else {
+        Route::Struct
+    };
     let rx = Rx::matched();
-    let Some(mut slot) = new_slot(buf, count, datatype, staged, true, rx, 0) else {
+    let Some(mut slot) = new_slot(buf, count, datatype, route, (bytes, dense), true, rx, 0) else {
         return Posted::passthrough(buf, count, datatype);
     };
     if !persistent {
@@ -920,7 +1477,9 @@ pub fn post_recv(
     tag: c_int,
     persistent: bool,
 ) -> Posted {
-    post_recv_up_to(rec, buf, count, datatype, rx, tag, persistent, COPY_MAX)
+    post_recv_up_to(
+        rec, buf, count, datatype, rx, tag, persistent, COPY_MAX, true,
+    )
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -933,14 +1492,23 @@ fn post_recv_up_to(
     tag: c_int,
     persistent: bool,
     stage_max: u64,
+    may_leave: bool,
 ) -> Posted {
     if !on() {
         return Posted::passthrough(buf, count, datatype);
     }
-    let Some(staged) = packing_up_to(rec, count, datatype, stage_max) else {
+    let Some((bytes, dense)) = rec.types.layout(count, datatype) else {
         return Posted::passthrough(buf, count, datatype);
     };
-    let Some(mut slot) = new_slot(buf, count, datatype, staged, false, rx, tag) else {
+    let route = if dense && bytes <= stage_max {
+        Route::Staged
+    } else if may_leave && dense && untouched(bytes, &rx) {
+        Route::Untouched
+    } else {
+        Route::Struct
+    };
+    let Some(mut slot) = new_slot(buf, count, datatype, route, (bytes, dense), false, rx, tag)
+    else {
         return Posted::passthrough(buf, count, datatype);
     };
     if !persistent {
@@ -957,7 +1525,9 @@ fn post_recv_up_to(
 }
 
 /// `MPI_Isendrecv_replace`: a receive slot whose area goes out first, with
-/// the header (and the staged data) of the send half.
+/// the header (and the staged data) of the send half; or, for a message
+/// that goes apart, a receive slot that keeps a copy of the data, which
+/// an `MPI_Isendrecv` sends (`Posted::apart_send`).
 #[allow(clippy::too_many_arguments)]
 #[cfg_attr(not(mpi4), allow(dead_code))]
 pub fn post_replace(
@@ -968,16 +1538,29 @@ pub fn post_replace(
     datatype: MPI_Datatype,
     rx: Rx,
     tag: c_int,
+    to: To,
 ) -> Posted {
     if !on() {
         return Posted::passthrough(buf, count, datatype);
+    }
+    if let Some(copy) = replace_apart(rec, t0, buf, count, datatype, to) {
+        let mut p = post_isendrecv_recv(rec, buf, count, datatype, rx, tag);
+        match p.slot.as_mut() {
+            Some(slot) => slot.copy = copy,
+            None => {
+                // No slot to keep the copy (piggybacking off, or the
+                // receive half refused): the call stays a replace, inline.
+                skip_header(rec, t0);
+            }
+        }
+        return p;
     }
     let stage_max = if isendrecv_blind() {
         u64::MAX
     } else {
         COPY_MAX
     };
-    let mut p = post_recv_up_to(rec, buf, count, datatype, rx, tag, false, stage_max);
+    let mut p = post_recv_up_to(rec, buf, count, datatype, rx, tag, false, stage_max, false);
     match p.slot.as_mut() {
         Some(slot) => {
             load_send(slot, rec, t0);
@@ -1036,6 +1619,16 @@ pub fn before_start(slot: usize, rec: &mut Recorder, t0: u64) {
     } else {
         s.post = POSTS.fetch_add(1, Relaxed);
         s.got = None;
+        if s.route == Route::Untouched {
+            // SAFETY: the user's buffer holds at least the area's bytes.
+            unsafe {
+                core::ptr::copy_nonoverlapping(
+                    s.user as *const u8,
+                    s.area.as_mut_ptr(),
+                    s.area.len(),
+                )
+            };
+        }
     }
 }
 
@@ -1063,16 +1656,8 @@ pub fn complete(
             ffi::set_status_bytes(status, s.data_len);
             got = Some(g);
         } else {
-            got = unpack(
-                s.area.as_mut_ptr(),
-                s.staged,
-                s.user,
-                s.posted,
-                status,
-                s.rx,
-                Some((slot, s.post, s.tag)),
-                s.blind,
-            );
+            let land = s.landing();
+            got = unpack(&land, status, s.rx, Some((slot, s.post, s.tag)), s.blind);
         }
     }
     s.active = false;
@@ -1096,16 +1681,8 @@ pub fn peek(slot: usize, status: *mut MPI_Status) {
     if s.got.is_some() {
         ffi::set_status_bytes(status, s.data_len);
     } else {
-        s.got = unpack(
-            s.area.as_mut_ptr(),
-            s.staged,
-            s.user,
-            s.posted,
-            status,
-            s.rx,
-            Some((slot, s.post, s.tag)),
-            s.blind,
-        );
+        let land = s.landing();
+        s.got = unpack(&land, status, s.rx, Some((slot, s.post, s.tag)), s.blind);
         s.data_len = ffi::status_bytes(status);
     }
 }
@@ -1119,48 +1696,33 @@ pub fn forget_pending(slot: usize) {
     PENDING_N.store(p.len(), Relaxed);
 }
 
-/// Frees a slot (request freed or nonpersistent request complete).
 /// Whether the operation of `slot` (0: none) is in flight.
 pub fn in_flight(slot: usize) -> bool {
     // SAFETY: a live slot of this module.
     slot != 0 && unsafe { (*(slot as *const Slot)).active }
 }
 
-/// Whether completing the operation of `slot` copies data to the user's
-/// buffer (a staged receive not yet unpacked).
+/// Whether completing the operation of `slot` writes to the user's buffer
+/// (a receive not yet unpacked: staged data to copy, an inline header to
+/// take off an untouched buffer, data that came apart to move).
 pub fn delivers(slot: usize) -> bool {
     // SAFETY: a live slot of this module.
     let s = unsafe { &*(slot as *const Slot) };
-    !s.send && s.staged && s.got.is_none()
+    !s.send && s.got.is_none()
 }
 
-/// Completes the operation of a freed request (see `orphans`): a staged
-/// receive's data goes to the user's buffer, with no clock rule (the trace
-/// has no event for it); the slot is released.
+/// Completes the operation of a freed request (see `orphans`): the user's
+/// buffer gets its data, with no clock rule (the trace has no event for
+/// it); the slot is released.
 pub fn finish_orphan(slot: usize, status: *mut MPI_Status) {
     // SAFETY: a live slot of this module, owned by the orphan.
     let s = unsafe { &mut *(slot as *mut Slot) };
     // SAFETY: Testsome filled the status (zeroed before, so MPI_ERROR is 0
     // unless MPI reported an error for this request).
     let ok = unsafe { (*status).MPI_ERROR == 0 } && completed_ok(0, status);
-    if s.active && !s.send && s.staged && s.got.is_none() && ok {
-        let h = header_len() as u64;
-        let bytes = ffi::status_bytes(status);
-        // A message without a header came from an untraced sender.
-        let (from, n) = if bytes < h {
-            (0, bytes)
-        } else {
-            (h, bytes - h)
-        };
-        // SAFETY: the staging area holds the received bytes; the user's
-        // buffer was posted with `posted` dense bytes.
-        unsafe {
-            copy_bytes(
-                s.area.as_ptr().add(from as usize),
-                s.user as *mut u8,
-                n.min(s.posted) as usize,
-            )
-        };
+    if s.active && !s.send && s.got.is_none() && ok {
+        let land = s.landing();
+        let _ = deliver(&land, status, s.rx, s.blind, s.tag);
     }
     s.active = false;
     release(slot);
@@ -1175,4 +1737,10 @@ pub fn release(slot: usize) {
     let mut s = unsafe { Box::from_raw(slot as *mut Slot) };
     free_type(&mut s.temp);
     release(s.partner);
+    if s.route == Route::Untouched && !s.send {
+        let mut spare = SAVED.lock();
+        if spare.len() < SAVED_KEPT {
+            spare.push(core::mem::take(&mut s.area));
+        }
+    }
 }

@@ -111,6 +111,9 @@ LAUNCHERS = [
     ("MPICH 4.0", ["mpirun.mpich"], "-genv", "target/mpich/release", "target/mpich/examples"),
 ]
 BW_RUNS = int(os.environ.get("BENCH_BW_RUNS", "8"))
+# About 40 x 16 MiB per unit of scale: at 4, a run moves 2.5 GiB (half a
+# second or more), long enough that the start of a run does not decide it.
+BW_SCALE = os.environ.get("BENCH_BW_SCALE", "4")
 
 
 def bandwidth_run(launcher, pass_env, lib, progs, size, traced, scratch):
@@ -124,7 +127,7 @@ def bandwidth_run(launcher, pass_env, lib, progs, size, traced, scratch):
             cmd += ["-x", "LD_PRELOAD=" + lib, "-x", "PMTRACE_DIR=" + trace]
         else:
             cmd += ["-genv", "LD_PRELOAD", lib, "-genv", "PMTRACE_DIR", trace]
-    cmd += [os.path.join(progs, "mpibench"), "bandwidth", "0.5", str(size)]
+    cmd += [os.path.join(progs, "mpibench"), "bandwidth", BW_SCALE, str(size)]
     out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
     if out.returncode != 0:
         sys.exit(f"bench: {' '.join(cmd)} failed:\n{out.stderr}")

@@ -99,8 +99,13 @@ fn check_clock_report(rep: &serde_json::Value, mode: &str, what: &str) {
     }
     if mode == "vector" {
         assert_eq!(c["vector_violations"], 0, "{what}: {c}");
-        if !what.starts_with("threads") {
-            let hb = &c["happens_before"];
+        let m = &rep["messages"];
+        let events = m["sent"].as_u64().unwrap() + m["received"].as_u64().unwrap();
+        let hb = &c["happens_before"];
+        if events > 4000 {
+            // Too many to check pairwise (`clocks::HB_MAX_EVENTS`).
+            assert!(hb.is_null(), "{what}: {c}");
+        } else if !what.starts_with("threads") {
             assert!(hb["events"].as_u64().unwrap() > 0, "{what}: {c}");
             assert_eq!(hb["disagreements"], 0, "{what}: {c}");
         }
@@ -346,6 +351,71 @@ fn freed_requests_in_flight_still_deliver_their_data() {
             "{what}: {m}"
         );
         assert_eq!(c["fifo_disagreements"], 5 * pairs, "{what}: {c}");
+        assert_eq!(c["matched_by_id"], m["received"], "{what}: {c}");
+        for key in [
+            "unmatched_by_id",
+            "lamport_violations",
+            "wire_mismatches",
+            "decreasing",
+        ] {
+            assert_eq!(c[key], 0, "{what}: clocks.{key}: {c}");
+        }
+    }
+}
+
+/// Messages around the inline limit and far above it (issue 17, point 3):
+/// every size from 4090 to 4400 bytes and others up to 1 MiB, in every send mode,
+/// blocking and not, persistent, `Sendrecv(_replace)`, `Isendrecv(_replace)`,
+/// probed and matched-probed, into larger buffers (nothing past the message
+/// may change), between contiguous and strided types, on a reordered
+/// communicator and an intercommunicator. The program checks every byte
+/// and count itself; traced, the output is the same, every call recorded
+/// and every message matched by its id, under each clock mode.
+#[test]
+fn large_messages_go_untouched_and_trace_exactly() {
+    for (mpi, np, clocks) in [
+        (Mpi::OpenMpi, 2, "lamport"),
+        (Mpi::OpenMpi, 4, "lamport"),
+        (Mpi::OpenMpi, 3, "vector"),
+        (Mpi::OpenMpi, 3, "none"),
+        (Mpi::Mpich, 2, "lamport"),
+        (Mpi::Mpich, 3, "vector"),
+    ] {
+        let run = check_on(mpi, "bigmsg", "bigmsg", np, &[], clocks);
+        assert!(
+            !run.stdout.contains("ERRORS"),
+            "bigmsg np={np} {clocks}: {}",
+            run.stdout
+        );
+    }
+    // Receives freed in flight, of every size: their data still arrives
+    // whole (the program checks it), and only their completions are
+    // missing from the trace.
+    for mpi in [Mpi::OpenMpi, Mpi::Mpich] {
+        let np = 3;
+        let what = format!("bigmsg freed under {mpi:?}");
+        let dir = scratch(&format!("bigmsg-freed-{}", mpi.tag()));
+        let prog = mpi.prog("bigmsg");
+        let plain = mpirun_on(mpi, &dir, np, &prog, &["freed"], Mode::Plain, &[]);
+        assert!(
+            plain.stdout.contains("freed receive: 36 sizes, ok"),
+            "{what}: {}",
+            plain.stdout
+        );
+        let traced = mpirun_on(mpi, &dir, np, &prog, &["freed"], Mode::Preload, &[]);
+        assert_transparent(&plain, &traced, np);
+        let trace = Trace::open(&traced.trace).unwrap();
+        assert_eq!(
+            recorded_counts(&trace),
+            traced.expected_counts(np),
+            "{what}"
+        );
+        let rep = report(&traced.trace);
+        let (m, c) = (&rep["messages"], &rep["clocks"]);
+        let freed = 36 * u64::from(np);
+        assert_eq!(m["pending_receives"], freed, "{what}: {m}");
+        assert_eq!(m["unmatched_sends"], freed, "{what}: {m}");
+        assert_eq!(m["unmatched_receives"], 0, "{what}: {m}");
         assert_eq!(c["matched_by_id"], m["received"], "{what}: {c}");
         for key in [
             "unmatched_by_id",

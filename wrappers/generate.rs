@@ -681,7 +681,10 @@ fn around(e: &Entry) -> Result<Around, String> {
         "send" => {
             let [b, c, d] = data(["buf", "count", "datatype"])?;
             a.pre.push(format!(
-                "let pb_out = pb::Out::new(guard.recorder(), t0, {b} as *const c_void, i64::from({c}), {d});"
+                "let pb_out = pb::Out::new(guard.recorder(), t0, {b} as *const c_void, i64::from({c}), {d}, pb::To::new({}, {}, {}));",
+                r("peer")?,
+                r("tag")?,
+                r("comm")?
             ));
             replace(&mut a, "pb_out", ["buf", "count", "datatype"]);
             a.post.push("drop(pb_out);".into());
@@ -689,7 +692,10 @@ fn around(e: &Entry) -> Result<Around, String> {
         "isend" | "send_init" => {
             let [b, c, d] = data(["buf", "count", "datatype"])?;
             a.pre.push(format!(
-                "let pb_post = pb::post_send(guard.recorder(), t0, {b} as *const c_void, i64::from({c}), {d}, {});",
+                "let pb_post = pb::post_send(guard.recorder(), t0, {b} as *const c_void, i64::from({c}), {d}, pb::To::new({}, {}, {}), {});",
+                r("peer")?,
+                r("tag")?,
+                r("comm")?,
                 e.kind == "send_init"
             ));
             replace(&mut a, "pb_post", ["buf", "count", "datatype"]);
@@ -712,16 +718,32 @@ fn around(e: &Entry) -> Result<Around, String> {
         "imrecv" => {
             let [b, c, d] = data(["buf", "count", "datatype"])?;
             a.pre.push(format!(
-                "let pb_post = pb::post_recv(guard.recorder(), {b} as *mut c_void, i64::from({c}), {d}, pb::Rx::matched(), 0, false);"
+                "let pb_post = pb::post_recv(guard.recorder(), {b} as *mut c_void, i64::from({c}), {d}, pb_rx, 0, false);"
             ));
+            a.pre.insert(
+                0,
+                format!(
+                    "let pb_rx = pb::Rx::of_message(unsafe {{ message_value({}) }});",
+                    r("message")?
+                ),
+            );
             replace(&mut a, "pb_post", ["buf", "count", "datatype"]);
             a.post
                 .push("let pb_post_slot = pb_post.into_slot();".into());
         }
         "recv" | "mrecv" => {
             let [b, c, d] = data(["buf", "count", "datatype"])?;
+            let rx = if e.kind == "recv" {
+                format!("pb::Rx::new({}, {})", r("peer")?, r("comm")?)
+            } else {
+                a.pre.push(format!(
+                    "let pb_rx = pb::Rx::of_message(unsafe {{ message_value({}) }});",
+                    r("message")?
+                ));
+                "pb_rx".to_string()
+            };
             a.pre.push(format!(
-                "let pb_in = pb::In::new(guard.recorder(), {b} as *mut c_void, i64::from({c}), {d});"
+                "let pb_in = pb::In::new(guard.recorder(), {b} as *mut c_void, i64::from({c}), {d}, {rx});"
             ));
             replace(&mut a, "pb_in", ["buf", "count", "datatype"]);
             if e.kind == "recv" {
@@ -736,11 +758,6 @@ fn around(e: &Entry) -> Result<Around, String> {
                     r("comm")?
                 ));
             }
-            let rx = if e.kind == "recv" {
-                format!("pb::Rx::new({}, {})", r("peer")?, r("comm")?)
-            } else {
-                "pb::Rx::matched()".to_string()
-            };
             a.post.push(format!(
                 "let got = pb_in.finish(rc, {}, {rx});",
                 r("status")?
@@ -749,12 +766,17 @@ fn around(e: &Entry) -> Result<Around, String> {
         "sendrecv" => {
             let [b, c, d] = data(["sendbuf", "sendcount", "sendtype"])?;
             a.pre.push(format!(
-                "let pb_out = pb::Out::new(guard.recorder(), t0, {b} as *const c_void, i64::from({c}), {d});"
+                "let pb_out = pb::Out::new(guard.recorder(), t0, {b} as *const c_void, i64::from({c}), {d}, pb::To::new({}, {}, {}));",
+                r("peer")?,
+                r("sendtag")?,
+                r("comm")?
             ));
             replace(&mut a, "pb_out", ["sendbuf", "sendcount", "sendtype"]);
             let [b, c, d] = data(["recvbuf", "recvcount", "recvtype"])?;
             a.pre.push(format!(
-                "let pb_in = pb::In::new(guard.recorder(), {b} as *mut c_void, i64::from({c}), {d});"
+                "let pb_in = pb::In::new(guard.recorder(), {b} as *mut c_void, i64::from({c}), {d}, pb::Rx::new({}, {}));",
+                r("source")?,
+                r("comm")?
             ));
             replace(&mut a, "pb_in", ["recvbuf", "recvcount", "recvtype"]);
             a.post.push("drop(pb_out);".into());
@@ -768,9 +790,26 @@ fn around(e: &Entry) -> Result<Around, String> {
         "sendrecv_replace" => {
             let [b, c, d] = data(["buf", "count", "datatype"])?;
             a.pre.push(format!(
-                "let pb_rep = pb::In::replace(guard.recorder(), t0, {b} as *mut c_void, i64::from({c}), {d});"
+                "let pb_rep = pb::In::replace(guard.recorder(), t0, {b} as *mut c_void, i64::from({c}), {d}, pb::To::new({}, {}, {}), pb::Rx::new({}, {}));",
+                r("peer")?,
+                r("sendtag")?,
+                r("comm")?,
+                r("source")?,
+                r("comm")?
             ));
             replace(&mut a, "pb_rep", ["buf", "count", "datatype"]);
+            // A message that goes apart is sent from a copy: the call is
+            // then the matching `MPI_Sendrecv`.
+            a.call = Some(format!(
+                "if pb_rep.apart() {{ real::P{}(pb_rep.sendbuf as _, pb_rep.sendcount as _, pb_rep.sendtype, {}, {}, pb_rep.buf as _, pb_rep.count as _, pb_rep.datatype, {}, {}, {}, {}) }} else {{ {{REAL}} }}",
+                e.name.replace("_replace", ""),
+                r("peer")?,
+                r("sendtag")?,
+                r("source")?,
+                r("recvtag")?,
+                r("comm")?,
+                r("status")?
+            ));
             a.post.push(format!(
                 "let got = pb_rep.finish(rc, {}, pb::Rx::new({}, {}));",
                 r("status")?,
@@ -781,7 +820,10 @@ fn around(e: &Entry) -> Result<Around, String> {
         "isendrecv" => {
             let [b, c, d] = data(["sendbuf", "sendcount", "sendtype"])?;
             a.pre.push(format!(
-                "let pb_send = pb::post_isendrecv_send(guard.recorder(), t0, {b} as *const c_void, i64::from({c}), {d});"
+                "let pb_send = pb::post_isendrecv_send(guard.recorder(), t0, {b} as *const c_void, i64::from({c}), {d}, pb::To::new({}, {}, {}));",
+                r("peer")?,
+                r("sendtag")?,
+                r("comm")?
             ));
             replace(&mut a, "pb_send", ["sendbuf", "sendcount", "sendtype"]);
             let [b, c, d] = data(["recvbuf", "recvcount", "recvtype"])?;
@@ -799,12 +841,26 @@ fn around(e: &Entry) -> Result<Around, String> {
         "isendrecv_replace" => {
             let [b, c, d] = data(["buf", "count", "datatype"])?;
             a.pre.push(format!(
-                "let pb_post = pb::post_replace(guard.recorder(), t0, {b} as *mut c_void, i64::from({c}), {d}, pb::Rx::new({}, {}), {});",
+                "let pb_post = pb::post_replace(guard.recorder(), t0, {b} as *mut c_void, i64::from({c}), {d}, pb::Rx::new({}, {}), {}, pb::To::new({}, {}, {}));",
                 r("source")?,
                 r("comm")?,
                 r("recvtag")?,
+                r("peer")?,
+                r("sendtag")?,
+                r("comm")?,
             ));
             replace(&mut a, "pb_post", ["buf", "count", "datatype"]);
+            // As `sendrecv_replace`: apart, an `MPI_Isendrecv` from a copy.
+            a.call = Some(format!(
+                "if let Some((pb_sb, pb_sc)) = pb_post.apart_send() {{ real::P{}(pb_sb as _, pb_sc as _, ffi::consts().byte, {}, {}, pb_post.buf as _, pb_post.count as _, pb_post.datatype, {}, {}, {}, {}) }} else {{ {{REAL}} }}",
+                e.name.replace("_replace", ""),
+                r("peer")?,
+                r("sendtag")?,
+                r("source")?,
+                r("recvtag")?,
+                r("comm")?,
+                r("request")?
+            ));
             a.post
                 .push("let pb_post_slot = pb_post.into_slot();".into());
         }
@@ -1190,10 +1246,11 @@ pub fn generate(entries: &[Entry], declared: &BTreeSet<String>) -> Result<String
             "    // storage, message buffers by the piggyback layer's (see `piggyback`)."
         )
         .unwrap();
+        let direct = format!("real::P{}({real_args})", e.name);
         let real_call = around
             .call
-            .clone()
-            .unwrap_or_else(|| format!("real::P{}({real_args})", e.name));
+            .as_ref()
+            .map_or_else(|| direct.clone(), |c| c.replace("{REAL}", &direct));
         writeln!(o, "    let rc = unsafe {{ {real_call} }};").unwrap();
         writeln!(o, "    let t1 = clock::now();").unwrap();
         for l in &around.post {

@@ -19,6 +19,7 @@ fn setup_checks(mpi: Mpi) {
         check_on(mpi, "matrix", name, 4, &[], "lamport");
     }
     check_on(mpi, "matrix", "bytes", 3, &[], "lamport");
+    check_on(mpi, "matrix", "bigmsg", 3, &[], "lamport");
     check_on(mpi, "matrix", "threads", 2, &[], "lamport");
     check_on(mpi, "matrix", "coverage", 3, &[], "vector");
     check_on(mpi, "matrix", "halo2d", 4, &[], "none");

@@ -1,6 +1,7 @@
 /* The microbenchmark behind `make bench` (np=2). One mode per run:
  *   iprobe     ns per MPI_Iprobe that finds nothing
- *   pingpong   ns per one-way 8-byte message (round trip / 2)
+ *   pingpong   ns per one-way 8-byte message (round trip / 2; a third
+ *              argument sets the size in bytes)
  *   bandwidth  MB/s of 1 MiB messages, 16 in flight (a third argument
  *              sets the size in bytes; in flight: 16, at most 256 MiB)
  *   allreduce  ns per 8-byte MPI_Allreduce
@@ -59,7 +60,8 @@ int main(int argc, char **argv) {
         value = (MPI_Wtime() - t0) / n * 1e9;
     } else if (!strcmp(mode, "pingpong")) {
         long blocks = (long)(200 * scale);
-        char b[8] = {0};
+        int bytes = argc > 3 ? atoi(argv[3]) : 8;
+        char *b = calloc((size_t)(bytes > 0 ? bytes : 1), 1);
         double *per = malloc(sizeof(double) * (size_t)blocks);
         for (int pass = 0; pass < 2; pass++) {
             long nb = pass ? blocks : blocks / 10;
@@ -72,11 +74,11 @@ int main(int argc, char **argv) {
                     if (peer >= np) {
                         break;
                     } else if (rank % 2 == 0) {
-                        MPI_Send(b, 8, MPI_BYTE, peer, 0, MPI_COMM_WORLD);
-                        MPI_Recv(b, 8, MPI_BYTE, peer, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+                        MPI_Send(b, bytes, MPI_BYTE, peer, 0, MPI_COMM_WORLD);
+                        MPI_Recv(b, bytes, MPI_BYTE, peer, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
                     } else {
-                        MPI_Recv(b, 8, MPI_BYTE, peer, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
-                        MPI_Send(b, 8, MPI_BYTE, peer, 0, MPI_COMM_WORLD);
+                        MPI_Recv(b, bytes, MPI_BYTE, peer, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+                        MPI_Send(b, bytes, MPI_BYTE, peer, 0, MPI_COMM_WORLD);
                     }
                 }
                 per[k] = (now_ns() - b0) / BLOCK / 2;
@@ -85,6 +87,7 @@ int main(int argc, char **argv) {
             value = median(per, nb);
         }
         free(per);
+        free(b);
     } else if (!strcmp(mode, "bandwidth")) {
         long size = argc > 3 ? atol(argv[3]) : 1 << 20;
         int W = size * 16 > (256L << 20) ? (int)((256L << 20) / size) : 16;
