@@ -135,8 +135,14 @@ pub fn open(rank: usize, size: usize, header: usize) {
     if unsafe { ffi::PMPI_Comm_dup(world, dup.as_mut_ptr()) } != 0 {
         return;
     }
-    // SAFETY: initialised by the successful dup.
-    let dup = unsafe { dup.assume_init() };
+    // SAFETY: initialised by the successful dup; errors on pmtrace's own
+    // communicator are returned to pmtrace, never the application's to
+    // handle.
+    let dup = unsafe {
+        let dup = dup.assume_init();
+        ffi::PMPI_Comm_set_errhandler(dup, ffi::RSMPI_ERRORS_RETURN);
+        dup
+    };
     let mut magic: u64 = if rank == 0 { draw() } else { 0 };
     // SAFETY: a broadcast of one u64 on the new communicator.
     let ok = unsafe {
@@ -152,7 +158,22 @@ pub fn open(rank: usize, size: usize, header: usize) {
         return;
     }
     let _ = CHANNEL.set(Channel(dup));
-    let Some(inbox) = Inbox::open(dup, size, ENVELOPE + header) else {
+    let inbox = Inbox::open(dup, size, ENVELOPE + header);
+    // Every rank sends apart, or none.
+    let mut ok = c_int::from(inbox.is_some());
+    let mut all: c_int = 0;
+    // SAFETY: an allreduce of one int over the channel.
+    let agreed = unsafe {
+        ffi::PMPI_Allreduce(
+            &mut ok as *mut c_int as *const c_void,
+            &mut all as *mut c_int as *mut c_void,
+            1,
+            ffi::RSMPI_INT32_T,
+            ffi::consts().op_min,
+            dup,
+        )
+    } == 0;
+    let Some(inbox) = inbox.filter(|_| agreed && all == 1) else {
         return;
     };
     *INBOX.lock() = Some(inbox);

@@ -301,6 +301,30 @@ int main(int argc, char **argv) {
     report("intercommunicator", nsizes / 5 + 1);
     C(MPI_Comm_free, &rev);
 
+    /* More large messages in flight to one rank than a mailbox holds,
+     * received in the reverse order of their tags. */
+    {
+        enum { FLIGHT = 120, EACH = 8200 };
+        MPI_Request fr[FLIGHT];
+        for (int i = 0; i < FLIGHT; i++) {
+            fill(sbuf + (long)i * EACH, EACH, i);
+            C(MPI_Isend, sbuf + (long)i * EACH, EACH, MPI_BYTE, next, 1000 + i, MPI_COMM_WORLD, &fr[i]);
+        }
+        clear(BIG);
+        for (int i = FLIGHT - 1; i >= 0; i--)
+            C(MPI_Recv, rbuf + (long)i * EACH, EACH, MPI_BYTE, prev, 1000 + i, MPI_COMM_WORLD, &st);
+        C(MPI_Waitall, FLIGHT, fr, MPI_STATUSES_IGNORE);
+        for (int i = 0; i < FLIGHT; i++) {
+            for (long j = 0; j < EACH; j++)
+                if (rbuf[(long)i * EACH + j] != pattern(j, i)) {
+                    printf("rank %d in flight %d: byte %ld\n", rank, i, j);
+                    errors++;
+                    break;
+                }
+        }
+    }
+    report("many in flight, received in reverse", 120);
+
 #if MPI_VERSION >= 4
     for (int k = 0; k < nsizes; k += 6) {
         long n = sizes[k];
