@@ -1194,9 +1194,57 @@ pub struct Slot {
 // application's buffers, which MPI lets any thread complete.
 unsafe impl Send for Slot {}
 
-/// Areas of untouched receives, kept for the next ones (a few KiB each).
-static SAVED: Mutex<Vec<Vec<u8>>> = Mutex::new(Vec::new());
-const SAVED_KEPT: usize = 64;
+/// Released slots, kept with their areas for the next operations: a
+/// nonblocking call then allocates nothing. Boxed: a slot's address is its
+/// request's handle (`Posted::into_slot`).
+#[allow(clippy::vec_box)]
+static SPARE: Mutex<Vec<Box<Slot>>> = Mutex::new(Vec::new());
+const SPARE_KEPT: usize = 256;
+/// Areas larger than this are not kept.
+const SPARE_AREA: usize = 1 << 16;
+
+impl Slot {
+    fn empty() -> Slot {
+        Slot {
+            area: Vec::new(),
+            route: Route::Struct,
+            send: false,
+            temp: None,
+            user: core::ptr::null_mut(),
+            count: 0,
+            // SAFETY: a handle is a plain value (pointer or int); this one
+            // is overwritten before any use.
+            datatype: unsafe { core::mem::zeroed() },
+            posted: 0,
+            dense: false,
+            rx: Rx::matched(),
+            tag: 0,
+            post: 0,
+            apart: None,
+            got: None,
+            data_len: 0,
+            active: false,
+            partner: 0,
+            blind: false,
+            copy: Vec::new(),
+        }
+    }
+}
+
+/// Puts a slot no operation owns any more into the spares.
+fn keep(mut s: Box<Slot>) {
+    free_type(&mut s.temp);
+    s.got = None;
+    s.partner = 0;
+    s.copy = Vec::new();
+    if s.area.capacity() > SPARE_AREA {
+        s.area = Vec::new();
+    }
+    let mut spare = SPARE.lock();
+    if spare.len() < SPARE_KEPT {
+        spare.push(s);
+    }
+}
 
 impl Slot {
     fn landing(&mut self) -> Landing {
@@ -1261,45 +1309,42 @@ fn new_slot(
         Route::Struct => h,
         Route::Untouched => saved_len(posted),
     };
-    let saved = route == Route::Untouched && !send;
-    let mut slot = Box::new(Slot {
-        area: if saved {
-            // The buffer's first bytes as they are (no zeroing first: the
-            // copy fills it).
-            let mut v = SAVED.lock().pop().unwrap_or_default();
-            v.clear();
-            v.reserve(area);
-            // SAFETY: the user's buffer holds `posted` ≥ `area` bytes, and
-            // the copy initialises all `area` bytes of the new vector.
-            unsafe {
-                core::ptr::copy_nonoverlapping(buf as *const u8, v.as_mut_ptr(), area);
-                v.set_len(area);
-            }
-            v
-        } else {
-            vec![0u8; area]
-        },
-        route,
-        send,
-        temp: None,
-        user: buf,
-        count,
-        datatype,
-        posted,
-        dense,
-        rx,
-        tag,
-        post: 0,
-        apart: None,
-        got: None,
-        data_len: 0,
-        active: false,
-        partner: 0,
-        blind: false,
-        copy: Vec::new(),
-    });
+    // A slot released earlier, area and all, or a new one.
+    let mut slot = SPARE
+        .lock()
+        .pop()
+        .unwrap_or_else(|| Box::new(Slot::empty()));
+    slot.area.clear();
+    if route == Route::Untouched && !send {
+        // The buffer's first bytes as they are (no zeroing first).
+        // SAFETY: the user's buffer holds `posted` ≥ `area` bytes.
+        slot.area
+            .extend_from_slice(unsafe { core::slice::from_raw_parts(buf as *const u8, area) });
+    } else {
+        slot.area.resize(area, 0);
+    }
+    slot.route = route;
+    slot.send = send;
+    slot.user = buf;
+    slot.count = count;
+    slot.datatype = datatype;
+    slot.posted = posted;
+    slot.dense = dense;
+    slot.rx = rx;
+    slot.tag = tag;
+    slot.post = 0;
+    slot.apart = None;
+    slot.data_len = 0;
+    slot.active = false;
+    slot.blind = false;
     if route == Route::Struct {
-        slot.temp = Some(struct_type(slot.area.as_ptr(), buf, count, datatype)?);
+        match struct_type(slot.area.as_ptr(), buf, count, datatype) {
+            Some(t) => slot.temp = Some(t),
+            None => {
+                keep(slot);
+                return None;
+            }
+        }
     }
     Some(slot)
 }
@@ -1734,13 +1779,7 @@ pub fn release(slot: usize) {
     }
     forget_pending(slot);
     // SAFETY: the slot was made by `Posted::into_slot` and is released once.
-    let mut s = unsafe { Box::from_raw(slot as *mut Slot) };
-    free_type(&mut s.temp);
+    let s = unsafe { Box::from_raw(slot as *mut Slot) };
     release(s.partner);
-    if s.route == Route::Untouched && !s.send {
-        let mut spare = SAVED.lock();
-        if spare.len() < SAVED_KEPT {
-            spare.push(core::mem::take(&mut s.area));
-        }
-    }
+    keep(s);
 }
