@@ -723,15 +723,18 @@ fn complete_op(
         return;
     }
     let k = key(handle);
-    let Some(op) = REQUESTS.get(k, slot) else {
-        return;
-    };
     // SAFETY: `slot` is the address of the application's handle that this
     // completion call was given (valid for the call's duration).
     let after = unsafe { *(slot as *const MPI_Request) };
+    let freed = ffi::is_request_null(after);
+    // A nonpersistent operation whose handle MPI freed is done: it leaves
+    // the table in the same lookup.
+    let Some(op) = REQUESTS.take_if(k, slot, |o| !o.persistent && freed) else {
+        return;
+    };
     // Without a status (the final scan of `completed_set`), only freed
     // nonpersistent requests count; a persistent one is never freed here.
-    if (!op.persistent && !ffi::is_request_null(after)) || (op.persistent && status.is_null()) {
+    if (!op.persistent && !freed) || (op.persistent && status.is_null()) {
         return;
     }
     let cancelled = op.cancelled && !status.is_null() && ffi::status_cancelled(status);
@@ -746,7 +749,6 @@ fn complete_op(
         };
         inst
     } else {
-        REQUESTS.remove(k, slot);
         op.id
     };
     out.push(Completed {

@@ -178,6 +178,23 @@ impl Requests {
         })
     }
 
+    /// The operation behind `key` (as `with_op`), dropped from the table
+    /// when `gone` says so: one lookup for a completion.
+    pub fn take_if(&self, key: u64, slot: usize, gone: impl FnOnce(&Op) -> bool) -> Option<Op> {
+        self.table.with(key, |ops| {
+            let i = if ops.len() > 1 {
+                ops.iter().position(|o| o.slot == slot).unwrap_or(0)
+            } else {
+                0
+            };
+            let op = *ops.get(i)?;
+            if gone(&op) {
+                ops.remove(i);
+            }
+            Some(op)
+        })
+    }
+
     pub fn get(&self, key: u64, slot: usize) -> Option<Op> {
         self.with_op(key, slot, false, |op| *op)
     }
