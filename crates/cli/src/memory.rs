@@ -5,6 +5,7 @@
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::io::Write;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 /// The system allocator, with the one-line exit on failure.
 pub struct Guarded;
@@ -46,9 +47,16 @@ unsafe impl GlobalAlloc for Guarded {
 }
 
 /// Writes the error line from a stack buffer (the heap is what failed) and
-/// exits with status 1.
+/// exits with status 1. Only the first thread to fail does: threads that
+/// decode rank files in parallel can fail together, and the line is one.
 #[cold]
 fn out_of_memory(size: usize) -> ! {
+    static FIRST: AtomicBool = AtomicBool::new(true);
+    if !FIRST.swap(false, Ordering::AcqRel) {
+        loop {
+            std::thread::park();
+        }
+    }
     let mut line = [0u8; 256];
     let mut w = &mut line[..];
     let _ = writeln!(
