@@ -119,6 +119,14 @@ pub fn limit() -> u64 {
     LIMIT.load(Relaxed)
 }
 
+/// Whether a message of `bytes` is larger than the inline limit (never,
+/// while nothing goes apart).
+#[inline(always)]
+pub fn beyond(bytes: u64) -> bool {
+    let limit = limit();
+    limit != 0 && bytes > limit
+}
+
 #[inline(always)]
 pub fn magic() -> u64 {
     MAGIC.load(Relaxed)
@@ -129,7 +137,7 @@ pub fn magic() -> u64 {
 /// `header` is the piggyback header's length. Failure leaves every message
 /// inline, on every rank (the duplicate fails everywhere or nowhere).
 pub fn open(rank: usize, size: usize, header: usize) {
-    let world = world();
+    let world = ffi::world();
     let mut dup = core::mem::MaybeUninit::<MPI_Comm>::uninit();
     // SAFETY: a collective duplicate of the world, kept for the run.
     if unsafe { ffi::PMPI_Comm_dup(world, dup.as_mut_ptr()) } != 0 {
@@ -192,11 +200,6 @@ fn draw() -> u64 {
     x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
     x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
     x ^ (x >> 31)
-}
-
-fn world() -> MPI_Comm {
-    // SAFETY: reads an initialised constant of mpi-sys's shim.
-    unsafe { ffi::RSMPI_COMM_WORLD }
 }
 
 /// At finalize: completes the header sends that are done and lets MPI
@@ -313,7 +316,7 @@ fn translate(comm: MPI_Comm) -> Box<[c_int]> {
         let ranks: Vec<c_int> = (0..n).collect();
         let mut out = vec![-1 as c_int; n as usize];
         let mut group = group.assume_init();
-        if ffi::PMPI_Comm_group(world(), world_group.as_mut_ptr()) == 0 {
+        if ffi::PMPI_Comm_group(ffi::world(), world_group.as_mut_ptr()) == 0 {
             let mut world_group = world_group.assume_init();
             if ffi::PMPI_Group_translate_ranks(
                 group,
@@ -342,8 +345,7 @@ fn translate(comm: MPI_Comm) -> Box<[c_int]> {
 /// the communicator's id; None when it goes inline.
 #[inline]
 pub fn destination(comm: MPI_Comm, dest: c_int, tag: c_int, bytes: u64) -> Option<(c_int, u64)> {
-    let limit = limit();
-    if limit == 0 || bytes <= limit || tag < 0 {
+    if !beyond(bytes) || tag < 0 {
         return None;
     }
     world_rank(comm, dest)

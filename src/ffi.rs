@@ -109,7 +109,6 @@ own_calls! {
     fn PMPI_Info_get(info: MPI_Info, key: *const c_char, valuelen: c_int, value: *mut c_char, flag: *mut c_int);
     fn PMPI_Info_get_valuelen(info: MPI_Info, key: *const c_char, valuelen: *mut c_int, flag: *mut c_int);
     fn PMPI_Info_set(info: MPI_Info, key: *const c_char, value: *const c_char);
-    fn PMPI_Iprobe(source: c_int, tag: c_int, comm: MPI_Comm, flag: *mut c_int, status: *mut MPI_Status);
     fn PMPI_Isend(buf: *const c_void, count: c_int, datatype: MPI_Datatype, dest: c_int, tag: c_int, comm: MPI_Comm, request: *mut MPI_Request);
     fn PMPI_Irecv(buf: *mut c_void, count: c_int, datatype: MPI_Datatype, source: c_int, tag: c_int, comm: MPI_Comm, request: *mut MPI_Request);
     fn PMPI_Pack(inbuf: *const c_void, incount: c_int, datatype: MPI_Datatype, outbuf: *mut c_void, outsize: c_int, position: *mut c_int, comm: MPI_Comm);
@@ -338,6 +337,12 @@ pub fn consts() -> &'static Consts {
             }
         }
     })
+}
+
+/// `MPI_COMM_WORLD`.
+pub fn world() -> MPI_Comm {
+    // SAFETY: reads an initialised constant of mpi-sys's shim.
+    unsafe { RSMPI_COMM_WORLD }
 }
 
 /// A handle's value as an integer key, whatever the handle type is

@@ -225,11 +225,6 @@ fn start(
     }
 }
 
-fn world() -> MPI_Comm {
-    // SAFETY: reads an initialised constant of mpi-sys's shim.
-    unsafe { ffi::RSMPI_COMM_WORLD }
-}
-
 /// `pmtrace-<YYYYmmdd-HHMMSS>-<pid>`, in UTC like the CLI's default.
 fn default_dir_name() -> String {
     // SAFETY: time/localtime_r fill a local struct.
@@ -428,8 +423,8 @@ fn start_tracing(
     // communicator switches on Open MPI's nonblocking-collective progress.)
     // SAFETY: local queries.
     unsafe {
-        ffi::PMPI_Comm_rank(world(), &mut rank);
-        ffi::PMPI_Comm_size(world(), &mut size);
+        ffi::PMPI_Comm_rank(ffi::world(), &mut rank);
+        ffi::PMPI_Comm_size(ffi::world(), &mut size);
     }
     #[cfg(mpi_impl = "abi")]
     ffi::abi_status::learn();
@@ -481,7 +476,7 @@ fn start_tracing(
 
     let spawned = has_parent();
     let mine = (rank == 0).then(|| prepare_dir(&cfg, spawned));
-    let (shared, clocks) = share_dir(world(), rank, mine, cfg.clocks);
+    let (shared, clocks) = share_dir(ffi::world(), rank, mine, cfg.clocks);
     *SESSION.lock() = Some(Session {
         rank,
         spawned,
@@ -508,7 +503,7 @@ fn start_tracing(
     let path = dir.join(pmtrace_format::rank_file_name(rank as u32));
     let own_clock = sim.is_some();
     let offset = offsets::measure(
-        world(),
+        ffi::world(),
         rank as usize,
         size as usize,
         cfg.sync_reps,
@@ -668,7 +663,7 @@ fn lowest_failed_rank(rank: i32, failed: bool) -> Option<i32> {
             1,
             c.uint64,
             c.op_min,
-            world(),
+            ffi::world(),
         );
     }
     (lowest != u64::MAX).then_some(lowest as i32)
@@ -787,7 +782,7 @@ fn summarize(rank: i32, dir: Option<&Path>, totals: Option<Totals>, spawned: boo
     // SAFETY: a tool-internal reduction over world, which every rank that
     // started tracing reaches in its MPI_Finalize.
     unsafe {
-        ffi::PMPI_Comm_size(world(), &mut size);
+        ffi::PMPI_Comm_size(ffi::world(), &mut size);
         ffi::PMPI_Reduce(
             mine.as_ptr() as *const c_void,
             sum.as_mut_ptr() as *mut c_void,
@@ -795,7 +790,7 @@ fn summarize(rank: i32, dir: Option<&Path>, totals: Option<Totals>, spawned: boo
             c.uint64,
             c.op_sum,
             0,
-            world(),
+            ffi::world(),
         );
     }
     if rank != 0 || spawned {

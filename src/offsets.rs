@@ -37,11 +37,6 @@ use pmtrace_format::meta::OffsetSample;
 
 const TAG: i32 = 0x7074;
 
-fn world() -> MPI_Comm {
-    // SAFETY: reads an initialised constant of mpi-sys's shim.
-    unsafe { ffi::RSMPI_COMM_WORLD }
-}
-
 fn send_u64s(comm: MPI_Comm, v: &[u64], to: i32) {
     // SAFETY: a tool-internal send of a local array.
     unsafe {
@@ -189,9 +184,9 @@ pub fn measure_private(
 ) -> OffsetSample {
     let mut dup = core::mem::MaybeUninit::<MPI_Comm>::uninit();
     // SAFETY: a collective duplicate of the world, freed below.
-    let ok = unsafe { ffi::PMPI_Comm_dup(world(), dup.as_mut_ptr()) } == 0;
+    let ok = unsafe { ffi::PMPI_Comm_dup(ffi::world(), dup.as_mut_ptr()) } == 0;
     if !ok {
-        return measure(world(), rank, size, reps, hostname, own_clock);
+        return measure(ffi::world(), rank, size, reps, hostname, own_clock);
     }
     // SAFETY: initialised by the successful dup.
     let mut dup = unsafe { dup.assume_init() };

@@ -382,7 +382,7 @@ impl To {
 /// before the data. False when it goes inline.
 #[inline(always)]
 fn send_apart(rec: &mut Recorder, t0: u64, to: To, bytes: u64) -> bool {
-    if bytes <= apart::limit() {
+    if !apart::beyond(bytes) {
         return false;
     }
     apart_header(rec, t0, to, bytes)
@@ -715,7 +715,7 @@ fn deliver(
         }
         return None;
     }
-    if bytes > apart::limit() && apart::limit() > 0 {
+    if apart::beyond(bytes) {
         if let Some(from) = came_apart(land, bytes, status, rx) {
             return deliver_apart(land, bytes, status, from);
         }
@@ -840,25 +840,9 @@ fn shift_packed(land: &Landing, bytes: u64) {
     let (Ok(count), Ok(size)) = (c_int::try_from(land.count), c_int::try_from(p)) else {
         return;
     };
-    // SAFETY: reads an initialised constant.
-    let world = unsafe { ffi::RSMPI_COMM_WORLD };
-    let mut packed = vec![0u8; p];
-    let mut pos: c_int = 0;
-    // SAFETY: packs the user's elements into a buffer of their size.
-    let rc = unsafe {
-        ffi::PMPI_Pack(
-            land.user,
-            count,
-            land.datatype,
-            packed.as_mut_ptr() as *mut c_void,
-            size,
-            &mut pos,
-            world,
-        )
-    };
-    if rc != 0 || pos as usize != p {
+    let Some(packed) = copy_out(land.user, land.count, land.datatype, land.posted, false) else {
         return;
-    }
+    };
     let n = (bytes as usize).min(p);
     if n < h {
         return;
@@ -878,7 +862,7 @@ fn shift_packed(land: &Landing, bytes: u64) {
             land.user,
             count,
             land.datatype,
-            world,
+            ffi::world(),
         )
     };
 }
@@ -985,7 +969,7 @@ pub fn fix_probe_status(status: *mut MPI_Status, comm: MPI_Comm, message: *const
     if bytes < h {
         return;
     }
-    if bytes > apart::limit() && apart::limit() > 0 && probed_apart(status, comm, bytes) {
+    if apart::beyond(bytes) && probed_apart(status, comm, bytes) {
         return;
     }
     ffi::set_status_bytes(status, bytes - h);
@@ -1025,18 +1009,17 @@ pub struct Replace {
     pub buf: *mut c_void,
     pub count: i64,
     pub datatype: MPI_Datatype,
-    pub sendbuf: *const c_void,
-    pub sendcount: i64,
-    pub sendtype: MPI_Datatype,
     inp: In,
-    _copy: Vec<u8>,
+    /// The data of a message that goes apart (empty: inline).
+    copy: Vec<u8>,
 }
 
 impl Replace {
-    /// Whether the call is a `MPI_Sendrecv` (the message goes apart).
+    /// A message that goes apart: the copy of the data it sends, as bytes
+    /// (the call is then an `MPI_Sendrecv`).
     #[inline(always)]
-    pub fn apart(&self) -> bool {
-        !self.sendbuf.is_null()
+    pub fn apart_send(&self) -> Option<(*const c_void, i64)> {
+        apart_send(&self.copy)
     }
 
     pub fn finish(self, rc: c_int, status: *mut MPI_Status, rx: Rx) -> Option<Got> {
@@ -1063,11 +1046,8 @@ impl In {
                 buf: inp.buf,
                 count: inp.count,
                 datatype: inp.datatype,
-                sendbuf: copy.as_ptr() as *const c_void,
-                sendcount: copy.len() as i64,
-                sendtype: ffi::consts().byte,
                 inp,
-                _copy: copy,
+                copy,
             };
         }
         let inp = In::new_with(rec, buf, count, datatype, rx, false);
@@ -1088,13 +1068,16 @@ impl In {
             buf: inp.buf,
             count: inp.count,
             datatype: inp.datatype,
-            sendbuf: core::ptr::null(),
-            sendcount: 0,
-            sendtype: inp.datatype,
             inp,
-            _copy: Vec::new(),
+            copy: Vec::new(),
         }
     }
+}
+
+/// The send half of a replace whose message goes apart: its copy.
+#[inline(always)]
+fn apart_send(copy: &[u8]) -> Option<(*const c_void, i64)> {
+    (!copy.is_empty()).then_some((copy.as_ptr() as *const c_void, copy.len() as i64))
 }
 
 /// A replace's message that goes apart: its data copied out (packed, for
@@ -1111,15 +1094,14 @@ fn replace_apart(
         return None;
     }
     let (bytes, dense) = rec.types.layout(count, datatype)?;
-    if bytes <= apart::limit() || apart::destination(to.comm, to.dest, to.tag, bytes).is_none() {
-        return None;
-    }
+    apart::destination(to.comm, to.dest, to.tag, bytes)?;
     let copy = copy_out(buf, count, datatype, bytes, dense)?;
     apart_header(rec, t0, to, bytes);
     Some(copy)
 }
 
-/// The data of `count` elements at `buf`, in their packed form.
+/// The data of `count` elements at `buf` (`bytes` of them), in their
+/// packed form: copied when `dense`, else packed by MPI.
 fn copy_out(
     buf: *const c_void,
     count: i64,
@@ -1145,7 +1127,7 @@ fn copy_out(
             copy.as_mut_ptr() as *mut c_void,
             size,
             &mut pos,
-            ffi::RSMPI_COMM_WORLD,
+            ffi::world(),
         )
     };
     (rc == 0 && pos == size).then_some(copy)
@@ -1287,8 +1269,7 @@ impl Posted {
     /// the data it sends (the call is then an `MPI_Isendrecv`).
     #[inline(always)]
     pub fn apart_send(&self) -> Option<(*const c_void, i64)> {
-        let s = self.slot.as_ref()?;
-        (!s.copy.is_empty()).then_some((s.copy.as_ptr() as *const c_void, s.copy.len() as i64))
+        apart_send(&self.slot.as_ref()?.copy)
     }
 }
 
@@ -1463,7 +1444,7 @@ fn post_send_up_to(
         }
         return Posted::passthrough(buf, count, datatype);
     };
-    if bytes > apart::limit() && apart::limit() > 0 {
+    if apart::beyond(bytes) {
         if !persistent {
             if send_apart(rec, t0, to, bytes) {
                 return Posted::passthrough(buf, count, datatype);

@@ -660,6 +660,24 @@ struct Around {
     call: Option<String>,
 }
 
+/// The real call of `MPI_(I)Sendrecv_replace`: when the piggyback layer's
+/// `var` sends its message apart, from a copy (`apart_send`), the call is
+/// the matching `MPI_(I)Sendrecv` into the user's buffer; else the replace
+/// itself (`{REAL}`). `last`: the status or request role.
+fn replace_apart_call(e: &Entry, var: &str, last: &str) -> Result<String, String> {
+    let r = |x: &str| role(e, x);
+    Ok(format!(
+        "if let Some((pb_sb, pb_sc)) = {var}.apart_send() {{ real::P{}(pb_sb as _, pb_sc as _, ffi::consts().byte, {}, {}, {var}.buf as _, {var}.count as _, {var}.datatype, {}, {}, {}, {}) }} else {{ {{REAL}} }}",
+        e.name.replace("_replace", ""),
+        r("peer")?,
+        r("sendtag")?,
+        r("source")?,
+        r("recvtag")?,
+        r("comm")?,
+        r(last)?
+    ))
+}
+
 fn around(e: &Entry) -> Result<Around, String> {
     let r = |x: &str| role(e, x);
     let mut a = Around::default();
@@ -798,18 +816,7 @@ fn around(e: &Entry) -> Result<Around, String> {
                 r("comm")?
             ));
             replace(&mut a, "pb_rep", ["buf", "count", "datatype"]);
-            // A message that goes apart is sent from a copy: the call is
-            // then the matching `MPI_Sendrecv`.
-            a.call = Some(format!(
-                "if pb_rep.apart() {{ real::P{}(pb_rep.sendbuf as _, pb_rep.sendcount as _, pb_rep.sendtype, {}, {}, pb_rep.buf as _, pb_rep.count as _, pb_rep.datatype, {}, {}, {}, {}) }} else {{ {{REAL}} }}",
-                e.name.replace("_replace", ""),
-                r("peer")?,
-                r("sendtag")?,
-                r("source")?,
-                r("recvtag")?,
-                r("comm")?,
-                r("status")?
-            ));
+            a.call = Some(replace_apart_call(e, "pb_rep", "status")?);
             a.post.push(format!(
                 "let got = pb_rep.finish(rc, {}, pb::Rx::new({}, {}));",
                 r("status")?,
@@ -850,17 +857,7 @@ fn around(e: &Entry) -> Result<Around, String> {
                 r("comm")?,
             ));
             replace(&mut a, "pb_post", ["buf", "count", "datatype"]);
-            // As `sendrecv_replace`: apart, an `MPI_Isendrecv` from a copy.
-            a.call = Some(format!(
-                "if let Some((pb_sb, pb_sc)) = pb_post.apart_send() {{ real::P{}(pb_sb as _, pb_sc as _, ffi::consts().byte, {}, {}, pb_post.buf as _, pb_post.count as _, pb_post.datatype, {}, {}, {}, {}) }} else {{ {{REAL}} }}",
-                e.name.replace("_replace", ""),
-                r("peer")?,
-                r("sendtag")?,
-                r("source")?,
-                r("recvtag")?,
-                r("comm")?,
-                r("request")?
-            ));
+            a.call = Some(replace_apart_call(e, "pb_post", "request")?);
             a.post
                 .push("let pb_post_slot = pb_post.into_slot();".into());
         }
