@@ -7,9 +7,17 @@
 //! "Large messages"). So a message of more than [`limit`] bytes goes
 //! *exactly as the application described it*: same buffer, count,
 //! datatype, communicator, tag and mode, matched and progressed by MPI as
-//! without pmtrace. Its header goes before it, small and eager
-//! (`MPI_Isend`), on pmtrace's duplicate of the world, to the
-//! destination's world rank.
+//! without pmtrace. Its header goes before it: to a process of the same
+//! node through a ring in shared memory (`node`), to any other as a small
+//! eager `MPI_Isend` on pmtrace's duplicate of the world, to the
+//! destination's world rank. Headers are numbered per sender and receiver,
+//! so that the receiver merges the two routes in send order.
+//!
+//! **The limit.** About 4 KiB (`COPY_MAX` and two headers). With every
+//! process of the world on one node and the rings up, 1 KiB
+//! (`NODE_LIMIT`): a header through a ring costs about what an inline one
+//! does, and a large receive saves only the first limit-and-a-header bytes
+//! of its buffer (all an inline message can overwrite past its data).
 //!
 //! **Which messages.** Every sender applies one rule: user data of more
 //! than `limit` bytes goes apart, anything else inline. A receive sees
@@ -33,7 +41,7 @@
 //! whatever their size: their world ranks are not known here.
 
 use crate::comms::{self, LOCAL_GID_BIT};
-use crate::ffi::{self, MPI_Comm, MPI_Request, MPI_Status};
+use crate::ffi::{self, MPI_Comm, MPI_Request};
 use core::ffi::{c_int, c_void};
 use parking_lot::Mutex;
 use smallvec::SmallVec;
@@ -41,11 +49,14 @@ use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::OnceLock;
 
-/// Bytes before the piggyback header in a header message: the
-/// communicator's global id, the tag, the data's size.
-pub const ENVELOPE: usize = 24;
+/// Bytes before the piggyback header in a header: the header's number
+/// among those from its sender to its receiver, the communicator's global
+/// id, the tag, the data's size.
+pub const ENVELOPE: usize = 32;
 /// The tag of header messages on the channel.
 const TAG: c_int = 7;
+/// The inline limit before headers when the whole world is on this node.
+const NODE_LIMIT: u64 = 1024;
 /// Outstanding header sends tested once this many have gathered.
 const BATCH: usize = 32;
 
@@ -70,12 +81,14 @@ struct Outgoing {
 // SAFETY: as `Channel`; the buffer is owned and only freed after completion.
 unsafe impl Send for Outgoing {}
 
-/// Header sends in flight, and buffers of completed ones to reuse.
+/// Header sends in flight, buffers of completed ones to reuse, and the
+/// number of the next header to each world rank.
 struct Sends {
     flying: Vec<Outgoing>,
     spare: Vec<Box<[u8]>>,
     requests: Vec<MPI_Request>,
     indices: Vec<c_int>,
+    next: Vec<u64>,
 }
 // SAFETY: as `Outgoing`.
 unsafe impl Send for Sends {}
@@ -84,6 +97,7 @@ static SENDS: Mutex<Sends> = Mutex::new(Sends {
     spare: Vec::new(),
     requests: Vec::new(),
     indices: Vec::new(),
+    next: Vec::new(),
 });
 
 /// A header that came and has not been taken yet.
@@ -93,26 +107,53 @@ struct Waiting {
     bytes: u64,
     header: SmallVec<[u8; 64]>,
 }
-/// Headers come into a ring of persistent receives from any source, posted
-/// ahead so that MPI matches them as they arrive; what came waits in a
-/// queue per sender until a receive takes it.
-struct Inbox {
-    /// Per world rank of the sender, in arrival order.
-    queues: Vec<VecDeque<Waiting>>,
-    ring: Vec<MPI_Request>,
-    buffers: Vec<Box<[u8]>>,
-    /// When each ring receive was (re)started: MPI matches a message to
-    /// the earliest posted, so this orders what came.
-    started: Vec<u64>,
-    starts: u64,
-    indices: Vec<c_int>,
-    statuses: Vec<MPI_Status>,
+
+/// The headers from one sender: those that came in order, ready to be
+/// taken, and those that came ahead of one still on its way (the two
+/// routes, shared memory and MPI, do not keep order between them).
+struct Peer {
+    next: u64,
+    ready: VecDeque<Waiting>,
+    early: Vec<(u64, Waiting)>,
 }
-// SAFETY: request handles are plain identifiers; the buffers are owned.
+
+impl Default for Peer {
+    fn default() -> Peer {
+        Peer {
+            next: 1,
+            ready: VecDeque::new(),
+            early: Vec::new(),
+        }
+    }
+}
+
+impl Peer {
+    fn came(&mut self, number: u64, h: Waiting) {
+        if number != self.next {
+            self.early.push((number, h));
+            return;
+        }
+        self.ready.push_back(h);
+        self.next += 1;
+        while let Some(i) = self.early.iter().position(|e| e.0 == self.next) {
+            self.ready.push_back(self.early.swap_remove(i).1);
+            self.next += 1;
+        }
+    }
+}
+
+/// Headers from the processes of this node come through shared memory
+/// (`Node`); from the others, and when a ring is full, as MPI messages,
+/// received from their sender when a receive needs one.
+struct Inbox {
+    /// By world rank of the sender, made on its first header.
+    peers: Vec<Option<Box<Peer>>>,
+    chan: MPI_Comm,
+    buffer: Box<[u8]>,
+}
+// SAFETY: the communicator handle is a plain identifier.
 unsafe impl Send for Inbox {}
 static INBOX: Mutex<Option<Inbox>> = Mutex::new(None);
-/// Ring receives posted ahead.
-const RING: usize = 16;
 
 #[inline(always)]
 pub fn limit() -> u64 {
@@ -136,7 +177,7 @@ pub fn magic() -> u64 {
 /// channel is a duplicate of the world, and rank 0 draws the magic).
 /// `header` is the piggyback header's length. Failure leaves every message
 /// inline, on every rank (the duplicate fails everywhere or nowhere).
-pub fn open(rank: usize, size: usize, header: usize) {
+pub fn open(rank: usize, size: usize, header: usize, shm: bool) {
     let world = ffi::world();
     let mut dup = core::mem::MaybeUninit::<MPI_Comm>::uninit();
     // SAFETY: a collective duplicate of the world, kept for the run.
@@ -151,12 +192,17 @@ pub fn open(rank: usize, size: usize, header: usize) {
         ffi::PMPI_Comm_set_errhandler(dup, ffi::RSMPI_ERRORS_RETURN);
         dup
     };
-    let mut magic: u64 = if rank == 0 { draw() } else { 0 };
-    // SAFETY: a broadcast of one u64 on the new communicator.
+    // Rank 0's magic, and its choice of rings.
+    let mut shared: [u64; 2] = if rank == 0 {
+        [draw(), u64::from(shm)]
+    } else {
+        [0; 2]
+    };
+    // SAFETY: a broadcast of two u64 on the new communicator.
     let ok = unsafe {
         ffi::PMPI_Bcast(
-            &mut magic as *mut u64 as *mut c_void,
-            8,
+            shared.as_mut_ptr() as *mut c_void,
+            16,
             ffi::consts().byte,
             0,
             dup,
@@ -165,30 +211,36 @@ pub fn open(rank: usize, size: usize, header: usize) {
     if !ok {
         return;
     }
+    let [magic, shm] = shared;
     let _ = CHANNEL.set(Channel(dup));
-    let inbox = Inbox::open(dup, size, ENVELOPE + header);
-    // Every rank sends apart, or none.
-    let mut ok = c_int::from(inbox.is_some());
-    let mut all: c_int = 0;
-    // SAFETY: an allreduce of one int over the channel.
-    let agreed = unsafe {
-        ffi::PMPI_Allreduce(
-            &mut ok as *mut c_int as *const c_void,
-            &mut all as *mut c_int as *mut c_void,
-            1,
-            ffi::RSMPI_INT32_T,
-            ffi::consts().op_min,
-            dup,
-        )
-    } == 0;
-    let Some(inbox) = inbox.filter(|_| agreed && all == 1) else {
-        return;
+    let len = ENVELOPE + header;
+    let node = (shm != 0)
+        .then(|| crate::node::open(dup, rank, size, magic, len))
+        .flatten();
+    // With every process on this node, an apart header costs about as
+    // much as an inline one, and a smaller limit makes the save before a
+    // large receive smaller (`piggyback::saved_len`).
+    let limit = match node {
+        Some(ref n) if n.has_all() => NODE_LIMIT,
+        _ => crate::piggyback::COPY_MAX,
     };
-    *INBOX.lock() = Some(inbox);
+    if let Some(node) = node {
+        let _ = NODE.set(node);
+    }
+    *INBOX.lock() = Some(Inbox {
+        peers: (0..size).map(|_| None).collect(),
+        chan: dup,
+        buffer: vec![0u8; len].into_boxed_slice(),
+    });
+    // Headers are numbered from 1 (0 marks a free slot in a ring).
+    SENDS.lock().next = vec![1; size];
     MAGIC.store(magic, Relaxed);
     WORLD.store(size, Relaxed);
-    LIMIT.store(crate::piggyback::COPY_MAX + 2 * header as u64, Relaxed);
+    LIMIT.store(limit + 2 * header as u64, Relaxed);
 }
+
+/// The rings of this node, once open.
+static NODE: OnceLock<crate::node::Node> = OnceLock::new();
 
 /// A 64-bit value no message is expected to start with: the time and the
 /// process id, mixed.
@@ -205,10 +257,8 @@ fn draw() -> u64 {
 /// At finalize: completes the header sends that are done and lets MPI
 /// finish the rest on its own (a header whose message was never received).
 pub fn close() {
-    if let Some(mut inbox) = INBOX.lock().take() {
-        inbox.close();
-    }
     LIMIT.store(0, Relaxed);
+    INBOX.lock().take();
     let mut sends = SENDS.lock();
     sends.test();
     for mut o in sends.flying.drain(..) {
@@ -352,7 +402,9 @@ pub fn destination(comm: MPI_Comm, dest: c_int, tag: c_int, bytes: u64) -> Optio
 }
 
 /// Sends a header apart: `fill` writes the piggyback header (of `header`
-/// bytes) into the message after the envelope.
+/// bytes) into the message after the envelope. To a process of this node
+/// it goes through shared memory while its ring has room, else as an MPI
+/// message on the channel.
 pub fn send(
     to: c_int,
     gid: u64,
@@ -364,14 +416,34 @@ pub fn send(
     let Some(chan) = CHANNEL.get() else { return };
     let len = ENVELOPE + header;
     let mut sends = SENDS.lock();
+    let Some(number) = sends.next.get_mut(to as usize).map(|n| {
+        *n += 1;
+        *n - 1
+    }) else {
+        return;
+    };
+    // The envelope after the number, then the piggyback header.
+    let mut fill = Some(fill);
+    let mut rest = |m: &mut [u8]| {
+        m[0..8].copy_from_slice(&gid.to_ne_bytes());
+        m[8..16].copy_from_slice(&i64::from(tag).to_ne_bytes());
+        m[16..24].copy_from_slice(&bytes.to_ne_bytes());
+        if let Some(f) = fill.take() {
+            f(m[ENVELOPE - 8..].as_mut_ptr());
+        }
+    };
+    if NODE
+        .get()
+        .is_some_and(|node| node.send(to as usize, number, len, &mut rest))
+    {
+        return;
+    }
     let mut message = match sends.spare.pop() {
         Some(m) if m.len() == len => m,
         _ => vec![0u8; len].into_boxed_slice(),
     };
-    message[0..8].copy_from_slice(&gid.to_ne_bytes());
-    message[8..16].copy_from_slice(&i64::from(tag).to_ne_bytes());
-    message[16..24].copy_from_slice(&bytes.to_ne_bytes());
-    fill(message[ENVELOPE..].as_mut_ptr());
+    message[0..8].copy_from_slice(&number.to_ne_bytes());
+    rest(&mut message[8..]);
     let mut request = core::mem::MaybeUninit::<MPI_Request>::uninit();
     // SAFETY: a send of our own buffer, kept until the request completes.
     let rc = unsafe {
@@ -386,6 +458,9 @@ pub fn send(
         )
     };
     if rc != 0 {
+        // Not sent: its number goes to the next one, so that the receiver
+        // waits for no header that will never come.
+        sends.next[to as usize] -= 1;
         return;
     }
     sends.flying.push(Outgoing {
@@ -409,11 +484,35 @@ pub struct Want {
     pub bytes: Option<u64>,
 }
 
+impl Want {
+    fn fits(&self, gid: u64, tag: i32, bytes: u64) -> bool {
+        (gid == self.gid || (gid | self.gid) & LOCAL_GID_BIT != 0)
+            && self.tag.is_none_or(|t| t == tag)
+            && self.bytes.is_none_or(|b| b == bytes)
+    }
+}
+
+/// A header's envelope as sent: its number, communicator id, tag, size.
+fn envelope(b: &[u8]) -> (u64, u64, i32, u64) {
+    let word = |i: usize| u64::from_ne_bytes(b[8 * i..8 * i + 8].try_into().unwrap_or([0; 8]));
+    (word(0), word(1), word(2) as i64 as i32, word(3))
+}
+
 impl Waiting {
     fn fits(&self, w: &Want) -> bool {
-        (self.gid == w.gid || (self.gid | w.gid) & LOCAL_GID_BIT != 0)
-            && w.tag.is_none_or(|t| t == self.tag)
-            && w.bytes.is_none_or(|b| b == self.bytes)
+        w.fits(self.gid, self.tag, self.bytes)
+    }
+
+    /// A header as sent: its number and what it says.
+    fn parse(b: &[u8]) -> (u64, Waiting) {
+        let (number, gid, tag, bytes) = envelope(b);
+        let h = Waiting {
+            gid,
+            tag,
+            bytes,
+            header: SmallVec::from_slice(&b[ENVELOPE..]),
+        };
+        (number, h)
     }
 }
 
@@ -426,13 +525,32 @@ pub fn take<R>(w: &Want, read: impl FnOnce(*const u8) -> R) -> Option<(u64, R)> 
     let inbox = guard.as_mut()?;
     let from = usize::try_from(w.from)
         .ok()
-        .filter(|&f| f < inbox.queues.len())?;
+        .filter(|&f| f < inbox.peers.len())?;
+    // The common case: nothing waits from `from`, and the next header in
+    // its ring is this one: read in place.
+    let peer = inbox.peer(from);
+    if peer.ready.is_empty() && peer.early.is_empty() {
+        if let Some(node) = NODE.get() {
+            let next = peer.next;
+            let got = node.take_next(from, |slot| {
+                let (number, gid, tag, bytes) = envelope(slot);
+                (number == next && w.fits(gid, tag, bytes)).then_some(bytes)
+            });
+            if let Some((bytes, slot)) = got {
+                peer.next += 1;
+                let r = read(slot.as_ptr().wrapping_add(ENVELOPE));
+                node.release(from);
+                return Some((bytes, r));
+            }
+        }
+    }
     loop {
-        if let Some(i) = inbox.queues[from].iter().position(|h| h.fits(w)) {
-            let h = inbox.queues[from].remove(i)?;
+        if let Some(h) = inbox.find(from, w) {
             return Some((h.bytes, read(h.header.as_ptr())));
         }
-        if !inbox.harvest(true) {
+        // Not among those that came: through shared memory it is there
+        // (written before the data was sent), else it comes by MPI.
+        if !inbox.drain_node(from) && !inbox.receive_mpi(from, true) {
             return None;
         }
     }
@@ -447,135 +565,79 @@ pub fn has_come(w: &Want) -> bool {
     };
     let Some(from) = usize::try_from(w.from)
         .ok()
-        .filter(|&f| f < inbox.queues.len())
+        .filter(|&f| f < inbox.peers.len())
     else {
         return false;
     };
-    let fits = |inbox: &Inbox| inbox.queues[from].iter().any(|h| h.fits(w));
-    fits(inbox) || (inbox.harvest(false) && fits(inbox))
+    let fits = |inbox: &Inbox| {
+        inbox.peers[from]
+            .as_ref()
+            .is_some_and(|p| p.ready.iter().any(|h| h.fits(w)))
+    };
+    loop {
+        if fits(inbox) {
+            return true;
+        }
+        if !inbox.drain_node(from) && !inbox.receive_mpi(from, false) {
+            return false;
+        }
+    }
 }
 
 impl Inbox {
-    fn open(chan: MPI_Comm, size: usize, len: usize) -> Option<Inbox> {
-        let mut inbox = Inbox {
-            queues: (0..size).map(|_| VecDeque::new()).collect(),
-            ring: Vec::with_capacity(RING),
-            buffers: (0..RING)
-                .map(|_| vec![0u8; len].into_boxed_slice())
-                .collect(),
-            started: vec![0; RING],
-            starts: 0,
-            indices: vec![0; RING],
-            // SAFETY: a status is plain data; MPI fills these.
-            statuses: (0..RING).map(|_| unsafe { core::mem::zeroed() }).collect(),
-        };
-        for k in 0..RING {
-            let mut r = core::mem::MaybeUninit::<MPI_Request>::uninit();
-            // SAFETY: a persistent receive into a buffer the inbox owns
-            // (boxed: it does not move) for as long as the request lives.
-            let rc = unsafe {
-                ffi::PMPI_Recv_init(
-                    inbox.buffers[k].as_mut_ptr() as *mut c_void,
-                    len as c_int,
-                    ffi::consts().byte,
-                    ffi::consts().any_source,
-                    TAG,
-                    chan,
-                    r.as_mut_ptr(),
-                )
-            };
-            if rc != 0 {
-                inbox.close();
-                return None;
-            }
-            // SAFETY: set by the successful call.
-            inbox.ring.push(unsafe { r.assume_init() });
-            if !inbox.start(k) {
-                inbox.close();
-                return None;
-            }
-        }
-        Some(inbox)
+    fn peer(&mut self, from: usize) -> &mut Peer {
+        self.peers[from].get_or_insert_with(Default::default)
     }
 
-    fn start(&mut self, k: usize) -> bool {
-        self.starts += 1;
-        self.started[k] = self.starts;
-        // SAFETY: an inactive persistent request of ours.
-        unsafe { ffi::PMPI_Start(&mut self.ring[k]) == 0 }
+    /// Removes and returns the earliest header from `from` that fits.
+    fn find(&mut self, from: usize, w: &Want) -> Option<Waiting> {
+        let p = self.peers[from].as_mut()?;
+        let i = p.ready.iter().position(|h| h.fits(w))?;
+        p.ready.remove(i)
     }
 
-    /// Moves the headers that came into their queues, waiting for one
-    /// when `wait`; false if MPI fails.
-    fn harvest(&mut self, wait: bool) -> bool {
-        let mut done: c_int = 0;
-        let n = self.ring.len() as c_int;
-        // SAFETY: our own persistent requests, with arrays of their number.
-        let rc = unsafe {
-            if wait {
-                ffi::PMPI_Waitsome(
-                    n,
-                    self.ring.as_mut_ptr(),
-                    &mut done,
-                    self.indices.as_mut_ptr(),
-                    self.statuses.as_mut_ptr(),
-                )
-            } else {
-                ffi::PMPI_Testsome(
-                    n,
-                    self.ring.as_mut_ptr(),
-                    &mut done,
-                    self.indices.as_mut_ptr(),
-                    self.statuses.as_mut_ptr(),
-                )
-            }
-        };
-        if rc != 0 || done < 0 {
+    /// Takes what came from `from` through shared memory; false if nothing.
+    fn drain_node(&mut self, from: usize) -> bool {
+        let Some(node) = NODE.get() else {
             return false;
-        }
-        // Arrival order is start order (see `started`).
-        let mut came: SmallVec<[(u64, usize, c_int); RING]> = (0..done as usize)
-            .map(|j| {
-                let k = self.indices[j] as usize;
-                (self.started[k], k, self.statuses[j].MPI_SOURCE)
-            })
-            .collect();
-        if came.len() > 1 {
-            came.sort_unstable();
-        }
-        for (_, k, source) in came {
-            let b = &self.buffers[k];
-            let word =
-                |i: usize| u64::from_ne_bytes(b[8 * i..8 * i + 8].try_into().unwrap_or([0; 8]));
-            let h = Waiting {
-                gid: word(0),
-                tag: word(1) as i64 as i32,
-                bytes: word(2),
-                header: SmallVec::from_slice(&b[ENVELOPE..]),
+        };
+        node.drain(from, |slot| {
+            let (number, h) = Waiting::parse(slot);
+            self.peer(from).came(number, h);
+        })
+    }
+
+    /// Receives the next header `from` sent by MPI, waiting for it when
+    /// `wait` (else only if it is there); false if none or MPI fails.
+    fn receive_mpi(&mut self, from: usize, wait: bool) -> bool {
+        let source = from as c_int;
+        if !wait {
+            let mut flag: c_int = 0;
+            // SAFETY: a probe on our own channel.
+            let rc = unsafe {
+                ffi::PMPI_Iprobe(source, TAG, self.chan, &mut flag, ffi::RSMPI_STATUS_IGNORE)
             };
-            if let Some(q) = usize::try_from(source)
-                .ok()
-                .and_then(|s| self.queues.get_mut(s))
-            {
-                q.push_back(h);
-            }
-            if !self.start(k) {
+            if rc != 0 || flag == 0 {
                 return false;
             }
         }
-        true
-    }
-
-    /// Cancels the ring's receives and frees them.
-    fn close(&mut self) {
-        for r in &mut self.ring {
-            // SAFETY: our own persistent requests, active or not.
-            unsafe {
-                ffi::PMPI_Cancel(r);
-                ffi::PMPI_Wait(r, ffi::RSMPI_STATUS_IGNORE);
-                ffi::PMPI_Request_free(r);
-            }
+        // SAFETY: a receive into the inbox's buffer of a header's length.
+        let rc = unsafe {
+            ffi::PMPI_Recv(
+                self.buffer.as_mut_ptr() as *mut c_void,
+                self.buffer.len() as c_int,
+                ffi::consts().byte,
+                source,
+                TAG,
+                self.chan,
+                ffi::RSMPI_STATUS_IGNORE,
+            )
+        };
+        if rc != 0 {
+            return false;
         }
-        self.ring.clear();
+        let (number, h) = Waiting::parse(&self.buffer);
+        self.peer(from).came(number, h);
+        true
     }
 }

@@ -30,6 +30,9 @@ pub struct Config {
     pub sync_reps: u32,
     /// `PMTRACE_EXCLUDE`: the function ids whose calls are left out.
     pub exclude: Vec<u32>,
+    /// `PMTRACE_SHM`: headers to processes of the node through shared
+    /// memory (rank 0's choice wins).
+    pub shm: bool,
     pub warnings: Vec<String>,
 }
 
@@ -153,6 +156,7 @@ impl Config {
             clock_sim_text: None,
             sync_reps: DEFAULT_SYNC_REPS,
             exclude: Vec::new(),
+            shm: true,
             warnings: Vec::new(),
         };
         for (k, v) in vars {
@@ -204,6 +208,11 @@ impl Config {
                         "PMTRACE_SYNC_REPS={v} is not a count between 1 and 1000; using {DEFAULT_SYNC_REPS}"
                     )),
                 },
+                "PMTRACE_SHM" => match v.as_str() {
+                    "on" => c.shm = true,
+                    "off" => c.shm = false,
+                    _ => c.warnings.push(format!("PMTRACE_SHM={v} is not on or off; using on")),
+                },
                 "PMTRACE_EXCLUDE" => {
                     let (ids, warnings) = parse_exclude(&v, &crate::wrappers::FUNCTIONS);
                     c.exclude = ids;
@@ -233,6 +242,9 @@ impl Config {
         m.insert("PMTRACE_TIMER".into(), timer.into());
         m.insert("PMTRACE_CLOCKS".into(), self.clocks.name().into());
         m.insert("PMTRACE_SYNC_REPS".into(), self.sync_reps.to_string());
+        if !self.shm {
+            m.insert("PMTRACE_SHM".into(), "off".into());
+        }
         if let Some(t) = &self.clock_sim_text {
             m.insert("PMTRACE_CLOCK_SIM".into(), t.clone());
         }

@@ -80,6 +80,7 @@ use core::ffi::{c_char, c_int, c_void};
 own_calls! {
     fn PMPI_Allgather(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: c_int, recvtype: MPI_Datatype, comm: MPI_Comm);
     fn PMPI_Allreduce(sendbuf: *const c_void, recvbuf: *mut c_void, count: c_int, datatype: MPI_Datatype, op: MPI_Op, comm: MPI_Comm);
+    fn PMPI_Barrier(comm: MPI_Comm);
     fn PMPI_Bcast(buffer: *mut c_void, count: c_int, datatype: MPI_Datatype, root: c_int, comm: MPI_Comm);
     fn PMPI_Cartdim_get(comm: MPI_Comm, ndims: *mut c_int);
     fn PMPI_Cancel(request: *mut MPI_Request);
@@ -93,6 +94,7 @@ own_calls! {
     fn PMPI_Comm_remote_size(comm: MPI_Comm, size: *mut c_int);
     fn PMPI_Comm_set_errhandler(comm: MPI_Comm, errhandler: MPI_Errhandler);
     fn PMPI_Comm_size(comm: MPI_Comm, size: *mut c_int);
+    fn PMPI_Comm_split_type(comm: MPI_Comm, split_type: c_int, key: c_int, info: MPI_Info, newcomm: *mut MPI_Comm);
     fn PMPI_Comm_test_inter(comm: MPI_Comm, flag: *mut c_int);
     fn PMPI_Dist_graph_neighbors_count(comm: MPI_Comm, indegree: *mut c_int, outdegree: *mut c_int, weighted: *mut c_int);
     fn PMPI_Errhandler_free(errhandler: *mut MPI_Errhandler);
@@ -110,6 +112,7 @@ own_calls! {
     fn PMPI_Info_get_valuelen(info: MPI_Info, key: *const c_char, valuelen: *mut c_int, flag: *mut c_int);
     fn PMPI_Info_set(info: MPI_Info, key: *const c_char, value: *const c_char);
     fn PMPI_Isend(buf: *const c_void, count: c_int, datatype: MPI_Datatype, dest: c_int, tag: c_int, comm: MPI_Comm, request: *mut MPI_Request);
+    fn PMPI_Iprobe(source: c_int, tag: c_int, comm: MPI_Comm, flag: *mut c_int, status: *mut MPI_Status);
     fn PMPI_Irecv(buf: *mut c_void, count: c_int, datatype: MPI_Datatype, source: c_int, tag: c_int, comm: MPI_Comm, request: *mut MPI_Request);
     fn PMPI_Pack(inbuf: *const c_void, incount: c_int, datatype: MPI_Datatype, outbuf: *mut c_void, outsize: c_int, position: *mut c_int, comm: MPI_Comm);
     fn PMPI_Recv_init(buf: *mut c_void, count: c_int, datatype: MPI_Datatype, source: c_int, tag: c_int, comm: MPI_Comm, request: *mut MPI_Request);
@@ -150,6 +153,7 @@ extern "C" {
     fn pmtrace_mpi_op_sum() -> MPI_Op;
     fn pmtrace_mpi_op_min() -> MPI_Op;
     fn pmtrace_mpi_info_null() -> MPI_Info;
+    fn pmtrace_mpi_comm_type_shared() -> core::ffi::c_int;
 }
 
 /// Bytes a completed operation transferred, and whether it was cancelled,
@@ -304,6 +308,7 @@ pub struct Consts {
     pub op_sum: MPI_Op,
     pub op_min: MPI_Op,
     pub info_null: MPI_Info,
+    pub comm_type_shared: i32,
 }
 
 // SAFETY: handle values are plain identifiers, valid from any thread.
@@ -334,6 +339,7 @@ pub fn consts() -> &'static Consts {
                 op_sum: pmtrace_mpi_op_sum(),
                 op_min: pmtrace_mpi_op_min(),
                 info_null: pmtrace_mpi_info_null(),
+                comm_type_shared: pmtrace_mpi_comm_type_shared(),
             }
         }
     })

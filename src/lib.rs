@@ -31,6 +31,7 @@ mod guard;
 mod hooks;
 mod lifecycle;
 mod next;
+mod node;
 mod offsets;
 mod orphans;
 mod peers;

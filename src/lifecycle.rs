@@ -544,7 +544,12 @@ fn start_tracing(
     let serial = thread.is_none_or(|(_, provided)| provided < multiple);
     piggyback::enable(clocks, rank as usize, size as usize, serial);
     if clocks != Mode::None {
-        crate::apart::open(rank as usize, size as usize, piggyback::header_len());
+        crate::apart::open(
+            rank as usize,
+            size as usize,
+            piggyback::header_len(),
+            cfg.shm,
+        );
     }
     guard::set_state(State::Active);
 

@@ -1295,14 +1295,20 @@ fn new_slot(
         .lock()
         .pop()
         .unwrap_or_else(|| Box::new(Slot::empty()));
-    slot.area.clear();
     if route == Route::Untouched && !send {
         // The buffer's first bytes as they are (no zeroing first).
+        slot.area.clear();
         // SAFETY: the user's buffer holds `posted` ≥ `area` bytes.
         slot.area
             .extend_from_slice(unsafe { core::slice::from_raw_parts(buf as *const u8, area) });
     } else {
+        // A pooled slot keeps its old bytes (zeroing 4 KiB cost as much as
+        // the message): a send writes every byte it sends, a receive reads
+        // back only what came. The front is cleared, so that no old header
+        // is read as one that came (`deliver_blind`).
         slot.area.resize(area, 0);
+        let front = area.min(8);
+        slot.area[..front].fill(0);
     }
     slot.route = route;
     slot.send = send;

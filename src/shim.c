@@ -15,6 +15,7 @@ MPI_Op pmtrace_mpi_op_max(void) { return MPI_MAX; }
 MPI_Op pmtrace_mpi_op_sum(void) { return MPI_SUM; }
 MPI_Op pmtrace_mpi_op_min(void) { return MPI_MIN; }
 MPI_Info pmtrace_mpi_info_null(void) { return MPI_INFO_NULL; }
+int pmtrace_mpi_comm_type_shared(void) { return MPI_COMM_TYPE_SHARED; }
 
 /* The MPI-5 standard ABI build has no mpi-sys: the handful of constants the
  * runtime names as mpi-sys does (RSMPI_*) are defined here. */

@@ -57,7 +57,7 @@ static void report(const char *what, long cases) {
 }
 
 /* Sizes about the limit, and others. */
-static long sizes[400];
+static long sizes[600];
 static int nsizes;
 
 int main(int argc, char **argv) {
@@ -69,7 +69,10 @@ int main(int argc, char **argv) {
     prev = (rank + size - 1) % size;
     sbuf = malloc(BIG);
     rbuf = malloc(BIG);
-    /* every size where a header of up to 96 bytes (vector clocks at np=8) can change the route */
+    /* every size where a header of up to 96 bytes (vector clocks at np=8)
+     * can change the route: about 1 KiB (the limit on one node) and 4 KiB
+     * (across nodes, or with PMTRACE_SHM=off) */
+    for (long n = 1080; n <= 1320; n += 1) sizes[nsizes++] = n;
     for (long n = 4090; n <= 4400; n += 1) sizes[nsizes++] = n;
     long large[] = {0, 1, 100, 3000, 4000, 4500, 8192, 65536, 65537, 1 << 20};
     for (unsigned k = 0; k < sizeof large / sizeof *large; k++) sizes[nsizes++] = large[k];

@@ -6,7 +6,8 @@
  *              sets the size in bytes; in flight: 16, at most 256 MiB)
  *   allreduce  ns per 8-byte MPI_Allreduce
  *   self       ns per 8-byte MPI_Send to this rank and the MPI_Recv of it
- *              (any np; `bench.py instructions` counts its instructions)
+ *              (any np; `bench.py instructions` counts its instructions;
+ *              a third argument sets the size in bytes)
  *   selfi      the same message received by an MPI_Irecv posted before the
  *              send and an MPI_Wait (MPICH's blocking send to its own rank
  *              does not return before the receive is posted)
@@ -136,7 +137,9 @@ int main(int argc, char **argv) {
     } else if (!strcmp(mode, "self") || !strcmp(mode, "selfi")) {
         int posted = !strcmp(mode, "selfi");
         long blocks = (long)(200 * scale);
-        char b[8] = {0}, got[8];
+        int bytes = argc > 3 ? atoi(argv[3]) : 8;
+        if (bytes < 1) bytes = 1;
+        char *b = calloc((size_t)bytes, 1), *got = calloc((size_t)bytes, 1);
         MPI_Request req;
         double *per = malloc(sizeof(double) * (size_t)(blocks > 0 ? blocks : 1));
         for (int pass = 0; pass < 2; pass++) {
@@ -146,12 +149,12 @@ int main(int argc, char **argv) {
                 double b0 = now_ns();
                 for (long i = 0; i < BLOCK; i++) {
                     if (posted) {
-                        MPI_Irecv(got, 8, MPI_BYTE, rank, 0, MPI_COMM_WORLD, &req);
-                        MPI_Send(b, 8, MPI_BYTE, rank, 0, MPI_COMM_WORLD);
+                        MPI_Irecv(got, bytes, MPI_BYTE, rank, 0, MPI_COMM_WORLD, &req);
+                        MPI_Send(b, bytes, MPI_BYTE, rank, 0, MPI_COMM_WORLD);
                         MPI_Wait(&req, MPI_STATUS_IGNORE);
                     } else {
-                        MPI_Send(b, 8, MPI_BYTE, rank, 0, MPI_COMM_WORLD);
-                        MPI_Recv(b, 8, MPI_BYTE, rank, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+                        MPI_Send(b, bytes, MPI_BYTE, rank, 0, MPI_COMM_WORLD);
+                        MPI_Recv(b, bytes, MPI_BYTE, rank, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
                     }
                 }
                 per[k] = (now_ns() - b0) / BLOCK;
@@ -160,6 +163,8 @@ int main(int argc, char **argv) {
             value = nb > 0 ? median(per, nb) : 0;
         }
         free(per);
+        free(b);
+        free(got);
     } else {
         if (rank == 0) fprintf(stderr, "mpibench: unknown mode %s\n", mode);
         MPI_Finalize();
