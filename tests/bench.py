@@ -171,8 +171,10 @@ def instructions(mode, scale, traced, scratch, clocks="lamport", lib=LIB, progs=
     env = dict(ENV, PMTRACE_DIR=trace, PMTRACE_CLOCKS=clocks)
     if traced:
         env["LD_PRELOAD"] = lib
+    # "selfi:2048": the mode, then the message size
+    mode, _, size = mode.partition(":")
     cmd = ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null",
-           os.path.join(progs, "mpibench"), mode, str(scale)]
+           os.path.join(progs, "mpibench"), mode, str(scale)] + ([size] if size else [])
     out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
     shutil.rmtree(trace, ignore_errors=True)
     m = re.search(r"Collected : (\d+)", out.stderr)
@@ -215,6 +217,9 @@ def instructions_section(scratch):
          "8 B Send+Recv to self, Lamport", "lamport"),
         ("selfi", (0.005, 0.055), lambda s: (int(200 * s) + int(200 * s) // 10) * 1000,
          "8 B Irecv+Send+Wait to self, Lamport", "lamport"),
+        # past the one-node inline limit (1 KiB): the header through a ring
+        ("selfi:2048", (0.005, 0.055), lambda s: (int(200 * s) + int(200 * s) // 10) * 1000,
+         "2 KiB Irecv+Send+Wait to self, Lamport", "lamport"),
         ("allreduce", (0.005, 0.055), lambda s: (int(200 * s) + int(200 * s) // 10) * 1000,
          "8 B Allreduce", "lamport"),
     ]
