@@ -641,3 +641,49 @@ impl Inbox {
         true
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn header(tag: i32) -> Waiting {
+        Waiting {
+            gid: 0,
+            tag,
+            bytes: 1,
+            header: SmallVec::new(),
+        }
+    }
+
+    #[test]
+    fn headers_from_two_routes_are_taken_in_send_order() {
+        let mut p = Peer::default();
+        // 1 by the ring, 3 and 4 by the ring while 2 is still on its way by MPI.
+        p.came(1, header(1));
+        p.came(3, header(3));
+        p.came(4, header(4));
+        let tags = |p: &Peer| p.ready.iter().map(|h| h.tag).collect::<Vec<_>>();
+        assert_eq!(tags(&p), vec![1], "3 and 4 wait for 2");
+        p.came(2, header(2));
+        assert_eq!(tags(&p), vec![1, 2, 3, 4]);
+        assert!(p.early.is_empty());
+        assert_eq!(p.next, 5);
+    }
+
+    #[test]
+    fn a_header_fits_its_channel_and_size_or_any_where_the_status_says_nothing() {
+        let w = |tag, bytes| Want {
+            from: 0,
+            gid: 5,
+            tag,
+            bytes,
+        };
+        assert!(w(Some(1), Some(10)).fits(5, 1, 10));
+        assert!(!w(Some(1), Some(10)).fits(5, 2, 10));
+        assert!(!w(Some(1), Some(10)).fits(5, 1, 11));
+        assert!(!w(Some(1), Some(10)).fits(6, 1, 10));
+        assert!(w(None, None).fits(5, 9, 99));
+        // A rank-local communicator id matches any.
+        assert!(w(Some(1), Some(10)).fits(6 | LOCAL_GID_BIT, 1, 10));
+    }
+}

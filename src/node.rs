@@ -337,3 +337,99 @@ fn agree(chan: MPI_Comm, ok: bool, node: Option<Node>) -> Option<Node> {
     }
     None
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Two processes of one node, their segments on the heap: `of(p)` is
+    /// process p's view (the same memory, p as `me`).
+    struct Two {
+        memory: Vec<Vec<u64>>,
+        len: usize,
+    }
+
+    impl Two {
+        fn new(len: usize) -> Two {
+            let slot = len.div_ceil(LINE) * LINE;
+            let words = 2 * SLOTS as usize * slot / 8;
+            Two {
+                memory: vec![vec![0u64; words]; 2],
+                len,
+            }
+        }
+
+        fn of(&mut self, me: usize) -> Node {
+            let slot = self.len.div_ceil(LINE) * LINE;
+            Node {
+                index: vec![0, 1, NONE].into_boxed_slice(),
+                segments: self
+                    .memory
+                    .iter_mut()
+                    .map(|m| m.as_mut_ptr() as *mut u8)
+                    .collect(),
+                me,
+                len: self.len,
+                slot,
+                ring: SLOTS as usize * slot,
+                tails: (0..2).map(|_| AtomicU64::new(0)).collect(),
+                heads: (0..2).map(|_| AtomicU64::new(0)).collect(),
+            }
+        }
+    }
+
+    fn drained(node: &Node, from: usize) -> Vec<(u64, u8)> {
+        let mut got = Vec::new();
+        node.drain(from, |b| {
+            got.push((u64::from_ne_bytes(b[..8].try_into().unwrap()), b[8]))
+        });
+        got
+    }
+
+    #[test]
+    fn headers_arrive_in_order_and_a_full_ring_refuses_more() {
+        let mut two = Two::new(64);
+        let (sender, receiver) = (two.of(0), two.of(1));
+        for n in 1..=SLOTS {
+            assert!(sender.send(1, n, 64, |b| b[0] = n as u8), "slot {n}");
+        }
+        assert!(!sender.send(1, SLOTS + 1, 64, |_| panic!("written to a full ring")));
+        let got = drained(&receiver, 0);
+        assert_eq!(got.len(), SLOTS as usize);
+        assert!(got
+            .iter()
+            .enumerate()
+            .all(|(i, &(n, b))| n == i as u64 + 1 && b == n as u8));
+        assert!(drained(&receiver, 0).is_empty(), "a slot read twice");
+        // Room again, and the ring wraps.
+        assert!(sender.send(1, SLOTS + 1, 64, |b| b[0] = 7));
+        assert_eq!(drained(&receiver, 0), vec![(SLOTS + 1, 7)]);
+    }
+
+    #[test]
+    fn only_processes_of_the_node_with_headers_that_fit_a_slot() {
+        let mut two = Two::new(64);
+        let sender = two.of(0);
+        assert!(!sender.send(2, 1, 64, |_| panic!("rank 2 is on another node")));
+        assert!(!sender.send(1, 1, 96, |_| panic!("a header longer than a slot")));
+        assert!(!sender.has_all());
+    }
+
+    #[test]
+    fn take_next_reads_in_place_and_release_frees_the_slot() {
+        let mut two = Two::new(64);
+        let (sender, receiver) = (two.of(0), two.of(1));
+        assert!(
+            receiver.take_next(0, |_| Some(())).is_none(),
+            "nothing sent yet"
+        );
+        assert!(sender.send(1, 1, 64, |b| b[0] = 5));
+        assert!(sender.send(1, 2, 64, |b| b[0] = 6));
+        // Declined: the slot stays for the next look.
+        assert!(receiver.take_next(0, |_| None::<()>).is_none());
+        let (t, body) = receiver.take_next(0, |b| Some(b[8])).unwrap();
+        assert_eq!((t, body.len()), (5, 64));
+        receiver.release(0);
+        assert_eq!(drained(&receiver, 0), vec![(2, 6)]);
+    }
+}
