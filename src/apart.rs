@@ -458,8 +458,10 @@ pub fn send(
         )
     };
     if rc != 0 {
-        // Not sent: its number goes to the next one, so that the receiver
-        // waits for no header that will never come.
+        // Not sent (MPI failing on pmtrace's own communicator, not
+        // expected): its number goes to the next header, so that later
+        // ones are not held back behind a gap; this message's receive
+        // still waits for a header.
         sends.next[to as usize] -= 1;
         return;
     }
@@ -569,10 +571,12 @@ pub fn has_come(w: &Want) -> bool {
     else {
         return false;
     };
+    // Headers ahead of one still on its way count too: the probe asks
+    // whether this message came apart, not which header it takes.
     let fits = |inbox: &Inbox| {
-        inbox.peers[from]
-            .as_ref()
-            .is_some_and(|p| p.ready.iter().any(|h| h.fits(w)))
+        inbox.peers[from].as_ref().is_some_and(|p| {
+            p.ready.iter().any(|h| h.fits(w)) || p.early.iter().any(|(_, h)| h.fits(w))
+        })
     };
     loop {
         if fits(inbox) {

@@ -11,7 +11,8 @@
 //! that the receiver puts the two routes back in order.
 //!
 //! Each process makes one segment, `/pmtrace-<magic>-<world rank>`, with
-//! one ring per process of its node, and maps its peers' segments; the
+//! one ring per process of its node (32 slots, fewer on a crowded node:
+//! the node's rings take at most 16 MiB in all), and maps its peers' segments; the
 //! names are unlinked as soon as every peer has mapped them, so that
 //! nothing is left behind, whatever becomes of the job. The pages are
 //! allocated up front (`posix_fallocate`): a full `/dev/shm` fails here,
@@ -22,8 +23,14 @@ use crate::ffi::{self, MPI_Comm};
 use core::ffi::{c_int, c_void};
 use std::sync::atomic::{AtomicU64, Ordering::Acquire, Ordering::Relaxed, Ordering::Release};
 
-/// Headers a ring holds.
+/// Most headers a ring holds.
 const SLOTS: u64 = 32;
+/// Fewest: with fewer, rings are not worth their memory.
+const MIN_SLOTS: u64 = 4;
+/// Shared memory the rings of one node may take in all (n² rings): 16 MiB
+/// leaves room in a container's small `/dev/shm` for the MPI library and
+/// the application.
+const NODE_BUDGET: usize = 16 << 20;
 /// A cache line: slots are whole lines.
 const LINE: usize = 64;
 /// Longest header sent through a ring (vector clocks of a large world go
@@ -40,10 +47,11 @@ pub struct Node {
     /// Each node process's segment, by node index.
     segments: Box<[*mut u8]>,
     me: usize,
-    /// Bytes of a header, of a slot, of a ring.
+    /// Bytes of a header, of a slot, of a ring; slots in a ring.
     len: usize,
     slot: usize,
     ring: usize,
+    slots: u64,
     /// By node index: the next slot this process writes in that process's
     /// ring, and the next it reads in its own ring from that process.
     /// Kept here, not in shared memory: each is one process's alone.
@@ -63,9 +71,9 @@ impl Node {
     /// (one cache line for a Lamport header), no shared head or tail.
     fn slot(&self, receiver: usize, sender: usize, n: u64) -> Slot {
         // SAFETY: both indices are of this node; the segment holds one
-        // ring of SLOTS slots per node process.
+        // ring of `slots` slots per node process.
         Slot(unsafe {
-            self.segments[receiver].add(sender * self.ring + (n % SLOTS) as usize * self.slot)
+            self.segments[receiver].add(sender * self.ring + (n % self.slots) as usize * self.slot)
         })
     }
 
@@ -163,6 +171,12 @@ impl Slot {
     }
 }
 
+/// Slots per ring for `n` processes on the node and slots of `slot`
+/// bytes: as many as the node's budget allows, at most SLOTS.
+fn slots_for(n: usize, slot: usize) -> u64 {
+    (NODE_BUDGET / (n * n * slot).max(1)).min(SLOTS as usize) as u64
+}
+
 fn name(magic: u64, world: usize) -> std::ffi::CString {
     std::ffi::CString::new(format!("/pmtrace-{magic:016x}-{world}")).unwrap_or_default()
 }
@@ -231,12 +245,15 @@ pub fn open(chan: MPI_Comm, rank: usize, size: usize, magic: u64, len: usize) ->
             }
     };
     let n = n as usize;
-    let ring = SLOTS as usize * slot;
+    // The same on every process of the node: n and the header's length.
+    let slots = slots_for(n, slot);
+    let ring = slots as usize * slot;
     let bytes = n * ring;
-    let mut ok = ok && n <= MAX_PROCS;
+    let mut ok = ok && n <= MAX_PROCS && slots >= MIN_SLOTS;
     // Our segment: made, its pages allocated, mapped.
     let own = name(magic, rank);
     let mut segments: Vec<*mut u8> = vec![core::ptr::null_mut(); n];
+    let mut created = false;
     if ok {
         // SAFETY: a new object of ours, sized and mapped, its fd closed.
         unsafe {
@@ -246,6 +263,7 @@ pub fn open(chan: MPI_Comm, rank: usize, size: usize, magic: u64, len: usize) ->
                 0o600,
             );
             ok = fd >= 0;
+            created = ok;
             if ok {
                 ok = libc::posix_fallocate(fd, 0, bytes as libc::off_t) == 0;
                 if let Some(p) = ok.then(|| map(fd, bytes)).flatten() {
@@ -286,7 +304,9 @@ pub fn open(chan: MPI_Comm, rank: usize, size: usize, magic: u64, len: usize) ->
     // the name goes.
     unsafe {
         ffi::PMPI_Barrier(node_comm);
-        libc::shm_unlink(own.as_ptr());
+        if created {
+            libc::shm_unlink(own.as_ptr());
+        }
         ffi::PMPI_Comm_free(&mut node_comm);
     }
     let mut index = vec![NONE; size].into_boxed_slice();
@@ -302,6 +322,7 @@ pub fn open(chan: MPI_Comm, rank: usize, size: usize, magic: u64, len: usize) ->
         len,
         slot,
         ring,
+        slots,
         tails: (0..n).map(|_| AtomicU64::new(0)).collect(),
         heads: (0..n).map(|_| AtomicU64::new(0)).collect(),
     };
@@ -372,6 +393,7 @@ mod tests {
                 len: self.len,
                 slot,
                 ring: SLOTS as usize * slot,
+                slots: SLOTS,
                 tails: (0..2).map(|_| AtomicU64::new(0)).collect(),
                 heads: (0..2).map(|_| AtomicU64::new(0)).collect(),
             }
@@ -404,6 +426,17 @@ mod tests {
         // Room again, and the ring wraps.
         assert!(sender.send(1, SLOTS + 1, 64, |b| b[0] = 7));
         assert_eq!(drained(&receiver, 0), vec![(SLOTS + 1, 7)]);
+    }
+
+    #[test]
+    fn a_crowded_node_gets_shorter_rings_within_the_budget() {
+        assert_eq!(slots_for(2, 64), 32);
+        assert_eq!(slots_for(64, 64), 32);
+        assert_eq!(slots_for(128, 64), 16);
+        assert_eq!(slots_for(256, 64), 4);
+        // Vector clocks at 56 ranks: 512-byte slots.
+        assert_eq!(slots_for(56, 512), 10);
+        assert!(slots_for(512, 64) < MIN_SLOTS);
     }
 
     #[test]
