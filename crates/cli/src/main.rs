@@ -298,6 +298,7 @@ fn report(args: ReportArgs) -> Result<ExitCode> {
         report.write_text(&mut out)?;
     }
     out.flush()?;
+    leave(trace);
     Ok(ExitCode::SUCCESS)
 }
 
@@ -331,6 +332,7 @@ fn sync(args: SyncArgs) -> Result<ExitCode> {
         writeln!(out, "\nsynced times written to {}", path.display())?;
     }
     out.flush()?;
+    leave(trace);
     Ok(ExitCode::SUCCESS)
 }
 
@@ -358,6 +360,7 @@ fn merge(args: MergeArgs) -> Result<ExitCode> {
         write(&mut BufWriter::new(file))
             .with_context(|| format!("cannot write {}", args.output.display()))?;
     }
+    leave(trace);
     Ok(ExitCode::SUCCESS)
 }
 
@@ -430,11 +433,19 @@ fn timeline(args: TimelineArgs) -> Result<ExitCode> {
             pmtrace_analysis::report::human_bytes(s.bytes)
         );
     }
+    leave(trace);
     Ok(ExitCode::SUCCESS)
 }
 
 /// Says that a trace is synchronized in memory because `pmtrace sync` did
 /// not run on it.
+/// Ends a verb's use of the trace without freeing it: the process exits
+/// next, and handing hundreds of MB back page by page only costs time
+/// (3% of a report).
+fn leave(trace: Trace) {
+    std::mem::forget(trace);
+}
+
 fn note_not_synced(dir: &Path) {
     eprintln!(
         "pmtrace: note: {} is not synced; synchronizing in memory (`pmtrace sync` keeps the result)",
@@ -542,5 +553,6 @@ fn export(args: ExportArgs) -> Result<ExitCode> {
         }
         ExportFormat::Text => unreachable!("handled above"),
     }
+    leave(trace);
     Ok(ExitCode::SUCCESS)
 }

@@ -36,6 +36,7 @@
 //! rank (its communicator's members were never written) stays unmatched and
 //! is counted in [`Messages::unresolved`].
 
+use rayon::prelude::*;
 use rustc_hash::FxHashMap as HashMap;
 
 use pmtrace_format::meta::MpiConstants;
@@ -153,9 +154,24 @@ type Channel = (u32, u32, u64, i32);
 impl Messages {
     /// Collects and matches the messages of `trace`.
     pub fn build(trace: &Trace) -> Messages {
+        // Each rank's scan appends to the lists alone (its own tail), so
+        // ranks scan side by side and join in rank order.
+        let parts: Vec<Messages> = trace
+            .ranks
+            .par_iter()
+            .map(|rank| {
+                let mut part = Messages::default();
+                RankScan::new(trace, rank, &mut part).run();
+                part
+            })
+            .collect();
         let mut m = Messages::default();
-        for rank in &trace.ranks {
-            RankScan::new(trace, rank, &mut m).run();
+        m.sends.reserve(parts.iter().map(|p| p.sends.len()).sum());
+        m.recvs.reserve(parts.iter().map(|p| p.recvs.len()).sum());
+        for part in parts {
+            m.sends.extend(part.sends);
+            m.recvs.extend(part.recvs);
+            m.pending_receives += part.pending_receives;
         }
         m.send_ids = send_ids(trace, &m.sends);
         m.match_fifo(|_| true, |_| true);

@@ -34,7 +34,8 @@ use serde::Serialize;
 use pmtrace_matching::collective::{self, Instance, MemberCalls};
 use pmtrace_matching::matching::{Messages, Violations};
 use pmtrace_sync::{quality, Graph, SyncReport, SyncViolations, Synced};
-use pmtrace_trace::read::Trace;
+use pmtrace_trace::read::{EventRef, Rank, Trace};
+use rayon::prelude::*;
 
 /// How to compute the report.
 #[derive(Debug, Clone, Copy, Default)]
@@ -200,6 +201,101 @@ pub struct Report {
     pub sync: Option<SyncReport>,
 }
 
+/// Messages per world rank, from the ranks of their sends or receives.
+fn count_by_rank(trace: &Trace, ranks: impl Iterator<Item = u32>) -> Vec<u64> {
+    let mut n = vec![
+        0u64;
+        trace
+            .ranks
+            .iter()
+            .map(|r| r.rank as usize + 1)
+            .max()
+            .unwrap_or(0)
+    ];
+    for r in ranks {
+        if let Some(c) = n.get_mut(r as usize) {
+            *c += 1;
+        }
+    }
+    n
+}
+
+/// One rank's profile.
+fn profile(
+    rank: &Rank,
+    p2p_bytes: &HashMap<EventRef, u64>,
+    sent: &[u64],
+    received: &[u64],
+) -> RankSummary {
+    // By function index first: a name lookup per call is slow.
+    let mut by_func = vec![FunctionStats::default(); rank.header.functions.len() + 1];
+    let unknown = by_func.len() - 1;
+    let (mut events, mut mpi_ns, mut last_end) = (0, 0, rank.header.start_ns);
+    // A persistent collective moves its bytes at each start.
+    let coll_inits: HashMap<u64, u64> = rank
+        .calls()
+        .filter(|(_, c)| rank.kind(c.func) == Kind::CollInit && c.rc == 0)
+        .filter_map(|(_, c)| match c.payload {
+            Payload::Coll {
+                sent,
+                recvd,
+                op: Some(op),
+                ..
+            } => Some((op, sent + recvd)),
+            _ => None,
+        })
+        .collect();
+    for (at, call) in rank.calls() {
+        let bytes = match &call.payload {
+            _ if rank.kind(call.func) == Kind::CollInit => 0,
+            Payload::Coll { sent, recvd, .. } => sent + recvd,
+            Payload::None => 0,
+            Payload::Start { started } if !coll_inits.is_empty() => {
+                let colls: u64 = started
+                    .iter()
+                    .filter_map(|(init, _)| init.and_then(|i| coll_inits.get(&i)))
+                    .sum();
+                colls + p2p_bytes.get(&at).copied().unwrap_or(0)
+            }
+            _ => p2p_bytes.get(&at).copied().unwrap_or(0),
+        };
+        let dur = call.t_end - call.t_start;
+        by_func[(call.func as usize).min(unknown)].add(dur, bytes);
+        events += 1;
+        mpi_ns += dur;
+        last_end = last_end.max(call.t_end);
+    }
+    let mut fns: BTreeMap<String, FunctionStats> = BTreeMap::new();
+    for (func, stats) in by_func.iter().enumerate().filter(|(_, f)| f.calls > 0) {
+        let name = rank.function_name(func as u32);
+        fns.entry(name.to_owned()).or_default().merge(stats);
+    }
+    let end = rank
+        .trailer
+        .as_ref()
+        .map_or(last_end, |t| t.end_ns.max(last_end));
+    RankSummary {
+        rank: rank.rank,
+        host: rank.header.hostname.clone(),
+        complete: rank.complete(),
+        events,
+        messages_sent: sent.get(rank.rank as usize).copied().unwrap_or(0),
+        messages_received: received.get(rank.rank as usize).copied().unwrap_or(0),
+        threads: rank.threads.len() as u64,
+        span_ns: end.saturating_sub(rank.header.start_ns),
+        mpi_ns,
+        file_bytes: rank.file_bytes,
+        dropped_events: rank.trailer.as_ref().map_or(0, |t| t.dropped),
+        buffer_waits: rank
+            .threads
+            .iter()
+            .flat_map(|t| &t.records)
+            .filter(|r| matches!(r, Record::BufferWait { .. }))
+            .count() as u64,
+        functions: fns,
+    }
+}
+
 /// The `spawn-<k>` directories of a trace that hold rank files, with how
 /// many (see `Report::spawned_worlds`).
 fn spawned_worlds(dir: &std::path::Path) -> BTreeMap<String, usize> {
@@ -226,81 +322,34 @@ fn spawned_worlds(dir: &std::path::Path) -> BTreeMap<String, usize> {
 
 impl Report {
     pub fn build(trace: &Trace, messages: &Messages, options: ReportOptions) -> Report {
-        let p2p_bytes = messages.bytes_by_call();
+        // Three passes that need only the trace and the matching, side by
+        // side: the profile (by rank), the collectives, the clock checks.
+        let ((profiles, instances), clocks) = rayon::join(
+            || {
+                rayon::join(
+                    || {
+                        let p2p_bytes = messages.bytes_by_call();
+                        let sent = count_by_rank(trace, messages.sends.iter().map(|s| s.src));
+                        let received = count_by_rank(trace, messages.recvs.iter().map(|r| r.dst));
+                        trace
+                            .ranks
+                            .par_iter()
+                            .map(|rank| profile(rank, &p2p_bytes, &sent, &received))
+                            .collect::<Vec<_>>()
+                    },
+                    || collective::instances(trace),
+                )
+            },
+            || pmtrace_matching::clocks::compute(trace, messages).report,
+        );
         let mut functions: BTreeMap<String, FunctionStats> = BTreeMap::new();
         let mut per_rank = Vec::with_capacity(trace.ranks.len());
-        for rank in &trace.ranks {
-            // By function index first: a name lookup per call is slow.
-            let mut by_func = vec![FunctionStats::default(); rank.header.functions.len() + 1];
-            let unknown = by_func.len() - 1;
-            let (mut events, mut mpi_ns, mut last_end) = (0, 0, rank.header.start_ns);
-            // A persistent collective moves its bytes at each start.
-            let coll_inits: HashMap<u64, u64> = rank
-                .calls()
-                .filter(|(_, c)| rank.kind(c.func) == Kind::CollInit && c.rc == 0)
-                .filter_map(|(_, c)| match c.payload {
-                    Payload::Coll {
-                        sent,
-                        recvd,
-                        op: Some(op),
-                        ..
-                    } => Some((op, sent + recvd)),
-                    _ => None,
-                })
-                .collect();
-            for (at, call) in rank.calls() {
-                let bytes = match &call.payload {
-                    _ if rank.kind(call.func) == Kind::CollInit => 0,
-                    Payload::Coll { sent, recvd, .. } => sent + recvd,
-                    Payload::None => 0,
-                    Payload::Start { started } if !coll_inits.is_empty() => {
-                        let colls: u64 = started
-                            .iter()
-                            .filter_map(|(init, _)| init.and_then(|i| coll_inits.get(&i)))
-                            .sum();
-                        colls + p2p_bytes.get(&at).copied().unwrap_or(0)
-                    }
-                    _ => p2p_bytes.get(&at).copied().unwrap_or(0),
-                };
-                let dur = call.t_end - call.t_start;
-                by_func[(call.func as usize).min(unknown)].add(dur, bytes);
-                events += 1;
-                mpi_ns += dur;
-                last_end = last_end.max(call.t_end);
+        for summary in profiles {
+            for (name, stats) in &summary.functions {
+                functions.entry(name.clone()).or_default().merge(stats);
             }
-            let mut fns: BTreeMap<String, FunctionStats> = BTreeMap::new();
-            for (func, stats) in by_func.iter().enumerate().filter(|(_, f)| f.calls > 0) {
-                let name = rank.function_name(func as u32);
-                fns.entry(name.to_owned()).or_default().merge(stats);
-                functions.entry(name.to_owned()).or_default().merge(stats);
-            }
-            let end = rank
-                .trailer
-                .as_ref()
-                .map_or(last_end, |t| t.end_ns.max(last_end));
-            per_rank.push(RankSummary {
-                rank: rank.rank,
-                host: rank.header.hostname.clone(),
-                complete: rank.complete(),
-                events,
-                messages_sent: messages.sends.iter().filter(|s| s.src == rank.rank).count() as u64,
-                messages_received: messages.recvs.iter().filter(|r| r.dst == rank.rank).count()
-                    as u64,
-                threads: rank.threads.len() as u64,
-                span_ns: end.saturating_sub(rank.header.start_ns),
-                mpi_ns,
-                file_bytes: rank.file_bytes,
-                dropped_events: rank.trailer.as_ref().map_or(0, |t| t.dropped),
-                buffer_waits: rank
-                    .threads
-                    .iter()
-                    .flat_map(|t| &t.records)
-                    .filter(|r| matches!(r, Record::BufferWait { .. }))
-                    .count() as u64,
-                functions: fns,
-            });
+            per_rank.push(summary);
         }
-
         let mut matrix: BTreeMap<(u32, u32), (u64, u64)> = BTreeMap::new();
         for s in &messages.sends {
             if let Some(dst) = s.dst {
@@ -359,7 +408,7 @@ impl Report {
                     .collect(),
             },
             violations: messages.violations(options.mu_ns),
-            collectives: CollectiveCounts::of(&collective::instances(trace)),
+            collectives: CollectiveCounts::of(&instances),
             violations_after_sync: None,
             functions,
             dropped_events: per_rank.iter().map(|r| r.dropped_events).sum(),
@@ -396,7 +445,7 @@ impl Report {
             spawned_worlds: spawned_worlds(&trace.dir),
             run,
             warnings: trace.all_warnings(),
-            clocks: Some(pmtrace_matching::clocks::compute(trace, messages).report),
+            clocks: Some(clocks),
             sync: None,
         }
     }
