@@ -41,7 +41,8 @@ use pmtrace_format::record::Record;
 
 use pmtrace_matching::collective::{self, Instance, Part};
 use pmtrace_matching::matching::Messages;
-use pmtrace_trace::read::{EventRef, Trace};
+use pmtrace_trace::read::{EventRef, Thread, Trace};
+use rayon::prelude::*;
 
 /// Stamp `k` (in time order) of location `loc`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -125,6 +126,28 @@ pub struct Graph {
     pub mu_inter: u64,
 }
 
+/// A thread's enter and exit stamps in time order: the times, the
+/// positions (2 × record + exit), and for each position its rank in the
+/// order.
+fn thread_order(th: &Thread) -> (Vec<u64>, Vec<u32>, Vec<u32>) {
+    let mut st: Vec<(u64, u32)> = Vec::with_capacity(th.records.len() * 2);
+    for (i, rec) in th.records.iter().enumerate() {
+        let (a, b) = stamps_of(rec);
+        st.push((a, 2 * i as u32));
+        st.push((b, 2 * i as u32 + 1));
+    }
+    st.sort_unstable();
+    let mut back = vec![0u32; st.len()];
+    for (k, &(_, p)) in st.iter().enumerate() {
+        back[p as usize] = k as u32;
+    }
+    (
+        st.iter().map(|s| s.0).collect(),
+        st.iter().map(|s| s.1).collect(),
+        back,
+    )
+}
+
 /// The two timestamps of a record.
 pub fn stamps_of(rec: &Record) -> (u64, u64) {
     match rec {
@@ -146,6 +169,13 @@ impl Graph {
         };
         let mut inv: Vec<Vec<u32>> = Vec::new();
         let mut rank_locs: Vec<Vec<(u32, u32)>> = Vec::new();
+        // Each thread's stamps in time order, threads side by side.
+        let threads: Vec<&Thread> = trace.ranks.iter().flat_map(|r| &r.threads).collect();
+        let mut ordered = threads
+            .par_iter()
+            .map(|th| thread_order(th))
+            .collect::<Vec<_>>()
+            .into_iter();
         for rank in &trace.ranks {
             let mut mine = Vec::new();
             for (slot, th) in rank.threads.iter().enumerate() {
@@ -158,19 +188,9 @@ impl Graph {
                     group: groups[rank.rank as usize],
                     host: hosts[rank.rank as usize],
                 });
-                let mut st: Vec<(u64, u32)> = Vec::with_capacity(th.records.len() * 2);
-                for (i, rec) in th.records.iter().enumerate() {
-                    let (a, b) = stamps_of(rec);
-                    st.push((a, 2 * i as u32));
-                    st.push((b, 2 * i as u32 + 1));
-                }
-                st.sort_unstable();
-                let mut back = vec![0u32; st.len()];
-                for (k, &(_, p)) in st.iter().enumerate() {
-                    back[p as usize] = k as u32;
-                }
-                g.raw.push(st.iter().map(|s| s.0).collect());
-                g.pos.push(st.iter().map(|s| s.1).collect());
+                let (raw, pos, back) = ordered.next().unwrap_or_default();
+                g.raw.push(raw);
+                g.pos.push(pos);
                 inv.push(back);
             }
             rank_locs.push(mine);
