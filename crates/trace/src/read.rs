@@ -44,6 +44,35 @@ pub struct EventRef {
     pub index: usize,
 }
 
+/// Where each operation of a rank completed, by operation id
+/// (`Rank::completions`).
+#[derive(Debug, Clone, Default)]
+pub struct Completions {
+    /// By the making thread's index, then the operation's number.
+    by_thread: Vec<Vec<Option<EventRef>>>,
+    /// Ids outside the tables' range.
+    other: rustc_hash::FxHashMap<u64, EventRef>,
+}
+
+impl Completions {
+    fn split(op: u64) -> (usize, usize) {
+        let shift = pmtrace_format::record::OP_THREAD_SHIFT;
+        (
+            (op >> shift) as usize,
+            (op & ((1u64 << shift) - 1)) as usize,
+        )
+    }
+
+    /// The call that completed operation `op`.
+    pub fn get(&self, op: &u64) -> Option<&EventRef> {
+        let (t, n) = Self::split(*op);
+        match self.by_thread.get(t).and_then(|table| table.get(n)) {
+            Some(at) => at.as_ref(),
+            None => self.other.get(op),
+        }
+    }
+}
+
 /// The records of one application thread, in order.
 #[derive(Debug, Clone)]
 pub struct Thread {
@@ -118,13 +147,29 @@ impl Rank {
     }
 
     /// The call that completed each operation id (a `Wait`/`Test` family
-    /// record listing it).
-    pub fn completions(&self) -> rustc_hash::FxHashMap<u64, EventRef> {
-        let mut done_at = rustc_hash::FxHashMap::default();
+    /// record listing it); the last one if several did.
+    pub fn completions(&self) -> Completions {
+        // Ids number each thread's operations from 1: a table per thread,
+        // grown to the largest number seen; an id past any count this rank
+        // could have made (a damaged trace) goes to a map instead.
+        let bound = self.events() as usize + 16;
+        let mut done_at = Completions::default();
         for (at, c) in self.calls() {
             if let Payload::Complete { done } = &c.payload {
                 for op in done.iter().filter_map(|d| d.op) {
-                    done_at.insert(op, at);
+                    let (t, n) = Completions::split(op);
+                    if t < bound && n < bound {
+                        if done_at.by_thread.len() <= t {
+                            done_at.by_thread.resize_with(t + 1, Vec::new);
+                        }
+                        let table = &mut done_at.by_thread[t];
+                        if table.len() <= n {
+                            table.resize(n + 1, None);
+                        }
+                        table[n] = Some(at);
+                    } else {
+                        done_at.other.insert(op, at);
+                    }
                 }
             }
         }
@@ -780,4 +825,31 @@ fn check_comm_indices(mut rank: Rank) -> Result<Rank, ReadError> {
         rank.warnings.push(what);
     }
     Ok(rank)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pmtrace_format::record::op_id;
+
+    #[test]
+    fn completions_are_found_by_thread_and_number_and_outliers_by_map() {
+        let at = |index| EventRef {
+            rank: 0,
+            thread: 1,
+            index,
+        };
+        let mut c = Completions {
+            by_thread: vec![vec![], vec![None, Some(at(7)), None, Some(at(9))]],
+            ..Default::default()
+        };
+        c.other.insert(op_id(5, 1 << 30), at(11));
+        assert_eq!(c.get(&op_id(1, 1)), Some(&at(7)));
+        assert_eq!(c.get(&op_id(1, 2)), None);
+        assert_eq!(c.get(&op_id(1, 3)), Some(&at(9)));
+        assert_eq!(c.get(&op_id(1, 4)), None, "past the table");
+        assert_eq!(c.get(&op_id(0, 1)), None, "a thread without completions");
+        assert_eq!(c.get(&op_id(5, 1 << 30)), Some(&at(11)));
+        assert_eq!(Completions::split(op_id(3, 42)), (3, 42));
+    }
 }
