@@ -139,24 +139,13 @@ impl Node {
     /// Hands `take` every header that world rank `from` wrote to this
     /// process, oldest first; false if there was none.
     pub fn drain(&self, from: usize, mut take: impl FnMut(&[u8])) -> bool {
-        let Some(j) = self.local(from) else {
-            return false;
-        };
-        let mut head = self.heads[j].load(Relaxed);
-        let start = head;
-        loop {
-            let slot = self.slot(self.me, j, head);
-            if slot.word().load(Acquire) == 0 {
-                break;
-            }
-            // SAFETY: published by the producer (word set after the body)
-            // and the consumer's until its word is cleared.
-            take(unsafe { core::slice::from_raw_parts(slot.0, self.len) });
-            slot.word().store(0, Release);
-            head += 1;
+        let mut came = false;
+        while let Some(((), body)) = self.take_next(from, |_| Some(())) {
+            take(body);
+            self.release(from);
+            came = true;
         }
-        self.heads[j].store(head, Relaxed);
-        head != start
+        came
     }
 }
 
