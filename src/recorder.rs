@@ -693,8 +693,9 @@ impl Drop for Recorder {
 mod tests {
     use super::*;
     use crate::flusher::{Flusher, Totals};
+    use pmtrace_analysis::{Payload, Record};
     use pmtrace_format::meta::{self, FunctionDef, Header};
-    use pmtrace_format::record::{Payload, Record, CODE_DEF_COMM, MAX_FIXED_RECORD};
+    use pmtrace_format::record::{CODE_DEF_COMM, MAX_FIXED_RECORD};
     use std::io::Write;
 
     /// The buffer machinery end to end, without MPI: one thread writes more

@@ -7,8 +7,8 @@ mod golden;
 mod matrix;
 mod support;
 
-use pmtrace_analysis::Trace;
-use pmtrace_format::record::{Call, Payload, Status};
+use pmtrace_analysis::{Call, Payload, Trace};
+use pmtrace_format::record::Status;
 use support::*;
 
 const EXAMPLES: &[&str] = &["ring", "pingpong", "halo2d", "master_worker", "collectives"];
@@ -452,7 +452,7 @@ fn coverage_program_traces_exactly_its_calls_at_np_2_to_8() {
 }
 
 /// The calls of one function on one rank, in order.
-fn calls<'a>(trace: &'a Trace, rank: usize, name: &str) -> Vec<&'a Call> {
+fn calls<'a>(trace: &'a Trace, rank: usize, name: &str) -> Vec<Call<'a>> {
     let r = &trace.ranks[rank];
     r.calls()
         .filter(|(_, c)| r.function_name(c.func) == name)
@@ -549,8 +549,8 @@ fn byte_counts_are_exact_for_derived_types_oversized_receives_and_in_place() {
         panic!("wait")
     };
     assert_eq!(done.len(), 1);
-    assert_eq!(done[0].op, Some(irecv_op));
-    let st: Status = done[0].status.resolve(0, 12, 120);
+    assert_eq!(done.get(0).unwrap().op, Some(irecv_op));
+    let st: Status = done.get(0).unwrap().status.resolve(0, 12, 120);
     assert_eq!((st.source, st.tag, st.bytes), (Some(0), Some(12), Some(24)));
 
     for rank in 0..np as usize {
@@ -1149,8 +1149,8 @@ fn piggyback_scenarios_give_the_clocks_of_the_lazy_lamport_rules() {
             Payload::Probe { status, .. } => status.bytes,
             p => panic!("{p:?}"),
         };
-        assert_eq!(st(calls(&s.trace, 1, "MPI_Probe")[0]), Some(37 * 8));
-        assert_eq!(st(calls(&s.trace, 1, "MPI_Mprobe")[0]), Some(3 * 8));
+        assert_eq!(st(&calls(&s.trace, 1, "MPI_Probe")[0]), Some(37 * 8));
+        assert_eq!(st(&calls(&s.trace, 1, "MPI_Mprobe")[0]), Some(3 * 8));
         assert_eq!(s.recv(1, "MPI_Recv", 0), (0, 1));
         assert_eq!(s.recv(1, "MPI_Recv", 1), (1, 1));
 

@@ -21,11 +21,13 @@ pub use pmtrace_export as export;
 pub use pmtrace_matching::{clocks, collective, matching};
 pub use pmtrace_report as report;
 pub use pmtrace_sync as sync;
-pub use pmtrace_trace::{comm, error, read, units};
+pub use pmtrace_trace::{comm, error, model, read, units};
 
 pub use pmtrace_export::ExportError;
 pub use pmtrace_matching::{
     ClockReport, Clocks, Message, Messages, RecvEvent, SendEvent, Violations,
 };
 pub use pmtrace_report::{Report, ReportOptions};
-pub use pmtrace_trace::{census, Census, Comm, Comms, EventRef, Rank, ReadError, Thread, Trace};
+pub use pmtrace_trace::{
+    census, Call, Census, Comm, Comms, EventRef, Payload, Rank, ReadError, Record, Thread, Trace,
+};

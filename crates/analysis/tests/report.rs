@@ -177,7 +177,7 @@ fn each_start_of_a_persistent_collective_is_an_instance_of_its_own() {
         assert!(inst.members.iter().all(Option::is_some));
     }
     let call = |at| match trace.record(at) {
-        Some(pmtrace_format::record::Record::Call(c)) => c.clone(),
+        Some(pmtrace_analysis::Record::Call(c)) => c,
         other => panic!("not a call: {other:?}"),
     };
     let enters: Vec<Vec<u64>> = insts[1..]

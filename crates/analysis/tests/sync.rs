@@ -421,7 +421,7 @@ fn sync_writes_times_beside_the_trace_and_reads_them_back() {
     // The rank files are untouched: the recorded time is still there.
     let again = Trace::open(dir.path()).unwrap();
     assert!(
-        matches!(again.record(recv_call), Some(pmtrace_format::record::Record::Call(c)) if c.t_end == 950)
+        matches!(again.record(recv_call), Some(pmtrace_analysis::Record::Call(c)) if c.t_end == 950)
     );
     // A damaged file is an error that says what to do.
     let bytes = std::fs::read(&path).unwrap();

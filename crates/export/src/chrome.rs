@@ -75,12 +75,12 @@ pub fn write(view: &View, w: &mut dyn Write, progress: &mut dyn FnMut(u64)) -> i
         for (i, call) in view.calls_in_order(loc) {
             let at = view.at(loc, i);
             let (a, b) = (view.time(at, false), view.time(at, true));
-            let d = view.detail(at, call);
+            let d = view.detail(at, &call);
             sep(w)?;
             write!(
                 w,
                 "{{\"ph\":\"X\",\"cat\":\"mpi\",\"name\":\"{}\",\"pid\":{},\"tid\":{},\"ts\":{},\"dur\":{},\"args\":{{",
-                view.function_name(loc.rank, call),
+                view.function_name(loc.rank, &call),
                 loc.rank,
                 loc.thread,
                 us(a - t0),

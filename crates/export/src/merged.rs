@@ -21,7 +21,7 @@
 
 use std::io::{self, Write};
 
-use pmtrace_format::record::Record;
+use pmtrace_trace::Record;
 
 use crate::text::format_record;
 use pmtrace_matching::matching::Messages;
@@ -54,7 +54,7 @@ pub fn write(trace: &Trace, m: &Messages, synced: &Synced, out: &mut dyn Write) 
             let loc = &g.locs[n.loc as usize];
             let rank = &trace.ranks[loc.rank as usize];
             let pos = g.pos[n.loc as usize][n.k as usize] as usize;
-            let rec = &rank.threads[loc.slot].records[pos / 2];
+            let rec = &rank.threads[loc.slot].records.get(pos / 2);
             let single = matches!(rec, Record::DefComm { .. } | Record::DefThread { .. });
             if single && !pos.is_multiple_of(2) {
                 return;

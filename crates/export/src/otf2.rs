@@ -37,12 +37,12 @@ use std::collections::BTreeMap;
 use std::fs;
 use std::path::Path;
 
-use pmtrace_format::record::{Payload, Record};
 use pmtrace_format::Kind;
 use pmtrace_otf2::ffi;
 use pmtrace_otf2::{
     Archive, AttrValue, ClockOffset, CollectiveOp, EventWriter, UNDEFINED_U32, UNDEFINED_U64,
 };
+use pmtrace_trace::{Payload, Record};
 
 use super::view::{Location, View};
 use super::ExportError;
@@ -458,7 +458,7 @@ impl<'v, 'a> Writer<'v, 'a> {
                 }
                 (Payload::Start { started }, _) => {
                     let sent = self.view.sends_of.get(&at).map_or(0, Vec::len);
-                    for &(init, inst) in started {
+                    for &(init, inst) in started.iter() {
                         if let Some(&k) = init.and_then(|i| persistent.get(&i)) {
                             if matches!(k, Op::Send) && sent == 0 {
                                 continue;
@@ -538,7 +538,7 @@ impl<'v, 'a> Writer<'v, 'a> {
                 // A persistent collective's instances begin at its starts.
                 Payload::Coll { .. } if kind == Kind::CollInit => {}
                 Payload::Start { started } => {
-                    for &(_, inst) in started {
+                    for &(_, inst) in started.iter() {
                         if let Some(Op::Coll(_)) = ops.get(&inst) {
                             self.summary.collectives += 1;
                             evs.push((t0, 1, i, Ev::NbcRequest(inst)));

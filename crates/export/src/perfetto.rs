@@ -376,12 +376,12 @@ pub fn write(view: &View, w: &mut dyn Write, progress: &mut dyn FnMut(u64)) -> i
                 .flatten();
             // A call without payload neither sends, receives nor joins a
             // collective: no flow starts or ends there.
-            let has_flows = call.payload != pmtrace_format::record::Payload::None;
+            let has_flows = call.payload != pmtrace_trace::Payload::None;
             out.event(
                 a - t0,
                 TrackEvent {
                     category_iids: vec![CAT_MPI],
-                    debug_annotations: annotations(view.detail(at, call), view.lamport(at)),
+                    debug_annotations: annotations(view.detail(at, &call), view.lamport(at)),
                     r#type: Some(TYPE_SLICE_BEGIN),
                     name_iid,
                     track_uuid: Some(track),
@@ -418,12 +418,11 @@ pub fn write(view: &View, w: &mut dyn Write, progress: &mut dyn FnMut(u64)) -> i
             .in_flight(r.rank)
             .into_iter()
             .filter_map(|f| {
-                let Some(pmtrace_format::record::Record::Call(c)) = view.trace.record(f.start)
-                else {
+                let Some(pmtrace_trace::Record::Call(c)) = view.trace.record(f.start) else {
                     return None;
                 };
                 let (a, b) = (view.time(f.start, false), view.time(f.end, true));
-                Some((a, b.max(a), view.function_name(r.rank, c), f.detail))
+                Some((a, b.max(a), view.function_name(r.rank, &c), f.detail))
             })
             .collect();
         ops.sort_unstable_by_key(|o| (o.0, o.1));

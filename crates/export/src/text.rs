@@ -29,8 +29,9 @@ use std::fs::File;
 use std::io::{self, BufWriter, Write};
 use std::path::Path;
 
-use pmtrace_format::record::{Call, Payload, Record, OP_THREAD_SHIFT};
+use pmtrace_format::record::OP_THREAD_SHIFT;
 use pmtrace_format::Status;
+use pmtrace_trace::{Call, Events, Payload, Record};
 
 use crate::ExportError;
 use pmtrace_trace::read::{Rank, Trace};
@@ -50,19 +51,15 @@ pub fn write_file(trace: &Trace, path: &Path) -> Result<u64, ExportError> {
 /// number of lines.
 pub fn write(trace: &Trace, out: &mut dyn Write) -> io::Result<u64> {
     // k-way merge of the threads' streams, each already in time order.
-    let streams: Vec<(&Rank, u32, &[Record])> = trace
+    let streams: Vec<(&Rank, u32, &Events)> = trace
         .ranks
         .iter()
-        .flat_map(|r| {
-            r.threads
-                .iter()
-                .map(move |t| (r, t.index, t.records.as_slice()))
-        })
+        .flat_map(|r| r.threads.iter().map(move |t| (r, t.index, &t.records)))
         .collect();
     let mut heap = BinaryHeap::new();
     for (s, (_, _, records)) in streams.iter().enumerate() {
-        if let Some(r) = records.first() {
-            heap.push(Reverse((start_of(r), s, 0usize)));
+        if !records.is_empty() {
+            heap.push(Reverse((records.stamps(0).0, s, 0usize)));
         }
     }
     let mut line = String::new();
@@ -70,24 +67,16 @@ pub fn write(trace: &Trace, out: &mut dyn Write) -> io::Result<u64> {
     while let Some(Reverse((_, s, i))) = heap.pop() {
         let (rank, thread, records) = streams[s];
         line.clear();
-        format_record(&mut line, rank, thread, &records[i]);
+        format_record(&mut line, rank, thread, &records.get(i));
         line.push('\n');
         out.write_all(line.as_bytes())?;
         lines += 1;
-        if let Some(next) = records.get(i + 1) {
-            heap.push(Reverse((start_of(next), s, i + 1)));
+        if i + 1 < records.len() {
+            heap.push(Reverse((records.stamps(i + 1).0, s, i + 1)));
         }
     }
     out.flush()?;
     Ok(lines)
-}
-
-fn start_of(r: &Record) -> u64 {
-    match r {
-        Record::Call(c) => c.t_start,
-        Record::BufferWait { t_start, .. } => *t_start,
-        Record::DefComm { t, .. } | Record::DefThread { t, .. } => *t,
-    }
 }
 
 /// Appends the line for one record (without the newline).

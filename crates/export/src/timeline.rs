@@ -147,7 +147,6 @@ pub fn write(
         .iter()
         .map(|&loc| {
             view.calls_in_order(loc)
-                .into_iter()
                 .map(|(i, _)| i)
                 .filter(|&i| {
                     let at = view.at(loc, i);
@@ -211,7 +210,7 @@ pub fn write(
         let calls: Vec<_> = ats
             .iter()
             .map(|&at| match view.trace.record(at) {
-                Some(pmtrace_format::record::Record::Call(c)) => c,
+                Some(pmtrace_trace::Record::Call(c)) => c,
                 _ => unreachable!("calls_in_order lists calls"),
             })
             .collect();

@@ -8,7 +8,7 @@
 
 use rustc_hash::FxHashMap as HashMap;
 
-use pmtrace_format::record::{Call, Payload, Record};
+use pmtrace_trace::{Call, Events, Payload};
 
 use pmtrace_matching::clocks::{self, Clocks};
 use pmtrace_matching::collective::{self, Instance, MemberCalls};
@@ -128,7 +128,7 @@ impl<'a> View<'a> {
     }
 
     /// The records of a location.
-    pub fn records(&self, loc: Location) -> &'a [Record] {
+    pub fn records(&self, loc: Location) -> &'a Events {
         &self.trace.ranks[loc.rank as usize].threads[loc.slot].records
     }
 
@@ -150,7 +150,7 @@ impl<'a> View<'a> {
     /// The start (or end) of a record as recorded.
     pub fn raw(&self, at: EventRef, end: bool) -> u64 {
         self.trace.record(at).map_or(0, |r| {
-            let (a, b) = stamps_of(r);
+            let (a, b) = stamps_of(&r);
             if end {
                 b
             } else {
@@ -161,21 +161,19 @@ impl<'a> View<'a> {
 
     /// The location's calls (record index and call) sorted by start, ties
     /// by end: the order in which their Enter events go out.
-    pub fn calls_in_order(&self, loc: Location) -> Vec<(usize, &'a Call)> {
-        let mut calls: Vec<(u64, u64, usize, &Call)> = self
-            .records(loc)
-            .iter()
-            .enumerate()
-            .filter_map(|(i, r)| match r {
-                Record::Call(c) => {
-                    let at = self.at(loc, i);
-                    Some((self.time(at, false), self.time(at, true), i, c))
-                }
-                _ => None,
+    pub fn calls_in_order(&self, loc: Location) -> impl Iterator<Item = (usize, Call<'a>)> + 'a {
+        let records = self.records(loc);
+        let mut calls: Vec<(u64, u64, usize)> = (0..records.len())
+            .filter(|&i| records.is_call(i))
+            .map(|i| {
+                let at = self.at(loc, i);
+                (self.time(at, false), self.time(at, true), i)
             })
             .collect();
-        calls.sort_unstable_by_key(|&(s, e, i, _)| (s, e, i));
-        calls.into_iter().map(|(_, _, i, c)| (i, c)).collect()
+        calls.sort_unstable();
+        calls
+            .into_iter()
+            .map(move |(_, _, i)| (i, records.call(i).expect("a call")))
     }
 
     pub fn function_name(&self, rank: u32, call: &Call) -> &'a str {

@@ -37,8 +37,8 @@
 
 use rustc_hash::FxHashMap as HashMap;
 
-use pmtrace_format::record::{Call, Payload};
 use pmtrace_format::Kind;
+use pmtrace_trace::{Call, Payload};
 use serde::Serialize;
 
 use crate::matching::{Messages, RecvHow};
@@ -323,11 +323,12 @@ fn plan(trace: &Trace, m: &Messages) -> Plan {
         let mut icoll_of: HashMap<u64, usize> = HashMap::default();
         // Persistent collectives by op id: the call that made them and how
         // often they were started.
-        let mut coll_inits: HashMap<u64, (&Call, u64)> = HashMap::default();
+        let mut coll_inits: HashMap<u64, (Call, u64)> = HashMap::default();
         // Calls of all threads in time order.
-        let mut calls: Vec<(EventRef, &Call)> = rank.calls().collect();
-        calls.sort_by_key(|(at, c)| (c.t_start, at.thread, at.index));
-        for (at, call) in calls {
+        let mut calls: Vec<(u64, EventRef)> = rank.calls().map(|(at, c)| (c.t_start, at)).collect();
+        calls.sort_unstable_by_key(|&(t, at)| (t, at.thread, at.index));
+        for (_, at) in calls {
+            let call = &rank.call_at(at).expect("a call of this rank");
             let evs = &mut events[stream_of[&at.thread]];
             let kind = rank.kind(call.func);
             // Every call that sends went through the piggyback layer, even
@@ -370,7 +371,7 @@ fn plan(trace: &Trace, m: &Messages) -> Plan {
                             evs.push(Ev::Post(r));
                         } else if let Some((made, k)) = coll_inits.get_mut(&init) {
                             *k += 1;
-                            if let Some(inst) = found.instance(trace, rank, made, *k) {
+                            if let Some(inst) = found.instance(trace, rank, &*made, *k) {
                                 evs.push(Ev::Enter(inst));
                                 icoll_of.insert(instance, inst);
                             }
@@ -389,7 +390,7 @@ fn plan(trace: &Trace, m: &Messages) -> Plan {
                 (&Payload::Coll { op, .. }, _) if call.rc == 0 => {
                     if kind == Kind::CollInit {
                         if let Some(op) = op {
-                            coll_inits.insert(op, (call, 0));
+                            coll_inits.insert(op, (*call, 0));
                         }
                     } else if let Some(inst) = found.instance(trace, rank, call, 0) {
                         evs.push(Ev::Enter(inst));

@@ -25,8 +25,8 @@
 
 use rustc_hash::FxHashMap as HashMap;
 
-use pmtrace_format::record::{Call, Payload};
 use pmtrace_format::Kind;
+use pmtrace_trace::{Call, Payload};
 
 use crate::clocks::{shape_of, Shape};
 use pmtrace_trace::read::{EventRef, Rank, Trace};
@@ -185,7 +185,7 @@ pub fn instances(trace: &Trace) -> Vec<Instance<MemberCalls>> {
         // Where each nonblocking collective completed.
         let done_at = rank.completions();
         // Persistent collectives by op id, and how often each was started.
-        let mut inits: HashMap<u64, (&Call, u64)> = HashMap::default();
+        let mut inits: HashMap<u64, (Call, u64)> = HashMap::default();
         for (_, c) in rank.calls() {
             if let (Kind::CollInit, &Payload::Coll { op: Some(op), .. }) =
                 (rank.kind(c.func), &c.payload)
@@ -195,7 +195,7 @@ pub fn instances(trace: &Trace) -> Vec<Instance<MemberCalls>> {
         }
         for (at, c) in rank.calls() {
             // (the collective call, which start of it, its enter, its exit)
-            let mut members: Vec<(&Call, u64, EventRef, Option<EventRef>)> = Vec::new();
+            let mut members: Vec<(Call, u64, EventRef, Option<EventRef>)> = Vec::new();
             match (rank.kind(c.func), &c.payload) {
                 (Kind::CollInit, _) => {}
                 (kind, &Payload::Coll { op, .. }) => {
@@ -207,10 +207,10 @@ pub fn instances(trace: &Trace) -> Vec<Instance<MemberCalls>> {
                     members.push((c, 0, at, exit));
                 }
                 (_, Payload::Start { started }) => {
-                    for &(init, instance) in started {
+                    for &(init, instance) in started.iter() {
                         if let Some((made, k)) = init.and_then(|i| inits.get_mut(&i)) {
                             *k += 1;
-                            members.push((made, *k, at, done_at.get(&instance).copied()));
+                            members.push((*made, *k, at, done_at.get(&instance).copied()));
                         }
                     }
                 }
@@ -222,7 +222,7 @@ pub fn instances(trace: &Trace) -> Vec<Instance<MemberCalls>> {
                     rank,
                     &mut insts,
                     &mut inst_of,
-                    call,
+                    &call,
                     start,
                     enter,
                     exit,

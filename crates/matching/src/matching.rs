@@ -40,8 +40,9 @@ use rayon::prelude::*;
 use rustc_hash::FxHashMap as HashMap;
 
 use pmtrace_format::meta::MpiConstants;
-use pmtrace_format::record::{msg_id, Call, Payload, Pb};
+use pmtrace_format::record::{msg_id, Pb};
 use pmtrace_format::{Kind, Status};
+use pmtrace_trace::{Call, Payload};
 
 use pmtrace_trace::read::{EventRef, Rank, Trace};
 
@@ -441,15 +442,16 @@ impl<'a> RankScan<'a> {
     }
 
     fn run(mut self) {
-        let calls: Vec<(EventRef, &Call)> = self.rank.calls().filter(|(_, c)| c.rc == 0).collect();
-        for &(at, call) in &calls {
-            self.posting(at, call);
+        let rank = self.rank;
+        let calls = || rank.calls().filter(|(_, c)| c.rc == 0);
+        for (at, call) in calls() {
+            self.posting(at, &call);
         }
-        for &(at, call) in &calls {
-            self.starting(at, call);
+        for (at, call) in calls() {
+            self.starting(at, &call);
         }
-        for &(at, call) in &calls {
-            self.completing(at, call);
+        for (at, call) in calls() {
+            self.completing(at, &call);
         }
         let pending = self
             .ops

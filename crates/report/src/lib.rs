@@ -26,8 +26,8 @@
 use std::collections::BTreeMap;
 use std::io::{self, Write};
 
-use pmtrace_format::record::{Payload, Record};
 use pmtrace_format::Kind;
+use pmtrace_trace::{Payload, Record};
 use rustc_hash::FxHashMap as HashMap;
 use serde::Serialize;
 

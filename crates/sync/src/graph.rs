@@ -37,7 +37,7 @@
 
 use rustc_hash::FxHashMap as HashMap;
 
-use pmtrace_format::record::Record;
+use pmtrace_trace::Record;
 
 use pmtrace_matching::collective::{self, Instance, Part};
 use pmtrace_matching::matching::Messages;
@@ -131,8 +131,8 @@ pub struct Graph {
 /// order.
 fn thread_order(th: &Thread) -> (Vec<u64>, Vec<u32>, Vec<u32>) {
     let mut st: Vec<(u64, u32)> = Vec::with_capacity(th.records.len() * 2);
-    for (i, rec) in th.records.iter().enumerate() {
-        let (a, b) = stamps_of(rec);
+    for i in 0..th.records.len() {
+        let (a, b) = th.records.stamps(i);
         st.push((a, 2 * i as u32));
         st.push((b, 2 * i as u32 + 1));
     }

@@ -23,7 +23,7 @@ use pmtrace_format::chunk::payload_crc;
 use pmtrace_format::varint::{get_i, put_i, MAX_VARINT};
 use serde::{Deserialize, Serialize};
 
-use super::graph::{stamps_of, Graph};
+use super::graph::Graph;
 use super::SyncReport;
 use pmtrace_trace::error::ReadError;
 use pmtrace_trace::read::{EventRef, Trace};
@@ -127,7 +127,7 @@ impl Synced {
             for (th, ts) in rank.threads.iter().zip(threads) {
                 let mut prev = 0i64;
                 for (p, &v) in ts.iter().enumerate() {
-                    let (a, b) = stamps_of(&th.records[p / 2]);
+                    let (a, b) = th.records.stamps(p / 2);
                     let shift = v as i64 - (if p % 2 == 0 { a } else { b }) as i64;
                     let mut n = 0;
                     put_i(&mut buf, &mut n, shift - prev);
@@ -179,8 +179,8 @@ impl Synced {
             for th in &rank.threads {
                 let mut ts = Vec::with_capacity(th.records.len() * 2);
                 let mut shift = 0i64;
-                for rec in &th.records {
-                    let (a, b) = stamps_of(rec);
+                for i in 0..th.records.len() {
+                    let (a, b) = th.records.stamps(i);
                     for t in [a, b] {
                         shift += get_i(body, &mut pos).ok_or_else(|| bad("truncated"))?;
                         ts.push((t as i64 + shift) as u64);

@@ -13,9 +13,11 @@
 
 pub mod comm;
 pub mod error;
+pub mod model;
 pub mod read;
 pub mod units;
 
 pub use comm::{Comm, Comms};
 pub use error::ReadError;
+pub use model::{Call, Done, Events, Payload, Record};
 pub use read::{census, Census, EventRef, Rank, Thread, Trace};

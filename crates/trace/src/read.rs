@@ -29,11 +29,12 @@ use std::path::{Path, PathBuf};
 use pmtrace_format::chunk::{ChunkHeader, ChunkKind, ChunkState, CHUNK_HEADER_LEN};
 use pmtrace_format::meta::{Header, MpiConstants, Trailer};
 use pmtrace_format::pending::PendingRecv;
-use pmtrace_format::record::{Call, CommDef, Payload, Record, ThreadDecoder, CODE_CONTINUATION};
+use pmtrace_format::record::{self as fmt, CommDef, ThreadDecoder, CODE_CONTINUATION};
 use pmtrace_format::{decode_file_header, rank_file_name, FormatError, Kind, FILE_PREFIX_LEN};
 
 use crate::comm::{Comm, Comms};
 use crate::error::ReadError;
+use crate::model::{self, Call, Events, Payload, Record};
 
 /// Where one record lives: world rank, thread index, position in the
 /// thread's record list.
@@ -80,7 +81,7 @@ pub struct Thread {
     pub index: u32,
     /// OS thread id, from the thread's `DefThread` record or the trailer.
     pub tid: Option<u64>,
-    pub records: Vec<Record>,
+    pub records: Events,
     /// Vector clocks of received piggybacks (see `pmtrace_format::record::Pb`),
     /// `world_size` entries each; empty unless the trace has vector clocks.
     pub vcs: Vec<u64>,
@@ -155,7 +156,7 @@ impl Rank {
         let bound = self.events() as usize + 16;
         let mut done_at = Completions::default();
         for (at, c) in self.calls() {
-            if let Payload::Complete { done } = &c.payload {
+            if let Payload::Complete { done } = c.payload {
                 for op in done.iter().filter_map(|d| d.op) {
                     let (t, n) = Completions::split(op);
                     if t < bound && n < bound {
@@ -177,28 +178,37 @@ impl Rank {
     }
 
     /// The records that are MPI calls.
-    pub fn calls(&self) -> impl Iterator<Item = (EventRef, &Call)> {
+    pub fn calls(&self) -> impl Iterator<Item = (EventRef, Call<'_>)> {
         self.threads.iter().flat_map(move |th| {
-            th.records
-                .iter()
-                .enumerate()
-                .filter_map(move |(index, r)| match r {
-                    Record::Call(c) => Some((
-                        EventRef {
-                            rank: self.rank,
-                            thread: th.index,
-                            index,
-                        },
-                        c,
-                    )),
-                    _ => None,
+            (0..th.records.len())
+                .filter(|&index| th.records.is_call(index))
+                .map(move |index| {
+                    let at = EventRef {
+                        rank: self.rank,
+                        thread: th.index,
+                        index,
+                    };
+                    (at, th.records.call(index).expect("a call"))
                 })
         })
     }
 
+    /// The call at `at` (a record of this rank), if it is one.
+    pub fn call_at(&self, at: EventRef) -> Option<Call<'_>> {
+        let records = &self.thread(at.thread)?.records;
+        (at.index < records.len()).then(|| records.call(at.index))?
+    }
+
     /// Number of MPI calls recorded.
     pub fn events(&self) -> u64 {
-        self.calls().count() as u64
+        self.threads
+            .iter()
+            .map(|th| {
+                (0..th.records.len())
+                    .filter(|&i| th.records.is_call(i))
+                    .count() as u64
+            })
+            .sum()
     }
 
     pub fn thread(&self, index: u32) -> Option<&Thread> {
@@ -318,12 +328,9 @@ impl Trace {
             .to_world(rank, comm_rank)
     }
 
-    pub fn record(&self, at: EventRef) -> Option<&Record> {
-        self.ranks
-            .get(at.rank as usize)?
-            .thread(at.thread)?
-            .records
-            .get(at.index)
+    pub fn record(&self, at: EventRef) -> Option<Record<'_>> {
+        let records = &self.ranks.get(at.rank as usize)?.thread(at.thread)?.records;
+        (at.index < records.len()).then(|| records.get(at.index))
     }
 
     /// Number of MPI calls recorded over all ranks.
@@ -503,6 +510,12 @@ impl RankFile {
                 })
             })
             .collect::<Result<Vec<_>, _>>()?;
+        if kinds.len() > model::MAX_FUNCS {
+            return Err(ReadError::corrupt(
+                &name,
+                format!("{} functions in the header", kinds.len()),
+            ));
+        }
         let mut warnings = Vec::new();
         let chunks = self.walk_chunks(first_chunk, &mut warnings)?;
 
@@ -572,29 +585,20 @@ impl RankFile {
             }
         }
         for th in &mut threads {
-            th.tid = th
-                .records
-                .iter()
-                .find_map(|r| match r {
-                    Record::DefThread { tid, .. } => Some(*tid),
-                    _ => None,
-                })
-                .or_else(|| {
-                    trailer
-                        .as_ref()?
-                        .threads
-                        .iter()
-                        .find(|d| d.index == th.index)
-                        .map(|d| d.tid)
-                });
+            th.tid = th.records.first_tid().or_else(|| {
+                trailer
+                    .as_ref()?
+                    .threads
+                    .iter()
+                    .find(|d| d.index == th.index)
+                    .map(|d| d.tid)
+            });
         }
 
         let mut comms: BTreeMap<u32, Vec<(u64, CommDef)>> = BTreeMap::new();
         for th in &threads {
-            for r in &th.records {
-                if let Record::DefComm { t, def } = r {
-                    comms.entry(def.index).or_default().push((*t, def.clone()));
-                }
+            for (t, def) in th.records.defs() {
+                comms.entry(def.index).or_default().push((t, def.clone()));
             }
         }
         for defs in comms.values_mut() {
@@ -674,9 +678,9 @@ impl RankFile {
         kinds: &[Kind],
         vc_len: usize,
         warnings: &mut Vec<String>,
-    ) -> Result<(Vec<Record>, Vec<u64>), ReadError> {
+    ) -> Result<(Events, Vec<u64>), ReadError> {
         let mut decoder = ThreadDecoder::with_vc_len(thread, vc_len);
-        let mut records: Vec<Record> = Vec::new();
+        let mut records = Staged::default();
         for (at, h) in chunks {
             let sealed = h.state == ChunkState::Sealed;
             let data = if sealed {
@@ -720,12 +724,12 @@ impl RankFile {
                         warnings.push(format!(
                             "thread {thread}: unsealed chunk at offset {at} stops making sense at offset {offset} ({e}); the thread's later records are dropped"
                         ));
-                        return Ok((records, decoder.vc_arena));
+                        return Ok((records.finish(), decoder.vc_arena));
                     }
                 }
             }
         }
-        Ok((records, decoder.vc_arena))
+        Ok((records.finish(), decoder.vc_arena))
     }
 }
 
@@ -741,7 +745,7 @@ impl RankFile {
         h: &ChunkHeader,
         end: usize,
         kinds: &[Kind],
-        records: &mut Vec<Record>,
+        records: &mut Staged,
         warnings: &mut Vec<String>,
     ) -> Result<(), ReadError> {
         if h.slot == 0 {
@@ -752,7 +756,9 @@ impl RankFile {
             return Ok(());
         };
         match decoder.pending(&p, kinds) {
-            Ok(r) => records.push(r),
+            Ok(r) => records
+                .push(r)
+                .map_err(|e| ReadError::from_format(&self.name, e, None))?,
             Err(e) => warnings.push(format!(
                 "thread {}: the pending receive of the chunk at offset {at} is unreadable ({e}); dropped",
                 decoder.thread
@@ -762,32 +768,63 @@ impl RankFile {
     }
 }
 
+/// A thread's records as they decode: the last one stays apart until the
+/// next begins, since a continuation record may still extend its list.
+#[derive(Default)]
+struct Staged {
+    events: Events,
+    last: Option<fmt::Record>,
+}
+
+impl Staged {
+    fn push(&mut self, r: fmt::Record) -> Result<(), FormatError> {
+        if let Some(prev) = self.last.replace(r) {
+            if self.events.len() >= model::MAX_EVENTS - 1 {
+                return Err(FormatError::Corrupt(format!(
+                    "more than {} records in one thread",
+                    model::MAX_EVENTS - 1
+                )));
+            }
+            self.events.push(prev);
+        }
+        Ok(())
+    }
+
+    fn finish(mut self) -> Events {
+        if let Some(last) = self.last.take() {
+            self.events.push(last);
+        }
+        self.events.shrink_to_fit();
+        self.events
+    }
+}
+
 /// Decodes the record at `pos` into `records`; `Ok(false)` at the end of the data.
 fn decode_one(
     decoder: &mut ThreadDecoder,
     data: &[u8],
     pos: &mut usize,
     kinds: &[Kind],
-    records: &mut Vec<Record>,
+    records: &mut Staged,
 ) -> Result<bool, FormatError> {
     match ThreadDecoder::peek_code(data, *pos)? {
         None => Ok(false),
         Some(CODE_CONTINUATION) => {
-            let last = records.last_mut().ok_or_else(|| {
+            let last = records.last.as_mut().ok_or_else(|| {
                 FormatError::Corrupt("continuation record before any list record".into())
             })?;
             decoder.continuation(data, pos, last)?;
             Ok(true)
         }
         Some(_) => {
-            records.push(decoder.record(data, pos, kinds)?);
+            records.push(decoder.record(data, pos, kinds)?)?;
             Ok(true)
         }
     }
 }
 
 /// The rank-local communicator indices a call names.
-pub fn comm_indices(p: &Payload) -> impl Iterator<Item = u32> {
+pub fn comm_indices(p: &Payload<'_>) -> impl Iterator<Item = u32> {
     let (a, b) = match *p {
         Payload::Send { comm, .. }
         | Payload::Recv { comm, .. }

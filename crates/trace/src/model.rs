@@ -1,0 +1,1178 @@
+//! A thread's decoded records, held in columns.
+//!
+//! ```text
+//!  per event  t_start u64 │ dur u32 │ func u16 │ tag u8 │ row u32      19 bytes
+//!                                      │          └─► row of the tag's side table
+//!                                      └─ variant, and flags: rc ≠ 0, duration ≥ 2^32 − 1
+//!  side tables  sends, recvs, sendrecvs, probes, colls   (statuses packed, 24 bytes)
+//!               pbs                                      (a status's piggyback, if any)
+//!               lists → completions, started             (Complete and Start items)
+//!               rcs, long                                (sparse, sorted by event)
+//!               other                                    (rare payloads as decoded)
+//!               defs, tids                               (DefComm, DefThread)
+//! ```
+//!
+//! A record is read back by value ([`Events::get`]) as the view types of
+//! this module, which mirror `pmtrace_format::record` except that lists
+//! borrow from the tables: [`Record`], [`Call`], [`Payload`]. Hot loops
+//! that need only times or the function read the columns themselves
+//! ([`Events::stamps`], [`Events::func`]).
+
+use pmtrace_format::record::{self as fmt, CommDef, Completion, Pb, Status};
+
+/// One record, viewed (see [`Events::get`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Record<'a> {
+    Call(Call<'a>),
+    BufferWait { t_start: u64, t_end: u64 },
+    DefComm { t: u64, def: &'a CommDef },
+    DefThread { t: u64, tid: u64 },
+}
+
+/// An MPI call, viewed: `pmtrace_format::record::Call` with lists borrowed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Call<'a> {
+    pub func: u32,
+    pub t_start: u64,
+    pub t_end: u64,
+    /// MPI return code (0 = MPI_SUCCESS).
+    pub rc: i32,
+    pub payload: Payload<'a>,
+}
+
+/// `pmtrace_format::record::Payload`, its lists borrowed from the tables.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Payload<'a> {
+    None,
+    InitThread {
+        required: i32,
+        provided: i32,
+    },
+    Abort {
+        comm: u32,
+        code: i32,
+    },
+    Pcontrol {
+        level: i32,
+    },
+    Send {
+        peer: i32,
+        tag: i32,
+        comm: u32,
+        bytes: u64,
+        op: Option<u64>,
+    },
+    Recv {
+        src: i32,
+        tag: i32,
+        comm: u32,
+        posted: u64,
+        status: Option<Status>,
+        op: Option<u64>,
+    },
+    Sendrecv {
+        peer: i32,
+        stag: i32,
+        bytes: u64,
+        src: i32,
+        rtag: i32,
+        posted: u64,
+        comm: u32,
+        status: Status,
+    },
+    Isendrecv {
+        peer: i32,
+        stag: i32,
+        bytes: u64,
+        src: i32,
+        rtag: i32,
+        posted: u64,
+        comm: u32,
+        op: Option<u64>,
+    },
+    Probe {
+        src: i32,
+        tag: i32,
+        comm: u32,
+        status: Status,
+        op: Option<u64>,
+    },
+    Mrecv {
+        msg: Option<u64>,
+        posted: u64,
+        status: Option<Status>,
+        op: Option<u64>,
+    },
+    /// (persistent request started, new instance id)
+    Start {
+        started: &'a [(Option<u64>, u64)],
+    },
+    Complete {
+        done: Done<'a>,
+    },
+    OpRef {
+        op: Option<u64>,
+    },
+    Coll {
+        comm: u32,
+        root: Option<i32>,
+        sent: u64,
+        recvd: u64,
+        seq: u64,
+        op: Option<u64>,
+    },
+    CommNew {
+        parent: Option<u32>,
+        comm: Option<u32>,
+    },
+    CommFree {
+        comm: u32,
+    },
+}
+
+/// The operations a completion call completed, read item by item.
+#[derive(Clone, Copy)]
+pub struct Done<'a> {
+    items: &'a [PackedCompletion],
+    pbs: &'a [Pb],
+}
+
+impl<'a> Done<'a> {
+    pub fn len(&self) -> usize {
+        self.items.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.items.is_empty()
+    }
+
+    pub fn get(&self, i: usize) -> Option<Completion> {
+        self.items.get(i).map(|c| c.unpack(self.pbs))
+    }
+
+    pub fn iter(&self) -> impl ExactSizeIterator<Item = Completion> + DoubleEndedIterator + 'a {
+        let pbs = self.pbs;
+        self.items.iter().map(move |c| c.unpack(pbs))
+    }
+}
+
+impl std::fmt::Debug for Done<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list().entries(self.iter()).finish()
+    }
+}
+
+impl PartialEq for Done<'_> {
+    fn eq(&self, other: &Self) -> bool {
+        self.len() == other.len() && self.iter().eq(other.iter())
+    }
+}
+
+impl Eq for Done<'_> {}
+
+// ---- packed rows ----
+
+const HAS_SOURCE: u8 = 1;
+const HAS_TAG: u8 = 2;
+const HAS_BYTES: u8 = 4;
+const CANCELLED: u8 = 8;
+const EMPTY: u8 = 16;
+const NONE: u8 = 32;
+const HAS_PB: u8 = 64;
+/// For an `Option<Status>`: there is one.
+const PRESENT: u8 = 128;
+
+/// A `Status` in 24 bytes, its piggyback in the thread's `pbs`.
+#[derive(Debug, Clone, Copy, Default)]
+struct PackedStatus {
+    bytes: u64,
+    source: i32,
+    tag: i32,
+    pb: u32,
+    flags: u8,
+}
+
+impl PackedStatus {
+    fn pack(s: Option<&Status>, pbs: &mut Vec<Pb>) -> PackedStatus {
+        let Some(s) = s else {
+            return PackedStatus::default();
+        };
+        let mut p = PackedStatus {
+            flags: PRESENT,
+            ..Default::default()
+        };
+        if let Some(v) = s.source {
+            p.source = v;
+            p.flags |= HAS_SOURCE;
+        }
+        if let Some(v) = s.tag {
+            p.tag = v;
+            p.flags |= HAS_TAG;
+        }
+        if let Some(v) = s.bytes {
+            p.bytes = v;
+            p.flags |= HAS_BYTES;
+        }
+        for (set, bit) in [(s.cancelled, CANCELLED), (s.empty, EMPTY), (s.none, NONE)] {
+            if set {
+                p.flags |= bit;
+            }
+        }
+        if let Some(pb) = s.pb {
+            p.pb = index(pbs.len());
+            p.flags |= HAS_PB;
+            pbs.push(pb);
+        }
+        p
+    }
+
+    fn unpack(&self, pbs: &[Pb]) -> Option<Status> {
+        let f = self.flags;
+        (f & PRESENT != 0).then(|| Status {
+            source: (f & HAS_SOURCE != 0).then_some(self.source),
+            tag: (f & HAS_TAG != 0).then_some(self.tag),
+            bytes: (f & HAS_BYTES != 0).then_some(self.bytes),
+            cancelled: f & CANCELLED != 0,
+            empty: f & EMPTY != 0,
+            none: f & NONE != 0,
+            pb: (f & HAS_PB != 0).then(|| pbs[self.pb as usize]),
+        })
+    }
+
+    /// A status that is always there.
+    fn status(&self, pbs: &[Pb]) -> Status {
+        self.unpack(pbs).unwrap_or_default()
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+struct PackedCompletion {
+    op: Option<u64>,
+    status: PackedStatus,
+}
+
+impl PackedCompletion {
+    fn unpack(&self, pbs: &[Pb]) -> Completion {
+        Completion {
+            op: self.op,
+            status: self.status.status(pbs),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+struct SendRow {
+    bytes: u64,
+    op: Option<u64>,
+    peer: i32,
+    tag: i32,
+    comm: u32,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct RecvRow {
+    posted: u64,
+    op: Option<u64>,
+    status: PackedStatus,
+    src: i32,
+    tag: i32,
+    comm: u32,
+}
+
+/// `Sendrecv` (status) and `Isendrecv` (op).
+#[derive(Debug, Clone, Copy)]
+struct SendrecvRow {
+    bytes: u64,
+    posted: u64,
+    op: Option<u64>,
+    status: PackedStatus,
+    peer: i32,
+    stag: i32,
+    src: i32,
+    rtag: i32,
+    comm: u32,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct ProbeRow {
+    op: Option<u64>,
+    status: PackedStatus,
+    src: i32,
+    tag: i32,
+    comm: u32,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct CollRow {
+    sent: u64,
+    recvd: u64,
+    seq: u64,
+    op: Option<u64>,
+    root: Option<i32>,
+    comm: u32,
+}
+
+// ---- the columns ----
+
+/// Variants (low bits of the tag column).
+mod tag {
+    pub const NONE: u8 = 0;
+    pub const SEND: u8 = 1;
+    pub const RECV: u8 = 2;
+    pub const SENDRECV: u8 = 3;
+    pub const ISENDRECV: u8 = 4;
+    pub const PROBE: u8 = 5;
+    pub const COLL: u8 = 6;
+    pub const START: u8 = 7;
+    pub const COMPLETE: u8 = 8;
+    /// A call with a payload kept as decoded (`other`).
+    pub const OTHER: u8 = 9;
+    pub const BUFFER_WAIT: u8 = 10;
+    pub const DEF_COMM: u8 = 11;
+    pub const DEF_THREAD: u8 = 12;
+    pub const VARIANT: u8 = 0x3f;
+    /// Flags: the call's rc is not 0 (`rcs`), its duration is in `long`.
+    pub const RC: u8 = 0x40;
+    pub const LONG: u8 = 0x80;
+}
+
+/// Durations at or past this are kept in `long`.
+const LONG_DUR: u32 = u32::MAX;
+
+/// The records of one thread, in order (see the module docs).
+#[derive(Debug, Clone, Default)]
+pub struct Events {
+    t_start: Vec<u64>,
+    dur: Vec<u32>,
+    func: Vec<u16>,
+    tag: Vec<u8>,
+    row: Vec<u32>,
+    rcs: Vec<(u32, i32)>,
+    long: Vec<(u32, u64)>,
+    sends: Vec<SendRow>,
+    recvs: Vec<RecvRow>,
+    sendrecvs: Vec<SendrecvRow>,
+    probes: Vec<ProbeRow>,
+    colls: Vec<CollRow>,
+    pbs: Vec<Pb>,
+    /// (first item, items) of each Complete or Start record.
+    lists: Vec<(u32, u32)>,
+    completions: Vec<PackedCompletion>,
+    started: Vec<(Option<u64>, u64)>,
+    other: Vec<fmt::Payload>,
+    defs: Vec<CommDef>,
+    tids: Vec<u64>,
+}
+
+/// A table position as a `u32`: a thread's tables hold fewer than 2^32
+/// rows (the reader refuses more events per thread than that).
+fn index(n: usize) -> u32 {
+    u32::try_from(n).expect("fewer than 2^32 rows per thread")
+}
+
+/// Most events one thread may hold.
+pub const MAX_EVENTS: usize = u32::MAX as usize;
+
+/// Function ids past this cannot be held (the reader refuses such headers).
+pub const MAX_FUNCS: usize = u16::MAX as usize + 1;
+
+impl Events {
+    pub fn len(&self) -> usize {
+        self.t_start.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.t_start.is_empty()
+    }
+
+    /// Bytes the columns and tables hold (their lengths, not capacities).
+    pub fn bytes(&self) -> usize {
+        use std::mem::size_of_val;
+        size_of_val(&self.t_start[..])
+            + size_of_val(&self.dur[..])
+            + size_of_val(&self.func[..])
+            + size_of_val(&self.tag[..])
+            + size_of_val(&self.row[..])
+            + size_of_val(&self.rcs[..])
+            + size_of_val(&self.long[..])
+            + size_of_val(&self.sends[..])
+            + size_of_val(&self.recvs[..])
+            + size_of_val(&self.sendrecvs[..])
+            + size_of_val(&self.probes[..])
+            + size_of_val(&self.colls[..])
+            + size_of_val(&self.pbs[..])
+            + size_of_val(&self.lists[..])
+            + size_of_val(&self.completions[..])
+            + size_of_val(&self.started[..])
+            + size_of_val(&self.other[..])
+            + size_of_val(&self.defs[..])
+            + size_of_val(&self.tids[..])
+    }
+
+    /// Appends a decoded record. The caller keeps below [`MAX_EVENTS`]
+    /// events and [`MAX_FUNCS`] functions.
+    pub fn push(&mut self, r: fmt::Record) {
+        let at = index(self.t_start.len());
+        let (t_start, t_end, func, rc, tag, row) = match r {
+            fmt::Record::Call(c) => {
+                let (tag, row) = self.push_payload(c.payload);
+                (c.t_start, c.t_end, c.func, c.rc, tag, row)
+            }
+            fmt::Record::BufferWait { t_start, t_end } => {
+                (t_start, t_end, 0, 0, tag::BUFFER_WAIT, 0)
+            }
+            fmt::Record::DefComm { t, def } => {
+                self.defs.push(def);
+                (t, t, 0, 0, tag::DEF_COMM, index(self.defs.len() - 1))
+            }
+            fmt::Record::DefThread { t, tid } => {
+                self.tids.push(tid);
+                (t, t, 0, 0, tag::DEF_THREAD, index(self.tids.len() - 1))
+            }
+        };
+        let mut tag = tag;
+        let dur = t_end.wrapping_sub(t_start);
+        if dur >= u64::from(LONG_DUR) {
+            tag |= tag::LONG;
+            self.long.push((at, t_end));
+            self.dur.push(LONG_DUR);
+        } else {
+            self.dur.push(dur as u32);
+        }
+        if rc != 0 {
+            tag |= tag::RC;
+            self.rcs.push((at, rc));
+        }
+        self.t_start.push(t_start);
+        self.func.push(func as u16);
+        self.tag.push(tag);
+        self.row.push(row);
+    }
+
+    fn push_payload(&mut self, p: fmt::Payload) -> (u8, u32) {
+        fn row<T>(v: &mut Vec<T>, x: T) -> u32 {
+            v.push(x);
+            index(v.len() - 1)
+        }
+        match p {
+            fmt::Payload::None => (tag::NONE, 0),
+            fmt::Payload::Send {
+                peer,
+                tag,
+                comm,
+                bytes,
+                op,
+            } => (
+                tag::SEND,
+                row(
+                    &mut self.sends,
+                    SendRow {
+                        bytes,
+                        op,
+                        peer,
+                        tag,
+                        comm,
+                    },
+                ),
+            ),
+            fmt::Payload::Recv {
+                src,
+                tag,
+                comm,
+                posted,
+                status,
+                op,
+            } => {
+                let status = PackedStatus::pack(status.as_ref(), &mut self.pbs);
+                (
+                    tag::RECV,
+                    row(
+                        &mut self.recvs,
+                        RecvRow {
+                            posted,
+                            op,
+                            status,
+                            src,
+                            tag,
+                            comm,
+                        },
+                    ),
+                )
+            }
+            fmt::Payload::Sendrecv {
+                peer,
+                stag,
+                bytes,
+                src,
+                rtag,
+                posted,
+                comm,
+                status,
+            } => {
+                let status = PackedStatus::pack(Some(&status), &mut self.pbs);
+                (
+                    tag::SENDRECV,
+                    row(
+                        &mut self.sendrecvs,
+                        SendrecvRow {
+                            bytes,
+                            posted,
+                            op: None,
+                            status,
+                            peer,
+                            stag,
+                            src,
+                            rtag,
+                            comm,
+                        },
+                    ),
+                )
+            }
+            fmt::Payload::Isendrecv {
+                peer,
+                stag,
+                bytes,
+                src,
+                rtag,
+                posted,
+                comm,
+                op,
+            } => (
+                tag::ISENDRECV,
+                row(
+                    &mut self.sendrecvs,
+                    SendrecvRow {
+                        bytes,
+                        posted,
+                        op,
+                        status: PackedStatus::default(),
+                        peer,
+                        stag,
+                        src,
+                        rtag,
+                        comm,
+                    },
+                ),
+            ),
+            fmt::Payload::Probe {
+                src,
+                tag,
+                comm,
+                status,
+                op,
+            } => {
+                let status = PackedStatus::pack(Some(&status), &mut self.pbs);
+                (
+                    tag::PROBE,
+                    row(
+                        &mut self.probes,
+                        ProbeRow {
+                            op,
+                            status,
+                            src,
+                            tag,
+                            comm,
+                        },
+                    ),
+                )
+            }
+            fmt::Payload::Coll {
+                comm,
+                root,
+                sent,
+                recvd,
+                seq,
+                op,
+            } => (
+                tag::COLL,
+                row(
+                    &mut self.colls,
+                    CollRow {
+                        sent,
+                        recvd,
+                        seq,
+                        op,
+                        root,
+                        comm,
+                    },
+                ),
+            ),
+            fmt::Payload::Start { started } => {
+                let first = index(self.started.len());
+                self.started.extend_from_slice(&started);
+                let list = (first, index(started.len()));
+                (tag::START, row(&mut self.lists, list))
+            }
+            fmt::Payload::Complete { done } => {
+                let first = index(self.completions.len());
+                for c in &done {
+                    let status = PackedStatus::pack(Some(&c.status), &mut self.pbs);
+                    self.completions.push(PackedCompletion { op: c.op, status });
+                }
+                let list = (first, index(done.len()));
+                (tag::COMPLETE, row(&mut self.lists, list))
+            }
+            other => (tag::OTHER, row(&mut self.other, other)),
+        }
+    }
+
+    /// Start and end time of record `i`.
+    #[inline]
+    pub fn stamps(&self, i: usize) -> (u64, u64) {
+        let t = self.t_start[i];
+        let d = self.dur[i];
+        if d == LONG_DUR && self.tag[i] & tag::LONG != 0 {
+            (t, self.long_end(i))
+        } else {
+            (t, t.wrapping_add(u64::from(d)))
+        }
+    }
+
+    fn long_end(&self, i: usize) -> u64 {
+        let at = self.long.partition_point(|&(j, _)| (j as usize) < i);
+        self.long[at].1
+    }
+
+    /// Whether record `i` is an MPI call.
+    #[inline]
+    pub fn is_call(&self, i: usize) -> bool {
+        self.tag[i] & tag::VARIANT < tag::BUFFER_WAIT
+    }
+
+    /// The function of record `i`, if it is a call.
+    #[inline]
+    pub fn func(&self, i: usize) -> Option<u32> {
+        self.is_call(i).then(|| u32::from(self.func[i]))
+    }
+
+    fn rc(&self, i: usize) -> i32 {
+        if self.tag[i] & tag::RC == 0 {
+            return 0;
+        }
+        let at = self.rcs.partition_point(|&(j, _)| (j as usize) < i);
+        self.rcs[at].1
+    }
+
+    /// Record `i`, viewed; panics past the end, as indexing does.
+    pub fn get(&self, i: usize) -> Record<'_> {
+        let (t_start, t_end) = self.stamps(i);
+        let row = self.row[i] as usize;
+        let payload = match self.tag[i] & tag::VARIANT {
+            tag::NONE => Payload::None,
+            tag::SEND => {
+                let s = &self.sends[row];
+                Payload::Send {
+                    peer: s.peer,
+                    tag: s.tag,
+                    comm: s.comm,
+                    bytes: s.bytes,
+                    op: s.op,
+                }
+            }
+            tag::RECV => {
+                let r = &self.recvs[row];
+                Payload::Recv {
+                    src: r.src,
+                    tag: r.tag,
+                    comm: r.comm,
+                    posted: r.posted,
+                    status: r.status.unpack(&self.pbs),
+                    op: r.op,
+                }
+            }
+            tag::SENDRECV => {
+                let r = &self.sendrecvs[row];
+                Payload::Sendrecv {
+                    peer: r.peer,
+                    stag: r.stag,
+                    bytes: r.bytes,
+                    src: r.src,
+                    rtag: r.rtag,
+                    posted: r.posted,
+                    comm: r.comm,
+                    status: r.status.status(&self.pbs),
+                }
+            }
+            tag::ISENDRECV => {
+                let r = &self.sendrecvs[row];
+                Payload::Isendrecv {
+                    peer: r.peer,
+                    stag: r.stag,
+                    bytes: r.bytes,
+                    src: r.src,
+                    rtag: r.rtag,
+                    posted: r.posted,
+                    comm: r.comm,
+                    op: r.op,
+                }
+            }
+            tag::PROBE => {
+                let p = &self.probes[row];
+                Payload::Probe {
+                    src: p.src,
+                    tag: p.tag,
+                    comm: p.comm,
+                    status: p.status.status(&self.pbs),
+                    op: p.op,
+                }
+            }
+            tag::COLL => {
+                let c = &self.colls[row];
+                Payload::Coll {
+                    comm: c.comm,
+                    root: c.root,
+                    sent: c.sent,
+                    recvd: c.recvd,
+                    seq: c.seq,
+                    op: c.op,
+                }
+            }
+            tag::START => {
+                let (first, n) = self.lists[row];
+                Payload::Start {
+                    started: &self.started[first as usize..][..n as usize],
+                }
+            }
+            tag::COMPLETE => {
+                let (first, n) = self.lists[row];
+                Payload::Complete {
+                    done: Done {
+                        items: &self.completions[first as usize..][..n as usize],
+                        pbs: &self.pbs,
+                    },
+                }
+            }
+            tag::OTHER => view_other(&self.other[row]),
+            tag::BUFFER_WAIT => return Record::BufferWait { t_start, t_end },
+            tag::DEF_COMM => {
+                return Record::DefComm {
+                    t: t_start,
+                    def: &self.defs[row],
+                }
+            }
+            tag::DEF_THREAD => {
+                return Record::DefThread {
+                    t: t_start,
+                    tid: self.tids[row],
+                }
+            }
+            v => unreachable!("variant {v} is never pushed"),
+        };
+        Record::Call(Call {
+            func: u32::from(self.func[i]),
+            t_start,
+            t_end,
+            rc: self.rc(i),
+            payload,
+        })
+    }
+
+    /// The call at `i`, if record `i` is one.
+    pub fn call(&self, i: usize) -> Option<Call<'_>> {
+        match self.get(i) {
+            Record::Call(c) => Some(c),
+            _ => None,
+        }
+    }
+
+    /// Every record, in order.
+    pub fn iter(&self) -> Iter<'_> {
+        Iter {
+            events: self,
+            at: 0..self.len(),
+        }
+    }
+
+    /// Every communicator definition, in order.
+    pub fn defs(&self) -> impl Iterator<Item = (u64, &CommDef)> + '_ {
+        (0..self.len())
+            .filter(|&i| self.tag[i] & tag::VARIANT == tag::DEF_COMM)
+            .map(|i| (self.t_start[i], &self.defs[self.row[i] as usize]))
+    }
+
+    /// The first DefThread record's thread id.
+    pub fn first_tid(&self) -> Option<u64> {
+        self.tids.first().copied()
+    }
+
+    /// Trims each column to its length (after the last push).
+    pub fn shrink_to_fit(&mut self) {
+        self.t_start.shrink_to_fit();
+        self.dur.shrink_to_fit();
+        self.func.shrink_to_fit();
+        self.tag.shrink_to_fit();
+        self.row.shrink_to_fit();
+        self.sends.shrink_to_fit();
+        self.recvs.shrink_to_fit();
+        self.sendrecvs.shrink_to_fit();
+        self.probes.shrink_to_fit();
+        self.colls.shrink_to_fit();
+        self.pbs.shrink_to_fit();
+        self.lists.shrink_to_fit();
+        self.completions.shrink_to_fit();
+        self.started.shrink_to_fit();
+    }
+}
+
+/// The records of an [`Events`], viewed in order.
+pub struct Iter<'a> {
+    events: &'a Events,
+    at: std::ops::Range<usize>,
+}
+
+impl<'a> Iterator for Iter<'a> {
+    type Item = Record<'a>;
+
+    fn next(&mut self) -> Option<Record<'a>> {
+        self.at.next().map(|i| self.events.get(i))
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        self.at.size_hint()
+    }
+}
+
+impl DoubleEndedIterator for Iter<'_> {
+    fn next_back(&mut self) -> Option<Self::Item> {
+        self.at.next_back().map(|i| self.events.get(i))
+    }
+}
+
+impl ExactSizeIterator for Iter<'_> {}
+
+impl<'a> IntoIterator for &'a Events {
+    type Item = Record<'a>;
+    type IntoIter = Iter<'a>;
+
+    fn into_iter(self) -> Iter<'a> {
+        self.iter()
+    }
+}
+
+impl FromIterator<fmt::Record> for Events {
+    fn from_iter<I: IntoIterator<Item = fmt::Record>>(records: I) -> Events {
+        let mut e = Events::default();
+        for r in records {
+            e.push(r);
+        }
+        e
+    }
+}
+
+/// A rare payload, viewed from the decoded one it is kept as.
+fn view_other(p: &fmt::Payload) -> Payload<'_> {
+    match *p {
+        fmt::Payload::InitThread { required, provided } => {
+            Payload::InitThread { required, provided }
+        }
+        fmt::Payload::Abort { comm, code } => Payload::Abort { comm, code },
+        fmt::Payload::Pcontrol { level } => Payload::Pcontrol { level },
+        fmt::Payload::Mrecv {
+            msg,
+            posted,
+            status,
+            op,
+        } => Payload::Mrecv {
+            msg,
+            posted,
+            status,
+            op,
+        },
+        fmt::Payload::OpRef { op } => Payload::OpRef { op },
+        fmt::Payload::CommNew { parent, comm } => Payload::CommNew { parent, comm },
+        fmt::Payload::CommFree { comm } => Payload::CommFree { comm },
+        // Every other variant has a table of its own (`push_payload`).
+        _ => Payload::None,
+    }
+}
+
+/// Whether a view shows exactly what was decoded: for tests and checks.
+pub fn same(view: Record<'_>, decoded: &fmt::Record) -> bool {
+    use fmt::Payload as P;
+    match (view, decoded) {
+        (Record::Call(v), fmt::Record::Call(d)) => {
+            v.func == d.func
+                && v.t_start == d.t_start
+                && v.t_end == d.t_end
+                && v.rc == d.rc
+                && match (v.payload, &d.payload) {
+                    (Payload::Start { started }, P::Start { started: s }) => started == &s[..],
+                    (Payload::Complete { done }, P::Complete { done: d }) => {
+                        done.len() == d.len() && done.iter().eq(d.iter().copied())
+                    }
+                    (p, d) => format!("{p:?}") == format!("{d:?}"),
+                }
+        }
+        (
+            Record::BufferWait { t_start, t_end },
+            fmt::Record::BufferWait {
+                t_start: a,
+                t_end: b,
+            },
+        ) => t_start == *a && t_end == *b,
+        (Record::DefComm { t, def }, fmt::Record::DefComm { t: a, def: b }) => t == *a && def == b,
+        (Record::DefThread { t, tid }, fmt::Record::DefThread { t: a, tid: b }) => {
+            t == *a && tid == *b
+        }
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn status(pb: bool) -> Status {
+        Status {
+            source: Some(3),
+            tag: None,
+            bytes: Some(1 << 40),
+            cancelled: false,
+            empty: false,
+            none: false,
+            pb: pb.then_some(Pb {
+                id: 7,
+                lc: 9,
+                sent: 11,
+                vc: Some(2),
+            }),
+        }
+    }
+
+    fn call(t: u64, dur: u64, rc: i32, payload: fmt::Payload) -> fmt::Record {
+        fmt::Record::Call(fmt::Call {
+            func: 5,
+            t_start: t,
+            t_end: t + dur,
+            rc,
+            payload,
+        })
+    }
+
+    #[test]
+    fn every_variant_reads_back_as_decoded() {
+        let records = vec![
+            call(10, 2, 0, fmt::Payload::None),
+            call(
+                20,
+                u64::from(u32::MAX) + 5,
+                -3,
+                fmt::Payload::Send {
+                    peer: 1,
+                    tag: -1,
+                    comm: 2,
+                    bytes: 1 << 33,
+                    op: Some(1 << 41),
+                },
+            ),
+            call(
+                30,
+                u64::from(u32::MAX),
+                0,
+                fmt::Payload::Recv {
+                    src: -2,
+                    tag: 4,
+                    comm: 0,
+                    posted: 8,
+                    status: Some(status(true)),
+                    op: None,
+                },
+            ),
+            call(
+                40,
+                1,
+                0,
+                fmt::Payload::Recv {
+                    src: 1,
+                    tag: 4,
+                    comm: 0,
+                    posted: 8,
+                    status: None,
+                    op: Some(3),
+                },
+            ),
+            call(
+                50,
+                1,
+                0,
+                fmt::Payload::Sendrecv {
+                    peer: 1,
+                    stag: 2,
+                    bytes: 3,
+                    src: 4,
+                    rtag: 5,
+                    posted: 6,
+                    comm: 7,
+                    status: status(false),
+                },
+            ),
+            call(
+                60,
+                1,
+                0,
+                fmt::Payload::Isendrecv {
+                    peer: 1,
+                    stag: 2,
+                    bytes: 3,
+                    src: 4,
+                    rtag: 5,
+                    posted: 6,
+                    comm: 7,
+                    op: Some(8),
+                },
+            ),
+            call(
+                70,
+                1,
+                0,
+                fmt::Payload::Probe {
+                    src: 1,
+                    tag: 2,
+                    comm: 3,
+                    status: Status {
+                        empty: true,
+                        ..Default::default()
+                    },
+                    op: None,
+                },
+            ),
+            call(
+                80,
+                1,
+                17,
+                fmt::Payload::Coll {
+                    comm: 1,
+                    root: Some(0),
+                    sent: 2,
+                    recvd: 3,
+                    seq: 4,
+                    op: None,
+                },
+            ),
+            call(
+                90,
+                1,
+                0,
+                fmt::Payload::Start {
+                    started: vec![(Some(1), 2), (None, 3)],
+                },
+            ),
+            call(
+                100,
+                1,
+                0,
+                fmt::Payload::Complete {
+                    done: vec![
+                        Completion {
+                            op: Some(1),
+                            status: status(true),
+                        },
+                        Completion {
+                            op: None,
+                            status: Status {
+                                none: true,
+                                cancelled: true,
+                                ..Default::default()
+                            },
+                        },
+                    ],
+                },
+            ),
+            call(110, 1, 0, fmt::Payload::Complete { done: vec![] }),
+            call(
+                120,
+                1,
+                0,
+                fmt::Payload::Mrecv {
+                    msg: Some(1),
+                    posted: 2,
+                    status: Some(status(true)),
+                    op: None,
+                },
+            ),
+            call(
+                130,
+                1,
+                0,
+                fmt::Payload::InitThread {
+                    required: 3,
+                    provided: 2,
+                },
+            ),
+            call(131, 1, 0, fmt::Payload::Abort { comm: 0, code: 9 }),
+            call(132, 1, 0, fmt::Payload::Pcontrol { level: 1 }),
+            call(133, 1, 0, fmt::Payload::OpRef { op: Some(4) }),
+            call(
+                134,
+                1,
+                0,
+                fmt::Payload::CommNew {
+                    parent: Some(0),
+                    comm: None,
+                },
+            ),
+            call(135, 1, 0, fmt::Payload::CommFree { comm: 3 }),
+            fmt::Record::BufferWait {
+                t_start: 140,
+                t_end: 150,
+            },
+            fmt::Record::DefComm {
+                t: 160,
+                def: CommDef {
+                    index: 2,
+                    global_id: 99,
+                    inter: false,
+                    size: 2,
+                    rank: 1,
+                    remote_size: 0,
+                    members: vec![0, 1],
+                },
+            },
+            fmt::Record::DefThread { t: 170, tid: 1234 },
+            // a clock that went back: the duration wraps, and stays exact
+            call(180, 0, 0, fmt::Payload::None),
+        ];
+        let mut events: Events = records.iter().cloned().collect();
+        events.push(fmt::Record::Call(fmt::Call {
+            func: 6,
+            t_start: 200,
+            t_end: 190,
+            rc: 0,
+            payload: fmt::Payload::None,
+        }));
+        assert_eq!(events.len(), records.len() + 1);
+        for (i, r) in records.iter().enumerate() {
+            assert!(
+                same(events.get(i), r),
+                "record {i}: {:?} vs {r:?}",
+                events.get(i)
+            );
+        }
+        assert_eq!(events.stamps(records.len()), (200, 190));
+        assert_eq!(events.stamps(1), (20, 20 + u64::from(u32::MAX) + 5));
+        assert_eq!(events.stamps(2), (30, 30 + u64::from(u32::MAX)));
+        assert_eq!(events.func(0), Some(5));
+        assert_eq!(events.func(records.len() - 4), None, "BufferWait");
+        let Record::Call(c) = events.get(7) else {
+            panic!("a call")
+        };
+        assert_eq!(c.rc, 17);
+        let defs: Vec<_> = events.defs().map(|(t, d)| (t, d.global_id)).collect();
+        assert_eq!(defs, vec![(160, 99)]);
+        assert_eq!(events.first_tid(), Some(1234));
+        let Payload::Complete { done } = events.call(9).unwrap().payload else {
+            panic!("a completion")
+        };
+        assert_eq!(done.len(), 2);
+        assert_eq!(done.get(0).unwrap().status.pb.unwrap().id, 7);
+        assert_eq!(done.get(2), None);
+    }
+
+    #[test]
+    fn a_plain_call_takes_nineteen_bytes() {
+        let events: Events = (0..1000)
+            .map(|t| call(t * 10, 3, 0, fmt::Payload::None))
+            .collect();
+        assert_eq!(events.bytes(), 19 * 1000);
+    }
+}
