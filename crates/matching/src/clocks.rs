@@ -102,19 +102,28 @@ pub struct Clocks {
     pub by_id: Vec<Option<usize>>,
 }
 
-/// A clock per call record, stored by position (8 bytes a record, where a
-/// map by event reference took five times that and hashed on every call).
+/// The clock after each call record, per thread. A clock changes only at
+/// calls that communicate, so a thread whose calls ran in record order keeps
+/// only its changes, (record, clock) in record order, and a call takes the
+/// clock of the last change at or before it; a thread whose time order
+/// differs from its record order keeps one clock per record.
 #[derive(Debug, Clone, Default)]
 pub struct CallClocks {
-    /// Per rank number: per thread, its index and one slot per record.
-    ranks: Vec<Vec<(u32, Vec<u64>)>>,
+    /// Per rank number: per thread, its index and clocks.
+    ranks: Vec<Vec<(u32, ThreadClocks)>>,
+}
+
+#[derive(Debug, Clone)]
+enum ThreadClocks {
+    Steps(Vec<(u32, u64)>),
+    Dense(Vec<u64>),
 }
 
 /// No clock for this record (not a call, or never reached).
 const NO_CLOCK: u64 = u64::MAX;
 
 impl CallClocks {
-    fn new(trace: &Trace) -> CallClocks {
+    fn new(trace: &Trace, dense: &[Vec<bool>]) -> CallClocks {
         let len = trace
             .ranks
             .iter()
@@ -122,27 +131,78 @@ impl CallClocks {
             .max()
             .unwrap_or(0);
         let mut ranks = vec![Vec::new(); len];
-        for r in &trace.ranks {
+        for (r, dense) in trace.ranks.iter().zip(dense) {
             ranks[r.rank as usize] = r
                 .threads
                 .iter()
-                .map(|th| (th.index, vec![NO_CLOCK; th.records.len()]))
+                .zip(dense)
+                .map(|(th, &dense)| {
+                    let clocks = if dense {
+                        ThreadClocks::Dense(vec![NO_CLOCK; th.records.len()])
+                    } else {
+                        ThreadClocks::Steps(Vec::new())
+                    };
+                    (th.index, clocks)
+                })
                 .collect();
         }
         CallClocks { ranks }
     }
 
-    fn slot(&mut self, at: EventRef) -> Option<&mut u64> {
-        let threads = self.ranks.get_mut(at.rank as usize)?;
-        let (_, v) = threads.iter_mut().find(|(t, _)| *t == at.thread)?;
-        v.get_mut(at.index)
+    /// Sets the clock after call record `index` of `rank`'s thread `thread`.
+    fn set(&mut self, rank: u32, thread: u32, index: u32, lc: u64) {
+        let Some(threads) = self.ranks.get_mut(rank as usize) else {
+            return;
+        };
+        let Some((_, clocks)) = threads.iter_mut().find(|(t, _)| *t == thread) else {
+            return;
+        };
+        match clocks {
+            ThreadClocks::Dense(v) => {
+                if let Some(c) = v.get_mut(index as usize) {
+                    *c = lc;
+                }
+            }
+            ThreadClocks::Steps(v) => match v.last_mut() {
+                Some((i, c)) if *i == index => *c = lc,
+                Some(&mut (_, c)) if c == lc => {}
+                _ => v.push((index, lc)),
+            },
+        }
     }
 
-    /// The clock after the call at `at`.
+    /// The clock after the call at `at` (a call record).
     pub fn get(&self, at: EventRef) -> Option<u64> {
         let threads = self.ranks.get(at.rank as usize)?;
-        let (_, v) = threads.iter().find(|(t, _)| *t == at.thread)?;
-        v.get(at.index).copied().filter(|&c| c != NO_CLOCK)
+        let (_, clocks) = threads.iter().find(|(t, _)| *t == at.thread)?;
+        match clocks {
+            ThreadClocks::Dense(v) => v.get(at.index).copied().filter(|&c| c != NO_CLOCK),
+            ThreadClocks::Steps(v) => {
+                let k = v.partition_point(|&(i, _)| i as usize <= at.index);
+                Some(if k == 0 { 0 } else { v[k - 1].1 })
+            }
+        }
+    }
+
+    /// Places where the clock decreased along a thread, call by call.
+    fn decreasing(&self) -> u64 {
+        let mut n = 0;
+        for (_, clocks) in self.ranks.iter().flatten() {
+            let mut prev = 0;
+            let mut count = |c: u64| {
+                if c < prev {
+                    n += 1;
+                }
+                prev = c;
+            };
+            match clocks {
+                ThreadClocks::Dense(v) => {
+                    v.iter().filter(|&&c| c != NO_CLOCK).for_each(|&c| count(c))
+                }
+                ThreadClocks::Steps(v) => v.iter().for_each(|&(_, c)| count(c)),
+            }
+        }
+        n
     }
 }
 
@@ -159,8 +219,10 @@ enum Ev {
     /// A collective instance: entered, exited.
     Enter(usize),
     Exit(usize),
-    /// The end of a call record.
-    End(EventRef),
+    /// The end of a call record (its index; the stream is its thread).
+    /// Only calls that communicate get one, unless the stream's clocks
+    /// are dense (`Plan::dense`).
+    End(u32),
 }
 
 /// How a collective's enters and exits depend on each other (Becker et al. §4).
@@ -232,6 +294,11 @@ struct Plan {
     comm_rank: Vec<HashMap<u32, u32>>,
     /// Single-threaded ranks (the replay is exact there).
     single: Vec<bool>,
+    /// Per rank, per thread: its calls' time order is not their record
+    /// order, so each call gets a clock of its own (`CallClocks`).
+    dense: Vec<Vec<bool>>,
+    /// (world rank, thread index) of each stream.
+    stream_at: Vec<(u32, u32)>,
 }
 
 /// The collective instances found so far, by (communicator, sequence
@@ -308,6 +375,8 @@ fn plan(trace: &Trace, m: &Messages) -> Plan {
     let mut found = Found::default();
     let mut events: Vec<Vec<Ev>> = Vec::new();
     let mut stream_rank = Vec::new();
+    let mut stream_at = Vec::new();
+    let mut dense = Vec::with_capacity(n);
     let mut single = vec![true; n];
     for (ri, rank) in trace.ranks.iter().enumerate() {
         single[ri] = rank.threads.len() <= 1;
@@ -317,6 +386,7 @@ fn plan(trace: &Trace, m: &Messages) -> Plan {
             stream_of.insert(th.index, events.len());
             events.push(Vec::new());
             stream_rank.push(ri);
+            stream_at.push((rank.rank, th.index));
         }
         // Persistent sends, and the instances of icolls, by op id.
         let send_inits = crate::matching::send_inits(rank);
@@ -327,9 +397,26 @@ fn plan(trace: &Trace, m: &Messages) -> Plan {
         // Calls of all threads in time order.
         let mut calls: Vec<(u64, EventRef)> = rank.calls().map(|(at, c)| (c.t_start, at)).collect();
         calls.sort_unstable_by_key(|&(t, at)| (t, at.thread, at.index));
+        // Whether each thread's calls come in record order.
+        let mut last: HashMap<u32, usize> = HashMap::default();
+        let mut unordered: Vec<u32> = Vec::new();
+        for (_, at) in &calls {
+            if let Some(prev) = last.insert(at.thread, at.index) {
+                if prev > at.index {
+                    unordered.push(at.thread);
+                }
+            }
+        }
+        let rank_dense: Vec<bool> = rank
+            .threads
+            .iter()
+            .map(|th| unordered.contains(&th.index))
+            .collect();
         for (_, at) in calls {
+            let stream = stream_of[&at.thread];
+            let before = events[stream].len();
             let call = &rank.call_at(at).expect("a call of this rank");
-            let evs = &mut events[stream_of[&at.thread]];
+            let evs = &mut events[stream];
             let kind = rank.kind(call.func);
             // Every call that sends went through the piggyback layer, even
             // when it sent nothing (see `matching::send_ids`).
@@ -405,8 +492,12 @@ fn plan(trace: &Trace, m: &Messages) -> Plan {
                 }
                 _ => {}
             }
-            evs.push(Ev::End(at));
+            let evs = &mut events[stream];
+            if evs.len() > before || rank_dense[rank.thread_slot(at.thread)] {
+                evs.push(Ev::End(at.index as u32));
+            }
         }
+        dense.push(rank_dense);
     }
     let Found {
         instances,
@@ -419,6 +510,8 @@ fn plan(trace: &Trace, m: &Messages) -> Plan {
         instances,
         comm_rank,
         single,
+        dense,
+        stream_at,
     }
 }
 
@@ -464,6 +557,7 @@ fn pass(
     collectives: bool,
     vector: bool,
     keep_nodes: bool,
+    keep_clocks: bool,
 ) -> Pass {
     let n = p.events.len();
     let world = trace.world_size as usize;
@@ -490,7 +584,11 @@ fn pass(
             send_vc: vec![None; m.sends.len()],
             recv_lc: vec![None; m.recvs.len()],
             recv_vc: vec![None; m.recvs.len()],
-            after_call: CallClocks::new(trace),
+            after_call: if keep_clocks {
+                CallClocks::new(trace, &p.dense)
+            } else {
+                CallClocks::default()
+            },
             forced: 0,
             nodes: Vec::new(),
         },
@@ -734,10 +832,9 @@ impl Walker<'_> {
                 let vc = s.vc.clone();
                 node(out, &vc, from);
             }
-            Ev::End(at) => {
-                if let Some(c) = out.after_call.slot(at) {
-                    *c = s.lc;
-                }
+            Ev::End(index) => {
+                let (rank, thread) = p.stream_at[r];
+                out.after_call.set(rank, thread, index, s.lc);
             }
         }
     }
@@ -802,7 +899,7 @@ pub fn compute(trace: &Trace, m: &Messages) -> Clocks {
         };
     }
     // The runtime's view: no collectives; every piggyback must equal it.
-    let wire = pass(trace, m, &p, &by_id, false, vector, false);
+    let wire = pass(trace, m, &p, &by_id, false, vector, false, false);
     for (ri, r) in m.recvs.iter().enumerate() {
         let (Some(pb), Some(si)) = (r.pb, by_id[ri]) else {
             continue;
@@ -844,7 +941,7 @@ pub fn compute(trace: &Trace, m: &Messages) -> Clocks {
     }
     // The full clocks, collectives merged.
     let small = m.sends.len() + m.recvs.len() <= HB_MAX_EVENTS && p.single.iter().all(|&s| s);
-    let full = pass(trace, m, &p, &by_id, true, vector, vector && small);
+    let full = pass(trace, m, &p, &by_id, true, vector, vector && small, true);
     report.forced = full.forced;
     for (ri, _) in m.recvs.iter().enumerate() {
         let Some(si) = by_id[ri] else { continue };
@@ -870,17 +967,7 @@ pub fn compute(trace: &Trace, m: &Messages) -> Clocks {
         }
     }
     // Clocks along each rank never decrease, call by call.
-    for threads in &full.after_call.ranks {
-        for (_, v) in threads {
-            let mut prev = 0;
-            for &c in v.iter().filter(|&&c| c != NO_CLOCK) {
-                if c < prev {
-                    report.decreasing += 1;
-                }
-                prev = c;
-            }
-        }
-    }
+    report.decreasing += full.after_call.decreasing();
     Clocks {
         report,
         after_call: full.after_call,
@@ -922,4 +1009,61 @@ fn hb_check(nodes: &[Node]) -> HbCheck {
         }
     }
     c
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(index: usize) -> EventRef {
+        EventRef {
+            rank: 0,
+            thread: 3,
+            index,
+        }
+    }
+
+    #[test]
+    fn a_thread_in_record_order_keeps_only_its_clock_changes() {
+        let mut c = CallClocks {
+            ranks: vec![vec![(3, ThreadClocks::Steps(Vec::new()))]],
+        };
+        // Calls 2 and 5 communicate; 5 twice (two events), 9 leaves the clock as it was.
+        c.set(0, 3, 2, 1);
+        c.set(0, 3, 5, 2);
+        c.set(0, 3, 5, 4);
+        c.set(0, 3, 9, 4);
+        let ThreadClocks::Steps(v) = &c.ranks[0][0].1 else {
+            unreachable!()
+        };
+        assert_eq!(v, &vec![(2, 1), (5, 4)]);
+        let got: Vec<Option<u64>> = (0..11).map(|i| c.get(at(i))).collect();
+        let want = [0, 0, 1, 1, 1, 4, 4, 4, 4, 4, 4].map(Some);
+        assert_eq!(got, want);
+        assert_eq!(
+            c.get(EventRef { thread: 4, ..at(0) }),
+            None,
+            "no such thread"
+        );
+        assert_eq!(c.decreasing(), 0);
+    }
+
+    #[test]
+    fn dense_threads_keep_a_clock_per_record_and_count_decreases() {
+        let mut c = CallClocks {
+            ranks: vec![vec![
+                (3, ThreadClocks::Dense(vec![NO_CLOCK; 4])),
+                (4, ThreadClocks::Steps(Vec::new())),
+            ]],
+        };
+        c.set(0, 3, 2, 5);
+        c.set(0, 3, 0, 7);
+        assert_eq!(c.get(at(0)), Some(7));
+        assert_eq!(c.get(at(1)), None, "not a call");
+        assert_eq!(c.get(at(2)), Some(5));
+        c.set(0, 4, 1, 9);
+        c.set(0, 4, 3, 8);
+        // 7 then 5 on thread 3; 9 then 8 on thread 4.
+        assert_eq!(c.decreasing(), 2);
+    }
 }

@@ -211,6 +211,13 @@ impl Rank {
             .sum()
     }
 
+    /// The position in `threads` of thread `index`, which must exist.
+    pub fn thread_slot(&self, index: u32) -> usize {
+        self.threads
+            .binary_search_by_key(&index, |t| t.index)
+            .expect("a thread of this rank")
+    }
+
     pub fn thread(&self, index: u32) -> Option<&Thread> {
         self.threads
             .binary_search_by_key(&index, |t| t.index)
