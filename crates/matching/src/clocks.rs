@@ -548,7 +548,8 @@ struct Node {
 }
 
 /// Runs the rules over the whole trace. `collectives`: merge at collective
-/// exits (the full clocks) or not (what the runtime did).
+/// exits (the full clocks, kept per call) or not (what the runtime did,
+/// for checking the piggybacks only).
 fn pass(
     trace: &Trace,
     m: &Messages,
@@ -557,7 +558,6 @@ fn pass(
     collectives: bool,
     vector: bool,
     keep_nodes: bool,
-    keep_clocks: bool,
 ) -> Pass {
     let n = p.events.len();
     let world = trace.world_size as usize;
@@ -584,7 +584,7 @@ fn pass(
             send_vc: vec![None; m.sends.len()],
             recv_lc: vec![None; m.recvs.len()],
             recv_vc: vec![None; m.recvs.len()],
-            after_call: if keep_clocks {
+            after_call: if collectives {
                 CallClocks::new(trace, &p.dense)
             } else {
                 CallClocks::default()
@@ -899,7 +899,7 @@ pub fn compute(trace: &Trace, m: &Messages) -> Clocks {
         };
     }
     // The runtime's view: no collectives; every piggyback must equal it.
-    let wire = pass(trace, m, &p, &by_id, false, vector, false, false);
+    let wire = pass(trace, m, &p, &by_id, false, vector, false);
     for (ri, r) in m.recvs.iter().enumerate() {
         let (Some(pb), Some(si)) = (r.pb, by_id[ri]) else {
             continue;
@@ -941,7 +941,7 @@ pub fn compute(trace: &Trace, m: &Messages) -> Clocks {
     }
     // The full clocks, collectives merged.
     let small = m.sends.len() + m.recvs.len() <= HB_MAX_EVENTS && p.single.iter().all(|&s| s);
-    let full = pass(trace, m, &p, &by_id, true, vector, vector && small, true);
+    let full = pass(trace, m, &p, &by_id, true, vector, vector && small);
     report.forced = full.forced;
     for (ri, _) in m.recvs.iter().enumerate() {
         let Some(si) = by_id[ri] else { continue };
