@@ -25,7 +25,7 @@ fn open(tb: &TraceBuilder, name: &str) -> (Scratch, Trace) {
     (dir, trace)
 }
 
-fn by_rank(g: &Graph, t: &[Vec<u64>]) -> Times {
+fn by_rank(g: &Graph, t: Vec<Vec<u64>>) -> Times {
     let by_pos = g.by_position(t);
     let mut out = vec![Vec::new(); g.locs.iter().map(|l| l.rank as usize + 1).max().unwrap()];
     for (loc, ts) in g.locs.iter().zip(by_pos) {
@@ -40,11 +40,14 @@ fn clc_times(tb: &TraceBuilder, p: ClcParams, backward: bool) -> (Times, Times) 
     let m = Messages::build(&trace);
     let g = Graph::build(&trace, &m, MU, MU);
     let t = if backward {
-        clc::run(&g, &g.raw, &p).0
+        clc::run(&g, &g.recorded(), &p).0
     } else {
-        clc::forward(&g, &g.raw, &p).0
+        clc::forward(&g, &g.recorded(), &p).0
     };
-    (by_rank(&g, &g.raw), by_rank(&g, &t))
+    let raw = (0..g.locs.len() as u32)
+        .map(|l| (0..g.len(l) as u32).map(|k| g.raw(l, k)).collect())
+        .collect();
+    (by_rank(&g, raw), by_rank(&g, t))
 }
 
 fn world(n: u32) -> TraceBuilder {

@@ -26,7 +26,7 @@ use pmtrace_trace::Record;
 use crate::text::format_record;
 use pmtrace_matching::matching::Messages;
 use pmtrace_sync::replay::replay;
-use pmtrace_sync::{Graph, Synced};
+use pmtrace_sync::{Graph, Synced, Times};
 use pmtrace_trace::read::Trace;
 
 /// Writes the merged log of `trace` with the times of `synced`; returns the
@@ -46,21 +46,21 @@ pub fn write(trace: &Trace, m: &Messages, synced: &Synced, out: &mut dyn Write) 
     let mut failed: Option<io::Error> = None;
     replay(
         &g,
-        |n| (t[n.loc as usize][n.k as usize], n.loc),
+        |n| (t.at(n.loc, n.k), n.loc),
         |n| {
             if failed.is_some() {
                 return;
             }
             let loc = &g.locs[n.loc as usize];
             let rank = &trace.ranks[loc.rank as usize];
-            let pos = g.pos[n.loc as usize][n.k as usize] as usize;
+            let pos = g.pos(n.loc, n.k) as usize;
             let rec = &rank.threads[loc.slot].records.get(pos / 2);
             let single = matches!(rec, Record::DefComm { .. } | Record::DefThread { .. });
             if single && !pos.is_multiple_of(2) {
                 return;
             }
             line.clear();
-            let time = t[n.loc as usize][n.k as usize];
+            let time = t.at(n.loc, n.k);
             if pos.is_multiple_of(2) {
                 line.push_str(&format!("{time} {} ", if single { "at" } else { "enter" }));
                 format_record(&mut line, rank, loc.thread, rec);

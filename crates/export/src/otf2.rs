@@ -427,7 +427,7 @@ impl<'v, 'a> Writer<'v, 'a> {
         let r = &self.view.trace.ranks[rank as usize];
         let mut ops = HashMap::default();
         let mut persistent: HashMap<u64, Op> = HashMap::default();
-        for (at, c) in r.calls() {
+        for (at, c) in r.payload_calls() {
             match (&c.payload, r.kind(c.func)) {
                 // A send to MPI_PROC_NULL moved no message: no MpiIsend,
                 // so no completion either.

@@ -247,7 +247,7 @@ impl<'a> View<'a> {
         let m = self.messages;
         let done_at = r.completions();
         let mut out = Vec::new();
-        for (at, c) in r.calls() {
+        for (at, c) in r.payload_calls() {
             let ops: Vec<(usize, u64)> = match &c.payload {
                 Payload::Send { op: Some(op), .. } => vec![(0, *op)],
                 Payload::Start { started } => {

@@ -320,7 +320,7 @@ impl Messages {
 /// The operation ids of `rank`'s persistent send requests (`MPI_Send_init`
 /// and its modes): a start of one of them sends.
 pub fn send_inits(rank: &Rank) -> rustc_hash::FxHashSet<u64> {
-    rank.calls()
+    rank.payload_calls()
         .filter_map(|(_, c)| match (rank.kind(c.func), &c.payload) {
             (Kind::SendInit, Payload::Send { op: Some(op), .. }) => Some(*op),
             _ => None,
@@ -343,7 +343,7 @@ pub fn send_ids(trace: &Trace, sends: &[SendEvent]) -> Vec<u64> {
     for rank in &trace.ranks {
         let send_inits = send_inits(rank);
         let mut n: HashMap<u32, u64> = HashMap::default();
-        for (call_at, call) in rank.calls() {
+        for (call_at, call) in rank.payload_calls() {
             let items: Vec<usize> = match (&call.payload, rank.kind(call.func)) {
                 (Payload::Send { .. }, Kind::Send | Kind::Isend)
                 | (Payload::Sendrecv { .. } | Payload::Isendrecv { .. }, _) => {
@@ -443,7 +443,7 @@ impl<'a> RankScan<'a> {
 
     fn run(mut self) {
         let rank = self.rank;
-        let calls = || rank.calls().filter(|(_, c)| c.rc == 0);
+        let calls = || rank.payload_calls().filter(|(_, c)| c.rc == 0);
         for (at, call) in calls() {
             self.posting(at, &call);
         }

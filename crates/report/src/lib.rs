@@ -233,7 +233,7 @@ fn profile(
     let (mut events, mut mpi_ns, mut last_end) = (0, 0, rank.header.start_ns);
     // A persistent collective moves its bytes at each start.
     let coll_inits: HashMap<u64, u64> = rank
-        .calls()
+        .payload_calls()
         .filter(|(_, c)| rank.kind(c.func) == Kind::CollInit && c.rc == 0)
         .filter_map(|(_, c)| match c.payload {
             Payload::Coll {

@@ -34,7 +34,7 @@
 //! move stamps later, so a receive never gets closer to its send, and the
 //! slacks, computed from the forward times, stay valid.
 
-use super::graph::{Graph, Node};
+use super::graph::{Graph, Node, Times};
 use super::replay::replay;
 
 /// CLC parameters.
@@ -72,7 +72,7 @@ pub struct ClcOutcome {
 }
 
 /// Runs forward then backward amortization on times `c` (in node order).
-pub fn run(g: &Graph, c: &[Vec<u64>], p: &ClcParams) -> (Vec<Vec<u64>>, ClcOutcome) {
+pub fn run(g: &Graph, c: &impl Times, p: &ClcParams) -> (Vec<Vec<u64>>, ClcOutcome) {
     let (mut t, jumps, forced) = forward(g, c, p);
     backward(g, &mut t, &jumps, p);
     let outcome = ClcOutcome {
@@ -86,21 +86,26 @@ pub fn run(g: &Graph, c: &[Vec<u64>], p: &ClcParams) -> (Vec<Vec<u64>>, ClcOutco
 #[allow(clippy::type_complexity)]
 pub fn forward(
     g: &Graph,
-    c: &[Vec<u64>],
+    c: &impl Times,
     p: &ClcParams,
 ) -> (Vec<Vec<u64>>, Vec<Vec<(u32, u64)>>, u64) {
-    let mut t: Vec<Vec<u64>> = c.to_vec();
-    let mut jumps: Vec<Vec<(u32, u64)>> = vec![Vec::new(); c.len()];
+    let locs = g.locs.len();
+    let mut t: Vec<Vec<u64>> = (0..locs as u32).map(|l| vec![0; g.len(l)]).collect();
+    let mut jumps: Vec<Vec<(u32, u64)>> = vec![Vec::new(); locs];
+    // Each location's input time at its previous node (nodes of a location
+    // are visited in order), so that each input time is computed once here.
+    let mut prev_c: Vec<u64> = vec![0; locs];
     let forced = replay(
         g,
-        |n| (c[n.loc as usize][n.k as usize], n.loc),
+        |n| (c.at(n.loc, n.k), n.loc),
         |n| {
             let (l, k) = (n.loc as usize, n.k as usize);
-            let cn = c[l][k];
+            let cn = c.at(n.loc, n.k);
+            let before = std::mem::replace(&mut prev_c[l], cn);
             let base = if k == 0 {
                 cn
             } else {
-                let dc = cn.saturating_sub(c[l][k - 1]);
+                let dc = cn.saturating_sub(before);
                 let paced = (dc as f64 * p.gamma) as u64;
                 cn.max(t[l][k - 1] + paced.max(dc.min(p.delta_ns)))
             };

@@ -37,7 +37,7 @@
 
 use rustc_hash::FxHashMap as HashMap;
 
-use pmtrace_trace::Record;
+use pmtrace_trace::{Events, Record};
 
 use pmtrace_matching::collective::{self, Instance, Part};
 use pmtrace_matching::matching::Messages;
@@ -106,18 +106,94 @@ impl Part for Member {
 /// One collective call, across its communicator, on the graph's nodes.
 pub type Inst = Instance<Member>;
 
-/// Locations, their stamps in time order, and the edges between them.
+/// Times in node order: the recorded ones, a step's, or any function of them.
+pub trait Times {
+    /// The time of node `k` of location `loc`.
+    fn at(&self, loc: u32, k: u32) -> u64;
+}
+
+impl Times for [Vec<u64>] {
+    #[inline]
+    fn at(&self, loc: u32, k: u32) -> u64 {
+        self[loc as usize][k as usize]
+    }
+}
+
+impl Times for Vec<Vec<u64>> {
+    #[inline]
+    fn at(&self, loc: u32, k: u32) -> u64 {
+        self[loc as usize][k as usize]
+    }
+}
+
+/// The recorded times of a graph's nodes ([`Graph::recorded`]).
+pub struct Recorded<'a, 't>(&'a Graph<'t>);
+
+impl Times for Recorded<'_, '_> {
+    #[inline]
+    fn at(&self, loc: u32, k: u32) -> u64 {
+        self.0.raw(loc, k)
+    }
+}
+
+/// Items of some nodes of one location, in compressed rows: a bit per node
+/// says whether it has any, and the nodes that do are searched.
 #[derive(Debug, Clone, Default)]
-pub struct Graph {
+struct Sparse<T> {
+    has: Vec<u64>,
+    keys: Vec<u32>,
+    /// Start of each key's items; one more entry than keys.
+    at: Vec<u32>,
+    items: Vec<T>,
+}
+
+impl<T> Sparse<T> {
+    /// From items sorted by node.
+    fn new(len: usize, sorted: impl Iterator<Item = (u32, T)>) -> Sparse<T> {
+        let mut s = Sparse {
+            has: vec![0; len.div_ceil(64)],
+            keys: Vec::new(),
+            at: vec![0],
+            items: Vec::new(),
+        };
+        for (k, item) in sorted {
+            if s.keys.last() != Some(&k) {
+                if !s.keys.is_empty() {
+                    s.at.push(s.items.len() as u32);
+                }
+                s.keys.push(k);
+                s.has[k as usize / 64] |= 1u64 << (k % 64);
+            }
+            s.items.push(item);
+        }
+        if !s.keys.is_empty() {
+            s.at.push(s.items.len() as u32);
+        }
+        s
+    }
+
+    #[inline]
+    fn get(&self, k: u32) -> &[T] {
+        if self.has[k as usize / 64] & (1u64 << (k % 64)) == 0 {
+            return &[];
+        }
+        let i = self.keys.partition_point(|&x| x < k);
+        &self.items[self.at[i] as usize..self.at[i + 1] as usize]
+    }
+}
+
+/// Locations, their stamps in time order, and the edges between them. The
+/// recorded times are read from the trace's records, not copied.
+#[derive(Debug, Clone)]
+pub struct Graph<'t> {
     pub locs: Vec<Loc>,
-    /// Recorded time of each stamp, per location, in time order.
-    pub raw: Vec<Vec<u64>>,
-    /// Stamp position (2·record + end) of each node, per location.
-    pub pos: Vec<Vec<u32>>,
-    dep_at: Vec<Vec<u32>>,
-    deps: Vec<Vec<Dep>>,
-    out_at: Vec<Vec<u32>>,
-    outs: Vec<Vec<Out>>,
+    /// Each location's records.
+    records: Vec<&'t Events>,
+    /// Stamp position (2·record + end) of each node, for a location whose
+    /// time order is not its record order; `None`: node k is stamp k.
+    pos: Vec<Option<Vec<u32>>>,
+    deps: Vec<Sparse<Dep>>,
+    outs: Vec<Sparse<Out>>,
     pub insts: Vec<Inst>,
     /// Matched point-to-point messages: (send, receive).
     pub msgs: Vec<(Node, Node)>,
@@ -126,13 +202,24 @@ pub struct Graph {
     pub mu_inter: u64,
 }
 
-/// A thread's enter and exit stamps in time order: the times, the
-/// positions (2 × record + exit), and for each position its rank in the
-/// order.
-fn thread_order(th: &Thread) -> (Vec<u64>, Vec<u32>, Vec<u32>) {
-    let mut st: Vec<(u64, u32)> = Vec::with_capacity(th.records.len() * 2);
-    for i in 0..th.records.len() {
-        let (a, b) = th.records.stamps(i);
+/// A thread's stamps in time order: `None` if that is their record order
+/// (the common case), else each node's stamp position and each stamp
+/// position's node.
+fn thread_order(th: &Thread) -> Option<(Vec<u32>, Vec<u32>)> {
+    let ev = &th.records;
+    let mut last = 0;
+    let in_order = (0..ev.len()).all(|i| {
+        let (a, b) = ev.stamps(i);
+        let ok = last <= a && a <= b;
+        last = b;
+        ok
+    });
+    if in_order {
+        return None;
+    }
+    let mut st: Vec<(u64, u32)> = Vec::with_capacity(ev.len() * 2);
+    for i in 0..ev.len() {
+        let (a, b) = ev.stamps(i);
         st.push((a, 2 * i as u32));
         st.push((b, 2 * i as u32 + 1));
     }
@@ -141,11 +228,7 @@ fn thread_order(th: &Thread) -> (Vec<u64>, Vec<u32>, Vec<u32>) {
     for (k, &(_, p)) in st.iter().enumerate() {
         back[p as usize] = k as u32;
     }
-    (
-        st.iter().map(|s| s.0).collect(),
-        st.iter().map(|s| s.1).collect(),
-        back,
-    )
+    Some((st.iter().map(|s| s.1).collect(), back))
 }
 
 /// The two timestamps of a record.
@@ -157,17 +240,23 @@ pub fn stamps_of(rec: &Record) -> (u64, u64) {
     }
 }
 
-impl Graph {
+impl<'t> Graph<'t> {
     /// Builds the graph of `trace` with the messages of `m`; `mu_intra` and
     /// `mu_inter` are the minimum latencies between clock groups.
-    pub fn build(trace: &Trace, m: &Messages, mu_intra: u64, mu_inter: u64) -> Graph {
+    pub fn build(trace: &'t Trace, m: &Messages, mu_intra: u64, mu_inter: u64) -> Graph<'t> {
         let (groups, hosts) = clock_groups(trace);
         let mut g = Graph {
+            locs: Vec::new(),
+            records: Vec::new(),
+            pos: Vec::new(),
+            deps: Vec::new(),
+            outs: Vec::new(),
+            insts: Vec::new(),
+            msgs: Vec::new(),
             mu_intra,
             mu_inter,
-            ..Graph::default()
         };
-        let mut inv: Vec<Vec<u32>> = Vec::new();
+        let mut inv: Vec<Option<Vec<u32>>> = Vec::new();
         let mut rank_locs: Vec<Vec<(u32, u32)>> = Vec::new();
         // Each thread's stamps in time order, threads side by side.
         let threads: Vec<&Thread> = trace.ranks.iter().flat_map(|r| &r.threads).collect();
@@ -188,8 +277,8 @@ impl Graph {
                     group: groups[rank.rank as usize],
                     host: hosts[rank.rank as usize],
                 });
-                let (raw, pos, back) = ordered.next().unwrap_or_default();
-                g.raw.push(raw);
+                g.records.push(&th.records);
+                let (pos, back) = ordered.next().flatten().unzip();
                 g.pos.push(pos);
                 inv.push(back);
             }
@@ -198,7 +287,12 @@ impl Graph {
         let node = |at: EventRef, end: bool| -> Option<Node> {
             let locs = rank_locs.get(at.rank as usize)?;
             let &(_, loc) = locs.iter().find(|(t, _)| *t == at.thread)?;
-            let k = *inv[loc as usize].get(2 * at.index + usize::from(end))?;
+            let p = 2 * at.index + usize::from(end);
+            let k = match &inv[loc as usize] {
+                Some(back) => *back.get(p)?,
+                None if p < 2 * g.records[loc as usize].len() => p as u32,
+                None => return None,
+            };
             Some(Node { loc, k })
         };
         let mut deps: Vec<(Node, Dep)> = Vec::new();
@@ -252,10 +346,41 @@ impl Graph {
                 }
             }
         }
-        let sizes: Vec<usize> = g.raw.iter().map(Vec::len).collect();
-        (g.dep_at, g.deps) = csr(&sizes, deps);
-        (g.out_at, g.outs) = csr(&sizes, outs);
+        g.deps = csr(&g, deps);
+        g.outs = csr(&g, outs);
         g
+    }
+
+    /// Number of nodes (stamps) of location `loc`.
+    #[inline]
+    pub fn len(&self, loc: u32) -> usize {
+        2 * self.records[loc as usize].len()
+    }
+
+    /// The stamp position (2·record + end) of node `k` of `loc`.
+    #[inline]
+    pub fn pos(&self, loc: u32, k: u32) -> u32 {
+        match &self.pos[loc as usize] {
+            Some(pos) => pos[k as usize],
+            None => k,
+        }
+    }
+
+    /// The recorded time of node `k` of `loc`.
+    #[inline]
+    pub fn raw(&self, loc: u32, k: u32) -> u64 {
+        let p = self.pos(loc, k);
+        let (a, b) = self.records[loc as usize].stamps(p as usize / 2);
+        if p.is_multiple_of(2) {
+            a
+        } else {
+            b
+        }
+    }
+
+    /// The recorded times, as [`Times`].
+    pub fn recorded(&self) -> Recorded<'_, 't> {
+        Recorded(self)
     }
 
     /// Number of clock groups.
@@ -269,17 +394,17 @@ impl Graph {
 
     /// Total number of stamps.
     pub fn stamps(&self) -> usize {
-        self.raw.iter().map(Vec::len).sum()
+        self.records.iter().map(|r| 2 * r.len()).sum()
     }
 
+    #[inline]
     pub fn deps(&self, n: Node) -> &[Dep] {
-        let at = &self.dep_at[n.loc as usize];
-        &self.deps[n.loc as usize][at[n.k as usize] as usize..at[n.k as usize + 1] as usize]
+        self.deps[n.loc as usize].get(n.k)
     }
 
+    #[inline]
     pub fn outs(&self, n: Node) -> &[Out] {
-        let at = &self.out_at[n.loc as usize];
-        &self.outs[n.loc as usize][at[n.k as usize] as usize..at[n.k as usize + 1] as usize]
+        self.outs[n.loc as usize].get(n.k)
     }
 
     /// Minimum latency of a message from location `a` to location `b`:
@@ -343,37 +468,39 @@ impl Graph {
         room
     }
 
-    /// Maps times in node order back to stamp positions, per location.
-    pub fn by_position(&self, t: &[Vec<u64>]) -> Vec<Vec<u64>> {
-        t.iter()
+    /// Maps times in node order back to stamp positions, per location
+    /// (a location in record order keeps its vector).
+    pub fn by_position(&self, t: Vec<Vec<u64>>) -> Vec<Vec<u64>> {
+        t.into_iter()
             .zip(&self.pos)
-            .map(|(ts, ps)| {
-                let mut out = vec![0; ts.len()];
-                for (&v, &p) in ts.iter().zip(ps) {
-                    out[p as usize] = v;
+            .map(|(ts, pos)| match pos {
+                None => ts,
+                Some(ps) => {
+                    let mut out = vec![0; ts.len()];
+                    for (&v, &p) in ts.iter().zip(ps) {
+                        out[p as usize] = v;
+                    }
+                    out
                 }
-                out
             })
             .collect()
     }
 }
 
-/// Compressed rows: for each location, the start of each node's items.
-#[allow(clippy::type_complexity)]
-fn csr<T: Copy>(sizes: &[usize], mut items: Vec<(Node, T)>) -> (Vec<Vec<u32>>, Vec<Vec<T>>) {
+/// Items by node, in compressed rows per location.
+fn csr<T: Copy>(g: &Graph, mut items: Vec<(Node, T)>) -> Vec<Sparse<T>> {
     items.sort_by_key(|(n, _)| *n);
-    let mut at: Vec<Vec<u32>> = sizes.iter().map(|&n| vec![0u32; n + 1]).collect();
-    let mut flat: Vec<Vec<T>> = sizes.iter().map(|_| Vec::new()).collect();
-    for (n, item) in items {
-        at[n.loc as usize][n.k as usize + 1] += 1;
-        flat[n.loc as usize].push(item);
-    }
-    for a in &mut at {
-        for k in 1..a.len() {
-            a[k] += a[k - 1];
-        }
-    }
-    (at, flat)
+    let mut items = items.into_iter().peekable();
+    (0..g.locs.len() as u32)
+        .map(|loc| {
+            let mine = std::iter::from_fn(|| {
+                items
+                    .next_if(|(n, _)| n.loc == loc)
+                    .map(|(n, item)| (n.k, item))
+            });
+            Sparse::new(g.len(loc), mine)
+        })
+        .collect()
 }
 
 /// Each rank's clock group and host, as small integers. Ranks share a

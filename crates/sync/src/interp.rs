@@ -7,7 +7,8 @@
 
 use pmtrace_format::meta::OffsetSample;
 
-use super::graph::Graph;
+use super::graph::{Graph, Times};
+use super::regress::Correction;
 use pmtrace_trace::read::Trace;
 
 /// A rank's offset to rank 0 as a function of its local time.
@@ -30,7 +31,7 @@ impl OffsetLine {
 
     /// Whether the slope's uncertainty (the two error bounds over the
     /// time between the measurements) is below half the slope.
-    fn slope_is_known(&self) -> bool {
+    pub(crate) fn slope_is_known(&self) -> bool {
         let (Some(a), Some(b)) = (self.init, self.fin) else {
             return false;
         };
@@ -49,7 +50,7 @@ impl OffsetLine {
         self.map(t, false)
     }
 
-    fn map(&self, t: u64, hold: bool) -> u64 {
+    pub(crate) fn map(&self, t: u64, hold: bool) -> u64 {
         let off = match (self.init, self.fin) {
             (Some(a), Some(b)) if b.local_ns > a.local_ns => {
                 let at = if hold {
@@ -96,12 +97,119 @@ pub fn lines(trace: &Trace) -> Vec<OffsetLine> {
         .collect()
 }
 
-/// Applies step 1 to times `t` (in node order).
-pub fn apply(g: &Graph, lines: &[OffsetLine], t: &mut [Vec<u64>]) {
-    for (loc, ts) in g.locs.iter().zip(t.iter_mut()) {
-        let line = lines[loc.rank as usize];
-        for v in ts.iter_mut() {
-            *v = line.apply(*v);
+/// An offset line made ready for evaluating at every stamp: the same
+/// values as [`OffsetLine::map`], with its division by the constant span
+/// done by a multiplication by the span's reciprocal and an exact fix-up
+/// (the library's 128-bit division took a fifth of `pmtrace sync`).
+#[derive(Debug, Clone, Copy)]
+struct Line {
+    line: OffsetLine,
+    hold: bool,
+    /// (local time and offset at init, rise, span, ⌊(2^64 − 1) / span⌋)
+    /// for a line through two measurements.
+    slope: Option<(u64, i64, i64, u64, u64)>,
+    /// Local time at finalize (the end of the held range).
+    end: u64,
+}
+
+impl Line {
+    fn new(line: OffsetLine) -> Line {
+        let hold = !line.slope_is_known();
+        let slope = match (line.init, line.fin) {
+            (Some(a), Some(b)) if b.local_ns > a.local_ns => {
+                let span = b.local_ns - a.local_ns;
+                let rise = b.offset_ns.checked_sub(a.offset_ns);
+                rise.map(|rise| (a.local_ns, a.offset_ns, rise, span, u64::MAX / span))
+            }
+            _ => None,
+        };
+        Line {
+            line,
+            hold,
+            slope,
+            end: line.fin.map_or(0, |b| b.local_ns),
+        }
+    }
+
+    #[inline]
+    fn eval(&self, t: u64, hold: bool) -> u64 {
+        let Some((la, oa, rise, span, inv)) = self.slope else {
+            return self.line.map(t, hold);
+        };
+        let at = if hold { t.clamp(la, self.end) } else { t };
+        let run = i128::from(at) - i128::from(la);
+        let num = i128::from(rise) * run;
+        let Ok(n) = u64::try_from(num.unsigned_abs()) else {
+            return self.line.map(t, hold);
+        };
+        // ⌊n / span⌋: the estimate is low by at most 2.
+        let mut q = ((u128::from(n) * u128::from(inv)) >> 64) as u64;
+        let mut r = n - q * span;
+        while r >= span {
+            q += 1;
+            r -= span;
+        }
+        let quotient = if num < 0 {
+            -i128::from(q)
+        } else {
+            i128::from(q)
+        };
+        let off = i128::from(oa) + quotient;
+        (i128::from(t) + off).clamp(0, i128::from(u64::MAX)) as u64
+    }
+}
+
+/// Steps 1 and 2 as functions of the recorded times, computed where they
+/// are read instead of stored: step 1's offset line of each location, and
+/// where step 2 corrects the location's clock group, its correction.
+pub struct Stepped<'a, 't> {
+    g: &'a Graph<'t>,
+    /// Per location: its rank's line, and whether step 2 corrects it.
+    locs: Vec<(Line, bool)>,
+    correction: Option<&'a Correction>,
+}
+
+impl<'a, 't> Stepped<'a, 't> {
+    /// Step 1: the interpolated offsets.
+    pub fn interpolated(g: &'a Graph<'t>, lines: &[OffsetLine]) -> Stepped<'a, 't> {
+        Stepped::new(g, lines, None)
+    }
+
+    /// Step 1, and step 2 if there is a `correction`.
+    pub fn new(
+        g: &'a Graph<'t>,
+        lines: &[OffsetLine],
+        correction: Option<&'a Correction>,
+    ) -> Stepped<'a, 't> {
+        let locs = g
+            .locs
+            .iter()
+            .map(|loc| {
+                let corrects = correction.is_some_and(|c| c.corrects(loc.group));
+                (Line::new(lines[loc.rank as usize]), corrects)
+            })
+            .collect();
+        Stepped {
+            g,
+            locs,
+            correction,
+        }
+    }
+}
+
+impl Times for Stepped<'_, '_> {
+    #[inline]
+    fn at(&self, loc: u32, k: u32) -> u64 {
+        let r = self.g.raw(loc, k);
+        let (line, corrects) = &self.locs[loc as usize];
+        match self.correction {
+            Some(c) if *corrects => {
+                let group = self.g.locs[loc as usize].group;
+                let on_line = line.eval(r, false);
+                let e = c.error(group, on_line as f64).unwrap_or(0.0).round() as i64;
+                (on_line as i64 - e).max(0) as u64
+            }
+            _ => line.eval(r, line.hold),
         }
     }
 }
@@ -160,6 +268,62 @@ mod tests {
             fin: Some(sample(11_000_000, -9_500)),
         };
         assert_eq!(wild.apply(0), 500);
+    }
+
+    #[test]
+    fn the_ready_line_gives_the_lines_values_exactly() {
+        let lines = [
+            (sample(1_000, 500), sample(11_000, -500)),
+            (sample(1_000_000_000, 500), sample(11_000_000_000, -500)),
+            (
+                sample(3_000_000_000, -7_777),
+                sample(3_000_000_123, 9_999_999),
+            ),
+            (sample(5, i64::MAX / 2), sample(1 << 62, -(i64::MAX / 2))),
+        ];
+        let times = [
+            0,
+            1,
+            999,
+            1_000,
+            5_555,
+            11_000,
+            21_000,
+            1 << 40,
+            u64::MAX / 3,
+            u64::MAX,
+        ];
+        for (a, b) in lines {
+            for line in [
+                OffsetLine {
+                    init: Some(a),
+                    fin: Some(b),
+                },
+                OffsetLine {
+                    init: Some(a),
+                    fin: None,
+                },
+                OffsetLine {
+                    init: None,
+                    fin: None,
+                },
+            ] {
+                let ready = Line::new(line);
+                for t in times
+                    .iter()
+                    .copied()
+                    .chain((0..2000).map(|k| k * 7_919_393))
+                {
+                    for hold in [false, true] {
+                        assert_eq!(
+                            ready.eval(t, hold),
+                            line.map(t, hold),
+                            "{line:?} at {t}, hold {hold}"
+                        );
+                    }
+                }
+            }
+        }
     }
 
     #[test]

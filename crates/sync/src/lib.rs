@@ -33,7 +33,7 @@ use std::time::Instant;
 use serde::{Deserialize, Serialize};
 
 pub use clc::ClcParams;
-pub use graph::Graph;
+pub use graph::{Graph, Times};
 pub use quality::{ErrorStats, SyncViolations};
 pub use store::Synced;
 
@@ -225,11 +225,10 @@ pub fn sync(trace: &Trace, m: &Messages, params: &SyncParams) -> Synced {
     let lines = interp::lines(trace);
     let (intra, inter) = measured_mu(&lines);
     let mut g = Graph::build(trace, m, 0, 0);
-    // Steps 1 and 2.
-    let mut t1 = g.raw.clone();
-    interp::apply(&g, &lines, &mut t1);
+    // Steps 1 and 2, as functions of the recorded times.
     let mut reached = None;
-    let t2 = params.regression.then(|| {
+    let correction = params.regression.then(|| {
+        let t1 = interp::Stepped::interpolated(&g, &lines);
         let reference = g.locs.iter().find(|l| l.rank == 0).map_or(0, |l| l.group);
         let mut anchors: Vec<Option<u64>> = vec![None; g.groups()];
         for loc in &g.locs {
@@ -254,51 +253,37 @@ pub fn sync(trace: &Trace, m: &Messages, params: &SyncParams) -> Synced {
             }
         }
         let correction = regress::estimate(&g, &t1, reference, &anchors, &checks);
-        let mut t2 = t1.clone();
-        regress::apply(&g, &correction, &lines, &mut t2);
         reached = Some(correction.reached() as u64);
-        t2
+        correction
     });
     // μ: as given, else as measured at init, but never more than the
     // messages themselves show (a startup measurement on a loaded node
     // can be far above the latency of the run).
-    let input = t2.as_ref().unwrap_or(&t1);
-    let (floor_intra, floor_inter) = (
-        quality::latency_floor(&g, input, true),
-        quality::latency_floor(&g, input, false),
-    );
+    let (floor_intra, floor_inter) = {
+        let input = interp::Stepped::new(&g, &lines, correction.as_ref());
+        (
+            quality::latency_floor(&g, &input, true),
+            quality::latency_floor(&g, &input, false),
+        )
+    };
     g.mu_intra = params.mu_intra_ns.unwrap_or(cap(intra, floor_intra));
     g.mu_inter = params
         .mu_inter_ns
         .unwrap_or(cap(inter.or(intra), floor_inter));
-    let step = |name: &str, before: &[Vec<u64>], after: &[Vec<u64>]| {
-        let (events_moved, max_shift_ns) = quality::moved(&g, before, after);
-        StepReport {
-            name: name.into(),
-            events_moved,
-            max_shift_ns,
-            violations: quality::violations(&g, after),
-            interval_deviation: quality::interval_deviation(&g, after),
-            order_inversions: quality::order_inversions(after),
-            error_ns: quality::error(trace, &g, after),
-            groups_reached: None,
-            jumps: None,
-            forced: None,
-        }
-    };
     let recorded = Recorded {
-        violations: quality::violations(&g, &g.raw),
-        error_ns: quality::error(trace, &g, &g.raw),
+        violations: quality::violations(&g, &g.recorded()),
+        error_ns: quality::error(trace, &g, &g.recorded()),
     };
-    let mut steps = vec![step("interpolate", &g.raw, &t1)];
-    if let Some(t2) = &t2 {
-        let mut s = step("regress", &t1, t2);
+    let t1 = interp::Stepped::interpolated(&g, &lines);
+    let mut steps = vec![step(trace, &g, "interpolate", &g.recorded(), &t1)];
+    let t = interp::Stepped::new(&g, &lines, correction.as_ref());
+    if correction.is_some() {
+        let mut s = step(trace, &g, "regress", &t1, &t);
         s.groups_reached = reached;
         steps.push(s);
     }
-    let t = t2.unwrap_or(t1);
     let (after, outcome) = clc::run(&g, &t, &params.clc);
-    let mut s = step("clc", &t, &after);
+    let mut s = step(trace, &g, "clc", &t, &after);
     s.jumps = Some(outcome.jumps);
     s.forced = Some(outcome.forced);
     steps.push(s);
@@ -327,5 +312,28 @@ pub fn sync(trace: &Trace, m: &Messages, params: &SyncParams) -> Synced {
         steps,
         seconds: began.elapsed().as_secs_f64(),
     };
-    Synced::from_graph(trace, &g, &after, report)
+    Synced::from_graph(trace, &g, after, report)
+}
+
+/// What one step did: from times `before` to times `after`.
+fn step(
+    trace: &Trace,
+    g: &Graph,
+    name: &str,
+    before: &(impl Times + ?Sized),
+    after: &(impl Times + ?Sized),
+) -> StepReport {
+    let sweep = quality::sweep(trace, g, before, after);
+    StepReport {
+        name: name.into(),
+        events_moved: sweep.events_moved,
+        max_shift_ns: sweep.max_shift_ns,
+        violations: quality::violations(g, after),
+        interval_deviation: sweep.interval_deviation,
+        order_inversions: sweep.order_inversions,
+        error_ns: sweep.error_ns,
+        groups_reached: None,
+        jumps: None,
+        forced: None,
+    }
 }

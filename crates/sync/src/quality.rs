@@ -4,7 +4,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::graph::Graph;
+use super::graph::{Graph, Times};
 use pmtrace_trace::read::Trace;
 
 /// Messages that point backward in time, or arrive sooner than μ.
@@ -31,8 +31,8 @@ pub struct ErrorStats {
 /// Counts the violations of times `t` (in node order): only between
 /// different clock groups, since one clock cannot misorder anything (what
 /// looks backward within a group is what happened).
-pub fn violations(g: &Graph, t: &[Vec<u64>]) -> SyncViolations {
-    let at = |loc: u32, k: u32| t[loc as usize][k as usize];
+pub fn violations(g: &Graph, t: &(impl Times + ?Sized)) -> SyncViolations {
+    let at = |loc: u32, k: u32| t.at(loc, k);
     let group = |loc: u32| g.locs[loc as usize].group;
     let mut v = SyncViolations::default();
     for &(s, r) in &g.msgs {
@@ -68,7 +68,7 @@ pub fn violations(g: &Graph, t: &[Vec<u64>]) -> SyncViolations {
 /// The 1st percentile of the latencies (receive − send) of messages
 /// between different clock groups, on one host or across hosts; 0 if that
 /// is negative, `None` without such messages.
-pub fn latency_floor(g: &Graph, t: &[Vec<u64>], same_host: bool) -> Option<u64> {
+pub fn latency_floor(g: &Graph, t: &(impl Times + ?Sized), same_host: bool) -> Option<u64> {
     let mut lat: Vec<i64> = g
         .msgs
         .iter()
@@ -76,9 +76,7 @@ pub fn latency_floor(g: &Graph, t: &[Vec<u64>], same_host: bool) -> Option<u64> 
             let (a, b) = (&g.locs[s.loc as usize], &g.locs[r.loc as usize]);
             a.group != b.group && (a.host == b.host) == same_host
         })
-        .map(|(s, r)| {
-            t[r.loc as usize][r.k as usize] as i64 - t[s.loc as usize][s.k as usize] as i64
-        })
+        .map(|(s, r)| t.at(r.loc, r.k) as i64 - t.at(s.loc, s.k) as i64)
         .collect();
     if lat.is_empty() {
         return None;
@@ -87,74 +85,99 @@ pub fn latency_floor(g: &Graph, t: &[Vec<u64>], same_host: bool) -> Option<u64> 
     Some((*lat.select_nth_unstable(at).1).max(0) as u64)
 }
 
-/// Events (records) with a stamp that differs between `a` and `b`, and
-/// the largest difference.
-pub fn moved(g: &Graph, a: &[Vec<u64>], b: &[Vec<u64>]) -> (u64, u64) {
-    let mut events = 0;
-    let mut max = 0;
-    for (l, pos) in g.pos.iter().enumerate() {
-        let mut moved = vec![false; pos.len() / 2 + 1];
-        for (k, &p) in pos.iter().enumerate() {
-            let d = a[l][k].abs_diff(b[l][k]);
+/// What one pass over every stamp tells of a step from `before` to `after`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Sweep {
+    /// Events (records) with a stamp the step moved, and the largest move.
+    pub events_moved: u64,
+    pub max_shift_ns: u64,
+    /// Becker's weighted interval deviation Σ|Δt' − Δt| / Σ|Δt| over
+    /// consecutive stamps of each location, against the recorded intervals.
+    pub interval_deviation: f64,
+    /// Consecutive stamps of a location whose order `after` reverses (0
+    /// after every step).
+    pub order_inversions: u64,
+    /// [`error`] of `after`.
+    pub error_ns: Option<ErrorStats>,
+}
+
+/// The step's moves, interval deviation, order inversions and [`error`]
+/// in one pass, each time read once (times may be computed where read).
+pub fn sweep(
+    trace: &Trace,
+    g: &Graph,
+    before: &(impl Times + ?Sized),
+    after: &(impl Times + ?Sized),
+) -> Sweep {
+    let simulated = trace.ranks.iter().any(|r| r.header.clock_sim.is_some());
+    let mut errs: Vec<u64> = Vec::new();
+    let (mut events, mut max, mut inversions) = (0, 0, 0);
+    let (mut dev, mut sum) = (0u128, 0u128);
+    for (l, loc) in g.locs.iter().enumerate() {
+        let l = l as u32;
+        let n = g.len(l) as u32;
+        let h = &trace.ranks[loc.rank as usize].header;
+        let mut seen = vec![0u64; (n as usize / 2).div_ceil(64)];
+        let (mut raw0, mut new0) = (0, 0);
+        for k in 0..n {
+            let (raw, new) = (g.raw(l, k), after.at(l, k));
+            let d = before.at(l, k).abs_diff(new);
             if d > 0 {
                 max = max.max(d);
-                let rec = &mut moved[p as usize / 2];
-                if !*rec {
-                    *rec = true;
+                let rec = g.pos(l, k) as usize / 2;
+                let bit = 1u64 << (rec % 64);
+                if seen[rec / 64] & bit == 0 {
+                    seen[rec / 64] |= bit;
                     events += 1;
                 }
             }
+            if k > 0 {
+                let was = raw - raw0;
+                dev += u128::from(was.abs_diff(new.abs_diff(new0)));
+                sum += u128::from(was);
+                inversions += u64::from(new < new0);
+            }
+            if simulated {
+                errs.push(h.true_time(raw).abs_diff(new));
+            }
+            (raw0, new0) = (raw, new);
         }
     }
-    (events, max)
-}
-
-/// Becker's weighted interval deviation Σ|Δt' − Δt| / Σ|Δt| over
-/// consecutive stamps of each location, against the recorded intervals.
-pub fn interval_deviation(g: &Graph, t: &[Vec<u64>]) -> f64 {
-    let (mut dev, mut sum) = (0u128, 0u128);
-    for (raw, new) in g.raw.iter().zip(t) {
-        for k in 1..raw.len() {
-            let was = raw[k] - raw[k - 1];
-            let now = new[k].abs_diff(new[k - 1]);
-            dev += u128::from(was.abs_diff(now));
-            sum += u128::from(was);
-        }
+    Sweep {
+        events_moved: events,
+        max_shift_ns: max,
+        interval_deviation: if sum == 0 {
+            0.0
+        } else {
+            dev as f64 / sum as f64
+        },
+        order_inversions: inversions,
+        error_ns: simulated.then(|| error_stats(errs)),
     }
-    if sum == 0 {
-        0.0
-    } else {
-        dev as f64 / sum as f64
-    }
-}
-
-/// Consecutive stamps of a location whose order `t` reverses (0 after every step).
-pub fn order_inversions(t: &[Vec<u64>]) -> u64 {
-    t.iter()
-        .map(|ts| ts.windows(2).filter(|w| w[1] < w[0]).count() as u64)
-        .sum()
 }
 
 /// The error of `t` against the true time, if the run simulated clocks.
-pub fn error(trace: &Trace, g: &Graph, t: &[Vec<u64>]) -> Option<ErrorStats> {
+pub fn error(trace: &Trace, g: &Graph, t: &(impl Times + ?Sized)) -> Option<ErrorStats> {
     if trace.ranks.iter().all(|r| r.header.clock_sim.is_none()) {
         return None;
     }
     let mut errs: Vec<u64> = Vec::with_capacity(g.stamps());
-    for ((loc, raw), new) in g.locs.iter().zip(&g.raw).zip(t) {
+    for (l, loc) in g.locs.iter().enumerate() {
         let h = &trace.ranks[loc.rank as usize].header;
-        errs.extend(
-            raw.iter()
-                .zip(new)
-                .map(|(&r, &n)| h.true_time(r).abs_diff(n)),
-        );
+        let l = l as u32;
+        errs.extend((0..g.len(l) as u32).map(|k| h.true_time(g.raw(l, k)).abs_diff(t.at(l, k))));
     }
+    Some(error_stats(errs))
+}
+
+/// Median, 99th percentile and largest of `errs`.
+fn error_stats(mut errs: Vec<u64>) -> ErrorStats {
     if errs.is_empty() {
-        return Some(ErrorStats::default());
+        return ErrorStats::default();
     }
     let n = errs.len();
     let max = *errs.iter().max().expect("not empty");
     let p99 = *errs.select_nth_unstable(((n - 1) * 99) / 100).1;
     let median = *errs.select_nth_unstable((n - 1) / 2).1;
-    Some(ErrorStats { median, p99, max })
+    ErrorStats { median, p99, max }
 }

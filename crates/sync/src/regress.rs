@@ -55,8 +55,7 @@
 
 use std::collections::{BTreeMap, BinaryHeap};
 
-use super::graph::Graph;
-use super::interp::OffsetLine;
+use super::graph::{Graph, Times};
 
 /// A continuous piecewise-linear function; linear beyond its end knots.
 #[derive(Debug, Clone, PartialEq)]
@@ -159,14 +158,18 @@ pub type Checks = Vec<[Option<(f64, f64)>; 2]>;
 /// `checks`: where step 1 was measured, which no fit may contradict.
 pub fn estimate(
     g: &Graph,
-    t: &[Vec<u64>],
+    t: &(impl Times + ?Sized),
     reference: u32,
     anchors: &[Option<u64>],
     checks: &Checks,
 ) -> Correction {
     let groups = g.groups();
-    let origin = t.iter().flat_map(|v| v.first()).copied().min().unwrap_or(0);
-    let at = |n: super::graph::Node| t[n.loc as usize][n.k as usize].saturating_sub(origin) as f64;
+    let origin = (0..g.locs.len() as u32)
+        .filter(|&l| g.len(l) > 0)
+        .map(|l| t.at(l, 0))
+        .min()
+        .unwrap_or(0);
+    let at = |n: super::graph::Node| t.at(n.loc, n.k).saturating_sub(origin) as f64;
     // (upper, lower) samples per pair (a < b): (time, bound on e_a − e_b).
     let mut samples: BTreeMap<(u32, u32), (Samples, Samples)> = BTreeMap::new();
     for &(s, r) in &g.msgs {
@@ -304,28 +307,6 @@ fn shift(mut d: Pwl, origin: f64) -> Pwl {
         k.0 += origin;
     }
     d
-}
-
-/// Applies the correction to times `t` (in node order).
-///
-/// A group corrected through messages starts again from its recorded
-/// times on step 1's line *extrapolated* beyond the offset measurements:
-/// under a constant drift its error is then one line, which the fit
-/// (linear beyond its ends) follows back into `MPI_Init` and on after the
-/// last message. Step 1 itself holds the offset there, which is the better
-/// guess when nothing else is known.
-pub fn apply(g: &Graph, c: &Correction, lines: &[OffsetLine], t: &mut [Vec<u64>]) {
-    for ((loc, ts), raw) in g.locs.iter().zip(t.iter_mut()).zip(&g.raw) {
-        if !c.corrects(loc.group) {
-            continue;
-        }
-        let line = lines[loc.rank as usize];
-        for (v, &r) in ts.iter_mut().zip(raw) {
-            let on_line = line.extrapolate(r);
-            let e = c.error(loc.group, on_line as f64).unwrap_or(0.0).round() as i64;
-            *v = (on_line as i64 - e).max(0) as u64;
-        }
-    }
 }
 
 /// The corridor middles, one per window with messages both ways.

@@ -53,7 +53,7 @@ pub fn replay<K: Ord + Copy>(
             None => {
                 forced += 1;
                 (0..g.locs.len() as u32)
-                    .filter(|&l| (r.next[l as usize] as usize) < g.raw[l as usize].len())
+                    .filter(|&l| (r.next[l as usize] as usize) < g.len(l))
                     .min_by_key(|&l| key(r.head(l)))
                     .expect("nodes left")
             }
@@ -79,8 +79,8 @@ pub fn replay<K: Ord + Copy>(
     forced
 }
 
-struct Replay<'g> {
-    g: &'g Graph,
+struct Replay<'g, 't> {
+    g: &'g Graph<'t>,
     /// Per location: the next node to visit.
     next: Vec<u32>,
     /// Per instance and member: its enter was visited.
@@ -93,7 +93,7 @@ struct Replay<'g> {
     queued: Vec<bool>,
 }
 
-impl Replay<'_> {
+impl Replay<'_, '_> {
     fn head(&self, loc: u32) -> Node {
         Node {
             loc,
@@ -109,7 +109,7 @@ impl Replay<'_> {
         heap: &mut BinaryHeap<Reverse<(K, u32)>>,
     ) {
         let l = loc as usize;
-        if self.queued[l] || self.next[l] as usize >= self.g.raw[l].len() {
+        if self.queued[l] || self.next[l] as usize >= self.g.len(loc) {
             return;
         }
         let n = self.head(loc);

@@ -23,7 +23,7 @@ use pmtrace_format::chunk::payload_crc;
 use pmtrace_format::varint::{get_i, put_i, MAX_VARINT};
 use serde::{Deserialize, Serialize};
 
-use super::graph::Graph;
+use super::graph::{Graph, Times};
 use super::SyncReport;
 use pmtrace_trace::error::ReadError;
 use pmtrace_trace::read::{EventRef, Trace};
@@ -71,7 +71,7 @@ fn prints(trace: &Trace) -> Vec<RankPrint> {
 
 impl Synced {
     /// Times in node order of `g` become times by rank, thread and stamp.
-    pub fn from_graph(trace: &Trace, g: &Graph, t: &[Vec<u64>], report: SyncReport) -> Synced {
+    pub fn from_graph(trace: &Trace, g: &Graph, t: Vec<Vec<u64>>, report: SyncReport) -> Synced {
         let mut times: Vec<Vec<Vec<u64>>> = trace
             .ranks
             .iter()
@@ -96,15 +96,8 @@ impl Synced {
     }
 
     /// The synchronized times in node order of `g`.
-    pub fn node_times(&self, g: &Graph) -> Vec<Vec<u64>> {
-        g.locs
-            .iter()
-            .zip(&g.pos)
-            .map(|(loc, pos)| {
-                let ts = &self.times[loc.rank as usize][loc.slot];
-                pos.iter().map(|&p| ts[p as usize]).collect()
-            })
-            .collect()
+    pub fn node_times<'a>(&'a self, g: &'a Graph<'a>) -> NodeTimes<'a> {
+        NodeTimes { synced: self, g }
     }
 
     pub fn path(dir: &Path) -> PathBuf {
@@ -201,5 +194,19 @@ impl Synced {
 
     fn stamps(&self) -> usize {
         self.times.iter().flatten().map(Vec::len).sum()
+    }
+}
+
+/// Synchronized times in the node order of a graph ([`Synced::node_times`]).
+pub struct NodeTimes<'a> {
+    synced: &'a Synced,
+    g: &'a Graph<'a>,
+}
+
+impl Times for NodeTimes<'_> {
+    #[inline]
+    fn at(&self, loc: u32, k: u32) -> u64 {
+        let l = &self.g.locs[loc as usize];
+        self.synced.times[l.rank as usize][l.slot][self.g.pos(loc, k) as usize]
     }
 }

@@ -639,6 +639,13 @@ impl Events {
         self.tag[i] & tag::VARIANT < tag::BUFFER_WAIT
     }
 
+    /// Whether record `i` is a call with a payload (not `Payload::None`).
+    #[inline]
+    pub fn has_payload(&self, i: usize) -> bool {
+        let v = self.tag[i] & tag::VARIANT;
+        v != tag::NONE && v < tag::BUFFER_WAIT
+    }
+
     /// The function of record `i`, if it is a call.
     #[inline]
     pub fn func(&self, i: usize) -> Option<u32> {

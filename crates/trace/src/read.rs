@@ -155,7 +155,7 @@ impl Rank {
         // could have made (a damaged trace) goes to a map instead.
         let bound = self.events() as usize + 16;
         let mut done_at = Completions::default();
-        for (at, c) in self.calls() {
+        for (at, c) in self.payload_calls() {
             if let Payload::Complete { done } = c.payload {
                 for op in done.iter().filter_map(|d| d.op) {
                     let (t, n) = Completions::split(op);
@@ -197,6 +197,23 @@ impl Rank {
     pub fn call_at(&self, at: EventRef) -> Option<Call<'_>> {
         let records = &self.thread(at.thread)?.records;
         (at.index < records.len()).then(|| records.call(at.index))?
+    }
+
+    /// The calls with a payload: every call that sends, receives, starts,
+    /// completes, or names a communicator (no `Payload::None`).
+    pub fn payload_calls(&self) -> impl Iterator<Item = (EventRef, Call<'_>)> {
+        self.threads.iter().flat_map(move |th| {
+            (0..th.records.len())
+                .filter(|&index| th.records.has_payload(index))
+                .map(move |index| {
+                    let at = EventRef {
+                        rank: self.rank,
+                        thread: th.index,
+                        index,
+                    };
+                    (at, th.records.call(index).expect("a call"))
+                })
+        })
     }
 
     /// Number of MPI calls recorded.
@@ -850,7 +867,7 @@ pub fn comm_indices(p: &Payload<'_>) -> impl Iterator<Item = u32> {
 /// died may miss the definition of its newest communicator: a warning then.
 fn check_comm_indices(mut rank: Rank) -> Result<Rank, ReadError> {
     let mut undefined = None;
-    for (_, call) in rank.calls() {
+    for (_, call) in rank.payload_calls() {
         if let Some(index) = comm_indices(&call.payload).find(|i| !rank.comms.contains_key(i)) {
             undefined = Some((
                 index,
