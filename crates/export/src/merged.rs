@@ -46,8 +46,8 @@ pub fn write(trace: &Trace, m: &Messages, synced: &Synced, out: &mut dyn Write) 
     let mut failed: Option<io::Error> = None;
     replay(
         &g,
-        |n| (t.at(n.loc, n.k), n.loc),
-        |n| {
+        |n| t.at(n.loc, n.k),
+        |n, time| {
             if failed.is_some() {
                 return;
             }
@@ -60,7 +60,6 @@ pub fn write(trace: &Trace, m: &Messages, synced: &Synced, out: &mut dyn Write) 
                 return;
             }
             line.clear();
-            let time = t.at(n.loc, n.k);
             if pos.is_multiple_of(2) {
                 line.push_str(&format!("{time} {} ", if single { "at" } else { "enter" }));
                 format_record(&mut line, rank, loc.thread, rec);

@@ -97,10 +97,9 @@ pub fn forward(
     let mut prev_c: Vec<u64> = vec![0; locs];
     let forced = replay(
         g,
-        |n| (c.at(n.loc, n.k), n.loc),
-        |n| {
+        |n| c.at(n.loc, n.k),
+        |n, cn| {
             let (l, k) = (n.loc as usize, n.k as usize);
-            let cn = c.at(n.loc, n.k);
             let before = std::mem::replace(&mut prev_c[l], cn);
             let base = if k == 0 {
                 cn

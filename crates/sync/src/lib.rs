@@ -320,8 +320,8 @@ fn step(
     trace: &Trace,
     g: &Graph,
     name: &str,
-    before: &(impl Times + ?Sized),
-    after: &(impl Times + ?Sized),
+    before: &(impl Times + ?Sized + Sync),
+    after: &(impl Times + ?Sized + Sync),
 ) -> StepReport {
     let sweep = quality::sweep(trace, g, before, after);
     StepReport {

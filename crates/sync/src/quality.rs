@@ -106,42 +106,61 @@ pub struct Sweep {
 pub fn sweep(
     trace: &Trace,
     g: &Graph,
-    before: &(impl Times + ?Sized),
-    after: &(impl Times + ?Sized),
+    before: &(impl Times + ?Sized + Sync),
+    after: &(impl Times + ?Sized + Sync),
 ) -> Sweep {
+    use rayon::prelude::*;
     let simulated = trace.ranks.iter().any(|r| r.header.clock_sim.is_some());
+    /// One location's part: moved events, largest move, deviation and
+    /// recorded sums, inversions, errors.
+    type Part = (u64, u64, u128, u128, u64, Vec<u64>);
+    let parts: Vec<Part> = (0..g.locs.len() as u32)
+        .into_par_iter()
+        .map(|l| {
+            let loc = &g.locs[l as usize];
+            let n = g.len(l) as u32;
+            let h = &trace.ranks[loc.rank as usize].header;
+            let mut errs = Vec::new();
+            let (mut events, mut max, mut inversions) = (0, 0, 0);
+            let (mut dev, mut sum) = (0u128, 0u128);
+            let mut seen = vec![0u64; (n as usize / 2).div_ceil(64)];
+            let (mut raw0, mut new0) = (0, 0);
+            for k in 0..n {
+                let (raw, new) = (g.raw(l, k), after.at(l, k));
+                let d = before.at(l, k).abs_diff(new);
+                if d > 0 {
+                    max = max.max(d);
+                    let rec = g.pos(l, k) as usize / 2;
+                    let bit = 1u64 << (rec % 64);
+                    if seen[rec / 64] & bit == 0 {
+                        seen[rec / 64] |= bit;
+                        events += 1;
+                    }
+                }
+                if k > 0 {
+                    let was = raw - raw0;
+                    dev += u128::from(was.abs_diff(new.abs_diff(new0)));
+                    sum += u128::from(was);
+                    inversions += u64::from(new < new0);
+                }
+                if simulated {
+                    errs.push(h.true_time(raw).abs_diff(new));
+                }
+                (raw0, new0) = (raw, new);
+            }
+            (events, max, dev, sum, inversions, errs)
+        })
+        .collect();
     let mut errs: Vec<u64> = Vec::new();
     let (mut events, mut max, mut inversions) = (0, 0, 0);
     let (mut dev, mut sum) = (0u128, 0u128);
-    for (l, loc) in g.locs.iter().enumerate() {
-        let l = l as u32;
-        let n = g.len(l) as u32;
-        let h = &trace.ranks[loc.rank as usize].header;
-        let mut seen = vec![0u64; (n as usize / 2).div_ceil(64)];
-        let (mut raw0, mut new0) = (0, 0);
-        for k in 0..n {
-            let (raw, new) = (g.raw(l, k), after.at(l, k));
-            let d = before.at(l, k).abs_diff(new);
-            if d > 0 {
-                max = max.max(d);
-                let rec = g.pos(l, k) as usize / 2;
-                let bit = 1u64 << (rec % 64);
-                if seen[rec / 64] & bit == 0 {
-                    seen[rec / 64] |= bit;
-                    events += 1;
-                }
-            }
-            if k > 0 {
-                let was = raw - raw0;
-                dev += u128::from(was.abs_diff(new.abs_diff(new0)));
-                sum += u128::from(was);
-                inversions += u64::from(new < new0);
-            }
-            if simulated {
-                errs.push(h.true_time(raw).abs_diff(new));
-            }
-            (raw0, new0) = (raw, new);
-        }
+    for (e, m, d, s, i, errors) in parts {
+        events += e;
+        max = max.max(m);
+        dev += d;
+        sum += s;
+        inversions += i;
+        errs.extend(errors);
     }
     Sweep {
         events_moved: events,

@@ -14,12 +14,13 @@ use std::collections::BinaryHeap;
 use super::graph::{Dep, Graph, Node, Out};
 
 /// Visits every node of `g` once, in a causal order, smallest `key` first
-/// among the ready ones. Returns how many nodes were visited before their
-/// dependencies (lost events).
+/// among the ready ones (ties by location), giving `visit` the node and
+/// its key. Returns how many nodes were visited before their dependencies
+/// (lost events).
 pub fn replay<K: Ord + Copy>(
     g: &Graph,
     key: impl Fn(Node) -> K,
-    mut visit: impl FnMut(Node),
+    mut visit: impl FnMut(Node, K),
 ) -> u64 {
     let mut r = Replay {
         g,
@@ -45,35 +46,52 @@ pub fn replay<K: Ord + Copy>(
     }
     let mut forced = 0;
     while left > 0 {
-        let loc = match heap.pop() {
-            Some(Reverse((_, loc))) => {
+        let (loc, mut k) = match heap.pop() {
+            Some(Reverse((k, loc))) => {
                 r.queued[loc as usize] = false;
-                loc
+                (loc, k)
             }
             None => {
                 forced += 1;
-                (0..g.locs.len() as u32)
+                let loc = (0..g.locs.len() as u32)
                     .filter(|&l| (r.next[l as usize] as usize) < g.len(l))
                     .min_by_key(|&l| key(r.head(l)))
-                    .expect("nodes left")
+                    .expect("nodes left");
+                (loc, key(r.head(loc)))
             }
         };
-        let n = r.head(loc);
-        visit(n);
-        left -= 1;
-        r.next[loc as usize] += 1;
-        r.offer(loc, &key, &mut heap);
-        for &out in g.outs(n) {
-            match out {
-                Out::Msg(to) => r.offer(to.loc, &key, &mut heap),
-                Out::Enter { inst, member } => {
-                    r.entered[inst as usize][member as usize] = true;
-                    r.count[inst as usize] += 1;
-                    for m in g.insts[inst as usize].members.iter().flatten() {
-                        r.offer(m.loc, &key, &mut heap);
+        // Visit the location's nodes while each is ready and comes before
+        // everything queued: what the heap would give, without it.
+        loop {
+            let n = r.head(loc);
+            visit(n, k);
+            left -= 1;
+            r.next[loc as usize] += 1;
+            for &out in g.outs(n) {
+                match out {
+                    Out::Msg(to) => r.offer(to.loc, &key, &mut heap),
+                    Out::Enter { inst, member } => {
+                        r.entered[inst as usize][member as usize] = true;
+                        r.count[inst as usize] += 1;
+                        for m in g.insts[inst as usize].members.iter().flatten() {
+                            if m.loc != loc {
+                                r.offer(m.loc, &key, &mut heap);
+                            }
+                        }
                     }
                 }
             }
+            let Some(next) = r.ready_head(loc) else {
+                break;
+            };
+            let kn = key(next);
+            if heap.peek().is_none_or(|Reverse(top)| (kn, loc) < *top) {
+                k = kn;
+                continue;
+            }
+            r.queued[loc as usize] = true;
+            heap.push(Reverse((kn, loc)));
+            break;
         }
     }
     forced
@@ -101,6 +119,16 @@ impl Replay<'_, '_> {
         }
     }
 
+    /// The next node of `loc`, if there is one, it is ready, and it is not queued.
+    fn ready_head(&self, loc: u32) -> Option<Node> {
+        let l = loc as usize;
+        if self.queued[l] || self.next[l] as usize >= self.g.len(loc) {
+            return None;
+        }
+        let n = self.head(loc);
+        self.g.deps(n).iter().all(|&d| self.ready(d)).then_some(n)
+    }
+
     /// Queues the next node of `loc` if it is ready and not queued yet.
     fn offer<K: Ord + Copy>(
         &mut self,
@@ -108,13 +136,8 @@ impl Replay<'_, '_> {
         key: &impl Fn(Node) -> K,
         heap: &mut BinaryHeap<Reverse<(K, u32)>>,
     ) {
-        let l = loc as usize;
-        if self.queued[l] || self.next[l] as usize >= self.g.len(loc) {
-            return;
-        }
-        let n = self.head(loc);
-        if self.g.deps(n).iter().all(|&d| self.ready(d)) {
-            self.queued[l] = true;
+        if let Some(n) = self.ready_head(loc) {
+            self.queued[loc as usize] = true;
             heap.push(Reverse((key(n), loc)));
         }
     }
