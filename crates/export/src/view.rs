@@ -163,17 +163,23 @@ impl<'a> View<'a> {
     /// by end: the order in which their Enter events go out.
     pub fn calls_in_order(&self, loc: Location) -> impl Iterator<Item = (usize, Call<'a>)> + 'a {
         let records = self.records(loc);
-        let mut calls: Vec<(u64, u64, usize)> = (0..records.len())
+        self.order(loc)
+            .into_iter()
+            .map(move |i| (i as usize, records.call(i as usize).expect("a call")))
+    }
+
+    /// The record indices of [`View::calls_in_order`].
+    pub fn order(&self, loc: Location) -> Vec<u32> {
+        let records = self.records(loc);
+        let mut calls: Vec<(u64, u64, u32)> = (0..records.len())
             .filter(|&i| records.is_call(i))
             .map(|i| {
                 let at = self.at(loc, i);
-                (self.time(at, false), self.time(at, true), i)
+                (self.time(at, false), self.time(at, true), i as u32)
             })
             .collect();
         calls.sort_unstable();
-        calls
-            .into_iter()
-            .map(move |(_, _, i)| (i, records.call(i).expect("a call")))
+        calls.into_iter().map(|(_, _, i)| i).collect()
     }
 
     pub fn function_name(&self, rank: u32, call: &Call) -> &'a str {
