@@ -1,14 +1,19 @@
 //! Progress on stderr for verbs that can take more than a couple of
 //! seconds: a spinner naming the phase, then a bar while writing. Nothing
 //! is drawn unless stderr is a terminal, so logs and pipes stay clean.
+//! `PMTRACE_TIMES=1` prints each phase's wall time on stderr when it ends
+//! (where a verb's seconds go, for tuning the engine).
 
+use std::cell::RefCell;
 use std::io::IsTerminal;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use indicatif::{ProgressBar, ProgressStyle};
 
 pub struct Progress {
     bar: ProgressBar,
+    /// With `PMTRACE_TIMES`: the phase under way and when it began.
+    timing: Option<RefCell<(String, Instant)>>,
 }
 
 impl Progress {
@@ -20,17 +25,35 @@ impl Progress {
         } else {
             ProgressBar::hidden()
         };
-        Progress { bar }
+        let timing = std::env::var_os("PMTRACE_TIMES")
+            .filter(|v| v != "0")
+            .map(|_| RefCell::new(("starting".to_owned(), Instant::now())));
+        Progress { bar, timing }
+    }
+
+    /// Ends the phase under way (its time, if asked) and begins `what`.
+    fn next(&self, what: &str) {
+        if let Some(t) = &self.timing {
+            let mut t = t.borrow_mut();
+            eprintln!(
+                "pmtrace: time: {} {:.3} s",
+                t.0,
+                t.1.elapsed().as_secs_f64()
+            );
+            *t = (what.to_owned(), Instant::now());
+        }
     }
 
     /// A phase of unknown length.
     pub fn phase(&self, what: &str) {
+        self.next(what);
         self.bar.set_style(ProgressStyle::default_spinner());
         self.bar.set_message(what.to_owned());
     }
 
     /// A phase of `len` steps; returns the callback that reports them.
     pub fn counted(&self, what: &str, len: u64) -> impl FnMut(u64) + 'static {
+        self.next(what);
         self.bar.set_style(
             ProgressStyle::with_template("{msg} [{bar:30}] {pos}/{len} ({eta})")
                 .expect("the template is valid")
@@ -46,6 +69,7 @@ impl Progress {
 
 impl Drop for Progress {
     fn drop(&mut self) {
+        self.next("");
         self.bar.finish_and_clear();
     }
 }

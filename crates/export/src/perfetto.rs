@@ -253,7 +253,6 @@ fn annotations(d: CallDetail, lamport: Option<u64>) -> Vec<DebugAnnotation> {
 #[derive(Default)]
 struct SliceEncoder {
     event: Vec<u8>,
-    packet: Vec<u8>,
 }
 
 /// What a slice's begin event says.
@@ -264,6 +263,11 @@ struct SliceBegin<'a> {
     lamport: Option<u64>,
     flows: &'a [u64],
     terminating: &'a [u64],
+}
+
+/// Bytes of `v` as a varint.
+fn varint_len(v: u64) -> usize {
+    (64 - (v | 1).leading_zeros() as usize).div_ceil(7)
 }
 
 fn put_varint(buf: &mut Vec<u8>, mut v: u64) {
@@ -283,38 +287,25 @@ impl SliceEncoder {
         e.push(3 << 3);
         put_varint(e, CAT_MPI);
         // debug_annotations (4): (name iid, field, value) each
-        let mut ann = |iid: u64, field: u8, v: u64| {
-            let mut body = [0u8; 24];
-            let mut n = 0;
-            let mut put = |x: u64| {
-                let mut x = x;
-                while x >= 0x80 {
-                    body[n] = (x as u8) | 0x80;
-                    n += 1;
-                    x >>= 7;
-                }
-                body[n] = x as u8;
-                n += 1;
-            };
-            put(1 << 3);
-            put(iid);
-            put(u64::from(field) << 3);
-            put(v);
+        let ann = |e: &mut Vec<u8>, iid: u64, field: u8, v: u64| {
             e.push((4 << 3) | 2);
-            put_varint(e, n as u64);
-            e.extend_from_slice(&body[..n]);
+            put_varint(e, (2 + varint_len(iid) + varint_len(v)) as u64);
+            e.push(1 << 3);
+            put_varint(e, iid);
+            e.push(field << 3);
+            put_varint(e, v);
         };
         if let Some(p) = b.detail.peer {
-            ann(ANN_PEER, 3, u64::from(p));
+            ann(e, ANN_PEER, 3, u64::from(p));
         }
         if let Some(tag) = b.detail.tag {
-            ann(ANN_TAG, 4, i64::from(tag) as u64);
+            ann(e, ANN_TAG, 4, i64::from(tag) as u64);
         }
         if b.detail.bytes > 0 {
-            ann(ANN_BYTES, 3, b.detail.bytes);
+            ann(e, ANN_BYTES, 3, b.detail.bytes);
         }
         if let Some(l) = b.lamport {
-            ann(ANN_LAMPORT, 3, l);
+            ann(e, ANN_LAMPORT, 3, l);
         }
         self.tail(
             t,
@@ -360,21 +351,30 @@ impl SliceEncoder {
                 e.extend_from_slice(&id.to_le_bytes());
             }
         }
-        let p = &mut self.packet;
-        p.clear();
-        p.push(8 << 3);
-        put_varint(p, t);
-        p.push(10 << 3);
-        put_varint(p, u64::from(SEQ));
-        p.push((11 << 3) | 2);
-        put_varint(p, e.len() as u64);
-        p.extend_from_slice(e);
-        p.push(13 << 3);
-        put_varint(p, u64::from(SEQ_NEEDS_INCREMENTAL_STATE));
+        // The packet: timestamp (8), sequence id (10), the event (11),
+        // flags (13), framed as Trace.packet (1).
+        let len = 1
+            + varint_len(t)
+            + 1
+            + varint_len(u64::from(SEQ))
+            + 1
+            + varint_len(e.len() as u64)
+            + e.len()
+            + 1
+            + varint_len(u64::from(SEQ_NEEDS_INCREMENTAL_STATE));
         let start = out.len();
+        out.reserve(len + 12);
         out.push(0x0A);
-        put_varint(out, p.len() as u64);
-        out.extend_from_slice(p);
+        put_varint(out, len as u64);
+        out.push(8 << 3);
+        put_varint(out, t);
+        out.push(10 << 3);
+        put_varint(out, u64::from(SEQ));
+        out.push((11 << 3) | 2);
+        put_varint(out, e.len() as u64);
+        out.extend_from_slice(e);
+        out.push(13 << 3);
+        put_varint(out, u64::from(SEQ_NEEDS_INCREMENTAL_STATE));
         out.len() - start
     }
 }
@@ -404,28 +404,36 @@ impl<'v> CallSlices<'v, '_> {
         let mut enc = SliceEncoder::default();
         let track = thread_uuid(loc.rank, loc.thread);
         let records = view.records(loc);
+        let times = view.times(loc);
+        let mut clocks = view.clocks.after_call.thread(loc.rank, loc.thread);
+        let lamport = view.clocks.report.mode != "none";
         for &i in block {
             let i = i as usize;
-            let call = records.call(i).expect("a call");
             let at = view.at(loc, i);
-            let (a, b) = (view.time(at, false), view.time(at, true));
+            let (a, b) = times.get(i);
             let a = a.max(last);
             let b = b.max(a);
             last = b;
             // A call without payload neither sends, receives nor joins a
-            // collective: no flow starts or ends there.
-            let has_flows = call.payload != pmtrace_trace::Payload::None;
+            // collective: no flow starts or ends there, and it has no detail.
+            let func = records.func(i).expect("a call");
+            let has_flows = records.has_payload(i);
             let flows = |map: &'v HashMap<EventRef, Vec<u64>>| -> &'v [u64] {
                 match has_flows.then(|| map.get(&at)).flatten() {
                     Some(ids) => ids,
                     None => &[],
                 }
             };
+            let detail = if has_flows {
+                view.detail(at, &records.call(i).expect("a call"))
+            } else {
+                CallDetail::default()
+            };
             let begin = SliceBegin {
-                name_iid: self.iid_of.get(call.func as usize).copied().flatten(),
+                name_iid: self.iid_of.get(func as usize).copied().flatten(),
                 track,
-                detail: view.detail(at, &call),
-                lamport: view.lamport(at),
+                detail,
+                lamport: if lamport { clocks.get(i) } else { None },
                 flows: flows(self.flows_out),
                 terminating: flows(self.flows_in),
             };

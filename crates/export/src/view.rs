@@ -13,7 +13,6 @@ use pmtrace_trace::{Call, Events, Payload};
 use pmtrace_matching::clocks::{self, Clocks};
 use pmtrace_matching::collective::{self, Instance, MemberCalls};
 use pmtrace_matching::matching::Messages;
-use pmtrace_sync::graph::stamps_of;
 use pmtrace_sync::Synced;
 use pmtrace_trace::read::{EventRef, Trace};
 
@@ -45,6 +44,31 @@ pub struct InFlight {
     pub start: EventRef,
     pub end: EventRef,
     pub detail: CallDetail,
+}
+
+/// A location's record times in an export's base ([`View::times`]).
+#[derive(Clone, Copy)]
+pub struct LocTimes<'a> {
+    synced: Option<&'a [u64]>,
+    records: &'a Events,
+}
+
+impl LocTimes<'_> {
+    /// Start and end of record `i`.
+    #[inline]
+    pub fn get(&self, i: usize) -> (u64, u64) {
+        let raw = || self.records.stamps(i);
+        match self.synced {
+            Some(t) => match (t.get(2 * i), t.get(2 * i + 1)) {
+                (Some(&a), Some(&b)) => (a, b),
+                (a, b) => (
+                    a.copied().unwrap_or_else(|| raw().0),
+                    b.copied().unwrap_or_else(|| raw().1),
+                ),
+            },
+            None => raw(),
+        }
+    }
 }
 
 /// A trace ready to be drawn.
@@ -149,14 +173,32 @@ impl<'a> View<'a> {
 
     /// The start (or end) of a record as recorded.
     pub fn raw(&self, at: EventRef, end: bool) -> u64 {
-        self.trace.record(at).map_or(0, |r| {
-            let (a, b) = stamps_of(&r);
-            if end {
-                b
-            } else {
-                a
-            }
-        })
+        let Some(th) = self
+            .trace
+            .ranks
+            .get(at.rank as usize)
+            .and_then(|r| r.thread(at.thread))
+        else {
+            return 0;
+        };
+        if at.index >= th.records.len() {
+            return 0;
+        }
+        let (a, b) = th.records.stamps(at.index);
+        if end {
+            b
+        } else {
+            a
+        }
+    }
+
+    /// The times of a location's records in the export's base, read
+    /// without a lookup per record: what [`View::time`] gives.
+    pub fn times(&self, loc: Location) -> LocTimes<'a> {
+        LocTimes {
+            synced: self.synced.and_then(|s| s.thread_times(loc.rank, loc.slot)),
+            records: self.records(loc),
+        }
     }
 
     /// The location's calls (record index and call) sorted by start, ties
@@ -171,11 +213,12 @@ impl<'a> View<'a> {
     /// The record indices of [`View::calls_in_order`].
     pub fn order(&self, loc: Location) -> Vec<u32> {
         let records = self.records(loc);
+        let times = self.times(loc);
         let mut calls: Vec<(u64, u64, u32)> = (0..records.len())
             .filter(|&i| records.is_call(i))
             .map(|i| {
-                let at = self.at(loc, i);
-                (self.time(at, false), self.time(at, true), i as u32)
+                let (a, b) = times.get(i);
+                (a, b, i as u32)
             })
             .collect();
         calls.sort_unstable();

@@ -95,6 +95,12 @@ impl Synced {
             .copied()
     }
 
+    /// The synchronized times of the records of rank `rank`'s thread at
+    /// `slot` (two per record), if the sync covered it.
+    pub fn thread_times(&self, rank: u32, slot: usize) -> Option<&[u64]> {
+        self.times.get(rank as usize)?.get(slot).map(Vec::as_slice)
+    }
+
     /// The synchronized times in node order of `g`.
     pub fn node_times<'a>(&'a self, g: &'a Graph<'a>) -> NodeTimes<'a> {
         NodeTimes { synced: self, g }
