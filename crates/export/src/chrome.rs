@@ -72,9 +72,10 @@ pub fn write(view: &View, w: &mut dyn Write, progress: &mut dyn FnMut(u64)) -> i
     };
     let mut done = 0u64;
     for &loc in &view.locations {
+        let times = view.times(loc);
         for (i, call) in view.calls_in_order(loc) {
             let at = view.at(loc, i);
-            let (a, b) = (view.time(at, false), view.time(at, true));
+            let (a, b) = times.get(i);
             let d = view.detail(at, &call);
             sep(w)?;
             write!(

@@ -484,12 +484,13 @@ impl<'v, 'a> Writer<'v, 'a> {
         let ops = self.ops(loc.rank);
         let rank = &view.trace.ranks[loc.rank as usize];
         let mut evs: Vec<Pending> = Vec::with_capacity(view.records(loc).len() * 3);
+        let times = view.times(loc);
         for (i, rec) in view.records(loc).iter().enumerate() {
             if i.is_multiple_of(65536) {
                 progress(i as u64);
             }
             let at = view.at(loc, i);
-            let (t0, t1) = (view.time(at, false), view.time(at, true));
+            let (t0, t1) = times.get(i);
             let c = match rec {
                 Record::Call(c) => c,
                 Record::BufferWait { .. } => {

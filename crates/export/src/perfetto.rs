@@ -462,8 +462,12 @@ pub fn write(view: &View, w: &mut dyn Write, progress: &mut dyn FnMut(u64)) -> i
     let mut iid_of: Vec<Vec<Option<u64>>> = Vec::new();
     for r in &view.trace.ranks {
         let mut used = vec![false; r.header.functions.len()];
-        for (_, c) in r.calls() {
-            used[c.func as usize] = true;
+        for th in &r.threads {
+            for i in 0..th.records.len() {
+                if let Some(func) = th.records.func(i) {
+                    used[func as usize] = true;
+                }
+            }
         }
         let mut iids = vec![None; used.len()];
         for (k, f) in r
@@ -568,14 +572,15 @@ pub fn write(view: &View, w: &mut dyn Write, progress: &mut dyn FnMut(u64)) -> i
         let blocks: Vec<&[u32]> = order.chunks(CALLS_PER_BLOCK).collect();
         // A slice starts no earlier than the previous one ended: the end
         // of everything before each block.
+        let times = view.times(loc);
         let ends: Vec<u64> = blocks
             .par_iter()
             .map(|block| {
                 block
                     .iter()
                     .map(|&i| {
-                        let at = view.at(loc, i as usize);
-                        view.time(at, false).max(view.time(at, true))
+                        let (a, b) = times.get(i as usize);
+                        a.max(b)
                     })
                     .max()
                     .unwrap_or(0)

@@ -138,10 +138,11 @@ impl<'a> View<'a> {
     fn compute_span(&self) -> (u64, u64) {
         let (mut lo, mut hi) = (u64::MAX, 0);
         for loc in &self.locations {
+            let times = self.times(*loc);
             for i in 0..self.records(*loc).len() {
-                let at = self.at(*loc, i);
-                lo = lo.min(self.time(at, false));
-                hi = hi.max(self.time(at, true));
+                let (a, b) = times.get(i);
+                lo = lo.min(a);
+                hi = hi.max(b);
             }
         }
         if lo > hi {
