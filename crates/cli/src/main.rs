@@ -284,8 +284,12 @@ fn run(cli: Cli) -> Result<ExitCode> {
 
 fn report(args: ReportArgs) -> Result<ExitCode> {
     memory::check(&args.dir, "report", memory::per_event::REPORT)?;
+    let progress = progress::Progress::new();
+    progress.phase("reading the trace");
     let trace = Trace::open(&args.dir)?;
+    progress.phase("matching messages");
     let messages = Messages::build(&trace);
+    progress.phase("analysing");
     let mut report = Report::build(&trace, &messages, ReportOptions { mu_ns: args.mu_ns });
     if let Some(synced) = Synced::load(&trace)? {
         report = report.with_sync(&trace, &messages, &synced);
@@ -298,16 +302,20 @@ fn report(args: ReportArgs) -> Result<ExitCode> {
         report.write_text(&mut out)?;
     }
     out.flush()?;
+    drop(progress);
     leave(trace);
     Ok(ExitCode::SUCCESS)
 }
 
 fn sync(args: SyncArgs) -> Result<ExitCode> {
     memory::check(&args.dir, "sync", memory::per_event::SYNC)?;
+    let progress = progress::Progress::new();
+    progress.phase("reading the trace");
     let trace = Trace::open(&args.dir)?;
     for warning in trace.all_warnings() {
         eprintln!("pmtrace: warning: {warning}");
     }
+    progress.phase("matching messages");
     let messages = Messages::build(&trace);
     let params = SyncParams {
         clc: ClcParams {
@@ -320,8 +328,11 @@ fn sync(args: SyncArgs) -> Result<ExitCode> {
         mu_inter_ns: args.mu_inter_ns,
         regression: !args.no_regression,
     };
+    progress.phase("synchronizing timestamps");
     let synced = pmtrace_analysis::sync::sync(&trace, &messages, &params);
+    progress.phase("writing");
     let path = synced.write(&trace)?;
+    drop(progress);
     let mut out = BufWriter::new(io::stdout().lock());
     if args.json {
         serde_json::to_writer_pretty(&mut out, &synced.report)

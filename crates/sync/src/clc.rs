@@ -34,7 +34,7 @@
 //! move stamps later, so a receive never gets closer to its send, and the
 //! slacks, computed from the forward times, stay valid.
 
-use super::graph::{Graph, Node, Times};
+use super::graph::{Ahead, Graph, Node, Times};
 use super::replay::replay;
 
 /// CLC parameters.
@@ -95,9 +95,10 @@ pub fn forward(
     // Each location's input time at its previous node (nodes of a location
     // are visited in order), so that each input time is computed once here.
     let mut prev_c: Vec<u64> = vec![0; locs];
+    let ahead = std::cell::RefCell::new(Ahead::new(g, c));
     let forced = replay(
         g,
-        |n| c.at(n.loc, n.k),
+        |n| ahead.borrow_mut().get(n.loc, n.k),
         |n, cn| {
             let (l, k) = (n.loc as usize, n.k as usize);
             let before = std::mem::replace(&mut prev_c[l], cn);

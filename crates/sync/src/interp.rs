@@ -197,10 +197,10 @@ impl<'a, 't> Stepped<'a, 't> {
     }
 }
 
-impl Times for Stepped<'_, '_> {
+impl Stepped<'_, '_> {
+    /// The time of recorded time `r` of location `loc`.
     #[inline]
-    fn at(&self, loc: u32, k: u32) -> u64 {
-        let r = self.g.raw(loc, k);
+    fn map(&self, loc: u32, r: u64) -> u64 {
         let (line, corrects) = &self.locs[loc as usize];
         match self.correction {
             Some(c) if *corrects => {
@@ -210,6 +210,20 @@ impl Times for Stepped<'_, '_> {
                 (on_line as i64 - e).max(0) as u64
             }
             _ => line.eval(r, line.hold),
+        }
+    }
+}
+
+impl Times for Stepped<'_, '_> {
+    #[inline]
+    fn at(&self, loc: u32, k: u32) -> u64 {
+        self.map(loc, self.g.raw(loc, k))
+    }
+
+    fn fill(&self, loc: u32, k0: u32, out: &mut [u64]) {
+        self.g.raw_fill(loc, k0, out);
+        for o in out.iter_mut() {
+            *o = self.map(loc, *o);
         }
     }
 }

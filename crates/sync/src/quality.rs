@@ -125,28 +125,42 @@ pub fn sweep(
             let (mut dev, mut sum) = (0u128, 0u128);
             let mut seen = vec![0u64; (n as usize / 2).div_ceil(64)];
             let (mut raw0, mut new0) = (0, 0);
-            for k in 0..n {
-                let (raw, new) = (g.raw(l, k), after.at(l, k));
-                let d = before.at(l, k).abs_diff(new);
-                if d > 0 {
-                    max = max.max(d);
-                    let rec = g.pos(l, k) as usize / 2;
-                    let bit = 1u64 << (rec % 64);
-                    if seen[rec / 64] & bit == 0 {
-                        seen[rec / 64] |= bit;
-                        events += 1;
+            // A block of nodes at a time, each kind of time read in bulk.
+            const BLOCK: u32 = 4096;
+            let mut bufs = vec![0u64; 3 * BLOCK as usize];
+            let mut k0 = 0;
+            while k0 < n {
+                let m = BLOCK.min(n - k0) as usize;
+                let (raws, rest) = bufs.split_at_mut(BLOCK as usize);
+                let (befores, afters) = rest.split_at_mut(BLOCK as usize);
+                g.raw_fill(l, k0, &mut raws[..m]);
+                before.fill(l, k0, &mut befores[..m]);
+                after.fill(l, k0, &mut afters[..m]);
+                for j in 0..m {
+                    let k = k0 + j as u32;
+                    let (raw, new) = (raws[j], afters[j]);
+                    let d = befores[j].abs_diff(new);
+                    if d > 0 {
+                        max = max.max(d);
+                        let rec = g.pos(l, k) as usize / 2;
+                        let bit = 1u64 << (rec % 64);
+                        if seen[rec / 64] & bit == 0 {
+                            seen[rec / 64] |= bit;
+                            events += 1;
+                        }
                     }
+                    if k > 0 {
+                        let was = raw - raw0;
+                        dev += u128::from(was.abs_diff(new.abs_diff(new0)));
+                        sum += u128::from(was);
+                        inversions += u64::from(new < new0);
+                    }
+                    if simulated {
+                        errs.push(h.true_time(raw).abs_diff(new));
+                    }
+                    (raw0, new0) = (raw, new);
                 }
-                if k > 0 {
-                    let was = raw - raw0;
-                    dev += u128::from(was.abs_diff(new.abs_diff(new0)));
-                    sum += u128::from(was);
-                    inversions += u64::from(new < new0);
-                }
-                if simulated {
-                    errs.push(h.true_time(raw).abs_diff(new));
-                }
-                (raw0, new0) = (raw, new);
+                k0 += m as u32;
             }
             (events, max, dev, sum, inversions, errs)
         })

@@ -1,8 +1,10 @@
 //! A thread's decoded records, held in columns.
 //!
 //! ```text
-//!  per event  t_start u64 │ dur u32 │ func u16 │ tag u8 │ row u32      19 bytes
-//!                                      │          └─► row of the tag's side table
+//!  per event  t_start u64 │ dur u32 │ func u16 │ tag u8 │ has-row bit    15.1 bytes
+//!                                      │          └─► rows[rank of the bit]: row of
+//!                                      │              the tag's side table (4 bytes,
+//!                                      │              only events with a payload)
 //!                                      └─ variant, and flags: rc ≠ 0, duration ≥ 2^32 − 1
 //!  side tables  sends, recvs, sendrecvs, probes, colls   (statuses packed, 24 bytes)
 //!               pbs                                      (a status's piggyback, if any)
@@ -346,7 +348,13 @@ pub struct Events {
     dur: Vec<u32>,
     func: Vec<u16>,
     tag: Vec<u8>,
-    row: Vec<u32>,
+    /// A bit per event: it has a row (every variant but a plain call and
+    /// a buffer wait).
+    has_row: Vec<u64>,
+    /// Rows before each word of `has_row`.
+    row_base: Vec<u32>,
+    /// The row of each event that has one, in order.
+    rows: Vec<u32>,
     rcs: Vec<(u32, i32)>,
     long: Vec<(u32, u64)>,
     sends: Vec<SendRow>,
@@ -392,7 +400,9 @@ impl Events {
             + size_of_val(&self.dur[..])
             + size_of_val(&self.func[..])
             + size_of_val(&self.tag[..])
-            + size_of_val(&self.row[..])
+            + size_of_val(&self.has_row[..])
+            + size_of_val(&self.row_base[..])
+            + size_of_val(&self.rows[..])
             + size_of_val(&self.rcs[..])
             + size_of_val(&self.long[..])
             + size_of_val(&self.sends[..])
@@ -446,7 +456,14 @@ impl Events {
         self.t_start.push(t_start);
         self.func.push(func as u16);
         self.tag.push(tag);
-        self.row.push(row);
+        if at % 64 == 0 {
+            self.has_row.push(0);
+            self.row_base.push(index(self.rows.len()));
+        }
+        if !matches!(tag & tag::VARIANT, tag::NONE | tag::BUFFER_WAIT) {
+            self.has_row[at as usize / 64] |= 1 << (at % 64);
+            self.rows.push(row);
+        }
     }
 
     fn push_payload(&mut self, p: fmt::Payload) -> (u8, u32) {
@@ -616,6 +633,18 @@ impl Events {
         }
     }
 
+    /// The side-table row of record `i` (0 for a record without one).
+    #[inline]
+    fn row(&self, i: usize) -> usize {
+        let word = self.has_row[i / 64];
+        let bit = 1u64 << (i % 64);
+        if word & bit == 0 {
+            return 0;
+        }
+        let before = (word & (bit - 1)).count_ones();
+        self.rows[(self.row_base[i / 64] + before) as usize] as usize
+    }
+
     /// Start and end time of record `i`.
     #[inline]
     pub fn stamps(&self, i: usize) -> (u64, u64) {
@@ -663,7 +692,7 @@ impl Events {
     /// Record `i`, viewed; panics past the end, as indexing does.
     pub fn get(&self, i: usize) -> Record<'_> {
         let (t_start, t_end) = self.stamps(i);
-        let row = self.row[i] as usize;
+        let row = self.row(i);
         let payload = match self.tag[i] & tag::VARIANT {
             tag::NONE => Payload::None,
             tag::SEND => {
@@ -794,12 +823,22 @@ impl Events {
     pub fn defs(&self) -> impl Iterator<Item = (u64, &CommDef)> + '_ {
         (0..self.len())
             .filter(|&i| self.tag[i] & tag::VARIANT == tag::DEF_COMM)
-            .map(|i| (self.t_start[i], &self.defs[self.row[i] as usize]))
+            .map(|i| (self.t_start[i], &self.defs[self.row(i)]))
     }
 
     /// The first DefThread record's thread id.
     pub fn first_tid(&self) -> Option<u64> {
         self.tids.first().copied()
+    }
+
+    /// Room for `n` more records in the per-record columns.
+    pub fn reserve(&mut self, n: usize) {
+        self.t_start.reserve_exact(n);
+        self.dur.reserve_exact(n);
+        self.func.reserve_exact(n);
+        self.tag.reserve_exact(n);
+        self.has_row.reserve_exact(n.div_ceil(64));
+        self.row_base.reserve_exact(n.div_ceil(64));
     }
 
     /// Trims each column to its length (after the last push).
@@ -808,7 +847,9 @@ impl Events {
         self.dur.shrink_to_fit();
         self.func.shrink_to_fit();
         self.tag.shrink_to_fit();
-        self.row.shrink_to_fit();
+        self.has_row.shrink_to_fit();
+        self.row_base.shrink_to_fit();
+        self.rows.shrink_to_fit();
         self.sends.shrink_to_fit();
         self.recvs.shrink_to_fit();
         self.sendrecvs.shrink_to_fit();
@@ -1176,10 +1217,38 @@ mod tests {
     }
 
     #[test]
-    fn a_plain_call_takes_nineteen_bytes() {
-        let events: Events = (0..1000)
+    fn rows_are_found_across_words_of_plain_calls() {
+        // Runs of plain calls of every length between calls with rows.
+        let mut records = Vec::new();
+        for k in 0..300u64 {
+            for j in 0..(k % 70) {
+                records.push(call(k * 1000 + j, 1, 0, fmt::Payload::None));
+            }
+            records.push(call(
+                k * 1000 + 500,
+                2,
+                0,
+                fmt::Payload::Send {
+                    peer: k as i32,
+                    tag: 0,
+                    comm: 0,
+                    bytes: k,
+                    op: None,
+                },
+            ));
+        }
+        let events: Events = records.iter().cloned().collect();
+        for (i, r) in records.iter().enumerate() {
+            assert!(same(events.get(i), r), "record {i}");
+        }
+    }
+
+    #[test]
+    fn a_plain_call_takes_fifteen_bytes_and_a_bit() {
+        let events: Events = (0..1024)
             .map(|t| call(t * 10, 3, 0, fmt::Payload::None))
             .collect();
-        assert_eq!(events.bytes(), 19 * 1000);
+        // 15 bytes each, and per 64 events a word of bits and a row count.
+        assert_eq!(events.bytes(), 15 * 1024 + 16 * 12);
     }
 }

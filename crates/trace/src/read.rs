@@ -569,6 +569,7 @@ impl RankFile {
         }
 
         let mut threads = Vec::with_capacity(by_thread.len());
+        let single = by_thread.len() == 1;
         for (index, mut chunks) in by_thread {
             chunks.sort_by_key(|(_, h)| h.seq);
             for pair in chunks.windows(2) {
@@ -595,8 +596,14 @@ impl RankFile {
             } else {
                 0
             };
+            // A rank of one thread: its trailer's count sizes the columns
+            // at once (never more than its bytes, each record taking one).
+            let hint = match (&trailer, single) {
+                (Some(t), true) => t.events.min(payload_bytes) as usize,
+                _ => 0,
+            };
             let (records, vcs) =
-                self.decode_thread(index, &chunks, &kinds, vc_len, &mut warnings)?;
+                self.decode_thread(index, &chunks, &kinds, vc_len, hint, &mut warnings)?;
             // Buffers that never got a record (spares, pooled buffers the
             // runtime marks with thread u32::MAX) are not threads.
             if !records.is_empty() {
@@ -701,10 +708,12 @@ impl RankFile {
         chunks: &[(u64, ChunkHeader)],
         kinds: &[Kind],
         vc_len: usize,
+        hint: usize,
         warnings: &mut Vec<String>,
     ) -> Result<(Events, Vec<u64>), ReadError> {
         let mut decoder = ThreadDecoder::with_vc_len(thread, vc_len);
         let mut records = Staged::default();
+        records.events.reserve(hint);
         for (at, h) in chunks {
             let sealed = h.state == ChunkState::Sealed;
             let data = if sealed {
