@@ -456,7 +456,7 @@ impl Events {
         self.t_start.push(t_start);
         self.func.push(func as u16);
         self.tag.push(tag);
-        if at % 64 == 0 {
+        if at.is_multiple_of(64) {
             self.has_row.push(0);
             self.row_base.push(index(self.rows.len()));
         }
