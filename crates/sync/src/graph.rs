@@ -448,11 +448,9 @@ impl<'t> Graph<'t> {
                 }
             }
             None => {
-                let mut k = k0 as usize;
-                for o in out.iter_mut() {
+                for (k, o) in (k0 as usize..).zip(out.iter_mut()) {
                     let (a, b) = records.stamps(k / 2);
                     *o = if k.is_multiple_of(2) { a } else { b };
-                    k += 1;
                 }
             }
         }
