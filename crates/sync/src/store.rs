@@ -26,7 +26,7 @@ use serde::{Deserialize, Serialize};
 use super::graph::{Graph, Times};
 use super::SyncReport;
 use pmtrace_trace::error::ReadError;
-use pmtrace_trace::read::{EventRef, Trace};
+use pmtrace_trace::read::{EventRef, Thread, Trace};
 
 /// The name of the file `pmtrace sync` writes in a trace directory.
 pub const SYNC_FILE: &str = "sync.pmts";
@@ -121,19 +121,34 @@ impl Synced {
         out.extend_from_slice(MAGIC);
         out.extend_from_slice(&(json.len() as u32).to_le_bytes());
         out.extend_from_slice(&json);
-        let mut buf = [0u8; MAX_VARINT];
-        for (rank, threads) in trace.ranks.iter().zip(&self.times) {
-            for (th, ts) in rank.threads.iter().zip(threads) {
+        // Each thread's shifts encode on their own, side by side.
+        use rayon::prelude::*;
+        let threads: Vec<(&Thread, &Vec<u64>)> = trace
+            .ranks
+            .iter()
+            .zip(&self.times)
+            .flat_map(|(rank, threads)| rank.threads.iter().zip(threads))
+            .collect();
+        let parts: Vec<Vec<u8>> = threads
+            .par_iter()
+            .map(|&(th, ts)| {
+                let mut part = Vec::with_capacity(ts.len() + 16);
+                let mut buf = [0u8; MAX_VARINT];
                 let mut prev = 0i64;
                 for (p, &v) in ts.iter().enumerate() {
                     let (a, b) = th.records.stamps(p / 2);
                     let shift = v as i64 - (if p % 2 == 0 { a } else { b }) as i64;
                     let mut n = 0;
                     put_i(&mut buf, &mut n, shift - prev);
-                    out.extend_from_slice(&buf[..n]);
+                    part.extend_from_slice(&buf[..n]);
                     prev = shift;
                 }
-            }
+                part
+            })
+            .collect();
+        out.reserve(parts.iter().map(Vec::len).sum());
+        for part in parts {
+            out.extend_from_slice(&part);
         }
         let crc = payload_crc(&out);
         out.extend_from_slice(&crc.to_le_bytes());

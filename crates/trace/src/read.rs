@@ -801,8 +801,8 @@ impl RankFile {
     }
 }
 
-/// A thread's records as they decode: the last one stays apart until the
-/// next begins, since a continuation record may still extend its list.
+/// A thread's records as they decode: a record with a list stays apart
+/// until the next begins, since a continuation record may still extend it.
 #[derive(Default)]
 struct Staged {
     events: Events,
@@ -810,15 +810,29 @@ struct Staged {
 }
 
 impl Staged {
+    /// Takes a decoded record; only a record with a list waits as `last`.
     fn push(&mut self, r: fmt::Record) -> Result<(), FormatError> {
-        if let Some(prev) = self.last.replace(r) {
-            if self.events.len() >= model::MAX_EVENTS - 1 {
-                return Err(FormatError::Corrupt(format!(
-                    "more than {} records in one thread",
-                    model::MAX_EVENTS - 1
-                )));
-            }
+        if self.events.len() >= model::MAX_EVENTS - 2 {
+            return Err(FormatError::Corrupt(format!(
+                "more than {} records in one thread",
+                model::MAX_EVENTS - 2
+            )));
+        }
+        if let Some(prev) = self.last.take() {
             self.events.push(prev);
+        }
+        let listed = matches!(
+            &r,
+            fmt::Record::DefComm { .. }
+                | fmt::Record::Call(fmt::Call {
+                    payload: fmt::Payload::Start { .. } | fmt::Payload::Complete { .. },
+                    ..
+                })
+        );
+        if listed {
+            self.last = Some(r);
+        } else {
+            self.events.push(r);
         }
         Ok(())
     }
@@ -843,10 +857,22 @@ fn decode_one(
     match ThreadDecoder::peek_code(data, *pos)? {
         None => Ok(false),
         Some(CODE_CONTINUATION) => {
-            let last = records.last.as_mut().ok_or_else(|| {
-                FormatError::Corrupt("continuation record before any list record".into())
-            })?;
-            decoder.continuation(data, pos, last)?;
+            match records.last.as_mut() {
+                Some(last) => decoder.continuation(data, pos, last)?,
+                // After a record without a list: the decoder says so.
+                None if !records.events.is_empty() => {
+                    let mut none = fmt::Record::BufferWait {
+                        t_start: 0,
+                        t_end: 0,
+                    };
+                    decoder.continuation(data, pos, &mut none)?
+                }
+                None => {
+                    return Err(FormatError::Corrupt(
+                        "continuation record before any list record".into(),
+                    ))
+                }
+            }
             Ok(true)
         }
         Some(_) => {
