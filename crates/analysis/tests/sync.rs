@@ -434,6 +434,56 @@ fn sync_writes_times_beside_the_trace_and_reads_them_back() {
 }
 
 #[test]
+fn synced_times_keep_shifts_past_32_bits_through_the_file() {
+    // Rank 1's times move by 3 s (past an i32 of ns) from its second
+    // stamp on; rank 0's by a few ns: one thread keeps times, one shifts.
+    let (_dir, trace) = open(&one_reversed_message(), "store-wide");
+    let m = Messages::build(&trace);
+    let g = Graph::build(&trace, &m, MU, MU);
+    let t: Vec<Vec<u64>> = (0..g.locs.len() as u32)
+        .map(|l| {
+            (0..g.len(l) as u32)
+                .map(|k| match (g.locs[l as usize].rank, k) {
+                    (1, 0) => g.raw(l, k),
+                    (1, _) => g.raw(l, k) + 3_000_000_000,
+                    _ => g.raw(l, k) + u64::from(k),
+                })
+                .collect()
+        })
+        .collect();
+    let report = pmtrace_analysis::sync::sync(&trace, &m, &SyncParams::default()).report;
+    let synced = Synced::from_graph(&trace, &g, t, report);
+    synced.write(&trace).unwrap();
+    let back = Synced::load(&trace).unwrap().expect("written");
+    for (rank, r) in trace.ranks.iter().enumerate() {
+        for th in &r.threads {
+            for index in 0..th.records.len() {
+                let at = pmtrace_analysis::EventRef {
+                    rank: rank as u32,
+                    thread: th.index,
+                    index,
+                };
+                for end in [false, true] {
+                    let want = synced.time(&trace, at, end);
+                    assert!(want.is_some());
+                    assert_eq!(back.time(&trace, at, end), want, "{at:?} end {end}");
+                }
+            }
+        }
+    }
+    // Rank 1's last record ends 3 s after it was recorded.
+    let th = &trace.ranks[1].threads[0];
+    let last = th.records.len() - 1;
+    let at = pmtrace_analysis::EventRef {
+        rank: 1,
+        thread: th.index,
+        index: last,
+    };
+    let recorded = th.records.stamps(last).1;
+    assert_eq!(back.time(&trace, at, true), Some(recorded + 3_000_000_000));
+}
+
+#[test]
 fn the_merged_log_is_in_synchronized_time_and_a_receive_follows_its_send() {
     // Rank 1's receive ends at 950, before rank 0 sent at 1000; μ 0 here,
     // so after sync the receive ends exactly when the send starts.

@@ -34,7 +34,7 @@ use pmtrace_trace::read::Trace;
 pub fn write(trace: &Trace, m: &Messages, synced: &Synced, out: &mut dyn Write) -> io::Result<u64> {
     let p = synced.report.params;
     let g = Graph::build(trace, m, p.mu_intra_ns, p.mu_inter_ns);
-    let t = synced.node_times(&g);
+    let t = synced.node_times(trace, &g);
     writeln!(
         out,
         "# pmtrace merged log: {} ranks, {} records; time = synchronized ns on rank 0's clock",

@@ -13,6 +13,7 @@ use pmtrace_trace::{Call, Events, Payload};
 use pmtrace_matching::clocks::{self, Clocks};
 use pmtrace_matching::collective::{self, Instance, MemberCalls};
 use pmtrace_matching::matching::Messages;
+use pmtrace_sync::store::ThreadTimes;
 use pmtrace_sync::Synced;
 use pmtrace_trace::read::{EventRef, Trace};
 
@@ -49,7 +50,7 @@ pub struct InFlight {
 /// A location's record times in an export's base ([`View::times`]).
 #[derive(Clone, Copy)]
 pub struct LocTimes<'a> {
-    synced: Option<&'a [u64]>,
+    synced: Option<&'a ThreadTimes>,
     records: &'a Events,
 }
 
@@ -59,12 +60,9 @@ impl LocTimes<'_> {
     pub fn get(&self, i: usize) -> (u64, u64) {
         let raw = || self.records.stamps(i);
         match self.synced {
-            Some(t) => match (t.get(2 * i), t.get(2 * i + 1)) {
-                (Some(&a), Some(&b)) => (a, b),
-                (a, b) => (
-                    a.copied().unwrap_or_else(|| raw().0),
-                    b.copied().unwrap_or_else(|| raw().1),
-                ),
+            Some(t) => match (t.get(self.records, 2 * i), t.get(self.records, 2 * i + 1)) {
+                (Some(a), Some(b)) => (a, b),
+                (a, b) => (a.unwrap_or_else(|| raw().0), b.unwrap_or_else(|| raw().1)),
             },
             None => raw(),
         }

@@ -433,37 +433,40 @@ fn plan(trace: &Trace, m: &Messages) -> Plan {
         // often they were started.
         let mut coll_inits: HashMap<u64, (Call, u64)> = HashMap::default();
         // Calls of all threads in time order.
-        let mut calls: Vec<(u64, EventRef, usize)> = Vec::new();
+        // (start, thread slot, record) of every call, in time order (threads
+        // are sorted by index, so slot order is thread order).
+        let mut calls: Vec<(u64, u32, u32)> = Vec::new();
         for (slot, th) in rank.threads.iter().enumerate() {
             let ev = &th.records;
-            calls.extend((0..ev.len()).filter(|&i| ev.is_call(i)).map(|index| {
-                let at = EventRef {
-                    rank: rank.rank,
-                    thread: th.index,
-                    index,
-                };
-                (ev.stamps(index).0, at, slot)
-            }));
+            calls.extend(
+                (0..ev.len())
+                    .filter(|&i| ev.is_call(i))
+                    .map(|i| (ev.stamps(i).0, slot as u32, i as u32)),
+            );
         }
-        calls.sort_unstable_by_key(|&(t, at, _)| (t, at.thread, at.index));
+        calls.sort_unstable();
         // Whether each thread's calls come in record order.
-        let mut last: Vec<Option<usize>> = vec![None; rank.threads.len()];
+        let mut last: Vec<Option<u32>> = vec![None; rank.threads.len()];
         let mut rank_dense = vec![false; rank.threads.len()];
-        for &(_, at, slot) in &calls {
-            if last[slot]
-                .replace(at.index)
-                .is_some_and(|prev| prev > at.index)
-            {
+        for &(_, slot, index) in &calls {
+            let slot = slot as usize;
+            if last[slot].replace(index).is_some_and(|prev| prev > index) {
                 rank_dense[slot] = true;
             }
         }
-        for (_, at, slot) in calls {
+        for (_, slot, index) in calls {
+            let slot = slot as usize;
             // A call without payload takes part in no rule; only a dense
             // thread's clocks need its end.
             let records = &rank.threads[slot].records;
-            if !records.has_payload(at.index) && !rank_dense[slot] {
+            if !records.has_payload(index as usize) && !rank_dense[slot] {
                 continue;
             }
+            let at = EventRef {
+                rank: rank.rank,
+                thread: rank.threads[slot].index,
+                index: index as usize,
+            };
             let stream = stream_of[&at.thread];
             let before = events[stream].len();
             let call = &records.call(at.index).expect("a call");

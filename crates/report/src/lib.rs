@@ -455,7 +455,7 @@ impl Report {
     pub fn with_sync(mut self, trace: &Trace, messages: &Messages, synced: &Synced) -> Report {
         let p = synced.report.params;
         let g = Graph::build(trace, messages, p.mu_intra_ns, p.mu_inter_ns);
-        self.violations_after_sync = Some(quality::violations(&g, &synced.node_times(&g)));
+        self.violations_after_sync = Some(quality::violations(&g, &synced.node_times(trace, &g)));
         self.sync = Some(synced.report.clone());
         self
     }

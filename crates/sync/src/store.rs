@@ -27,6 +27,7 @@ use super::graph::{Graph, Times};
 use super::SyncReport;
 use pmtrace_trace::error::ReadError;
 use pmtrace_trace::read::{EventRef, Thread, Trace};
+use pmtrace_trace::Events;
 
 /// The name of the file `pmtrace sync` writes in a trace directory.
 pub const SYNC_FILE: &str = "sync.pmts";
@@ -36,8 +37,8 @@ const MAGIC: &[u8; 8] = b"PMTSYNC1";
 #[derive(Debug, Clone)]
 pub struct Synced {
     pub report: SyncReport,
-    /// [rank][thread slot][stamp position].
-    times: Vec<Vec<Vec<u64>>>,
+    /// [rank][thread slot], by stamp position.
+    times: Vec<Vec<ThreadTimes>>,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -69,16 +70,78 @@ fn prints(trace: &Trace) -> Vec<RankPrint> {
         .collect()
 }
 
+/// One thread's synchronized times by stamp position (2·record + end):
+/// each one's shift from its recorded time, in 32 bits where every shift
+/// of the thread fits (8 bytes an event), else the times themselves.
+#[derive(Debug, Clone)]
+pub enum ThreadTimes {
+    Shifts(Vec<i32>),
+    Full(Vec<u64>),
+}
+
+impl ThreadTimes {
+    fn new(records: &Events, times: Vec<u64>) -> ThreadTimes {
+        let shift = |p: usize, v: u64| {
+            let (a, b) = records.stamps(p / 2);
+            v as i64 - (if p.is_multiple_of(2) { a } else { b }) as i64
+        };
+        let fits = times
+            .iter()
+            .enumerate()
+            .all(|(p, &v)| i32::try_from(shift(p, v)).is_ok());
+        if !fits {
+            return ThreadTimes::Full(times);
+        }
+        ThreadTimes::Shifts(
+            times
+                .iter()
+                .enumerate()
+                .map(|(p, &v)| shift(p, v) as i32)
+                .collect(),
+        )
+    }
+
+    /// The time of stamp position `p` of `records` (this thread's).
+    #[inline]
+    pub fn get(&self, records: &Events, p: usize) -> Option<u64> {
+        match self {
+            ThreadTimes::Shifts(v) => {
+                let shift = *v.get(p)?;
+                let (a, b) = records.stamps(p / 2);
+                let raw = if p.is_multiple_of(2) { a } else { b };
+                Some((raw as i64 + i64::from(shift)) as u64)
+            }
+            ThreadTimes::Full(v) => v.get(p).copied(),
+        }
+    }
+
+    /// The shift of stamp position `p` from `raw`, its recorded time.
+    fn shift(&self, p: usize, raw: u64) -> i64 {
+        match self {
+            ThreadTimes::Shifts(v) => i64::from(v[p]),
+            ThreadTimes::Full(v) => v[p] as i64 - raw as i64,
+        }
+    }
+
+    fn len(&self) -> usize {
+        match self {
+            ThreadTimes::Shifts(v) => v.len(),
+            ThreadTimes::Full(v) => v.len(),
+        }
+    }
+}
+
 impl Synced {
     /// Times in node order of `g` become times by rank, thread and stamp.
     pub fn from_graph(trace: &Trace, g: &Graph, t: Vec<Vec<u64>>, report: SyncReport) -> Synced {
-        let mut times: Vec<Vec<Vec<u64>>> = trace
+        let mut times: Vec<Vec<ThreadTimes>> = trace
             .ranks
             .iter()
-            .map(|r| vec![Vec::new(); r.threads.len()])
+            .map(|r| vec![ThreadTimes::Shifts(Vec::new()); r.threads.len()])
             .collect();
         for (loc, by_pos) in g.locs.iter().zip(g.by_position(t)) {
-            times[loc.rank as usize][loc.slot] = by_pos;
+            let records = &trace.ranks[loc.rank as usize].threads[loc.slot].records;
+            times[loc.rank as usize][loc.slot] = ThreadTimes::new(records, by_pos);
         }
         Synced { report, times }
     }
@@ -91,19 +154,22 @@ impl Synced {
             .binary_search_by_key(&at.thread, |t| t.index)
             .ok()?;
         self.times[at.rank as usize][slot]
-            .get(2 * at.index + usize::from(end))
-            .copied()
+            .get(&rank.threads[slot].records, 2 * at.index + usize::from(end))
     }
 
     /// The synchronized times of the records of rank `rank`'s thread at
     /// `slot` (two per record), if the sync covered it.
-    pub fn thread_times(&self, rank: u32, slot: usize) -> Option<&[u64]> {
-        self.times.get(rank as usize)?.get(slot).map(Vec::as_slice)
+    pub fn thread_times(&self, rank: u32, slot: usize) -> Option<&ThreadTimes> {
+        self.times.get(rank as usize)?.get(slot)
     }
 
     /// The synchronized times in node order of `g`.
-    pub fn node_times<'a>(&'a self, g: &'a Graph<'a>) -> NodeTimes<'a> {
-        NodeTimes { synced: self, g }
+    pub fn node_times<'a>(&'a self, trace: &'a Trace, g: &'a Graph<'a>) -> NodeTimes<'a> {
+        NodeTimes {
+            synced: self,
+            g,
+            trace,
+        }
     }
 
     pub fn path(dir: &Path) -> PathBuf {
@@ -123,7 +189,7 @@ impl Synced {
         out.extend_from_slice(&json);
         // Each thread's shifts encode on their own, side by side.
         use rayon::prelude::*;
-        let threads: Vec<(&Thread, &Vec<u64>)> = trace
+        let threads: Vec<(&Thread, &ThreadTimes)> = trace
             .ranks
             .iter()
             .zip(&self.times)
@@ -135,9 +201,9 @@ impl Synced {
                 let mut part = Vec::with_capacity(ts.len() + 16);
                 let mut buf = [0u8; MAX_VARINT];
                 let mut prev = 0i64;
-                for (p, &v) in ts.iter().enumerate() {
+                for p in 0..ts.len() {
                     let (a, b) = th.records.stamps(p / 2);
-                    let shift = v as i64 - (if p % 2 == 0 { a } else { b }) as i64;
+                    let shift = ts.shift(p, if p % 2 == 0 { a } else { b });
                     let mut n = 0;
                     put_i(&mut buf, &mut n, shift - prev);
                     part.extend_from_slice(&buf[..n]);
@@ -191,16 +257,39 @@ impl Synced {
         for rank in &trace.ranks {
             let mut threads = Vec::with_capacity(rank.threads.len());
             for th in &rank.threads {
-                let mut ts = Vec::with_capacity(th.records.len() * 2);
+                let n = th.records.len() * 2;
+                let mut shifts: Vec<i32> = Vec::with_capacity(n);
+                let mut full: Option<Vec<u64>> = None;
                 let mut shift = 0i64;
-                for i in 0..th.records.len() {
-                    let (a, b) = th.records.stamps(i);
-                    for t in [a, b] {
-                        shift += get_i(body, &mut pos).ok_or_else(|| bad("truncated"))?;
-                        ts.push((t as i64 + shift) as u64);
+                for p in 0..n {
+                    shift += get_i(body, &mut pos).ok_or_else(|| bad("truncated"))?;
+                    match (&mut full, i32::try_from(shift)) {
+                        (None, Ok(s)) => shifts.push(s),
+                        (None, Err(_)) => {
+                            // A shift past 32 bits: this thread keeps times.
+                            let mut ts: Vec<u64> = (0..shifts.len())
+                                .map(|q| {
+                                    let (a, b) = th.records.stamps(q / 2);
+                                    let raw = if q % 2 == 0 { a } else { b };
+                                    (raw as i64 + i64::from(shifts[q])) as u64
+                                })
+                                .collect();
+                            let (a, b) = th.records.stamps(p / 2);
+                            let raw = if p % 2 == 0 { a } else { b };
+                            ts.push((raw as i64 + shift) as u64);
+                            full = Some(ts);
+                        }
+                        (Some(ts), _) => {
+                            let (a, b) = th.records.stamps(p / 2);
+                            let raw = if p % 2 == 0 { a } else { b };
+                            ts.push((raw as i64 + shift) as u64);
+                        }
                     }
                 }
-                threads.push(ts);
+                threads.push(match full {
+                    Some(ts) => ThreadTimes::Full(ts),
+                    None => ThreadTimes::Shifts(shifts),
+                });
             }
             times.push(threads);
         }
@@ -214,7 +303,7 @@ impl Synced {
     }
 
     fn stamps(&self) -> usize {
-        self.times.iter().flatten().map(Vec::len).sum()
+        self.times.iter().flatten().map(ThreadTimes::len).sum()
     }
 }
 
@@ -222,12 +311,16 @@ impl Synced {
 pub struct NodeTimes<'a> {
     synced: &'a Synced,
     g: &'a Graph<'a>,
+    trace: &'a Trace,
 }
 
 impl Times for NodeTimes<'_> {
     #[inline]
     fn at(&self, loc: u32, k: u32) -> u64 {
         let l = &self.g.locs[loc as usize];
-        self.synced.times[l.rank as usize][l.slot][self.g.pos(loc, k) as usize]
+        let records = &self.trace.ranks[l.rank as usize].threads[l.slot].records;
+        self.synced.times[l.rank as usize][l.slot]
+            .get(records, self.g.pos(loc, k) as usize)
+            .expect("a stamp of the graph")
     }
 }
