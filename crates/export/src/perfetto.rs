@@ -564,64 +564,81 @@ pub fn write(view: &View, w: &mut dyn Write, progress: &mut dyn FnMut(u64)) -> i
         })?;
     }
 
-    // Calls: each location's in blocks, encoded side by side and written
-    // in order (the bytes are those of one pass).
+    // Calls: each location's in blocks, encoded side by side on one
+    // thread while this one writes what is done, in order (the bytes are
+    // those of one pass).
     let mut done = 0u64;
-    for &loc in &view.locations {
-        let order = view.order(loc);
-        let blocks: Vec<&[u32]> = order.chunks(CALLS_PER_BLOCK).collect();
-        // A slice starts no earlier than the previous one ended: the end
-        // of everything before each block.
-        let times = view.times(loc);
-        let ends: Vec<u64> = blocks
-            .par_iter()
-            .map(|block| {
-                block
-                    .iter()
-                    .map(|&i| {
-                        let (a, b) = times.get(i as usize);
-                        a.max(b)
+    let (iid_of, flows_out, flows_in) = (&iid_of, &flows_out, &flows_in);
+    std::thread::scope(|scope| -> io::Result<()> {
+        let (tx, rx) = std::sync::mpsc::sync_channel::<Vec<(Vec<u8>, Summary, usize)>>(2);
+        scope.spawn(move || {
+            for &loc in &view.locations {
+                let order = view.order(loc);
+                let blocks: Vec<&[u32]> = order.chunks(CALLS_PER_BLOCK).collect();
+                // A slice starts no earlier than the previous one ended:
+                // the end of everything before each block.
+                let times = view.times(loc);
+                let ends: Vec<u64> = blocks
+                    .par_iter()
+                    .map(|block| {
+                        block
+                            .iter()
+                            .map(|&i| {
+                                let (a, b) = times.get(i as usize);
+                                a.max(b)
+                            })
+                            .max()
+                            .unwrap_or(0)
                     })
-                    .max()
-                    .unwrap_or(0)
-            })
-            .collect();
-        let lasts: Vec<u64> = ends
-            .iter()
-            .scan(0u64, |last, &end| {
-                let before = *last;
-                *last = before.max(end);
-                Some(before)
-            })
-            .collect();
-        let calls = CallSlices {
-            view,
-            loc,
-            t0,
-            iid_of: &iid_of[loc.rank as usize],
-            flows_out: &flows_out,
-            flows_in: &flows_in,
-        };
-        for group in blocks
-            .iter()
-            .zip(&lasts)
-            .collect::<Vec<_>>()
-            .chunks(BLOCKS_AT_ONCE)
-        {
-            let encoded: Vec<(Vec<u8>, Summary)> = group
-                .par_iter()
-                .map(|&(block, &last)| calls.encode(block, last))
-                .collect();
-            for ((bytes, summary), (block, _)) in encoded.iter().zip(group) {
-                out.w.write_all(bytes)?;
+                    .collect();
+                let lasts: Vec<u64> = ends
+                    .iter()
+                    .scan(0u64, |last, &end| {
+                        let before = *last;
+                        *last = before.max(end);
+                        Some(before)
+                    })
+                    .collect();
+                let calls = CallSlices {
+                    view,
+                    loc,
+                    t0,
+                    iid_of: &iid_of[loc.rank as usize],
+                    flows_out,
+                    flows_in,
+                };
+                for group in blocks
+                    .iter()
+                    .zip(&lasts)
+                    .collect::<Vec<_>>()
+                    .chunks(BLOCKS_AT_ONCE)
+                {
+                    let encoded: Vec<(Vec<u8>, Summary, usize)> = group
+                        .par_iter()
+                        .map(|&(block, &last)| {
+                            let (bytes, summary) = calls.encode(block, last);
+                            (bytes, summary, block.len())
+                        })
+                        .collect();
+                    // The writer stopped (it failed): stop too.
+                    if tx.send(encoded).is_err() {
+                        return;
+                    }
+                }
+            }
+        });
+        for encoded in rx {
+            for (bytes, summary, calls) in encoded {
+                out.w.write_all(&bytes)?;
                 out.summary.packets += summary.packets;
                 out.summary.bytes += summary.bytes;
                 out.summary.slices += summary.slices;
-                done += block.len() as u64;
+                done += calls as u64;
             }
             progress(done);
         }
-    }
+        Ok(())
+    })?;
 
     // Nonblocking operations in flight, per rank, on as few async tracks as
     // keep each track's slices apart.
