@@ -399,7 +399,7 @@ impl<'v> CallSlices<'v, '_> {
     /// the one before having ended at `last`.
     fn encode(&self, block: &[u32], mut last: u64) -> (Vec<u8>, Summary) {
         let (view, loc) = (self.view, self.loc);
-        let mut bytes = Vec::with_capacity(block.len() * 48);
+        let mut bytes = Vec::with_capacity(block.len() * 64);
         let mut summary = Summary::default();
         let mut enc = SliceEncoder::default();
         let track = thread_uuid(loc.rank, loc.thread);

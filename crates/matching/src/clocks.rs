@@ -433,35 +433,10 @@ fn plan(trace: &Trace, m: &Messages) -> Plan {
         // often they were started.
         let mut coll_inits: HashMap<u64, (Call, u64)> = HashMap::default();
         // Calls of all threads in time order.
-        // (start, thread slot, record) of every call, in time order (threads
-        // are sorted by index, so slot order is thread order).
-        let mut calls: Vec<(u64, u32, u32)> = Vec::new();
-        for (slot, th) in rank.threads.iter().enumerate() {
-            let ev = &th.records;
-            calls.extend(
-                (0..ev.len())
-                    .filter(|&i| ev.is_call(i))
-                    .map(|i| (ev.stamps(i).0, slot as u32, i as u32)),
-            );
-        }
-        calls.sort_unstable();
-        // Whether each thread's calls come in record order.
-        let mut last: Vec<Option<u32>> = vec![None; rank.threads.len()];
-        let mut rank_dense = vec![false; rank.threads.len()];
-        for &(_, slot, index) in &calls {
+        let (steps, rank_dense) = call_order(rank);
+        for (slot, index) in steps {
             let slot = slot as usize;
-            if last[slot].replace(index).is_some_and(|prev| prev > index) {
-                rank_dense[slot] = true;
-            }
-        }
-        for (_, slot, index) in calls {
-            let slot = slot as usize;
-            // A call without payload takes part in no rule; only a dense
-            // thread's clocks need its end.
             let records = &rank.threads[slot].records;
-            if !records.has_payload(index as usize) && !rank_dense[slot] {
-                continue;
-            }
             let at = EventRef {
                 rank: rank.rank,
                 thread: rank.threads[slot].index,
@@ -567,6 +542,65 @@ fn plan(trace: &Trace, m: &Messages) -> Plan {
         dense,
         stream_at,
     }
+}
+
+/// The calls of `rank` the rules visit, (thread slot, record) in time
+/// order, and whether each thread's calls come out of record order (then
+/// every call is visited, so that each gets a clock of its own; else only
+/// calls with a payload, since the others take part in no rule).
+fn call_order(rank: &Rank) -> (Vec<(u32, u32)>, Vec<bool>) {
+    let with_payload = |ev: &pmtrace_trace::Events, slot: u32| {
+        (0..ev.len() as u32)
+            .filter(|&i| ev.has_payload(i as usize))
+            .map(move |i| (slot, i))
+            .collect::<Vec<_>>()
+    };
+    // One thread whose calls start in record order (the common case):
+    // time order is record order, without a sort.
+    if let [th] = rank.threads.as_slice() {
+        let ev = &th.records;
+        let mut last = 0;
+        let in_order = (0..ev.len()).filter(|&i| ev.is_call(i)).all(|i| {
+            let t = ev.stamps(i).0;
+            let ok = last <= t;
+            last = t;
+            ok
+        });
+        if in_order {
+            return (with_payload(ev, 0), vec![false]);
+        }
+    }
+    // (start, thread slot, record) of every call, in time order (threads
+    // are sorted by index, so slot order is thread order).
+    let mut calls: Vec<(u64, u32, u32)> = Vec::new();
+    for (slot, th) in rank.threads.iter().enumerate() {
+        let ev = &th.records;
+        calls.extend(
+            (0..ev.len())
+                .filter(|&i| ev.is_call(i))
+                .map(|i| (ev.stamps(i).0, slot as u32, i as u32)),
+        );
+    }
+    calls.sort_unstable();
+    let mut last: Vec<Option<u32>> = vec![None; rank.threads.len()];
+    let mut dense = vec![false; rank.threads.len()];
+    for &(_, slot, index) in &calls {
+        let slot = slot as usize;
+        if last[slot].replace(index).is_some_and(|prev| prev > index) {
+            dense[slot] = true;
+        }
+    }
+    let steps = calls
+        .into_iter()
+        .filter(|&(_, slot, index)| {
+            dense[slot as usize]
+                || rank.threads[slot as usize]
+                    .records
+                    .has_payload(index as usize)
+        })
+        .map(|(_, slot, index)| (slot, index))
+        .collect();
+    (steps, dense)
 }
 
 /// Per-rank clock state of the rules.

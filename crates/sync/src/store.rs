@@ -252,49 +252,33 @@ impl Synced {
         if meta.ranks != prints(trace) {
             return Err(bad("made for other rank files"));
         }
-        let mut pos = 12 + n;
+        // Each thread's shifts: found by counting the varints' last bytes
+        // (below 0x80), then decoded side by side.
+        let threads: Vec<&Thread> = trace.ranks.iter().flat_map(|r| &r.threads).collect();
+        let mut bounds = vec![12 + n];
+        for th in &threads {
+            let at = *bounds.last().expect("a start");
+            bounds.push(
+                skip_varints(body, at, th.records.len() * 2).ok_or_else(|| bad("truncated"))?,
+            );
+        }
+        if bounds.last() != Some(&body.len()) {
+            return Err(bad("trailing bytes"));
+        }
+        use rayon::prelude::*;
+        let decoded: Vec<Option<ThreadTimes>> = threads
+            .par_iter()
+            .enumerate()
+            .map(|(k, th)| decode_shifts(&th.records, &body[bounds[k]..bounds[k + 1]]))
+            .collect();
+        let mut decoded = decoded.into_iter();
         let mut times = Vec::with_capacity(trace.ranks.len());
         for rank in &trace.ranks {
-            let mut threads = Vec::with_capacity(rank.threads.len());
-            for th in &rank.threads {
-                let n = th.records.len() * 2;
-                let mut shifts: Vec<i32> = Vec::with_capacity(n);
-                let mut full: Option<Vec<u64>> = None;
-                let mut shift = 0i64;
-                for p in 0..n {
-                    shift += get_i(body, &mut pos).ok_or_else(|| bad("truncated"))?;
-                    match (&mut full, i32::try_from(shift)) {
-                        (None, Ok(s)) => shifts.push(s),
-                        (None, Err(_)) => {
-                            // A shift past 32 bits: this thread keeps times.
-                            let mut ts: Vec<u64> = (0..shifts.len())
-                                .map(|q| {
-                                    let (a, b) = th.records.stamps(q / 2);
-                                    let raw = if q % 2 == 0 { a } else { b };
-                                    (raw as i64 + i64::from(shifts[q])) as u64
-                                })
-                                .collect();
-                            let (a, b) = th.records.stamps(p / 2);
-                            let raw = if p % 2 == 0 { a } else { b };
-                            ts.push((raw as i64 + shift) as u64);
-                            full = Some(ts);
-                        }
-                        (Some(ts), _) => {
-                            let (a, b) = th.records.stamps(p / 2);
-                            let raw = if p % 2 == 0 { a } else { b };
-                            ts.push((raw as i64 + shift) as u64);
-                        }
-                    }
-                }
-                threads.push(match full {
-                    Some(ts) => ThreadTimes::Full(ts),
-                    None => ThreadTimes::Shifts(shifts),
-                });
+            let mut mine = Vec::with_capacity(rank.threads.len());
+            for _ in &rank.threads {
+                mine.push(decoded.next().flatten().ok_or_else(|| bad("truncated"))?);
             }
-            times.push(threads);
-        }
-        if pos != body.len() {
-            return Err(bad("trailing bytes"));
+            times.push(mine);
         }
         Ok(Some(Synced {
             report: meta.report,
@@ -305,6 +289,67 @@ impl Synced {
     fn stamps(&self) -> usize {
         self.times.iter().flatten().map(ThreadTimes::len).sum()
     }
+}
+
+/// The position after `count` varints from `at`, if `buf` holds them.
+fn skip_varints(buf: &[u8], mut at: usize, mut count: usize) -> Option<usize> {
+    const HIGH: u64 = 0x8080_8080_8080_8080;
+    while count > 0 {
+        // Eight bytes at a time while they end fewer varints than are left.
+        if let Some(word) = buf.get(at..at + 8) {
+            let w = u64::from_le_bytes(word.try_into().expect("8 bytes"));
+            let ends = (!w & HIGH).count_ones() as usize;
+            if ends < count {
+                count -= ends;
+                at += 8;
+                continue;
+            }
+        }
+        if *buf.get(at)? < 0x80 {
+            count -= 1;
+        }
+        at += 1;
+    }
+    Some(at)
+}
+
+/// One thread's synchronized times from its shifts (all of `buf`).
+fn decode_shifts(records: &Events, buf: &[u8]) -> Option<ThreadTimes> {
+    let n = records.len() * 2;
+    let raw = |p: usize| {
+        let (a, b) = records.stamps(p / 2);
+        if p.is_multiple_of(2) {
+            a
+        } else {
+            b
+        }
+    };
+    let mut pos = 0;
+    let mut shifts: Vec<i32> = Vec::with_capacity(n);
+    let mut full: Option<Vec<u64>> = None;
+    let mut shift = 0i64;
+    for p in 0..n {
+        shift += get_i(buf, &mut pos)?;
+        match (&mut full, i32::try_from(shift)) {
+            (None, Ok(s)) => shifts.push(s),
+            (None, Err(_)) => {
+                // A shift past 32 bits: this thread keeps times.
+                let mut ts: Vec<u64> = (0..shifts.len())
+                    .map(|q| (raw(q) as i64 + i64::from(shifts[q])) as u64)
+                    .collect();
+                ts.push((raw(p) as i64 + shift) as u64);
+                full = Some(ts);
+            }
+            (Some(ts), _) => ts.push((raw(p) as i64 + shift) as u64),
+        }
+    }
+    if pos != buf.len() {
+        return None;
+    }
+    Some(match full {
+        Some(ts) => ThreadTimes::Full(ts),
+        None => ThreadTimes::Shifts(shifts),
+    })
 }
 
 /// Synchronized times in the node order of a graph ([`Synced::node_times`]).
@@ -322,5 +367,39 @@ impl Times for NodeTimes<'_> {
         self.synced.times[l.rank as usize][l.slot]
             .get(records, self.g.pos(loc, k) as usize)
             .expect("a stamp of the graph")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn varints_are_skipped_exactly_as_decoding_goes() {
+        let mut buf = Vec::new();
+        let mut b = [0u8; MAX_VARINT];
+        let mut ends = vec![0];
+        let mut x = 0x2545_F491_4F6C_DD1Du64;
+        for k in 0..5000 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let v = (x >> (k % 64)) as i64 * if k % 3 == 0 { -1 } else { 1 };
+            let mut n = 0;
+            put_i(&mut b, &mut n, v);
+            buf.extend_from_slice(&b[..n]);
+            ends.push(buf.len());
+        }
+        for from in [0, 1, 7, 100, 4999] {
+            for count in [0, 1, 2, 8, 9, 63, 64, 65, 1000] {
+                let want = ends.get(from + count).copied();
+                assert_eq!(
+                    skip_varints(&buf, ends[from], count),
+                    want,
+                    "{from} + {count}"
+                );
+            }
+        }
+        assert_eq!(skip_varints(&buf, 0, 5001), None, "past the end");
     }
 }
