@@ -440,7 +440,7 @@ def export_section(scratch):
 # of syncbench at np=8 (5 s: about 95 million calls), each under an
 # address-space limit of ENGINE_LIMIT bytes, as a machine that must not be
 # taken whole would set one.
-ENGINE_SECONDS = os.environ.get("BENCH_ENGINE_SECONDS", "5")
+ENGINE_SECONDS = os.environ.get("BENCH_ENGINE_SECONDS", "8")
 ENGINE_LIMIT = int(os.environ.get("BENCH_ENGINE_LIMIT", str(20 << 30)))
 
 

@@ -1789,8 +1789,8 @@ fn a_trace_too_big_for_the_memory_is_one_line_and_exit_status_1() {
         unsafe {
             cmd.pre_exec(|| {
                 let lim = libc::rlimit {
-                    rlim_cur: 100 << 20,
-                    rlim_max: 100 << 20,
+                    rlim_cur: 50 << 20,
+                    rlim_max: 50 << 20,
                 };
                 if libc::setrlimit(libc::RLIMIT_AS, &lim) != 0 {
                     return Err(std::io::Error::last_os_error());

@@ -283,7 +283,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
 }
 
 fn report(args: ReportArgs) -> Result<ExitCode> {
-    memory::check(&args.dir, "report", memory::per_event::REPORT)?;
+    memory::check(&args.dir, "report", memory::cost::REPORT)?;
     let progress = progress::Progress::new();
     progress.phase("reading the trace");
     let trace = Trace::open(&args.dir)?;
@@ -308,7 +308,7 @@ fn report(args: ReportArgs) -> Result<ExitCode> {
 }
 
 fn sync(args: SyncArgs) -> Result<ExitCode> {
-    memory::check(&args.dir, "sync", memory::per_event::SYNC)?;
+    memory::check(&args.dir, "sync", memory::cost::SYNC)?;
     let progress = progress::Progress::new();
     progress.phase("reading the trace");
     let trace = Trace::open(&args.dir)?;
@@ -348,7 +348,7 @@ fn sync(args: SyncArgs) -> Result<ExitCode> {
 }
 
 fn merge(args: MergeArgs) -> Result<ExitCode> {
-    memory::check(&args.dir, "merge", memory::per_event::MERGE)?;
+    memory::check(&args.dir, "merge", memory::cost::MERGE)?;
     let trace = Trace::open(&args.dir)?;
     let messages = Messages::build(&trace);
     let synced = match Synced::load(&trace)? {
@@ -376,7 +376,7 @@ fn merge(args: MergeArgs) -> Result<ExitCode> {
 }
 
 fn timeline(args: TimelineArgs) -> Result<ExitCode> {
-    memory::check(&args.dir, "timeline", memory::per_event::TIMELINE)?;
+    memory::check(&args.dir, "timeline", memory::cost::TIMELINE)?;
     if let (Some(from), Some(to)) = (args.from, args.to) {
         if to < from {
             bail!("--to ({to} ns) is before --from ({from} ns)");
@@ -483,7 +483,7 @@ fn with_output<T>(path: &Path, write: impl FnOnce(&mut dyn Write) -> io::Result<
 }
 
 fn export(args: ExportArgs) -> Result<ExitCode> {
-    memory::check(&args.dir, "export", memory::per_event::EXPORT)?;
+    memory::check(&args.dir, "export", memory::cost::EXPORT)?;
     let progress = progress::Progress::new();
     progress.phase("reading the trace");
     let trace = Trace::open(&args.dir)?;

@@ -71,14 +71,50 @@ fn out_of_memory(size: usize) -> ! {
     std::process::exit(1);
 }
 
-/// Memory each verb takes per event with today's trace model, measured
-/// with `bench.py engine` (docs/notes.md, "The engine").
-pub mod per_event {
-    pub const REPORT: u64 = 190;
-    pub const SYNC: u64 = 245;
-    pub const MERGE: u64 = 230;
-    pub const EXPORT: u64 = 225;
-    pub const TIMELINE: u64 = 225;
+/// What a verb holds: bytes per event, and bytes per record byte beyond 4
+/// an event (point-to-point, completion and collective records, which are
+/// longer on disk and bring matching, clock and flow state with them).
+/// Resident peaks measured with `bench.py engine` (syncbench: 4.2 record
+/// bytes a call) and on halo2d (11.3 bytes a call, one message per 2.5
+/// calls); see docs/notes.md, "The engine".
+#[derive(Debug, Clone, Copy)]
+pub struct Cost {
+    pub per_event: u64,
+    pub per_payload_byte: u64,
+}
+
+pub mod cost {
+    use super::Cost;
+    pub const REPORT: Cost = Cost {
+        per_event: 35,
+        per_payload_byte: 33,
+    };
+    pub const SYNC: Cost = Cost {
+        per_event: 40,
+        per_payload_byte: 23,
+    };
+    pub const MERGE: Cost = Cost {
+        per_event: 45,
+        per_payload_byte: 23,
+    };
+    pub const EXPORT: Cost = Cost {
+        per_event: 45,
+        per_payload_byte: 54,
+    };
+    pub const TIMELINE: Cost = Cost {
+        per_event: 45,
+        per_payload_byte: 54,
+    };
+}
+
+impl Cost {
+    /// Bytes a trace of `events` events in `record_bytes` bytes of records needs.
+    pub fn of(&self, events: u64, record_bytes: u64) -> u64 {
+        let payload = record_bytes.saturating_sub(events.saturating_mul(4));
+        events
+            .saturating_mul(self.per_event)
+            .saturating_add(payload.saturating_mul(self.per_payload_byte))
+    }
 }
 
 /// Refuses, in one line and before reading, a trace whose `verb` would
@@ -86,7 +122,7 @@ pub mod per_event {
 /// and the address-space limit). `PMTRACE_MEMORY_CHECK=off` skips this.
 /// A trace whose census cannot be taken is left to the verb, whose own
 /// reading reports what is wrong with it.
-pub fn check(dir: &std::path::Path, verb: &str, per_event: u64) -> anyhow::Result<()> {
+pub fn check(dir: &std::path::Path, verb: &str, cost: Cost) -> anyhow::Result<()> {
     if std::env::var("PMTRACE_MEMORY_CHECK").is_ok_and(|v| v == "off") {
         return Ok(());
     }
@@ -96,11 +132,9 @@ pub fn check(dir: &std::path::Path, verb: &str, per_event: u64) -> anyhow::Resul
     let Some(available) = available() else {
         return Ok(());
     };
-    // The constants are resident peaks; growing vectors and the
-    // allocator's slack take about a third more address space on the way
-    // (a 103 M-event report passed 19.6 GB at 190 B/event and failed at a
-    // 20 GiB limit).
-    let need = census.events.saturating_mul(per_event) / 3 * 4 + (64 << 20);
+    // The costs are resident peaks; growing vectors, threads and the
+    // allocator's slack take more address space on the way: a third more.
+    let need = cost.of(census.events, census.record_bytes) / 3 * 4 + (64 << 20);
     if need <= available {
         return Ok(());
     }
