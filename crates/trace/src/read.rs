@@ -179,9 +179,17 @@ impl Rank {
 
     /// The records that are MPI calls.
     pub fn calls(&self) -> impl Iterator<Item = (EventRef, Call<'_>)> {
+        self.calls_where(Events::is_call)
+    }
+
+    /// The calls whose record passes `keep`.
+    fn calls_where(
+        &self,
+        keep: fn(&Events, usize) -> bool,
+    ) -> impl Iterator<Item = (EventRef, Call<'_>)> {
         self.threads.iter().flat_map(move |th| {
             (0..th.records.len())
-                .filter(|&index| th.records.is_call(index))
+                .filter(move |&index| keep(&th.records, index))
                 .map(move |index| {
                     let at = EventRef {
                         rank: self.rank,
@@ -202,18 +210,7 @@ impl Rank {
     /// The calls with a payload: every call that sends, receives, starts,
     /// completes, or names a communicator (no `Payload::None`).
     pub fn payload_calls(&self) -> impl Iterator<Item = (EventRef, Call<'_>)> {
-        self.threads.iter().flat_map(move |th| {
-            (0..th.records.len())
-                .filter(|&index| th.records.has_payload(index))
-                .map(move |index| {
-                    let at = EventRef {
-                        rank: self.rank,
-                        thread: th.index,
-                        index,
-                    };
-                    (at, th.records.call(index).expect("a call"))
-                })
-        })
+        self.calls_where(Events::has_payload)
     }
 
     /// Number of MPI calls recorded.
