@@ -4,6 +4,7 @@
 
 mod exports;
 mod golden;
+mod layout;
 mod matrix;
 mod support;
 
