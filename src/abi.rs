@@ -162,19 +162,7 @@ fn mpich_version(version: &str) -> Option<&str> {
     rest.split_whitespace().next()
 }
 
-/// This process's rank as the launcher tells it, before MPI can be asked
-/// (the handles to ask it with are the wrong family's).
-pub fn launcher_rank() -> Option<u64> {
-    [
-        "OMPI_COMM_WORLD_RANK",
-        "PMI_RANK",
-        "PMIX_RANK",
-        "SLURM_PROCID",
-        "MV2_COMM_WORLD_RANK",
-    ]
-    .iter()
-    .find_map(|k| std::env::var(k).ok()?.trim().parse().ok())
-}
+pub use crate::next::launcher_rank;
 
 #[cfg(test)]
 mod tests {

@@ -49,6 +49,9 @@ use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::OnceLock;
 
+/// Largest dense message sent through a staging copy.
+pub const COPY_MAX: u64 = 4096;
+
 /// Bytes before the piggyback header in a header: the header's number
 /// among those from its sender to its receiver, the communicator's global
 /// id, the tag, the data's size.
@@ -222,7 +225,7 @@ pub fn open(rank: usize, size: usize, header: usize, shm: bool) {
     // large receive smaller (`piggyback::saved_len`).
     let limit = match node {
         Some(ref n) if n.has_all() => NODE_LIMIT,
-        _ => crate::piggyback::COPY_MAX,
+        _ => COPY_MAX,
     };
     if let Some(node) = node {
         let _ = NODE.set(node);

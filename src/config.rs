@@ -16,13 +16,41 @@ pub enum TimerChoice {
     Monotonic,
 }
 
+/// Which logical clocks messages carry (`PMTRACE_CLOCKS`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Mode {
+    None = 0,
+    Lamport = 1,
+    Vector = 2,
+}
+
+impl Mode {
+    pub fn name(self) -> &'static str {
+        match self {
+            Mode::None => "none",
+            Mode::Lamport => "lamport",
+            Mode::Vector => "vector",
+        }
+    }
+
+    pub fn from_name(s: &str) -> Option<Mode> {
+        match s {
+            "none" => Some(Mode::None),
+            "lamport" => Some(Mode::Lamport),
+            "vector" => Some(Mode::Vector),
+            _ => None,
+        }
+    }
+}
+
 #[derive(Debug, Clone)]
 pub struct Config {
     pub dir: Option<String>,
     pub buffer_size: usize,
     pub timer: TimerChoice,
     /// `PMTRACE_CLOCKS`: what every message carries (rank 0's choice wins).
-    pub clocks: crate::piggyback::Mode,
+    pub clocks: Mode,
     /// `PMTRACE_CLOCK_SIM`: simulated clock skew, for testing sync.
     pub clock_sim: Option<pmtrace_format::sim::SimSpec>,
     clock_sim_text: Option<String>,
@@ -151,7 +179,7 @@ impl Config {
             dir: None,
             buffer_size: DEFAULT_BUFFER,
             timer: TimerChoice::Auto,
-            clocks: crate::piggyback::Mode::Lamport,
+            clocks: Mode::Lamport,
             clock_sim: None,
             clock_sim_text: None,
             sync_reps: DEFAULT_SYNC_REPS,
@@ -187,7 +215,7 @@ impl Config {
                         "PMTRACE_TIMER={v} is not tsc, monotonic or auto; using auto"
                     )),
                 },
-                "PMTRACE_CLOCKS" => match crate::piggyback::Mode::from_name(&v) {
+                "PMTRACE_CLOCKS" => match Mode::from_name(&v) {
                     Some(m) => c.clocks = m,
                     None => c.warnings.push(format!(
                         "PMTRACE_CLOCKS={v} is not lamport, vector or none; using lamport"
@@ -325,7 +353,7 @@ mod tests {
             ("PMTRACE_CLOCKS", "vector"),
             ("HOME", "/root"),
         ]);
-        assert_eq!(c.clocks, crate::piggyback::Mode::Vector);
+        assert_eq!(c.clocks, Mode::Vector);
         assert_eq!(c.buffer_size, 1 << 20);
         assert_eq!(c.timer, TimerChoice::Monotonic);
         assert_eq!(c.dir.as_deref(), Some("/tmp/t"));

@@ -137,7 +137,7 @@ pub fn path_of(f: *const c_void) -> Option<std::path::PathBuf> {
 /// Says once (on the launcher's rank 0) which tool misses calls, and why.
 fn bypassed(f: *const c_void, outer: &CStr) {
     static SAID: core::sync::atomic::AtomicBool = core::sync::atomic::AtomicBool::new(false);
-    if SAID.swap(true, Relaxed) || crate::abi::launcher_rank().unwrap_or(0) != 0 {
+    if SAID.swap(true, Relaxed) || launcher_rank().unwrap_or(0) != 0 {
         return;
     }
     let tool = path_of(f).map_or_else(|| "a tool".into(), |p| p.display().to_string());
@@ -215,4 +215,18 @@ fn elsewhere(name: &CStr) -> *mut c_void {
     // SAFETY: the callback reads only what the loader hands it.
     unsafe { libc::dl_iterate_phdr(Some(each), &mut found as *mut _ as *mut c_void) };
     found.1
+}
+
+/// This process's rank as the launcher tells it, before MPI can be asked
+/// (the handles to ask it with are the wrong family's).
+pub fn launcher_rank() -> Option<u64> {
+    [
+        "OMPI_COMM_WORLD_RANK",
+        "PMI_RANK",
+        "PMIX_RANK",
+        "SLURM_PROCID",
+        "MV2_COMM_WORLD_RANK",
+    ]
+    .iter()
+    .find_map(|k| std::env::var(k).ok()?.trim().parse().ok())
 }

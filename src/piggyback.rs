@@ -42,37 +42,11 @@ use core::ffi::{c_int, c_void};
 use parking_lot::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering::Relaxed};
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[repr(u8)]
-pub enum Mode {
-    None = 0,
-    Lamport = 1,
-    Vector = 2,
-}
-
-impl Mode {
-    pub fn name(self) -> &'static str {
-        match self {
-            Mode::None => "none",
-            Mode::Lamport => "lamport",
-            Mode::Vector => "vector",
-        }
-    }
-
-    pub fn from_name(s: &str) -> Option<Mode> {
-        match s {
-            "none" => Some(Mode::None),
-            "lamport" => Some(Mode::Lamport),
-            "vector" => Some(Mode::Vector),
-            _ => None,
-        }
-    }
-}
+pub use crate::config::Mode;
 
 /// Header bytes before the vector clock.
 pub const BASE: usize = 32;
-/// Largest dense message sent through a staging copy.
-pub const COPY_MAX: u64 = 4096;
+pub use crate::apart::COPY_MAX;
 
 static MODE: AtomicU8 = AtomicU8::new(0);
 static HDR: AtomicUsize = AtomicUsize::new(BASE);
@@ -135,15 +109,7 @@ pub fn header_len() -> usize {
     HDR.load(Relaxed)
 }
 
-/// What a received message's header said.
-#[derive(Debug, Clone, Default)]
-pub struct Got {
-    pub id: u64,
-    pub lc: u64,
-    pub sent: u64,
-    /// Vector mode only.
-    pub vc: Vec<u64>,
-}
+pub use crate::recorder::Got;
 
 /// Fills a header at `dst` for the next message of this thread.
 #[inline(always)]

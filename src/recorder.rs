@@ -19,6 +19,16 @@ use pmtrace_format::CHUNK_HEADER_LEN;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, OnceLock};
 
+/// What a received message's header said.
+#[derive(Debug, Clone, Default)]
+pub struct Got {
+    pub id: u64,
+    pub lc: u64,
+    pub sent: u64,
+    /// Vector mode only.
+    pub vc: Vec<u64>,
+}
+
 static FLUSHER: OnceLock<Sender<Msg>> = OnceLock::new();
 static NEXT_THREAD: AtomicU32 = AtomicU32::new(0);
 static LINKS: Mutex<Vec<Arc<ThreadLink>>> = Mutex::new(Vec::new());
@@ -589,7 +599,7 @@ impl Writer<'_> {
         posted: (i32, i32, Option<u64>),
         actual: (i32, i32, u64),
         extra: u64,
-        got: Option<&crate::piggyback::Got>,
+        got: Option<&Got>,
     ) {
         match got {
             None => record::put_status(self, posted, actual, extra),
