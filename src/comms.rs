@@ -31,21 +31,7 @@ pub const WORLD_GID: u64 = 0;
 pub const LOCAL_GID_BIT: u64 = 1 << 63;
 const DERIVED_GID_BIT: u64 = 1 << 62;
 
-pub struct CommInfo {
-    pub index: u32,
-    pub gid: u64,
-    pub size: u32,
-    pub rank: u32,
-    pub inter: bool,
-    pub remote_size: u32,
-    /// Collectives started on this communicator by this rank.
-    pub seq: AtomicU64,
-    /// `MPI_Comm_idup`s on this communicator.
-    pub idups: AtomicU64,
-    /// World rank of each (remote) rank, -1 outside this world; made when
-    /// a large message first needs it (`apart`).
-    pub world_ranks: std::sync::OnceLock<Box<[core::ffi::c_int]>>,
-}
+pub use crate::recorder::CommInfo;
 
 struct Slot {
     key: AtomicU64,

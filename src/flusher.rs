@@ -41,6 +41,19 @@ use std::sync::Arc;
 pub const RECORDS_AT: usize = CHUNK_HEADER_LEN + PENDING_LEN;
 
 pub const FIRST_BUFFER: usize = 256 << 10;
+
+/// Every thread that ever recorded, for the end-of-run totals.
+static LINKS: Mutex<Vec<Arc<ThreadLink>>> = Mutex::new(Vec::new());
+
+/// Enters a recording thread's link (for the end-of-run totals).
+pub fn register_link(link: Arc<ThreadLink>) {
+    LINKS.lock().push(link);
+}
+
+/// Every thread that ever recorded.
+pub fn all_links() -> Vec<Arc<ThreadLink>> {
+    LINKS.lock().clone()
+}
 use pmtrace_format::UNOWNED_THREAD as UNOWNED;
 
 /// A mapped region of the trace file: one chunk.
@@ -339,7 +352,7 @@ impl Flusher {
                 self.seal(spare, 0);
             }
         }
-        for t in crate::recorder::all_links() {
+        for t in all_links() {
             self.totals.events += t.events.load(Relaxed);
             self.totals.waits += t.waits.load(Relaxed);
             self.totals.wait_ns += t.wait_ns.load(Relaxed);

@@ -200,3 +200,17 @@ impl Drop for Guard {
         unsafe { (*self.thread).busy.set(false) };
     }
 }
+
+impl Drop for Recorder {
+    /// A thread that exits hands its last buffer over; the main thread keeps
+    /// recording through `adopt` (MPI_Finalize may still come).
+    fn drop(&mut self) {
+        if self.has_buffer() && state() == State::Active {
+            if crate::recorder::is_main_thread() {
+                adopt(core::mem::take(self));
+            } else {
+                self.finish();
+            }
+        }
+    }
+}

@@ -29,10 +29,27 @@ pub struct Got {
     pub vc: Vec<u64>,
 }
 
+/// What the runtime keeps of a communicator (made and looked up in
+/// `comms`; a recorder keeps the last one its thread used).
+pub struct CommInfo {
+    pub index: u32,
+    pub gid: u64,
+    pub size: u32,
+    pub rank: u32,
+    pub inter: bool,
+    pub remote_size: u32,
+    /// Collectives started on this communicator by this rank.
+    pub seq: AtomicU64,
+    /// `MPI_Comm_idup`s on this communicator.
+    pub idups: AtomicU64,
+    /// World rank of each (remote) rank, -1 outside this world; made when
+    /// a large message first needs it (`apart`).
+    pub world_ranks: std::sync::OnceLock<Box<[core::ffi::c_int]>>,
+}
+
 static FLUSHER: OnceLock<Sender<Msg>> = OnceLock::new();
 static NEXT_THREAD: AtomicU32 = AtomicU32::new(0);
-static LINKS: Mutex<Vec<Arc<ThreadLink>>> = Mutex::new(Vec::new());
-/// The thread that called MPI_Init (see `guard::adopt`).
+/// The thread that called MPI_Init (whose recorder outlives its thread).
 static MAIN_TID: AtomicU64 = AtomicU64::new(0);
 
 pub fn set_main_thread() {
@@ -66,11 +83,6 @@ pub fn flusher() -> Option<&'static Sender<Msg>> {
     FLUSHER.get()
 }
 
-/// Every thread that ever recorded, for the end-of-run totals.
-pub fn all_links() -> Vec<Arc<ThreadLink>> {
-    LINKS.lock().clone()
-}
-
 fn gettid() -> u64 {
     // SAFETY: gettid has no preconditions.
     unsafe { libc::syscall(libc::SYS_gettid) as u64 }
@@ -91,7 +103,7 @@ pub struct Recorder {
     link: Option<Arc<ThreadLink>>,
     spares: Option<Receiver<Region>>,
     /// The communicator of this thread's previous call: most calls repeat it.
-    pub last_comm: Option<(u64, &'static crate::comms::CommInfo)>,
+    pub last_comm: Option<(u64, &'static CommInfo)>,
     pub comm_generation: u64,
     /// Sizes of the datatype this thread used last.
     pub types: crate::ffi::TypeSizes,
@@ -270,7 +282,7 @@ impl Recorder {
         {
             return false;
         }
-        LINKS.lock().push(link.clone());
+        crate::flusher::register_link(link.clone());
         self.link = Some(link);
         self.spares = Some(rx);
         if self.prev_end == 0 {
@@ -685,17 +697,10 @@ impl Default for Recorder {
     }
 }
 
-impl Drop for Recorder {
-    /// A thread that exits hands its last buffer over; the main thread keeps
-    /// recording through `guard::adopt` (MPI_Finalize may still come).
-    fn drop(&mut self) {
-        if self.region.is_some() && crate::guard::state() == crate::guard::State::Active {
-            if is_main_thread() {
-                crate::guard::adopt(core::mem::take(self));
-            } else {
-                self.finish();
-            }
-        }
+impl Recorder {
+    /// Whether this recorder holds a buffer (it recorded and did not finish).
+    pub fn has_buffer(&self) -> bool {
+        self.region.is_some()
     }
 }
 
