@@ -235,7 +235,8 @@ bench: build target/examples/mpibench
 
 # The generated wrappers, to read.
 wrappers: build
-	@cp "$$(ls -t target/release/build/pmtrace-runtime-*/out/wrappers.rs | head -1)" target/wrappers.rs
+	@out="$$(dirname "$$(ls -t target/release/build/pmtrace-runtime-*/out/wrappers.rs | head -1)")"; \
+	  cat "$$out/mpi_tables.rs" "$$out/wrappers.rs" > target/wrappers.rs
 	@echo "target/wrappers.rs"
 
 clean:

@@ -204,7 +204,11 @@ fn main() {
         }
     }
     let code = generate::generate(&entries, &declared).unwrap_or_else(|e| panic!("{e}"));
-    std::fs::write(out.join("wrappers.rs"), code).unwrap();
+    let (tables, wrappers) = code
+        .split_once(generate::SPLIT)
+        .expect("the generated text divides");
+    std::fs::write(out.join("mpi_tables.rs"), tables).unwrap();
+    std::fs::write(out.join("wrappers.rs"), wrappers).unwrap();
 
     cc::Build::new()
         .compiler(mpicc())

@@ -14,7 +14,7 @@
 //! which MPI allows before initialisation, and on a mismatch leaves tracing
 //! off: the program runs as if untraced, and rank 0 says why in one line.
 
-use crate::wrappers::real;
+use crate::mpi::real;
 use core::ffi::c_int;
 
 /// A binary interface to MPI: what one libpmtrace is built for.

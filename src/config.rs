@@ -242,7 +242,7 @@ impl Config {
                     _ => c.warnings.push(format!("PMTRACE_SHM={v} is not on or off; using on")),
                 },
                 "PMTRACE_EXCLUDE" => {
-                    let (ids, warnings) = parse_exclude(&v, &crate::wrappers::FUNCTIONS);
+                    let (ids, warnings) = parse_exclude(&v, &crate::mpi::FUNCTIONS);
                     c.exclude = ids;
                     c.warnings.extend(warnings);
                 }
@@ -280,7 +280,7 @@ impl Config {
             let names: Vec<&str> = self
                 .exclude
                 .iter()
-                .map(|&i| crate::wrappers::FUNCTIONS[i as usize].0)
+                .map(|&i| crate::mpi::FUNCTIONS[i as usize].0)
                 .collect();
             m.insert("PMTRACE_EXCLUDE".into(), names.join(","));
         }

@@ -133,7 +133,7 @@ static LEFT_OUT: std::sync::OnceLock<Box<[core::sync::atomic::AtomicU64]>> =
 
 /// Leaves the calls of `ids` out of the trace (set once, at `MPI_Init`).
 pub fn exclude(ids: &[u32]) {
-    let n = crate::wrappers::FUNCTIONS.len();
+    let n = crate::mpi::FUNCTIONS.len();
     let mut set = vec![false; n];
     for &i in ids {
         set[i as usize] = true;
@@ -152,7 +152,7 @@ pub fn left_out() -> std::collections::BTreeMap<String, u64> {
         .enumerate()
         .map(|(i, c)| (i, c.load(core::sync::atomic::Ordering::Relaxed)))
         .filter(|&(_, c)| c > 0)
-        .map(|(i, c)| (crate::wrappers::FUNCTIONS[i].0.to_string(), c))
+        .map(|(i, c)| (crate::mpi::FUNCTIONS[i].0.to_string(), c))
         .collect()
 }
 

@@ -40,6 +40,25 @@ mod recorder;
 mod requests;
 mod spawn;
 
+/// The generated function table (ids and names) and the functions below
+/// pmtrace (`real`, and `pass` with handles as exported):
+/// `$OUT_DIR/mpi_tables.rs`. It imports nothing above it.
+#[allow(
+    clippy::all,
+    non_snake_case,
+    unused_variables,
+    unused_mut,
+    unused_imports,
+    clippy::missing_safety_doc
+)]
+pub mod mpi {
+    use crate::ffi;
+    use core::ffi::{c_int, c_void};
+    use pmtrace_format::Kind;
+
+    include!(concat!(env!("OUT_DIR"), "/mpi_tables.rs"));
+}
+
 /// The generated wrappers: `$OUT_DIR/wrappers.rs` (`make wrappers` shows it).
 #[allow(
     clippy::all,
@@ -57,7 +76,8 @@ pub mod wrappers {
     use core::ffi::{c_int, c_void};
     use core::mem::MaybeUninit;
     use core::sync::atomic::AtomicUsize;
-    use pmtrace_format::Kind;
+
+    pub use crate::mpi::{ids, pass, real, FUNCTIONS};
 
     /// The return code recorded for functions that return no error code.
     const MPI_SUCCESS_CODE: c_int = 0;

@@ -83,7 +83,7 @@ pub unsafe fn free(request: *mut MPI_Request) -> c_int {
     // SAFETY: the caller's argument, passed through.
     // Called, never taken by address: a library for the standard ABI must
     // load where no MPI defines the function (see Makefile, `abi`).
-    unsafe { crate::wrappers::real::PMPI_Request_free(request) }
+    unsafe { crate::mpi::real::PMPI_Request_free(request) }
 }
 
 /// Tests the orphans and completes those MPI has finished. Called with the

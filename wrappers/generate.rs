@@ -1012,6 +1012,11 @@ fn extern_module(
 
 /// Generates the whole module. `declared` holds the `PMPI_` names the
 /// installed mpi.h declares; entries without one get no wrapper.
+/// Where `generate`'s text divides: before it, the tables and the real
+/// functions (`crate::mpi`, which imports nothing above it); after it,
+/// the wrappers (`crate::wrappers`, the entry layer).
+pub const SPLIT: &str = "\n// ---- wrappers ----\n";
+
 pub fn generate(entries: &[Entry], declared: &BTreeSet<String>) -> Result<String, String> {
     let mut o = String::new();
     writeln!(
@@ -1079,7 +1084,8 @@ pub fn generate(entries: &[Entry], declared: &BTreeSet<String>) -> Result<String
         exported_value_type,
     )?;
 
-    // The wrappers.
+    // The wrappers, in a file of their own (`split`).
+    o.push_str(SPLIT);
     for e in &wrapped {
         if e.kind == "manual" {
             continue;
