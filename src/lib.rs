@@ -2,8 +2,11 @@
 //! `libpmtrace.a` (for relinking). It defines the `MPI_*` functions, records
 //! each call, and passes it on to `PMPI_*`.
 //!
-//! A flat list of small modules:
+//! A flat list of small modules, each importing only modules below it
+//! (`tests/layout` checks):
 //! - `wrappers`: generated from `wrappers/mpi.wrap` (one per MPI function);
+//! - `mpi`: generated too: the function table and the real MPI functions
+//!   below pmtrace, which every other module calls;
 //! - `lifecycle`: the hand-written Init/Finalize/Abort/Pcontrol;
 //! - `hooks`: what each kind of call records;
 //! - `piggyback`: the hidden header on every message, and the clocks;
