@@ -37,7 +37,7 @@
 
 use rustc_hash::FxHashMap as HashMap;
 
-use pmtrace_trace::{Events, Record};
+use pmtrace_trace::Events;
 
 use pmtrace_matching::collective::{self, Instance, Part};
 use pmtrace_matching::matching::Messages;
@@ -290,15 +290,6 @@ fn thread_order(th: &Thread) -> Option<(Vec<u32>, Vec<u32>)> {
     Some((st.iter().map(|s| s.1).collect(), back))
 }
 
-/// The two timestamps of a record.
-pub fn stamps_of(rec: &Record) -> (u64, u64) {
-    match rec {
-        Record::Call(c) => (c.t_start, c.t_end),
-        Record::BufferWait { t_start, t_end } => (*t_start, *t_end),
-        Record::DefComm { t, .. } | Record::DefThread { t, .. } => (*t, *t),
-    }
-}
-
 impl<'t> Graph<'t> {
     /// Builds the graph of `trace` with the messages of `m`; `mu_intra` and
     /// `mu_inter` are the minimum latencies between clock groups.
@@ -428,13 +419,7 @@ impl<'t> Graph<'t> {
     /// The recorded time of node `k` of `loc`.
     #[inline]
     pub fn raw(&self, loc: u32, k: u32) -> u64 {
-        let p = self.pos(loc, k);
-        let (a, b) = self.records[loc as usize].stamps(p as usize / 2);
-        if p.is_multiple_of(2) {
-            a
-        } else {
-            b
-        }
+        self.records[loc as usize].stamp(self.pos(loc, k) as usize)
     }
 
     /// The recorded times of nodes `k0..` of `loc`, as many as `out` holds.
@@ -443,14 +428,12 @@ impl<'t> Graph<'t> {
         match &self.pos[loc as usize] {
             Some(pos) => {
                 for (o, &p) in out.iter_mut().zip(&pos[k0 as usize..]) {
-                    let (a, b) = records.stamps(p as usize / 2);
-                    *o = if p.is_multiple_of(2) { a } else { b };
+                    *o = records.stamp(p as usize);
                 }
             }
             None => {
                 for (k, o) in (k0 as usize..).zip(out.iter_mut()) {
-                    let (a, b) = records.stamps(k / 2);
-                    *o = if k.is_multiple_of(2) { a } else { b };
+                    *o = records.stamp(k);
                 }
             }
         }

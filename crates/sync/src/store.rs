@@ -81,24 +81,14 @@ pub enum ThreadTimes {
 
 impl ThreadTimes {
     fn new(records: &Events, times: Vec<u64>) -> ThreadTimes {
-        let shift = |p: usize, v: u64| {
-            let (a, b) = records.stamps(p / 2);
-            v as i64 - (if p.is_multiple_of(2) { a } else { b }) as i64
-        };
-        let fits = times
-            .iter()
-            .enumerate()
-            .all(|(p, &v)| i32::try_from(shift(p, v)).is_ok());
-        if !fits {
-            return ThreadTimes::Full(times);
+        let mut shifts = Vec::with_capacity(times.len());
+        for (p, &v) in times.iter().enumerate() {
+            match i32::try_from(v as i64 - records.stamp(p) as i64) {
+                Ok(s) => shifts.push(s),
+                Err(_) => return ThreadTimes::Full(times),
+            }
         }
-        ThreadTimes::Shifts(
-            times
-                .iter()
-                .enumerate()
-                .map(|(p, &v)| shift(p, v) as i32)
-                .collect(),
-        )
+        ThreadTimes::Shifts(shifts)
     }
 
     /// The time of stamp position `p` of `records` (this thread's).
@@ -107,9 +97,7 @@ impl ThreadTimes {
         match self {
             ThreadTimes::Shifts(v) => {
                 let shift = *v.get(p)?;
-                let (a, b) = records.stamps(p / 2);
-                let raw = if p.is_multiple_of(2) { a } else { b };
-                Some((raw as i64 + i64::from(shift)) as u64)
+                Some((records.stamp(p) as i64 + i64::from(shift)) as u64)
             }
             ThreadTimes::Full(v) => v.get(p).copied(),
         }
@@ -202,8 +190,7 @@ impl Synced {
                 let mut buf = [0u8; MAX_VARINT];
                 let mut prev = 0i64;
                 for p in 0..ts.len() {
-                    let (a, b) = th.records.stamps(p / 2);
-                    let shift = ts.shift(p, if p % 2 == 0 { a } else { b });
+                    let shift = ts.shift(p, th.records.stamp(p));
                     let mut n = 0;
                     put_i(&mut buf, &mut n, shift - prev);
                     part.extend_from_slice(&buf[..n]);
@@ -316,14 +303,7 @@ fn skip_varints(buf: &[u8], mut at: usize, mut count: usize) -> Option<usize> {
 /// One thread's synchronized times from its shifts (all of `buf`).
 fn decode_shifts(records: &Events, buf: &[u8]) -> Option<ThreadTimes> {
     let n = records.len() * 2;
-    let raw = |p: usize| {
-        let (a, b) = records.stamps(p / 2);
-        if p.is_multiple_of(2) {
-            a
-        } else {
-            b
-        }
-    };
+    let raw = |p: usize| records.stamp(p);
     let mut pos = 0;
     let mut shifts: Vec<i32> = Vec::with_capacity(n);
     let mut full: Option<Vec<u64>> = None;

@@ -657,6 +657,18 @@ impl Events {
         }
     }
 
+    /// The time at stamp position `p`: 2·record for its start, 2·record + 1
+    /// for its end.
+    #[inline]
+    pub fn stamp(&self, p: usize) -> u64 {
+        let (a, b) = self.stamps(p / 2);
+        if p.is_multiple_of(2) {
+            a
+        } else {
+            b
+        }
+    }
+
     fn long_end(&self, i: usize) -> u64 {
         let at = self.long.partition_point(|&(j, _)| (j as usize) < i);
         self.long[at].1
