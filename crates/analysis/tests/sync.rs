@@ -461,7 +461,7 @@ fn synced_times_keep_shifts_past_32_bits_through_the_file() {
                 let at = pmtrace_analysis::EventRef {
                     rank: rank as u32,
                     thread: th.index,
-                    index,
+                    index: index as u32,
                 };
                 for end in [false, true] {
                     let want = synced.time(&trace, at, end);
@@ -477,7 +477,7 @@ fn synced_times_keep_shifts_past_32_bits_through_the_file() {
     let at = pmtrace_analysis::EventRef {
         rank: 1,
         thread: th.index,
-        index: last,
+        index: last as u32,
     };
     let recorded = th.records.stamps(last).1;
     assert_eq!(back.time(&trace, at, true), Some(recorded + 3_000_000_000));

@@ -432,7 +432,7 @@ impl<'v, 'a> Writer<'v, 'a> {
                 // A send to MPI_PROC_NULL moved no message: no MpiIsend,
                 // so no completion either.
                 (Payload::Send { op: Some(op), .. }, Kind::Isend)
-                    if self.view.sends_of.contains_key(&at) =>
+                    if self.view.sends_at(at).next().is_some() =>
                 {
                     ops.insert(*op, Op::Send);
                 }
@@ -457,7 +457,7 @@ impl<'v, 'a> Writer<'v, 'a> {
                     }
                 }
                 (Payload::Start { started }, _) => {
-                    let sent = self.view.sends_of.get(&at).map_or(0, Vec::len);
+                    let sent = self.view.sends_at(at).count();
                     for &(init, inst) in started.iter() {
                         if let Some(&k) = init.and_then(|i| persistent.get(&i)) {
                             if matches!(k, Op::Send) && sent == 0 {
@@ -505,11 +505,11 @@ impl<'v, 'a> Writer<'v, 'a> {
             evs.push((t0, 0, i, Ev::Enter(region)));
             evs.push((t1, 3, i, Ev::Leave(region, view.lamport(at))));
             // Sends posted by this call.
-            for (item, &s) in view.sends_of.get(&at).into_iter().flatten().enumerate() {
+            for (item, s) in view.sends_at(at).enumerate() {
                 let request = match (&c.payload, kind) {
                     (Payload::Send { op, .. }, Kind::Isend) => *op,
                     (Payload::Start { started }, _) => started
-                        .get(view.messages.sends[s].item)
+                        .get(view.messages.sends[s].item as usize)
                         .or(started.get(item))
                         .map(|x| x.1),
                     _ => None,
@@ -519,7 +519,7 @@ impl<'v, 'a> Writer<'v, 'a> {
                 }
             }
             // Nonblocking receives posted by this call.
-            for &r in view.recvs_posted.get(&at).into_iter().flatten() {
+            for r in view.recvs_posted_at(at) {
                 let rv = &view.messages.recvs[r];
                 if rv.completion == at && rv.how != RecvHow::Nonblocking {
                     continue;
@@ -528,7 +528,7 @@ impl<'v, 'a> Writer<'v, 'a> {
                     Payload::Recv { op, .. }
                     | Payload::Mrecv { op, .. }
                     | Payload::Isendrecv { op, .. } => *op,
-                    Payload::Start { started } => started.get(rv.post_item).map(|x| x.1),
+                    Payload::Start { started } => started.get(rv.post_item as usize).map(|x| x.1),
                     _ => None,
                 };
                 if let Some(req) = request {
@@ -559,13 +559,10 @@ impl<'v, 'a> Writer<'v, 'a> {
                     }
                 }
                 Payload::Complete { done } => {
-                    let recvs = view.recvs_done.get(&at);
                     for (item, d) in done.iter().enumerate() {
-                        let r = recvs.and_then(|rs| {
-                            rs.iter()
-                                .copied()
-                                .find(|&r| view.messages.recvs[r].completion_item == item)
-                        });
+                        let r = view
+                            .recvs_done_at(at)
+                            .find(|&r| view.messages.recvs[r].completion_item == item as u32);
                         if let Some(r) = r {
                             if let Some(e) = self.recv_ev(r, d.op) {
                                 evs.push((t1, 2, i, e));
@@ -587,7 +584,7 @@ impl<'v, 'a> Writer<'v, 'a> {
                 _ => {}
             }
             // Blocking receives completed by this call itself.
-            for &r in view.recvs_done.get(&at).into_iter().flatten() {
+            for r in view.recvs_done_at(at) {
                 let rv = &view.messages.recvs[r];
                 if matches!(c.payload, Payload::Complete { .. }) {
                     continue;

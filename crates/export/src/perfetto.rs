@@ -390,8 +390,81 @@ struct CallSlices<'v, 'a> {
     t0: u64,
     /// The rank's interned name of each function.
     iid_of: &'v [Option<u64>],
-    flows_out: &'v HashMap<EventRef, Vec<u64>>,
-    flows_in: &'v HashMap<EventRef, Vec<u64>>,
+    /// The location's flows out of and into its calls.
+    flows_out: &'v FlowList,
+    flows_in: &'v FlowList,
+}
+
+/// The flows of one location's calls: record indices in increasing order,
+/// beside the flow ids (increasing within a record).
+#[derive(Default)]
+struct FlowList {
+    index: Vec<u32>,
+    flow: Vec<u64>,
+}
+
+impl FlowList {
+    /// The flows at record `index`.
+    fn at(&self, index: u32) -> &[u64] {
+        let a = self.index.partition_point(|&i| i < index);
+        let b = a + self.index[a..].partition_point(|&i| i == index);
+        &self.flow[a..b]
+    }
+}
+
+/// Every flow of a trace, per location (as in `View::locations`), out of
+/// and into calls.
+struct Flows {
+    out: Vec<FlowList>,
+    into: Vec<FlowList>,
+}
+
+impl Flows {
+    /// `pairs`: (from, to) in flow order, the first flow being `1`.
+    fn new(view: &View, pairs: impl Iterator<Item = (EventRef, EventRef)>) -> Flows {
+        let mut first = vec![0usize; view.trace.ranks.len() + 1];
+        for loc in &view.locations {
+            first[loc.rank as usize + 1] += 1;
+        }
+        for r in 0..view.trace.ranks.len() {
+            first[r + 1] += first[r];
+        }
+        let loc_of = |at: EventRef| -> Option<usize> {
+            let rank = view.trace.ranks.get(at.rank as usize)?;
+            let slot = rank
+                .threads
+                .binary_search_by_key(&at.thread, |t| t.index)
+                .ok()?;
+            Some(first[at.rank as usize] + slot)
+        };
+        let n = view.locations.len();
+        let mut out: Vec<Vec<(u32, u64)>> = vec![Vec::new(); n];
+        let mut into: Vec<Vec<(u32, u64)>> = vec![Vec::new(); n];
+        for (flow, (from, to)) in (1u64..).zip(pairs) {
+            if let Some(l) = loc_of(from) {
+                out[l].push((from.index, flow));
+            }
+            if let Some(l) = loc_of(to) {
+                into[l].push((to.index, flow));
+            }
+        }
+        let lists = |v: Vec<Vec<(u32, u64)>>| -> Vec<FlowList> {
+            v.into_par_iter()
+                .map(|mut l| {
+                    // Stable: a record's flows stay in flow order.
+                    l.sort_by_key(|&(i, _)| i);
+                    FlowList {
+                        index: l.iter().map(|x| x.0).collect(),
+                        flow: l.iter().map(|x| x.1).collect(),
+                    }
+                })
+                .collect()
+        };
+        Flows {
+            out: lists(out),
+            into: lists(into),
+        }
+    }
 }
 
 impl<'v> CallSlices<'v, '_> {
@@ -418,10 +491,11 @@ impl<'v> CallSlices<'v, '_> {
             // collective: no flow starts or ends there, and it has no detail.
             let func = records.func(i).expect("a call");
             let has_flows = records.has_payload(i);
-            let flows = |map: &'v HashMap<EventRef, Vec<u64>>| -> &'v [u64] {
-                match has_flows.then(|| map.get(&at)).flatten() {
-                    Some(ids) => ids,
-                    None => &[],
+            let flows = |list: &'v FlowList| -> &'v [u64] {
+                if has_flows {
+                    list.at(i as u32)
+                } else {
+                    &[]
                 }
             };
             let detail = if has_flows {
@@ -517,22 +591,13 @@ pub fn write(view: &View, w: &mut dyn Write, progress: &mut dyn FnMut(u64)) -> i
 
     // Flows: ids per (call, outgoing) and (call, incoming).
     let m = view.messages;
-    let mut flows_out: HashMap<EventRef, Vec<u64>> = HashMap::default();
-    let mut flows_in: HashMap<EventRef, Vec<u64>> = HashMap::default();
-    let mut next_flow = 1u64;
-    for msg in &m.matched {
+    let messages = m.matched.iter().map(|msg| {
         let (s, r) = (&m.sends[msg.send], &m.recvs[msg.recv]);
-        flows_out.entry(s.call).or_default().push(next_flow);
-        flows_in.entry(r.completion).or_default().push(next_flow);
-        next_flow += 1;
-        out.summary.message_flows += 1;
-    }
-    for (enter, exit) in view.collective_flows() {
-        flows_out.entry(enter).or_default().push(next_flow);
-        flows_in.entry(exit).or_default().push(next_flow);
-        next_flow += 1;
-        out.summary.collective_flows += 1;
-    }
+        (s.call, r.completion)
+    });
+    out.summary.message_flows = m.matched.len() as u64;
+    out.summary.collective_flows = view.collective_flows().count() as u64;
+    let flows = Flows::new(view, messages.chain(view.collective_flows()));
 
     // Tracks.
     for r in &view.trace.ranks {
@@ -568,11 +633,11 @@ pub fn write(view: &View, w: &mut dyn Write, progress: &mut dyn FnMut(u64)) -> i
     // thread while this one writes what is done, in order (the bytes are
     // those of one pass).
     let mut done = 0u64;
-    let (iid_of, flows_out, flows_in) = (&iid_of, &flows_out, &flows_in);
+    let (iid_of, flows) = (&iid_of, &flows);
     std::thread::scope(|scope| -> io::Result<()> {
         let (tx, rx) = std::sync::mpsc::sync_channel::<Vec<(Vec<u8>, Summary, usize)>>(2);
         scope.spawn(move || {
-            for &loc in &view.locations {
+            for (l, &loc) in view.locations.iter().enumerate() {
                 let order = view.order(loc);
                 let blocks: Vec<&[u32]> = order.chunks(CALLS_PER_BLOCK).collect();
                 // A slice starts no earlier than the previous one ended:
@@ -604,8 +669,8 @@ pub fn write(view: &View, w: &mut dyn Write, progress: &mut dyn FnMut(u64)) -> i
                     loc,
                     t0,
                     iid_of: &iid_of[loc.rank as usize],
-                    flows_out,
-                    flows_in,
+                    flows_out: &flows.out[l],
+                    flows_in: &flows.into[l],
                 };
                 for group in blocks
                     .iter()

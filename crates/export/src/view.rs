@@ -6,12 +6,11 @@
 //! requires), else the recorded one. Exports ask [`View::time`] and never
 //! pick a base themselves; the HTML timeline also reads [`View::raw`].
 
-use rustc_hash::FxHashMap as HashMap;
-
 use pmtrace_trace::{Call, Events, Payload};
 
 use pmtrace_matching::clocks::{self, Clocks};
 use pmtrace_matching::collective::{self, Instance, MemberCalls};
+use pmtrace_matching::ends::{self, End, ThreadEnds};
 use pmtrace_matching::matching::Messages;
 use pmtrace_sync::store::ThreadTimes;
 use pmtrace_sync::Synced;
@@ -77,12 +76,6 @@ pub struct View<'a> {
     pub clocks: Clocks,
     pub collectives: Vec<Instance<MemberCalls>>,
     pub locations: Vec<Location>,
-    /// Sends by the call that posted them, in item order.
-    pub sends_of: HashMap<EventRef, Vec<usize>>,
-    /// Receives by the call that completed them.
-    pub recvs_done: HashMap<EventRef, Vec<usize>>,
-    /// Receives by the call that posted them.
-    pub recvs_posted: HashMap<EventRef, Vec<usize>>,
     /// The send each receive matched (FIFO rule), by receive index.
     pub send_of_recv: Vec<Option<usize>>,
     /// Earliest and latest time of the base.
@@ -91,16 +84,6 @@ pub struct View<'a> {
 
 impl<'a> View<'a> {
     pub fn new(trace: &'a Trace, messages: &'a Messages, synced: Option<&'a Synced>) -> View<'a> {
-        let mut sends_of: HashMap<EventRef, Vec<usize>> = HashMap::default();
-        for (i, s) in messages.sends.iter().enumerate() {
-            sends_of.entry(s.call).or_default().push(i);
-        }
-        let mut recvs_done: HashMap<EventRef, Vec<usize>> = HashMap::default();
-        let mut recvs_posted: HashMap<EventRef, Vec<usize>> = HashMap::default();
-        for (i, r) in messages.recvs.iter().enumerate() {
-            recvs_done.entry(r.completion).or_default().push(i);
-            recvs_posted.entry(r.post).or_default().push(i);
-        }
         let mut send_of_recv = vec![None; messages.recvs.len()];
         for m in &messages.matched {
             send_of_recv[m.recv] = Some(m.send);
@@ -127,9 +110,6 @@ impl<'a> View<'a> {
             clocks,
             collectives,
             locations,
-            sends_of,
-            recvs_done,
-            recvs_posted,
             send_of_recv,
             span: (0, 0),
         };
@@ -165,7 +145,7 @@ impl<'a> View<'a> {
         EventRef {
             rank: loc.rank,
             thread: loc.thread,
-            index,
+            index: index as u32,
         }
     }
 
@@ -186,10 +166,10 @@ impl<'a> View<'a> {
         else {
             return 0;
         };
-        if at.index >= th.records.len() {
+        if at.pos() >= th.records.len() {
             return 0;
         }
-        let (a, b) = th.records.stamps(at.index);
+        let (a, b) = th.records.stamps(at.pos());
         if end {
             b
         } else {
@@ -246,6 +226,37 @@ impl<'a> View<'a> {
         self.trace.ranks[rank as usize].function_name(call.func)
     }
 
+    /// The message ends of the call at `at` in one of its thread's lists.
+    fn ends_at(&self, at: EventRef, list: fn(&'a ThreadEnds) -> &'a [End]) -> &'a [End] {
+        let Some(rank) = self.trace.ranks.get(at.rank as usize) else {
+            return &[];
+        };
+        let Ok(slot) = rank.threads.binary_search_by_key(&at.thread, |t| t.index) else {
+            return &[];
+        };
+        ends::at(list(self.messages.ends.thread(at.rank, slot)), at.index)
+    }
+
+    /// The sends the call at `at` posted (indices into the messages'
+    /// sends), in item order.
+    pub fn sends_at(&self, at: EventRef) -> impl Iterator<Item = usize> + 'a {
+        self.ends_at(at, |t| &t.sends)
+            .iter()
+            .map(|e| e.msg as usize)
+    }
+
+    /// The receives the call at `at` completed, in item order.
+    pub fn recvs_done_at(&self, at: EventRef) -> impl Iterator<Item = usize> + 'a {
+        self.ends_at(at, |t| &t.done).iter().map(|e| e.msg as usize)
+    }
+
+    /// The receives the call at `at` posted, in the order they completed.
+    pub fn recvs_posted_at(&self, at: EventRef) -> impl Iterator<Item = usize> + 'a {
+        self.ends_at(at, |t| &t.posted)
+            .iter()
+            .map(|e| e.msg as usize)
+    }
+
     /// The Lamport clock after a call, if the trace has clocks.
     pub fn lamport(&self, at: EventRef) -> Option<u64> {
         if self.clocks.report.mode == "none" {
@@ -277,13 +288,13 @@ impl<'a> View<'a> {
                 .and_then(|r| self.trace.to_world(at.rank, comm, r));
             return d;
         }
-        for &s in self.sends_of.get(&at).into_iter().flatten() {
+        for s in self.sends_at(at) {
             let s = &m.sends[s];
             d.peer = d.peer.or(s.dst);
             d.tag = d.tag.or(Some(s.tag));
             d.bytes += s.bytes;
         }
-        for &r in self.recvs_done.get(&at).into_iter().flatten() {
+        for r in self.recvs_done_at(at) {
             let r = &m.recvs[r];
             d.peer = d.peer.or(r.src);
             d.tag = d.tag.or(Some(r.tag));
@@ -314,14 +325,16 @@ impl<'a> View<'a> {
         let done_at = r.completions();
         let mut out = Vec::new();
         for (at, c) in r.payload_calls() {
-            let ops: Vec<(usize, u64)> = match &c.payload {
+            let ops: Vec<(u32, u64)> = match &c.payload {
                 Payload::Send { op: Some(op), .. } => vec![(0, *op)],
-                Payload::Start { started } => {
-                    started.iter().enumerate().map(|(i, s)| (i, s.1)).collect()
-                }
+                Payload::Start { started } => started
+                    .iter()
+                    .enumerate()
+                    .map(|(i, s)| (i as u32, s.1))
+                    .collect(),
                 _ => Vec::new(),
             };
-            for &s in self.sends_of.get(&at).into_iter().flatten() {
+            for s in self.sends_at(at) {
                 let sv = &m.sends[s];
                 let op = ops.iter().find(|o| o.0 == sv.item).map(|o| o.1);
                 if let Some(&end) = op.and_then(|op| done_at.get(&op)) {

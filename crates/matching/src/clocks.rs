@@ -41,6 +41,7 @@ use pmtrace_format::Kind;
 use pmtrace_trace::{Call, Payload};
 use serde::Serialize;
 
+use crate::ends::{Cursor, End};
 use crate::matching::{Messages, RecvHow};
 use pmtrace_trace::read::{EventRef, Rank, Trace};
 
@@ -204,9 +205,9 @@ impl CallClocks {
         let threads = self.ranks.get(at.rank as usize)?;
         let (_, clocks) = threads.iter().find(|(t, _)| *t == at.thread)?;
         match clocks {
-            ThreadClocks::Dense(v) => v.get(at.index).copied().filter(|&c| c != NO_CLOCK),
+            ThreadClocks::Dense(v) => v.get(at.pos()).copied().filter(|&c| c != NO_CLOCK),
             ThreadClocks::Steps(v) => {
-                let k = v.partition_point(|&(i, _)| i as usize <= at.index);
+                let k = v.partition_point(|&(i, _)| i <= at.index);
                 Some(if k == 0 { 0 } else { v[k - 1].1 })
             }
         }
@@ -398,18 +399,6 @@ impl Found {
 
 fn plan(trace: &Trace, m: &Messages) -> Plan {
     let n = trace.ranks.len();
-    let mut send_at: HashMap<(EventRef, usize), usize> = HashMap::default();
-    for (i, s) in m.sends.iter().enumerate() {
-        send_at.insert((s.call, s.item), i);
-    }
-    let mut recv_done: HashMap<(EventRef, usize), usize> = HashMap::default();
-    let mut recv_post: HashMap<(EventRef, usize), usize> = HashMap::default();
-    for (i, r) in m.recvs.iter().enumerate() {
-        recv_done.insert((r.completion, r.completion_item), i);
-        if r.how != RecvHow::Blocking {
-            recv_post.insert((r.post, r.post_item), i);
-        }
-    }
     let mut found = Found::default();
     let mut events: Vec<Vec<Ev>> = Vec::new();
     let mut stream_rank = Vec::new();
@@ -434,56 +423,83 @@ fn plan(trace: &Trace, m: &Messages) -> Plan {
         let mut coll_inits: HashMap<u64, (Call, u64)> = HashMap::default();
         // Calls of all threads in time order.
         let (steps, rank_dense) = call_order(rank);
+        // Per thread slot: its sends, receives completed and posted.
+        let mut cursors: Vec<[Cursor; 3]> = (0..rank.threads.len())
+            .map(|slot| {
+                let t = m.ends.thread(rank.rank, slot);
+                [
+                    Cursor::new(&t.sends),
+                    Cursor::new(&t.done),
+                    Cursor::new(&t.posted),
+                ]
+            })
+            .collect();
         for (slot, index) in steps {
             let slot = slot as usize;
+            let [sends, done, posted] = &mut cursors[slot];
+            let (sends, done) = (sends.at(index), done.at(index));
+            let posted = posted.at(index);
+            let item_of = |run: &[End], item: u32| {
+                run.iter().find(|e| e.item == item).map(|e| e.msg as usize)
+            };
+            let send_at = |item: u32| item_of(sends, item);
+            let recv_done = |item: u32| item_of(done, item);
+            // Nonblocking receives posted here (a blocking one is posted and
+            // completed at once).
+            let recv_post = |item: u32| {
+                posted
+                    .iter()
+                    .find(|e| e.item == item && m.recvs[e.msg as usize].how != RecvHow::Blocking)
+                    .map(|e| e.msg as usize)
+            };
             let records = &rank.threads[slot].records;
             let at = EventRef {
                 rank: rank.rank,
                 thread: rank.threads[slot].index,
-                index: index as usize,
+                index,
             };
             let stream = stream_of[&at.thread];
             let before = events[stream].len();
-            let call = &records.call(at.index).expect("a call");
+            let call = &records.call(at.pos()).expect("a call");
             let evs = &mut events[stream];
             let kind = rank.kind(call.func);
             // Every call that sends went through the piggyback layer, even
             // when it sent nothing (see `matching::send_ids`).
-            let send = |item: usize| match send_at.get(&(at, item)) {
-                Some(&s) => Ev::Send(s),
+            let send = |item: u32| match send_at(item) {
+                Some(s) => Ev::Send(s),
                 None => Ev::SendNowhere,
             };
             match (&call.payload, kind) {
                 (Payload::Send { .. }, Kind::Send | Kind::Isend) => evs.push(send(0)),
                 (Payload::Sendrecv { .. }, _) => {
                     evs.push(send(0));
-                    if let Some(&r) = recv_done.get(&(at, 0)) {
+                    if let Some(r) = recv_done(0) {
                         evs.push(Ev::Recv(r));
                     }
                 }
                 (Payload::Isendrecv { .. }, _) => {
                     evs.push(send(0));
-                    if let Some(&r) = recv_post.get(&(at, 0)) {
+                    if let Some(r) = recv_post(0) {
                         evs.push(Ev::Post(r));
                     }
                 }
                 (Payload::Recv { .. } | Payload::Mrecv { .. }, _) => {
-                    if let Some(&r) = recv_done.get(&(at, 0)) {
+                    if let Some(r) = recv_done(0) {
                         evs.push(Ev::Recv(r));
                     }
-                    if let Some(&r) = recv_post.get(&(at, 0)) {
+                    if let Some(r) = recv_post(0) {
                         evs.push(Ev::Post(r));
                     }
                 }
                 (Payload::Start { started }, _) => {
                     for (item, &(init, instance)) in started.iter().enumerate() {
-                        let init = init.unwrap_or(0);
+                        let (init, item) = (init.unwrap_or(0), item as u32);
                         if send_inits.contains(&init) {
                             evs.push(send(item));
-                        } else if let Some(&s) = send_at.get(&(at, item)) {
+                        } else if let Some(s) = send_at(item) {
                             // A partitioned send: no header, but a message.
                             evs.push(Ev::Send(s));
-                        } else if let Some(&r) = recv_post.get(&(at, item)) {
+                        } else if let Some(r) = recv_post(item) {
                             evs.push(Ev::Post(r));
                         } else if let Some((made, k)) = coll_inits.get_mut(&init) {
                             *k += 1;
@@ -496,7 +512,7 @@ fn plan(trace: &Trace, m: &Messages) -> Plan {
                 }
                 (Payload::Complete { done }, _) => {
                     for (item, c) in done.iter().enumerate() {
-                        if let Some(&r) = recv_done.get(&(at, item)) {
+                        if let Some(r) = recv_done(item as u32) {
                             evs.push(Ev::Recv(r));
                         } else if let Some(inst) = c.op.and_then(|op| icoll_of.remove(&op)) {
                             evs.push(Ev::Exit(inst));
@@ -523,7 +539,7 @@ fn plan(trace: &Trace, m: &Messages) -> Plan {
             }
             let evs = &mut events[stream];
             if evs.len() > before || rank_dense[slot] {
-                evs.push(Ev::End(at.index as u32));
+                evs.push(Ev::End(at.index));
             }
         }
         dense.push(rank_dense);
@@ -947,22 +963,13 @@ pub fn compute(trace: &Trace, m: &Messages) -> Clocks {
         ..ClockReport::default()
     };
     // Matching by id.
-    let mut id_to_send: HashMap<(u32, u64), usize> = HashMap::default();
-    for (i, s) in m.sends.iter().enumerate() {
-        if m.send_ids[i] != 0 {
-            id_to_send.insert((s.src, m.send_ids[i]), i);
-        }
-    }
     let mut fifo: Vec<Option<usize>> = vec![None; m.recvs.len()];
     for msg in &m.fifo {
         fifo[msg.recv] = Some(msg.send);
     }
     let mut by_id: Vec<Option<usize>> = vec![None; m.recvs.len()];
     for (ri, r) in m.recvs.iter().enumerate() {
-        let found = match (r.pb, r.src) {
-            (Some(pb), Some(src)) => id_to_send.get(&(src, pb.id)).copied(),
-            _ => None,
-        };
+        let found = m.send_by_id(ri);
         by_id[ri] = found;
         if mode != "none" {
             if found.is_some() {
@@ -1103,7 +1110,7 @@ fn hb_check(nodes: &[Node]) -> HbCheck {
 mod tests {
     use super::*;
 
-    fn at(index: usize) -> EventRef {
+    fn at(index: u32) -> EventRef {
         EventRef {
             rank: 0,
             thread: 3,
@@ -1136,7 +1143,7 @@ mod tests {
         // The reader gives the same, in order and out of it.
         let mut r = c.thread(0, 3);
         for i in (0..11).chain([3, 0, 9, 2, 2, 10, 4]) {
-            assert_eq!(r.get(i), c.get(at(i)), "index {i}");
+            assert_eq!(r.get(i), c.get(at(i as u32)), "index {i}");
         }
         assert_eq!(c.thread(0, 4).get(0), None);
         assert_eq!(c.decreasing(), 0);

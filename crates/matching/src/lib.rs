@@ -6,6 +6,7 @@
 
 pub mod clocks;
 pub mod collective;
+pub mod ends;
 pub mod matching;
 
 pub use clocks::{ClockReport, Clocks};

@@ -40,11 +40,13 @@ use rayon::prelude::*;
 use rustc_hash::FxHashMap as HashMap;
 
 use pmtrace_format::meta::MpiConstants;
-use pmtrace_format::record::{msg_id, Pb};
+use pmtrace_format::record::{msg_id, Pb, MSG_THREAD_SHIFT};
 use pmtrace_format::{Kind, Status};
 use pmtrace_trace::{Call, Payload};
 
 use pmtrace_trace::read::{EventRef, Rank, Trace};
+
+use crate::ends::{Cursor, Ends};
 
 /// One message leaving a rank.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -62,7 +64,7 @@ pub struct SendEvent {
     /// That call (for a persistent request, its `start`).
     pub call: EventRef,
     /// Position among the sends of `call` (a `startall` starts several).
-    pub item: usize,
+    pub item: u32,
 }
 
 /// One message arriving at a rank.
@@ -83,11 +85,11 @@ pub struct RecvEvent {
     /// The posting call.
     pub post: EventRef,
     /// Position within the posting call (a `startall` posts several).
-    pub post_item: usize,
+    pub post_item: u32,
     /// The completing call (`post` itself for a blocking receive).
     pub completion: EventRef,
     /// Position within the completing call (a `waitall` completes several).
-    pub completion_item: usize,
+    pub completion_item: u32,
     /// How the receive was made, for the clock rules.
     pub how: RecvHow,
     /// Posted with `MPI_ANY_SOURCE` (a matched-probe receive never is: its
@@ -147,7 +149,15 @@ pub struct Messages {
     /// The pairs of the FIFO rule alone, in send order (what the ids are
     /// checked against).
     pub fifo: Vec<Message>,
+    /// Where each send and receive is in the records.
+    pub ends: Ends,
+    /// For each receive, the send its piggybacked id names ([`NO_SEND`]:
+    /// none); see [`Messages::send_by_id`].
+    by_id: Vec<u32>,
 }
+
+/// No send (in [`Messages`]' per-receive tables).
+const NO_SEND: u32 = u32::MAX;
 
 /// Channel key: source world rank, destination world rank, comm, tag.
 type Channel = (u32, u32, u64, i32);
@@ -174,11 +184,36 @@ impl Messages {
             m.recvs.extend(part.recvs);
             m.pending_receives += part.pending_receives;
         }
-        m.send_ids = send_ids(trace, &m.sends);
+        m.ends = Ends::build(
+            trace,
+            &m.sends,
+            |s| (s.src, (s.call, s.item)),
+            &m.recvs,
+            |r| {
+                let done = (r.completion, r.completion_item);
+                (r.dst, done, (r.post, r.post_item))
+            },
+        );
+        let ids = SendIds::build(trace, &m.ends, m.sends.len());
+        m.send_ids = ids.of_send;
+        m.by_id = m
+            .recvs
+            .iter()
+            .map(|r| match (r.src, r.pb) {
+                (Some(src), Some(pb)) => ids.by_rank[src as usize].send(pb.id),
+                _ => NO_SEND,
+            })
+            .collect();
         m.match_fifo(|_| true, |_| true);
         m.fifo = m.matched.clone();
         m.match_ids();
         m
+    }
+
+    /// The send receive `recv` names by its piggybacked id, if any.
+    pub fn send_by_id(&self, recv: usize) -> Option<usize> {
+        let s = self.by_id[recv];
+        (s != NO_SEND).then_some(s as usize)
     }
 
     /// Pairs each receive that carried a piggybacked id with the send of
@@ -186,19 +221,10 @@ impl Messages {
     /// exact where FIFO is not: a receive request freed in flight takes a
     /// message the trace never sees arrive, and shifts FIFO's pairs.
     fn match_ids(&mut self) {
-        let mut by_id: HashMap<(u32, u64), usize> = HashMap::default();
-        for (i, s) in self.sends.iter().enumerate() {
-            if self.send_ids[i] != 0 && s.dst.is_some() {
-                by_id.insert((s.src, self.send_ids[i]), i);
-            }
-        }
         let mut pair_of_recv: Vec<Option<usize>> = vec![None; self.recvs.len()];
         let mut send_paired = vec![false; self.sends.len()];
         for (ri, r) in self.recvs.iter().enumerate() {
-            let (Some(src), Some(pb)) = (r.src, r.pb) else {
-                continue;
-            };
-            let Some(&si) = by_id.get(&(src, pb.id)) else {
+            let Some(si) = self.send_by_id(ri) else {
                 continue;
             };
             let s = &self.sends[si];
@@ -302,19 +328,6 @@ impl Messages {
         }
         v
     }
-
-    /// Bytes each call moved point-to-point: bytes of the sends it posted
-    /// plus bytes of the receives it completed.
-    pub fn bytes_by_call(&self) -> HashMap<EventRef, u64> {
-        let mut out: HashMap<EventRef, u64> = HashMap::default();
-        for s in &self.sends {
-            *out.entry(s.call).or_default() += s.bytes;
-        }
-        for r in &self.recvs {
-            *out.entry(r.completion).or_default() += r.bytes;
-        }
-        out
-    }
 }
 
 /// The operation ids of `rank`'s persistent send requests (`MPI_Send_init`
@@ -328,45 +341,94 @@ pub fn send_inits(rank: &Rank) -> rustc_hash::FxHashSet<u64> {
         .collect()
 }
 
-/// The message id each send carried: the runtime numbers the messages of
+/// The message ids of the sends: the runtime numbers the messages of
 /// each thread from 1 in record order, `msg_id(thread, n)`. Every call
 /// that sends takes one, also to `MPI_PROC_NULL` and when it fails (the
 /// header is written before the call), so the count runs over calls that
 /// are not in `sends`: a send, an isend, a sendrecv, and each persistent
 /// send a start starts.
-pub fn send_ids(trace: &Trace, sends: &[SendEvent]) -> Vec<u64> {
-    let mut at: HashMap<(EventRef, usize), usize> = HashMap::default();
-    for (i, s) in sends.iter().enumerate() {
-        at.insert((s.call, s.item), i);
-    }
-    let mut ids = vec![0u64; sends.len()];
-    for rank in &trace.ranks {
-        let send_inits = send_inits(rank);
-        let mut n: HashMap<u32, u64> = HashMap::default();
-        for (call_at, call) in rank.payload_calls() {
-            let items: Vec<usize> = match (&call.payload, rank.kind(call.func)) {
-                (Payload::Send { .. }, Kind::Send | Kind::Isend)
-                | (Payload::Sendrecv { .. } | Payload::Isendrecv { .. }, _) => {
-                    vec![0]
-                }
-                (Payload::Start { started }, _) => started
-                    .iter()
-                    .enumerate()
-                    .filter(|(_, (init, _))| init.is_some_and(|i| send_inits.contains(&i)))
-                    .map(|(item, _)| item)
-                    .collect(),
-                _ => continue,
-            };
-            for item in items {
-                let k = n.entry(call_at.thread).or_insert(0);
-                *k += 1;
-                if let Some(&s) = at.get(&(call_at, item)) {
-                    ids[s] = msg_id(call_at.thread, *k);
-                }
-            }
+struct SendIds {
+    /// The id each send carried (0: unknown).
+    of_send: Vec<u64>,
+    /// By world rank: the send of each id.
+    by_rank: Vec<IdTable>,
+}
+
+/// One rank's sends by message id: per thread, the send of its n-th
+/// message at `n - 1` (a message that is no send: `NO_SEND`).
+#[derive(Default)]
+struct IdTable {
+    threads: Vec<(u32, Vec<u32>)>,
+}
+
+impl IdTable {
+    fn send(&self, id: u64) -> u32 {
+        let thread = (id >> MSG_THREAD_SHIFT) as u32;
+        let n = id & ((1u64 << MSG_THREAD_SHIFT) - 1);
+        let Ok(t) = self.threads.binary_search_by_key(&thread, |t| t.0) else {
+            return NO_SEND;
+        };
+        let table = &self.threads[t].1;
+        match n.checked_sub(1).and_then(|k| table.get(k as usize)) {
+            Some(&s) => s,
+            None => NO_SEND,
         }
     }
-    ids
+}
+
+impl SendIds {
+    fn build(trace: &Trace, ends: &Ends, sends: usize) -> SendIds {
+        let per_rank: Vec<(IdTable, Vec<(u32, u64)>)> = trace
+            .ranks
+            .par_iter()
+            .map(|rank| {
+                let send_inits = send_inits(rank);
+                let mut table = IdTable::default();
+                let mut ids = Vec::new();
+                for (slot, th) in rank.threads.iter().enumerate() {
+                    let mut sends = Cursor::new(&ends.thread(rank.rank, slot).sends);
+                    let mut of_n: Vec<u32> = Vec::new();
+                    let ev = &th.records;
+                    for index in (0..ev.len()).filter(|&i| ev.has_payload(i)) {
+                        let call = ev.call(index).expect("a call");
+                        let here = sends.at(index as u32);
+                        let mut take = |item: u32| {
+                            let s = here.iter().find(|e| e.item == item).map(|e| e.msg);
+                            of_n.push(s.unwrap_or(NO_SEND));
+                            if let Some(s) = s {
+                                ids.push((s, msg_id(th.index, of_n.len() as u64)));
+                            }
+                        };
+                        match (&call.payload, rank.kind(call.func)) {
+                            (Payload::Send { .. }, Kind::Send | Kind::Isend)
+                            | (Payload::Sendrecv { .. } | Payload::Isendrecv { .. }, _) => take(0),
+                            (Payload::Start { started }, _) => {
+                                for (item, (init, _)) in started.iter().enumerate() {
+                                    if init.is_some_and(|i| send_inits.contains(&i)) {
+                                        take(item as u32);
+                                    }
+                                }
+                            }
+                            _ => {}
+                        }
+                    }
+                    if !of_n.is_empty() {
+                        table.threads.push((th.index, of_n));
+                    }
+                }
+                (table, ids)
+            })
+            .collect();
+        let mut of_send = vec![0u64; sends];
+        let mut by_rank = Vec::with_capacity(per_rank.len());
+        for (table, ids) in per_rank {
+            for (s, id) in ids {
+                of_send[s as usize] = id;
+            }
+            by_rank.push(table);
+        }
+        SendIds { of_send, by_rank }
+    }
 }
 
 /// What a rank-local operation id stands for, as far as messages go.
@@ -407,7 +469,7 @@ struct PostedRecv {
     posted: u64,
     at: u64,
     post: EventRef,
-    item: usize,
+    item: u32,
 }
 
 /// Collects the sends and receives of one rank in three passes, since an
@@ -483,13 +545,7 @@ impl<'a> RankScan<'a> {
     }
 
     /// Records a send posted by `call` at `time`; its index, unless it goes nowhere.
-    fn push_send(
-        &mut self,
-        s: PostedSend,
-        time: u64,
-        call: EventRef,
-        item: usize,
-    ) -> Option<usize> {
+    fn push_send(&mut self, s: PostedSend, time: u64, call: EventRef, item: u32) -> Option<usize> {
         if s.peer == self.c.proc_null {
             return None;
         }
@@ -520,7 +576,7 @@ impl<'a> RankScan<'a> {
         &mut self,
         p: PostedRecv,
         status: Status,
-        completion: (EventRef, usize),
+        completion: (EventRef, u32),
         time: u64,
         how: RecvHow,
     ) {
@@ -735,7 +791,7 @@ impl<'a> RankScan<'a> {
                 for (item, &(init, instance)) in started.iter().enumerate() {
                     match init.and_then(|i| self.ops.get(&i).copied()) {
                         Some(Op::SendInit(s)) => {
-                            if let Some(idx) = self.push_send(s, t, at, item) {
+                            if let Some(idx) = self.push_send(s, t, at, item as u32) {
                                 self.ops.insert(instance, Op::Send(idx));
                             }
                         }
@@ -743,7 +799,7 @@ impl<'a> RankScan<'a> {
                             let p = PostedRecv {
                                 at: t,
                                 post: at,
-                                item,
+                                item: item as u32,
                                 ..p
                             };
                             self.post_recv(instance, p);
@@ -809,7 +865,7 @@ impl<'a> RankScan<'a> {
                     } else {
                         RecvHow::Nonblocking
                     };
-                    self.push_recv(p, c.status, (at, i), call.t_end, how);
+                    self.push_recv(p, c.status, (at, i as u32), call.t_end, how);
                 }
                 Some(&mut Op::Send(idx)) if c.status.cancelled => self.cancelled.push(idx),
                 _ => {}

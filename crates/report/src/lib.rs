@@ -32,9 +32,10 @@ use rustc_hash::FxHashMap as HashMap;
 use serde::Serialize;
 
 use pmtrace_matching::collective::{self, Instance, MemberCalls};
+use pmtrace_matching::ends::Cursor;
 use pmtrace_matching::matching::{Messages, Violations};
 use pmtrace_sync::{quality, Graph, SyncReport, SyncViolations, Synced};
-use pmtrace_trace::read::{EventRef, Rank, Trace};
+use pmtrace_trace::read::{Rank, Trace};
 use rayon::prelude::*;
 
 /// How to compute the report.
@@ -221,12 +222,7 @@ fn count_by_rank(trace: &Trace, ranks: impl Iterator<Item = u32>) -> Vec<u64> {
 }
 
 /// One rank's profile.
-fn profile(
-    rank: &Rank,
-    p2p_bytes: &HashMap<EventRef, u64>,
-    sent: &[u64],
-    received: &[u64],
-) -> RankSummary {
+fn profile(rank: &Rank, messages: &Messages, sent: &[u64], received: &[u64]) -> RankSummary {
     // By function index first: a name lookup per call is slow.
     let mut by_func = vec![FunctionStats::default(); rank.header.functions.len() + 1];
     let unknown = by_func.len() - 1;
@@ -245,7 +241,29 @@ fn profile(
             _ => None,
         })
         .collect();
+    // Bytes each call moved point-to-point: those of the sends it posted
+    // and of the receives it completed.
+    let mut cursors: Vec<(Cursor, Cursor)> = (0..rank.threads.len())
+        .map(|slot| {
+            let t = messages.ends.thread(rank.rank, slot);
+            (Cursor::new(&t.sends), Cursor::new(&t.done))
+        })
+        .collect();
     for (at, call) in rank.calls() {
+        let mut p2p = || {
+            let (sends, done) = &mut cursors[rank.thread_slot(at.thread)];
+            let sent: u64 = sends
+                .at(at.index)
+                .iter()
+                .map(|e| messages.sends[e.msg as usize].bytes)
+                .sum();
+            let received: u64 = done
+                .at(at.index)
+                .iter()
+                .map(|e| messages.recvs[e.msg as usize].bytes)
+                .sum();
+            sent + received
+        };
         let bytes = match &call.payload {
             _ if rank.kind(call.func) == Kind::CollInit => 0,
             Payload::Coll { sent, recvd, .. } => sent + recvd,
@@ -255,9 +273,9 @@ fn profile(
                     .iter()
                     .filter_map(|(init, _)| init.and_then(|i| coll_inits.get(&i)))
                     .sum();
-                colls + p2p_bytes.get(&at).copied().unwrap_or(0)
+                colls + p2p()
             }
-            _ => p2p_bytes.get(&at).copied().unwrap_or(0),
+            _ => p2p(),
         };
         let dur = call.t_end - call.t_start;
         by_func[(call.func as usize).min(unknown)].add(dur, bytes);
@@ -328,13 +346,12 @@ impl Report {
             || {
                 rayon::join(
                     || {
-                        let p2p_bytes = messages.bytes_by_call();
                         let sent = count_by_rank(trace, messages.sends.iter().map(|s| s.src));
                         let received = count_by_rank(trace, messages.recvs.iter().map(|r| r.dst));
                         trace
                             .ranks
                             .par_iter()
-                            .map(|rank| profile(rank, &p2p_bytes, &sent, &received))
+                            .map(|rank| profile(rank, messages, &sent, &received))
                             .collect::<Vec<_>>()
                     },
                     || collective::instances(trace),

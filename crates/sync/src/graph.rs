@@ -337,7 +337,7 @@ impl<'t> Graph<'t> {
         let node = |at: EventRef, end: bool| -> Option<Node> {
             let locs = rank_locs.get(at.rank as usize)?;
             let &(_, loc) = locs.iter().find(|(t, _)| *t == at.thread)?;
-            let p = 2 * at.index + usize::from(end);
+            let p = 2 * at.pos() + usize::from(end);
             let k = match &inv[loc as usize] {
                 Some(back) => *back.get(p)?,
                 None if p < 2 * g.records[loc as usize].len() => p as u32,

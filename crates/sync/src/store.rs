@@ -142,7 +142,7 @@ impl Synced {
             .binary_search_by_key(&at.thread, |t| t.index)
             .ok()?;
         self.times[at.rank as usize][slot]
-            .get(&rank.threads[slot].records, 2 * at.index + usize::from(end))
+            .get(&rank.threads[slot].records, 2 * at.pos() + usize::from(end))
     }
 
     /// The synchronized times of the records of rank `rank`'s thread at

@@ -42,7 +42,15 @@ use crate::model::{self, Call, Events, Payload, Record};
 pub struct EventRef {
     pub rank: u32,
     pub thread: u32,
-    pub index: usize,
+    /// A thread holds fewer than 2^32 records (`model::MAX_EVENTS`).
+    pub index: u32,
+}
+
+impl EventRef {
+    /// The record's position in its thread's `Events`.
+    pub fn pos(&self) -> usize {
+        self.index as usize
+    }
 }
 
 /// Where each operation of a rank completed, by operation id
@@ -194,7 +202,7 @@ impl Rank {
                     let at = EventRef {
                         rank: self.rank,
                         thread: th.index,
-                        index,
+                        index: index as u32,
                     };
                     (at, th.records.call(index).expect("a call"))
                 })
@@ -204,7 +212,7 @@ impl Rank {
     /// The call at `at` (a record of this rank), if it is one.
     pub fn call_at(&self, at: EventRef) -> Option<Call<'_>> {
         let records = &self.thread(at.thread)?.records;
-        (at.index < records.len()).then(|| records.call(at.index))?
+        (at.pos() < records.len()).then(|| records.call(at.pos()))?
     }
 
     /// The calls with a payload: every call that sends, receives, starts,
@@ -351,7 +359,7 @@ impl Trace {
 
     pub fn record(&self, at: EventRef) -> Option<Record<'_>> {
         let records = &self.ranks.get(at.rank as usize)?.thread(at.thread)?.records;
-        (at.index < records.len()).then(|| records.get(at.index))
+        (at.pos() < records.len()).then(|| records.get(at.pos()))
     }
 
     /// Number of MPI calls recorded over all ranks.
