@@ -1079,7 +1079,7 @@ impl ScenarioClocks {
             .iter()
             .position(|r| r.post == at)
             .unwrap_or_else(|| panic!("no receive posted by {name} #{n} on rank {rank}"));
-        self.clocks.recv_lc[i].unwrap()
+        self.clocks.recv_lc.get(i).unwrap()
     }
 }
 

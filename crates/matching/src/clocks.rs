@@ -95,12 +95,44 @@ pub struct Clocks {
     pub after_call: CallClocks,
     /// For each receive of [`Messages::recvs`]: its LLCP match clock (the
     /// clock it got when it matched) and its clock after the merge.
-    pub recv_lc: Vec<Option<(u64, u64)>>,
-    /// For each send of [`Messages::sends`]: the clock it carried (offline,
-    /// collectives included).
-    pub send_lc: Vec<Option<u64>>,
-    /// For each receive: the send it matched through its id.
-    pub by_id: Vec<Option<usize>>,
+    pub recv_lc: RecvClocks,
+}
+
+/// A clock per send, if it has one (`NO_CLOCK`: none).
+#[derive(Debug, Clone, Default)]
+struct SendClocks(Vec<u64>);
+
+impl SendClocks {
+    fn new(n: usize) -> SendClocks {
+        SendClocks(vec![NO_CLOCK; n])
+    }
+
+    fn get(&self, i: usize) -> Option<u64> {
+        Some(self.0[i]).filter(|&c| c != NO_CLOCK)
+    }
+
+    fn set(&mut self, i: usize, c: u64) {
+        self.0[i] = c;
+    }
+}
+
+/// Two clocks per receive (match, after the merge), if it has them.
+#[derive(Debug, Clone, Default)]
+pub struct RecvClocks(Vec<(u64, u64)>);
+
+impl RecvClocks {
+    fn new(n: usize) -> RecvClocks {
+        RecvClocks(vec![(NO_CLOCK, NO_CLOCK); n])
+    }
+
+    /// Receive `i`'s match clock and clock after the merge.
+    pub fn get(&self, i: usize) -> Option<(u64, u64)> {
+        Some(self.0[i]).filter(|&(a, _)| a != NO_CLOCK)
+    }
+
+    fn set(&mut self, i: usize, c: (u64, u64)) {
+        self.0[i] = c;
+    }
 }
 
 /// The clock after each call record, per thread. A clock changes only at
@@ -150,6 +182,9 @@ impl ThreadClockReader<'_> {
 
 /// No clock for this record (not a call, or never reached).
 const NO_CLOCK: u64 = u64::MAX;
+
+/// A receive not posted (see `Walker::post_order`).
+const NO_POST: u32 = u32::MAX;
 
 impl CallClocks {
     fn new(trace: &Trace, dense: &[Vec<bool>]) -> CallClocks {
@@ -248,16 +283,16 @@ impl CallClocks {
 /// One step of a rank, in order.
 #[derive(Debug, Clone, Copy)]
 enum Ev {
-    Send(usize),
+    Send(u32),
     /// A message to MPI_PROC_NULL, or from a failed call: it still went
     /// through the piggyback layer (an id and a vector-clock tick).
     SendNowhere,
     /// A nonblocking receive posted (index into `recvs`, post order).
-    Post(usize),
-    Recv(usize),
+    Post(u32),
+    Recv(u32),
     /// A collective instance: entered, exited.
-    Enter(usize),
-    Exit(usize),
+    Enter(u32),
+    Exit(u32),
     /// The end of a call record (its index; the stream is its thread).
     /// Only calls that communicate get one, unless the stream's clocks
     /// are dense (`Plan::dense`).
@@ -439,9 +474,8 @@ fn plan(trace: &Trace, m: &Messages) -> Plan {
             let [sends, done, posted] = &mut cursors[slot];
             let (sends, done) = (sends.at(index), done.at(index));
             let posted = posted.at(index);
-            let item_of = |run: &[End], item: u32| {
-                run.iter().find(|e| e.item == item).map(|e| e.msg as usize)
-            };
+            let item_of =
+                |run: &[End], item: u32| run.iter().find(|e| e.item == item).map(|e| e.msg);
             let send_at = |item: u32| item_of(sends, item);
             let recv_done = |item: u32| item_of(done, item);
             // Nonblocking receives posted here (a blocking one is posted and
@@ -450,7 +484,7 @@ fn plan(trace: &Trace, m: &Messages) -> Plan {
                 posted
                     .iter()
                     .find(|e| e.item == item && m.recvs[e.msg as usize].how != RecvHow::Blocking)
-                    .map(|e| e.msg as usize)
+                    .map(|e| e.msg)
             };
             let records = &rank.threads[slot].records;
             let at = EventRef {
@@ -504,7 +538,7 @@ fn plan(trace: &Trace, m: &Messages) -> Plan {
                         } else if let Some((made, k)) = coll_inits.get_mut(&init) {
                             *k += 1;
                             if let Some(inst) = found.instance(trace, rank, &*made, *k) {
-                                evs.push(Ev::Enter(inst));
+                                evs.push(Ev::Enter(inst as u32));
                                 icoll_of.insert(instance, inst);
                             }
                         }
@@ -515,7 +549,7 @@ fn plan(trace: &Trace, m: &Messages) -> Plan {
                         if let Some(r) = recv_done(item as u32) {
                             evs.push(Ev::Recv(r));
                         } else if let Some(inst) = c.op.and_then(|op| icoll_of.remove(&op)) {
-                            evs.push(Ev::Exit(inst));
+                            evs.push(Ev::Exit(inst as u32));
                         }
                     }
                 }
@@ -525,13 +559,13 @@ fn plan(trace: &Trace, m: &Messages) -> Plan {
                             coll_inits.insert(op, (*call, 0));
                         }
                     } else if let Some(inst) = found.instance(trace, rank, call, 0) {
-                        evs.push(Ev::Enter(inst));
+                        evs.push(Ev::Enter(inst as u32));
                         if kind == Kind::Icoll {
                             if let Some(op) = op {
                                 icoll_of.insert(op, inst);
                             }
                         } else {
-                            evs.push(Ev::Exit(inst));
+                            evs.push(Ev::Exit(inst as u32));
                         }
                     }
                 }
@@ -627,15 +661,14 @@ struct State {
     /// Pending nonblocking wildcard receives: (recv index, comm, posted tag, post order).
     pending: Vec<(usize, u64, i32, usize)>,
     posts: usize,
-    /// Post order of each posted receive.
-    post_order: HashMap<usize, usize>,
 }
 
 /// The result of one pass.
 struct Pass {
-    send_lc: Vec<Option<u64>>,
+    send_lc: SendClocks,
+    /// Vector clocks, in vector mode only.
     send_vc: Vec<Option<Vec<u64>>>,
-    recv_lc: Vec<Option<(u64, u64)>>,
+    recv_lc: RecvClocks,
     recv_vc: Vec<Option<Vec<u64>>>,
     after_call: CallClocks,
     forced: u64,
@@ -658,7 +691,6 @@ fn pass(
     trace: &Trace,
     m: &Messages,
     p: &Plan,
-    by_id: &[Option<usize>],
     collectives: bool,
     vector: bool,
     keep_nodes: bool,
@@ -669,7 +701,6 @@ fn pass(
         trace,
         m,
         p,
-        by_id,
         collectives,
         vector,
         keep_nodes,
@@ -680,14 +711,21 @@ fn pass(
                 vc: if vector { vec![0; world] } else { Vec::new() },
                 pending: Vec::new(),
                 posts: 0,
-                post_order: HashMap::default(),
             })
             .collect(),
         out: Pass {
-            send_lc: vec![None; m.sends.len()],
-            send_vc: vec![None; m.sends.len()],
-            recv_lc: vec![None; m.recvs.len()],
-            recv_vc: vec![None; m.recvs.len()],
+            send_lc: SendClocks::new(m.sends.len()),
+            send_vc: if vector {
+                vec![None; m.sends.len()]
+            } else {
+                Vec::new()
+            },
+            recv_lc: RecvClocks::new(m.recvs.len()),
+            recv_vc: if vector {
+                vec![None; m.recvs.len()]
+            } else {
+                Vec::new()
+            },
             after_call: if collectives {
                 CallClocks::new(trace, &p.dense)
             } else {
@@ -696,7 +734,12 @@ fn pass(
             forced: 0,
             nodes: Vec::new(),
         },
-        send_node: vec![None; m.sends.len()],
+        send_node: if keep_nodes {
+            vec![None; m.sends.len()]
+        } else {
+            Vec::new()
+        },
+        post_order: vec![NO_POST; m.recvs.len()],
         enter_node: vec![Vec::new(); p.instances.len()],
         last_node: vec![None; n],
         insts: p.instances.clone(),
@@ -735,14 +778,16 @@ struct Walker<'a> {
     trace: &'a Trace,
     m: &'a Messages,
     p: &'a Plan,
-    by_id: &'a [Option<usize>],
     collectives: bool,
     vector: bool,
     keep_nodes: bool,
     any_tag: i32,
     st: Vec<State>,
     out: Pass,
+    /// The node of each send (when keeping nodes).
     send_node: Vec<Option<usize>>,
+    /// The post order of each receive posted (`NO_POST`: none).
+    post_order: Vec<u32>,
     enter_node: Vec<Vec<(u32, usize)>>,
     last_node: Vec<Option<usize>>,
     insts: Vec<Instance>,
@@ -752,8 +797,14 @@ impl Walker<'_> {
     /// Whether everything `ev` depends on has happened.
     fn ready(&self, ev: Ev) -> bool {
         match ev {
-            Ev::Recv(ri) => self.by_id[ri].is_none_or(|s| self.out.send_lc[s].is_some()),
-            Ev::Exit(i) => !self.collectives || self.insts[i].enters.len() >= self.insts[i].size,
+            Ev::Recv(ri) => self
+                .m
+                .send_by_id(ri as usize)
+                .is_none_or(|s| self.out.send_lc.get(s).is_some()),
+            Ev::Exit(i) => {
+                let i = i as usize;
+                !self.collectives || self.insts[i].enters.len() >= self.insts[i].size
+            }
             _ => true,
         }
     }
@@ -765,7 +816,6 @@ impl Walker<'_> {
         let Walker {
             m,
             p,
-            by_id,
             collectives,
             vector,
             keep_nodes,
@@ -773,6 +823,7 @@ impl Walker<'_> {
             st,
             out,
             send_node,
+            post_order,
             enter_node,
             last_node,
             insts,
@@ -780,7 +831,7 @@ impl Walker<'_> {
         } = self;
         let (m, p, collectives, vector, keep_nodes, any_tag) =
             (*m, *p, *collectives, *vector, *keep_nodes, *any_tag);
-        let send_of = |ri: usize| if matched { by_id[ri] } else { None };
+        let send_of = |ri: usize| if matched { m.send_by_id(ri) } else { None };
         let s = &mut st[r];
         let mut node = |out: &mut Pass, vc: &[u64], from: Vec<usize>| -> Option<usize> {
             if !keep_nodes {
@@ -800,15 +851,18 @@ impl Walker<'_> {
         };
         match ev {
             Ev::Send(si) => {
+                let si = si as usize;
                 if vector {
                     s.vc[me] += 1;
                 }
-                out.send_lc[si] = Some(s.lc);
+                out.send_lc.set(si, s.lc);
                 if vector {
                     out.send_vc[si] = Some(s.vc.clone());
                 }
-                let vc = s.vc.clone();
-                send_node[si] = node(out, &vc, Vec::new());
+                if keep_nodes {
+                    let vc = s.vc.clone();
+                    send_node[si] = node(out, &vc, Vec::new());
+                }
             }
             Ev::SendNowhere => {
                 if vector {
@@ -816,16 +870,21 @@ impl Walker<'_> {
                 }
             }
             Ev::Post(ri) => {
+                let ri = ri as usize;
                 s.posts += 1;
-                s.post_order.insert(ri, s.posts);
+                post_order[ri] = u32::try_from(s.posts).unwrap_or(NO_POST);
                 let rv = &m.recvs[ri];
                 if rv.wildcard {
                     s.pending.push((ri, rv.comm, rv.posted_tag, s.posts));
                 }
             }
             Ev::Recv(ri) => {
+                let ri = ri as usize;
                 let rv = &m.recvs[ri];
-                let my_post = s.post_order.get(&ri).copied().unwrap_or(usize::MAX);
+                let my_post = match post_order[ri] {
+                    NO_POST => usize::MAX,
+                    k => k as usize,
+                };
                 // CompleteNow: pending receives that must have matched before this one.
                 let mut now: Vec<(usize, u64, i32, usize)> = s
                     .pending
@@ -842,8 +901,8 @@ impl Walker<'_> {
                 s.pending.retain(|e| !now.iter().any(|x| x.0 == e.0));
                 for &(e, ..) in &now {
                     // Its match clock; its merge comes at its own completion.
-                    let after = out.recv_lc[e].map_or(0, |x| x.1);
-                    out.recv_lc[e] = Some((s.lc, after));
+                    let after = out.recv_lc.get(e).map_or(0, |x| x.1);
+                    out.recv_lc.set(e, (s.lc, after));
                     s.lc += 1;
                 }
                 let was_pending = s
@@ -854,7 +913,7 @@ impl Walker<'_> {
                     .is_some();
                 let match_lc = if rv.how == RecvHow::Nonblocking && rv.wildcard && !was_pending {
                     // Matched earlier, by a later receive's completion.
-                    out.recv_lc[ri].map_or(s.lc, |x| x.0)
+                    out.recv_lc.get(ri).map_or(s.lc, |x| x.0)
                 } else {
                     let lc = s.lc;
                     if rv.wildcard && (rv.how == RecvHow::Blocking || was_pending) {
@@ -862,11 +921,11 @@ impl Walker<'_> {
                     }
                     lc
                 };
-                let sent = send_of(ri).and_then(|si| out.send_lc[si]);
+                let sent = send_of(ri).and_then(|si| out.send_lc.get(si));
                 if let Some(mlc) = sent {
                     s.lc = s.lc.max(mlc + 1);
                 }
-                out.recv_lc[ri] = Some((match_lc, s.lc));
+                out.recv_lc.set(ri, (match_lc, s.lc));
                 let mut from = Vec::new();
                 if vector {
                     if let Some(v) = send_of(ri).and_then(|si| out.send_vc[si].as_ref()) {
@@ -877,13 +936,14 @@ impl Walker<'_> {
                     s.vc[me] += 1;
                     out.recv_vc[ri] = Some(s.vc.clone());
                 }
-                if let Some(n) = send_of(ri).and_then(|si| send_node[si]) {
+                if let Some(n) = send_of(ri).and_then(|si| send_node.get(si).copied().flatten()) {
                     from.push(n);
                 }
                 let vc = s.vc.clone();
                 node(out, &vc, from);
             }
             Ev::Enter(i) => {
+                let i = i as usize;
                 if !collectives {
                     return;
                 }
@@ -898,6 +958,7 @@ impl Walker<'_> {
                 }
             }
             Ev::Exit(i) => {
+                let i = i as usize;
                 if !collectives {
                     return;
                 }
@@ -963,14 +1024,12 @@ pub fn compute(trace: &Trace, m: &Messages) -> Clocks {
         ..ClockReport::default()
     };
     // Matching by id.
-    let mut fifo: Vec<Option<usize>> = vec![None; m.recvs.len()];
+    let mut fifo: Vec<u32> = vec![u32::MAX; m.recvs.len()];
     for msg in &m.fifo {
-        fifo[msg.recv] = Some(msg.send);
+        fifo[msg.recv] = msg.send as u32;
     }
-    let mut by_id: Vec<Option<usize>> = vec![None; m.recvs.len()];
     for (ri, r) in m.recvs.iter().enumerate() {
         let found = m.send_by_id(ri);
-        by_id[ri] = found;
         if mode != "none" {
             if found.is_some() {
                 report.matched_by_id += 1;
@@ -979,7 +1038,8 @@ pub fn compute(trace: &Trace, m: &Messages) -> Clocks {
             }
             // A receive without a header (a partitioned message, an
             // untraced sender) has no id to disagree with.
-            if r.pb.is_some() && found != fifo[ri] {
+            let by_fifo = Some(fifo[ri] as usize).filter(|_| fifo[ri] != u32::MAX);
+            if r.pb.is_some() && found != by_fifo {
                 report.fifo_disagreements += 1;
             }
         }
@@ -987,16 +1047,15 @@ pub fn compute(trace: &Trace, m: &Messages) -> Clocks {
     if mode == "none" {
         return Clocks {
             report,
-            recv_lc: vec![None; m.recvs.len()],
-            send_lc: vec![None; m.sends.len()],
-            by_id,
+            recv_lc: RecvClocks::new(m.recvs.len()),
             ..Clocks::default()
         };
     }
     // The runtime's view: no collectives; every piggyback must equal it.
-    let wire = pass(trace, m, &p, &by_id, false, vector, false);
+    drop(fifo);
+    let wire = pass(trace, m, &p, false, vector, false);
     for (ri, r) in m.recvs.iter().enumerate() {
-        let (Some(pb), Some(si)) = (r.pb, by_id[ri]) else {
+        let (Some(pb), Some(si)) = (r.pb, m.send_by_id(ri)) else {
             continue;
         };
         let s = &m.sends[si];
@@ -1004,7 +1063,7 @@ pub fn compute(trace: &Trace, m: &Messages) -> Clocks {
             continue;
         }
         report.wire_checked += 1;
-        let mut bad = wire.send_lc[si] != Some(pb.lc) || s.time != pb.sent;
+        let mut bad = wire.send_lc.get(si) != Some(pb.lc) || s.time != pb.sent;
         if vector {
             let got = pb.vc.and_then(|at| {
                 let th = trace.ranks[r.dst as usize].thread(r.completion.thread)?;
@@ -1019,6 +1078,7 @@ pub fn compute(trace: &Trace, m: &Messages) -> Clocks {
             report.wire_mismatches += 1;
         }
     }
+    drop(wire);
     // Clocks carried by one sender never decrease with its message ids.
     let mut by_sender: Vec<(u32, u64, u64)> = m
         .recvs
@@ -1036,11 +1096,11 @@ pub fn compute(trace: &Trace, m: &Messages) -> Clocks {
     }
     // The full clocks, collectives merged.
     let small = m.sends.len() + m.recvs.len() <= HB_MAX_EVENTS && p.single.iter().all(|&s| s);
-    let full = pass(trace, m, &p, &by_id, true, vector, vector && small);
+    let full = pass(trace, m, &p, true, vector, vector && small);
     report.forced = full.forced;
-    for (ri, _) in m.recvs.iter().enumerate() {
-        let Some(si) = by_id[ri] else { continue };
-        if let (Some(s), Some((_, after))) = (full.send_lc[si], full.recv_lc[ri]) {
+    for ri in 0..m.recvs.len() {
+        let Some(si) = m.send_by_id(ri) else { continue };
+        if let (Some(s), Some((_, after))) = (full.send_lc.get(si), full.recv_lc.get(ri)) {
             if s >= after {
                 report.lamport_violations += 1;
             }
@@ -1048,8 +1108,8 @@ pub fn compute(trace: &Trace, m: &Messages) -> Clocks {
     }
     if vector {
         let mut bad = 0;
-        for (ri, _) in m.recvs.iter().enumerate() {
-            let Some(si) = by_id[ri] else { continue };
+        for ri in 0..m.recvs.len() {
+            let Some(si) = m.send_by_id(ri) else { continue };
             if let (Some(a), Some(b)) = (&full.send_vc[si], &full.recv_vc[ri]) {
                 if !vc_less(a, b) {
                     bad += 1;
@@ -1067,8 +1127,6 @@ pub fn compute(trace: &Trace, m: &Messages) -> Clocks {
         report,
         after_call: full.after_call,
         recv_lc: full.recv_lc,
-        send_lc: full.send_lc,
-        by_id,
     }
 }
 
