@@ -5,14 +5,19 @@
 //!                                      │          └─► rows[rank of the bit]: row of
 //!                                      │              the tag's side table (4 bytes,
 //!                                      │              only events with a payload)
-//!                                      └─ variant, and flags: rc ≠ 0, duration ≥ 2^32 − 1
-//!  side tables  sends, recvs, sendrecvs, probes, colls   (statuses packed, 24 bytes)
-//!               pbs                                      (a status's piggyback, if any)
-//!               lists → completions, started             (Complete and Start items)
+//!                                      └─ variant, and flags: the row has an op,
+//!                                         rc ≠ 0, duration ≥ 2^32 − 1
+//!  side tables  sends 28 B, recvs 32, sendrecvs, probes, colls 44
+//!               statuses                                 (of blocking receives, 24 B)
+//!               pbs                                      (a status's piggyback, 28 B)
+//!               lists → completions 32 B, started        (Complete and Start items)
 //!               rcs, long                                (sparse, sorted by event)
 //!               other                                    (rare payloads as decoded)
 //!               defs, tids                               (DefComm, DefThread)
 //! ```
+//!
+//! Rows are packed to 4-byte alignment and read by value; an `Option` is
+//! a value and a flag (in the tag, or in a status's second flags byte).
 //!
 //! A record is read back by value ([`Events::get`]) as the view types of
 //! this module, which mirror `pmtrace_format::record` except that lists
@@ -136,7 +141,7 @@ pub enum Payload<'a> {
 #[derive(Clone, Copy)]
 pub struct Done<'a> {
     items: &'a [PackedCompletion],
-    pbs: &'a [Pb],
+    pbs: &'a [PackedPb],
 }
 
 impl<'a> Done<'a> {
@@ -184,18 +189,37 @@ const HAS_PB: u8 = 64;
 /// For an `Option<Status>`: there is one.
 const PRESENT: u8 = 128;
 
-/// A `Status` in 24 bytes, its piggyback in the thread's `pbs`.
+/// Second flags byte of a `PackedStatus`.
+const HAS_VC: u8 = 1;
+/// Of a completion: it names an operation (`PackedCompletion::op`).
+const HAS_OP: u8 = 2;
+
+/// A `Status` in 24 bytes, its piggyback in the thread's `pbs`. Rows are
+/// packed to 4-byte alignment: their fields are read by value.
 #[derive(Debug, Clone, Copy, Default)]
+#[repr(C, packed(4))]
 struct PackedStatus {
     bytes: u64,
     source: i32,
     tag: i32,
     pb: u32,
     flags: u8,
+    flags2: u8,
+}
+
+/// A `Pb` in 28 bytes: its vector clock index is there if the status
+/// says so (`HAS_VC`).
+#[derive(Debug, Clone, Copy)]
+#[repr(C, packed(4))]
+struct PackedPb {
+    id: u64,
+    lc: u64,
+    sent: u64,
+    vc: u32,
 }
 
 impl PackedStatus {
-    fn pack(s: Option<&Status>, pbs: &mut Vec<Pb>) -> PackedStatus {
+    fn pack(s: Option<&Status>, pbs: &mut Vec<PackedPb>) -> PackedStatus {
         let Some(s) = s else {
             return PackedStatus::default();
         };
@@ -223,12 +247,20 @@ impl PackedStatus {
         if let Some(pb) = s.pb {
             p.pb = index(pbs.len());
             p.flags |= HAS_PB;
-            pbs.push(pb);
+            if pb.vc.is_some() {
+                p.flags2 |= HAS_VC;
+            }
+            pbs.push(PackedPb {
+                id: pb.id,
+                lc: pb.lc,
+                sent: pb.sent,
+                vc: pb.vc.unwrap_or(0),
+            });
         }
         p
     }
 
-    fn unpack(&self, pbs: &[Pb]) -> Option<Status> {
+    fn unpack(&self, pbs: &[PackedPb]) -> Option<Status> {
         let f = self.flags;
         (f & PRESENT != 0).then(|| Status {
             source: (f & HAS_SOURCE != 0).then_some(self.source),
@@ -237,56 +269,86 @@ impl PackedStatus {
             cancelled: f & CANCELLED != 0,
             empty: f & EMPTY != 0,
             none: f & NONE != 0,
-            pb: (f & HAS_PB != 0).then(|| pbs[self.pb as usize]),
+            pb: (f & HAS_PB != 0).then(|| {
+                let p = pbs[self.pb as usize];
+                Pb {
+                    id: p.id,
+                    lc: p.lc,
+                    sent: p.sent,
+                    vc: (self.flags2 & HAS_VC != 0).then_some(p.vc),
+                }
+            }),
         })
     }
 
     /// A status that is always there.
-    fn status(&self, pbs: &[Pb]) -> Status {
+    fn status(&self, pbs: &[PackedPb]) -> Status {
         self.unpack(pbs).unwrap_or_default()
     }
 }
 
+/// A completion in 32 bytes: its op is there if the status says so.
 #[derive(Debug, Clone, Copy)]
+#[repr(C, packed(4))]
 struct PackedCompletion {
-    op: Option<u64>,
+    op: u64,
     status: PackedStatus,
 }
 
 impl PackedCompletion {
-    fn unpack(&self, pbs: &[Pb]) -> Completion {
+    fn pack(c: &Completion, pbs: &mut Vec<PackedPb>) -> PackedCompletion {
+        let mut status = PackedStatus::pack(Some(&c.status), pbs);
+        if c.op.is_some() {
+            status.flags2 |= HAS_OP;
+        }
+        PackedCompletion {
+            op: c.op.unwrap_or(0),
+            status,
+        }
+    }
+
+    fn unpack(&self, pbs: &[PackedPb]) -> Completion {
+        let status = self.status;
         Completion {
-            op: self.op,
-            status: self.status.status(pbs),
+            op: (status.flags2 & HAS_OP != 0).then_some(self.op),
+            status: status.status(pbs),
         }
     }
 }
 
+/// Rows: an `op` is there if the record's tag has `tag::OP`.
 #[derive(Debug, Clone, Copy)]
+#[repr(C, packed(4))]
 struct SendRow {
     bytes: u64,
-    op: Option<u64>,
+    op: u64,
     peer: i32,
     tag: i32,
     comm: u32,
 }
 
+/// Its status, if it has one, is `statuses[status]` (else `NO_STATUS`):
+/// a nonblocking receive has none.
 #[derive(Debug, Clone, Copy)]
+#[repr(C, packed(4))]
 struct RecvRow {
     posted: u64,
-    op: Option<u64>,
-    status: PackedStatus,
+    op: u64,
     src: i32,
     tag: i32,
     comm: u32,
+    status: u32,
 }
+
+const NO_STATUS: u32 = u32::MAX;
 
 /// `Sendrecv` (status) and `Isendrecv` (op).
 #[derive(Debug, Clone, Copy)]
+#[repr(C, packed(4))]
 struct SendrecvRow {
     bytes: u64,
     posted: u64,
-    op: Option<u64>,
+    op: u64,
     status: PackedStatus,
     peer: i32,
     stag: i32,
@@ -296,8 +358,9 @@ struct SendrecvRow {
 }
 
 #[derive(Debug, Clone, Copy)]
+#[repr(C, packed(4))]
 struct ProbeRow {
-    op: Option<u64>,
+    op: u64,
     status: PackedStatus,
     src: i32,
     tag: i32,
@@ -305,11 +368,12 @@ struct ProbeRow {
 }
 
 #[derive(Debug, Clone, Copy)]
+#[repr(C, packed(4))]
 struct CollRow {
     sent: u64,
     recvd: u64,
     seq: u64,
-    op: Option<u64>,
+    op: u64,
     root: Option<i32>,
     comm: u32,
 }
@@ -332,7 +396,9 @@ mod tag {
     pub const BUFFER_WAIT: u8 = 10;
     pub const DEF_COMM: u8 = 11;
     pub const DEF_THREAD: u8 = 12;
-    pub const VARIANT: u8 = 0x3f;
+    pub const VARIANT: u8 = 0x1f;
+    /// Flag: the row's `op` is there.
+    pub const OP: u8 = 0x20;
     /// Flags: the call's rc is not 0 (`rcs`), its duration is in `long`.
     pub const RC: u8 = 0x40;
     pub const LONG: u8 = 0x80;
@@ -362,7 +428,9 @@ pub struct Events {
     sendrecvs: Vec<SendrecvRow>,
     probes: Vec<ProbeRow>,
     colls: Vec<CollRow>,
-    pbs: Vec<Pb>,
+    /// The statuses of blocking receives (`RecvRow::status`).
+    statuses: Vec<PackedStatus>,
+    pbs: Vec<PackedPb>,
     /// (first item, items) of each Complete or Start record.
     lists: Vec<(u32, u32)>,
     completions: Vec<PackedCompletion>,
@@ -410,6 +478,7 @@ impl Events {
             + size_of_val(&self.sendrecvs[..])
             + size_of_val(&self.probes[..])
             + size_of_val(&self.colls[..])
+            + size_of_val(&self.statuses[..])
             + size_of_val(&self.pbs[..])
             + size_of_val(&self.lists[..])
             + size_of_val(&self.completions[..])
@@ -471,6 +540,8 @@ impl Events {
             v.push(x);
             index(v.len() - 1)
         }
+        // An op goes in as a u64 and a flag in the tag.
+        let op_flag = |op: Option<u64>| if op.is_some() { tag::OP } else { 0 };
         match p {
             fmt::Payload::None => (tag::NONE, 0),
             fmt::Payload::Send {
@@ -480,12 +551,12 @@ impl Events {
                 bytes,
                 op,
             } => (
-                tag::SEND,
+                tag::SEND | op_flag(op),
                 row(
                     &mut self.sends,
                     SendRow {
                         bytes,
-                        op,
+                        op: op.unwrap_or(0),
                         peer,
                         tag,
                         comm,
@@ -500,18 +571,24 @@ impl Events {
                 status,
                 op,
             } => {
-                let status = PackedStatus::pack(status.as_ref(), &mut self.pbs);
+                let status = match status {
+                    Some(st) => {
+                        let st = PackedStatus::pack(Some(&st), &mut self.pbs);
+                        row(&mut self.statuses, st)
+                    }
+                    None => NO_STATUS,
+                };
                 (
-                    tag::RECV,
+                    tag::RECV | op_flag(op),
                     row(
                         &mut self.recvs,
                         RecvRow {
                             posted,
-                            op,
-                            status,
+                            op: op.unwrap_or(0),
                             src,
                             tag,
                             comm,
+                            status,
                         },
                     ),
                 )
@@ -534,7 +611,7 @@ impl Events {
                         SendrecvRow {
                             bytes,
                             posted,
-                            op: None,
+                            op: 0,
                             status,
                             peer,
                             stag,
@@ -555,13 +632,13 @@ impl Events {
                 comm,
                 op,
             } => (
-                tag::ISENDRECV,
+                tag::ISENDRECV | op_flag(op),
                 row(
                     &mut self.sendrecvs,
                     SendrecvRow {
                         bytes,
                         posted,
-                        op,
+                        op: op.unwrap_or(0),
                         status: PackedStatus::default(),
                         peer,
                         stag,
@@ -580,11 +657,11 @@ impl Events {
             } => {
                 let status = PackedStatus::pack(Some(&status), &mut self.pbs);
                 (
-                    tag::PROBE,
+                    tag::PROBE | op_flag(op),
                     row(
                         &mut self.probes,
                         ProbeRow {
-                            op,
+                            op: op.unwrap_or(0),
                             status,
                             src,
                             tag,
@@ -601,14 +678,14 @@ impl Events {
                 seq,
                 op,
             } => (
-                tag::COLL,
+                tag::COLL | op_flag(op),
                 row(
                     &mut self.colls,
                     CollRow {
                         sent,
                         recvd,
                         seq,
-                        op,
+                        op: op.unwrap_or(0),
                         root,
                         comm,
                     },
@@ -623,8 +700,8 @@ impl Events {
             fmt::Payload::Complete { done } => {
                 let first = index(self.completions.len());
                 for c in &done {
-                    let status = PackedStatus::pack(Some(&c.status), &mut self.pbs);
-                    self.completions.push(PackedCompletion { op: c.op, status });
+                    self.completions
+                        .push(PackedCompletion::pack(c, &mut self.pbs));
                 }
                 let list = (first, index(done.len()));
                 (tag::COMPLETE, row(&mut self.lists, list))
@@ -705,31 +782,37 @@ impl Events {
     pub fn get(&self, i: usize) -> Record<'_> {
         let (t_start, t_end) = self.stamps(i);
         let row = self.row(i);
+        let has_op = self.tag[i] & tag::OP != 0;
+        let op = |op: u64| has_op.then_some(op);
         let payload = match self.tag[i] & tag::VARIANT {
             tag::NONE => Payload::None,
             tag::SEND => {
-                let s = &self.sends[row];
+                let s = self.sends[row];
                 Payload::Send {
                     peer: s.peer,
                     tag: s.tag,
                     comm: s.comm,
                     bytes: s.bytes,
-                    op: s.op,
+                    op: op(s.op),
                 }
             }
             tag::RECV => {
-                let r = &self.recvs[row];
+                let r = self.recvs[row];
                 Payload::Recv {
                     src: r.src,
                     tag: r.tag,
                     comm: r.comm,
                     posted: r.posted,
-                    status: r.status.unpack(&self.pbs),
-                    op: r.op,
+                    status: match r.status {
+                        NO_STATUS => None,
+                        k => self.statuses[k as usize].unpack(&self.pbs),
+                    },
+                    op: op(r.op),
                 }
             }
             tag::SENDRECV => {
-                let r = &self.sendrecvs[row];
+                let r = self.sendrecvs[row];
+                let status = r.status;
                 Payload::Sendrecv {
                     peer: r.peer,
                     stag: r.stag,
@@ -738,11 +821,11 @@ impl Events {
                     rtag: r.rtag,
                     posted: r.posted,
                     comm: r.comm,
-                    status: r.status.status(&self.pbs),
+                    status: status.status(&self.pbs),
                 }
             }
             tag::ISENDRECV => {
-                let r = &self.sendrecvs[row];
+                let r = self.sendrecvs[row];
                 Payload::Isendrecv {
                     peer: r.peer,
                     stag: r.stag,
@@ -751,28 +834,29 @@ impl Events {
                     rtag: r.rtag,
                     posted: r.posted,
                     comm: r.comm,
-                    op: r.op,
+                    op: op(r.op),
                 }
             }
             tag::PROBE => {
-                let p = &self.probes[row];
+                let p = self.probes[row];
+                let status = p.status;
                 Payload::Probe {
                     src: p.src,
                     tag: p.tag,
                     comm: p.comm,
-                    status: p.status.status(&self.pbs),
-                    op: p.op,
+                    status: status.status(&self.pbs),
+                    op: op(p.op),
                 }
             }
             tag::COLL => {
-                let c = &self.colls[row];
+                let c = self.colls[row];
                 Payload::Coll {
                     comm: c.comm,
                     root: c.root,
                     sent: c.sent,
                     recvd: c.recvd,
                     seq: c.seq,
-                    op: c.op,
+                    op: op(c.op),
                 }
             }
             tag::START => {
@@ -867,6 +951,7 @@ impl Events {
         self.sendrecvs.shrink_to_fit();
         self.probes.shrink_to_fit();
         self.colls.shrink_to_fit();
+        self.statuses.shrink_to_fit();
         self.pbs.shrink_to_fit();
         self.lists.shrink_to_fit();
         self.completions.shrink_to_fit();
@@ -981,6 +1066,18 @@ pub fn same(view: Record<'_>, decoded: &fmt::Record) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn rows_have_the_sizes_the_module_docs_give() {
+        use std::mem::size_of;
+        assert_eq!(size_of::<SendRow>(), 28);
+        assert_eq!(size_of::<RecvRow>(), 32);
+        assert_eq!(size_of::<PackedStatus>(), 24);
+        assert_eq!(size_of::<PackedPb>(), 28);
+        assert_eq!(size_of::<PackedCompletion>(), 32);
+        assert_eq!(size_of::<ProbeRow>(), 44);
+        assert_eq!(size_of::<CollRow>(), 44);
+    }
 
     fn status(pb: bool) -> Status {
         Status {
