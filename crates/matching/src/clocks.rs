@@ -1024,10 +1024,6 @@ pub fn compute(trace: &Trace, m: &Messages) -> Clocks {
         ..ClockReport::default()
     };
     // Matching by id.
-    let mut fifo: Vec<u32> = vec![u32::MAX; m.recvs.len()];
-    for msg in &m.fifo {
-        fifo[msg.recv] = msg.send as u32;
-    }
     for (ri, r) in m.recvs.iter().enumerate() {
         let found = m.send_by_id(ri);
         if mode != "none" {
@@ -1038,8 +1034,7 @@ pub fn compute(trace: &Trace, m: &Messages) -> Clocks {
             }
             // A receive without a header (a partitioned message, an
             // untraced sender) has no id to disagree with.
-            let by_fifo = Some(fifo[ri] as usize).filter(|_| fifo[ri] != u32::MAX);
-            if r.pb.is_some() && found != by_fifo {
+            if r.pb.is_some() && found != m.send_by_fifo(ri) {
                 report.fifo_disagreements += 1;
             }
         }
@@ -1052,7 +1047,6 @@ pub fn compute(trace: &Trace, m: &Messages) -> Clocks {
         };
     }
     // The runtime's view: no collectives; every piggyback must equal it.
-    drop(fifo);
     let wire = pass(trace, m, &p, false, vector, false);
     for (ri, r) in m.recvs.iter().enumerate() {
         let (Some(pb), Some(si)) = (r.pb, m.send_by_id(ri)) else {

@@ -186,14 +186,15 @@ pub fn instances(trace: &Trace) -> Vec<Instance<MemberCalls>> {
         let done_at = rank.completions();
         // Persistent collectives by op id, and how often each was started.
         let mut inits: HashMap<u64, (Call, u64)> = HashMap::default();
-        for (_, c) in rank.payload_calls() {
+        for (_, c) in rank.payload_calls_of(|k| k == Kind::CollInit) {
             if let (Kind::CollInit, &Payload::Coll { op: Some(op), .. }) =
                 (rank.kind(c.func), &c.payload)
             {
                 inits.insert(op, (c, 0));
             }
         }
-        for (at, c) in rank.payload_calls() {
+        let kinds = |k| matches!(k, Kind::Coll | Kind::Icoll | Kind::Start);
+        for (at, c) in rank.payload_calls_of(kinds) {
             // (the collective call, which start of it, its enter, its exit)
             let mut members: Vec<(Call, u64, EventRef, Option<EventRef>)> = Vec::new();
             match (rank.kind(c.func), &c.payload) {

@@ -44,6 +44,7 @@ use pmtrace_format::record::{msg_id, Pb, MSG_THREAD_SHIFT};
 use pmtrace_format::{Kind, Status};
 use pmtrace_trace::{Call, Payload};
 
+use pmtrace_trace::ops::OpTable;
 use pmtrace_trace::read::{EventRef, Rank, Trace};
 
 use crate::ends::{Cursor, Ends};
@@ -146,9 +147,9 @@ pub struct Messages {
     pub pending_receives: u64,
     /// The message id each send carried (0: unknown), see [`send_ids`].
     pub send_ids: Vec<u64>,
-    /// The pairs of the FIFO rule alone, in send order (what the ids are
-    /// checked against).
-    pub fifo: Vec<Message>,
+    /// For each receive, its send by the FIFO rule alone (what the ids
+    /// are checked against), see [`Messages::send_by_fifo`].
+    fifo: Vec<u32>,
     /// Where each send and receive is in the records.
     pub ends: Ends,
     /// For each receive, the send its piggybacked id names ([`NO_SEND`]:
@@ -205,9 +206,18 @@ impl Messages {
             })
             .collect();
         m.match_fifo(|_| true, |_| true);
-        m.fifo = m.matched.clone();
+        m.fifo = vec![NO_SEND; m.recvs.len()];
+        for p in &m.matched {
+            m.fifo[p.recv] = p.send as u32;
+        }
         m.match_ids();
         m
+    }
+
+    /// The send receive `recv` matches by the FIFO rule alone, if any.
+    pub fn send_by_fifo(&self, recv: usize) -> Option<usize> {
+        let s = self.fifo[recv];
+        (s != NO_SEND).then_some(s as usize)
     }
 
     /// The send receive `recv` names by its piggybacked id, if any.
@@ -333,7 +343,7 @@ impl Messages {
 /// The operation ids of `rank`'s persistent send requests (`MPI_Send_init`
 /// and its modes): a start of one of them sends.
 pub fn send_inits(rank: &Rank) -> rustc_hash::FxHashSet<u64> {
-    rank.payload_calls()
+    rank.payload_calls_of(|k| k == Kind::SendInit)
         .filter_map(|(_, c)| match (rank.kind(c.func), &c.payload) {
             (Kind::SendInit, Payload::Send { op: Some(op), .. }) => Some(*op),
             _ => None,
@@ -479,12 +489,12 @@ struct RankScan<'a> {
     rank: &'a Rank,
     c: MpiConstants,
     out: &'a mut Messages,
-    ops: HashMap<u64, Op>,
+    ops: OpTable<Op>,
     /// Indices into `out.sends` of sends later found cancelled.
     cancelled: Vec<usize>,
     first_send: usize,
     /// Receive operations made by `imrecv`.
-    probed: rustc_hash::FxHashSet<u64>,
+    probed: OpTable<()>,
 }
 
 impl<'a> RankScan<'a> {
@@ -496,23 +506,41 @@ impl<'a> RankScan<'a> {
             rank,
             c,
             out,
-            ops: HashMap::default(),
+            ops: OpTable::new(rank.events() as usize),
             cancelled: vec![],
             first_send,
-            probed: Default::default(),
+            probed: OpTable::new(rank.events() as usize),
         }
     }
 
     fn run(mut self) {
         let rank = self.rank;
-        let calls = || rank.payload_calls().filter(|(_, c)| c.rc == 0);
-        for (at, call) in calls() {
+        // Each pass decodes only the calls of its kinds.
+        let calls = |keep: fn(Kind) -> bool| rank.payload_calls_of(keep).filter(|(_, c)| c.rc == 0);
+        let posting = |k: Kind| {
+            use Kind::*;
+            matches!(
+                k,
+                Send | Isend
+                    | SendInit
+                    | PsendInit
+                    | Recv
+                    | Irecv
+                    | RecvInit
+                    | PrecvInit
+                    | Sendrecv
+                    | Isendrecv
+                    | Mprobe
+                    | Improbe
+            )
+        };
+        for (at, call) in calls(posting) {
             self.posting(at, &call);
         }
-        for (at, call) in calls() {
+        for (at, call) in calls(|k| matches!(k, Kind::Start | Kind::Mrecv | Kind::Imrecv)) {
             self.starting(at, &call);
         }
-        for (at, call) in calls() {
+        for (at, call) in calls(|k| k == Kind::Complete) {
             self.completing(at, &call);
         }
         let pending = self
@@ -838,7 +866,7 @@ impl<'a> RankScan<'a> {
             ) => {
                 if let Some(Op::Probed(p)) = self.ops.get(&msg).copied() {
                     self.post_recv(op, PostedRecv { posted, ..p });
-                    self.probed.insert(op);
+                    self.probed.insert(op, ());
                 }
             }
             _ => {}
@@ -860,7 +888,7 @@ impl<'a> RankScan<'a> {
                 Some(Op::Recv(p, state @ Completed::No)) => {
                     *state = Completed::Yes;
                     let p = *p;
-                    let how = if self.probed.contains(&op) {
+                    let how = if self.probed.contains_key(&op) {
                         RecvHow::Probed
                     } else {
                         RecvHow::Nonblocking

@@ -27,7 +27,7 @@ use std::collections::BTreeMap;
 use std::io::{self, Write};
 
 use pmtrace_format::Kind;
-use pmtrace_trace::{Payload, Record};
+use pmtrace_trace::Payload;
 use rustc_hash::FxHashMap as HashMap;
 use serde::Serialize;
 
@@ -229,7 +229,7 @@ fn profile(rank: &Rank, messages: &Messages, sent: &[u64], received: &[u64]) -> 
     let (mut events, mut mpi_ns, mut last_end) = (0, 0, rank.header.start_ns);
     // A persistent collective moves its bytes at each start.
     let coll_inits: HashMap<u64, u64> = rank
-        .payload_calls()
+        .payload_calls_of(|k| k == Kind::CollInit)
         .filter(|(_, c)| rank.kind(c.func) == Kind::CollInit && c.rc == 0)
         .filter_map(|(_, c)| match c.payload {
             Payload::Coll {
@@ -249,39 +249,47 @@ fn profile(rank: &Rank, messages: &Messages, sent: &[u64], received: &[u64]) -> 
             (Cursor::new(&t.sends), Cursor::new(&t.done))
         })
         .collect();
-    for (at, call) in rank.calls() {
-        let mut p2p = || {
-            let (sends, done) = &mut cursors[rank.thread_slot(at.thread)];
-            let sent: u64 = sends
-                .at(at.index)
-                .iter()
-                .map(|e| messages.sends[e.msg as usize].bytes)
-                .sum();
-            let received: u64 = done
-                .at(at.index)
-                .iter()
-                .map(|e| messages.recvs[e.msg as usize].bytes)
-                .sum();
-            sent + received
-        };
-        let bytes = match &call.payload {
-            _ if rank.kind(call.func) == Kind::CollInit => 0,
-            Payload::Coll { sent, recvd, .. } => sent + recvd,
-            Payload::None => 0,
-            Payload::Start { started } if !coll_inits.is_empty() => {
-                let colls: u64 = started
-                    .iter()
-                    .filter_map(|(init, _)| init.and_then(|i| coll_inits.get(&i)))
-                    .sum();
-                colls + p2p()
-            }
-            _ => p2p(),
-        };
-        let dur = call.t_end - call.t_start;
-        by_func[(call.func as usize).min(unknown)].add(dur, bytes);
-        events += 1;
-        mpi_ns += dur;
-        last_end = last_end.max(call.t_end);
+    for (slot, th) in rank.threads.iter().enumerate() {
+        let ev = &th.records;
+        let (sends, done) = &mut cursors[slot];
+        for i in 0..ev.len() {
+            let Some(func) = ev.func(i) else { continue };
+            let (t_start, t_end) = ev.stamps(i);
+            // A call without a payload moves no bytes: it is not decoded.
+            let bytes = if ev.has_payload(i) {
+                let call = ev.call(i).expect("a call");
+                let mut p2p = || {
+                    let index = i as u32;
+                    let sent: u64 = (sends.at(index).iter())
+                        .map(|e| messages.sends[e.msg as usize].bytes)
+                        .sum();
+                    let received: u64 = (done.at(index).iter())
+                        .map(|e| messages.recvs[e.msg as usize].bytes)
+                        .sum();
+                    sent + received
+                };
+                match &call.payload {
+                    _ if rank.kind(func) == Kind::CollInit => 0,
+                    Payload::Coll { sent, recvd, .. } => sent + recvd,
+                    Payload::None => 0,
+                    Payload::Start { started } if !coll_inits.is_empty() => {
+                        let colls: u64 = started
+                            .iter()
+                            .filter_map(|(init, _)| init.and_then(|i| coll_inits.get(&i)))
+                            .sum();
+                        colls + p2p()
+                    }
+                    _ => p2p(),
+                }
+            } else {
+                0
+            };
+            let dur = t_end - t_start;
+            by_func[(func as usize).min(unknown)].add(dur, bytes);
+            events += 1;
+            mpi_ns += dur;
+            last_end = last_end.max(t_end);
+        }
     }
     let mut fns: BTreeMap<String, FunctionStats> = BTreeMap::new();
     for (func, stats) in by_func.iter().enumerate().filter(|(_, f)| f.calls > 0) {
@@ -307,9 +315,8 @@ fn profile(rank: &Rank, messages: &Messages, sent: &[u64], received: &[u64]) -> 
         buffer_waits: rank
             .threads
             .iter()
-            .flat_map(|t| &t.records)
-            .filter(|r| matches!(r, Record::BufferWait { .. }))
-            .count() as u64,
+            .map(|t| t.records.buffer_waits() as u64)
+            .sum(),
         functions: fns,
     }
 }

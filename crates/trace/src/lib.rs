@@ -14,6 +14,7 @@
 pub mod comm;
 pub mod error;
 pub mod model;
+pub mod ops;
 pub mod read;
 pub mod units;
 

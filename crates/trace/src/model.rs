@@ -757,6 +757,14 @@ impl Events {
         self.tag[i] & tag::VARIANT < tag::BUFFER_WAIT
     }
 
+    /// How many records are buffer waits.
+    pub fn buffer_waits(&self) -> usize {
+        self.tag
+            .iter()
+            .filter(|&&t| t & tag::VARIANT == tag::BUFFER_WAIT)
+            .count()
+    }
+
     /// Whether record `i` is a call with a payload (not `Payload::None`).
     #[inline]
     pub fn has_payload(&self, i: usize) -> bool {
@@ -780,6 +788,32 @@ impl Events {
 
     /// Record `i`, viewed; panics past the end, as indexing does.
     pub fn get(&self, i: usize) -> Record<'_> {
+        let t_start = self.t_start[i];
+        match self.tag[i] & tag::VARIANT {
+            tag::BUFFER_WAIT => Record::BufferWait {
+                t_start,
+                t_end: self.stamps(i).1,
+            },
+            tag::DEF_COMM => Record::DefComm {
+                t: t_start,
+                def: &self.defs[self.row(i)],
+            },
+            tag::DEF_THREAD => Record::DefThread {
+                t: t_start,
+                tid: self.tids[self.row(i)],
+            },
+            _ => Record::Call(self.call_view(i)),
+        }
+    }
+
+    /// The call at `i`, if record `i` is one.
+    #[inline]
+    pub fn call(&self, i: usize) -> Option<Call<'_>> {
+        self.is_call(i).then(|| self.call_view(i))
+    }
+
+    /// Record `i`, a call, viewed.
+    fn call_view(&self, i: usize) -> Call<'_> {
         let (t_start, t_end) = self.stamps(i);
         let row = self.row(i);
         let has_op = self.tag[i] & tag::OP != 0;
@@ -875,35 +909,14 @@ impl Events {
                 }
             }
             tag::OTHER => view_other(&self.other[row]),
-            tag::BUFFER_WAIT => return Record::BufferWait { t_start, t_end },
-            tag::DEF_COMM => {
-                return Record::DefComm {
-                    t: t_start,
-                    def: &self.defs[row],
-                }
-            }
-            tag::DEF_THREAD => {
-                return Record::DefThread {
-                    t: t_start,
-                    tid: self.tids[row],
-                }
-            }
-            v => unreachable!("variant {v} is never pushed"),
+            v => unreachable!("variant {v} is not a call's"),
         };
-        Record::Call(Call {
+        Call {
             func: u32::from(self.func[i]),
             t_start,
             t_end,
             rc: self.rc(i),
             payload,
-        })
-    }
-
-    /// The call at `i`, if record `i` is one.
-    pub fn call(&self, i: usize) -> Option<Call<'_>> {
-        match self.get(i) {
-            Record::Call(c) => Some(c),
-            _ => None,
         }
     }
 

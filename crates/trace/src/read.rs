@@ -35,6 +35,7 @@ use pmtrace_format::{decode_file_header, rank_file_name, FormatError, Kind, FILE
 use crate::comm::{Comm, Comms};
 use crate::error::ReadError;
 use crate::model::{self, Call, Events, Payload, Record};
+use crate::ops::OpTable;
 
 /// Where one record lives: world rank, thread index, position in the
 /// thread's record list.
@@ -55,32 +56,7 @@ impl EventRef {
 
 /// Where each operation of a rank completed, by operation id
 /// (`Rank::completions`).
-#[derive(Debug, Clone, Default)]
-pub struct Completions {
-    /// By the making thread's index, then the operation's number.
-    by_thread: Vec<Vec<Option<EventRef>>>,
-    /// Ids outside the tables' range.
-    other: rustc_hash::FxHashMap<u64, EventRef>,
-}
-
-impl Completions {
-    fn split(op: u64) -> (usize, usize) {
-        let shift = pmtrace_format::record::OP_THREAD_SHIFT;
-        (
-            (op >> shift) as usize,
-            (op & ((1u64 << shift) - 1)) as usize,
-        )
-    }
-
-    /// The call that completed operation `op`.
-    pub fn get(&self, op: &u64) -> Option<&EventRef> {
-        let (t, n) = Self::split(*op);
-        match self.by_thread.get(t).and_then(|table| table.get(n)) {
-            Some(at) => at.as_ref(),
-            None => self.other.get(op),
-        }
-    }
-}
+pub type Completions = OpTable<EventRef>;
 
 /// The records of one application thread, in order.
 #[derive(Debug, Clone)]
@@ -158,27 +134,11 @@ impl Rank {
     /// The call that completed each operation id (a `Wait`/`Test` family
     /// record listing it); the last one if several did.
     pub fn completions(&self) -> Completions {
-        // Ids number each thread's operations from 1: a table per thread,
-        // grown to the largest number seen; an id past any count this rank
-        // could have made (a damaged trace) goes to a map instead.
-        let bound = self.events() as usize + 16;
-        let mut done_at = Completions::default();
-        for (at, c) in self.payload_calls() {
+        let mut done_at = Completions::new(self.events() as usize);
+        for (at, c) in self.payload_calls_of(|k| k == Kind::Complete) {
             if let Payload::Complete { done } = c.payload {
                 for op in done.iter().filter_map(|d| d.op) {
-                    let (t, n) = Completions::split(op);
-                    if t < bound && n < bound {
-                        if done_at.by_thread.len() <= t {
-                            done_at.by_thread.resize_with(t + 1, Vec::new);
-                        }
-                        let table = &mut done_at.by_thread[t];
-                        if table.len() <= n {
-                            table.resize(n + 1, None);
-                        }
-                        table[n] = Some(at);
-                    } else {
-                        done_at.other.insert(op, at);
-                    }
+                    done_at.insert(op, at);
                 }
             }
         }
@@ -219,6 +179,29 @@ impl Rank {
     /// completes, or names a communicator (no `Payload::None`).
     pub fn payload_calls(&self) -> impl Iterator<Item = (EventRef, Call<'_>)> {
         self.calls_where(Events::has_payload)
+    }
+
+    /// The calls with a payload whose function's kind passes `keep`, each
+    /// decoded only if it does.
+    pub fn payload_calls_of(
+        &self,
+        keep: impl Fn(Kind) -> bool + Copy,
+    ) -> impl Iterator<Item = (EventRef, Call<'_>)> {
+        self.threads.iter().flat_map(move |th| {
+            let ev = &th.records;
+            (0..ev.len())
+                .filter(move |&i| {
+                    ev.has_payload(i) && ev.func(i).is_some_and(|f| keep(self.kind(f)))
+                })
+                .map(move |index| {
+                    let at = EventRef {
+                        rank: self.rank,
+                        thread: th.index,
+                        index: index as u32,
+                    };
+                    (at, ev.call(index).expect("a call"))
+                })
+        })
     }
 
     /// Number of MPI calls recorded.
@@ -926,31 +909,4 @@ fn check_comm_indices(mut rank: Rank) -> Result<Rank, ReadError> {
         rank.warnings.push(what);
     }
     Ok(rank)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use pmtrace_format::record::op_id;
-
-    #[test]
-    fn completions_are_found_by_thread_and_number_and_outliers_by_map() {
-        let at = |index| EventRef {
-            rank: 0,
-            thread: 1,
-            index,
-        };
-        let mut c = Completions {
-            by_thread: vec![vec![], vec![None, Some(at(7)), None, Some(at(9))]],
-            ..Default::default()
-        };
-        c.other.insert(op_id(5, 1 << 30), at(11));
-        assert_eq!(c.get(&op_id(1, 1)), Some(&at(7)));
-        assert_eq!(c.get(&op_id(1, 2)), None);
-        assert_eq!(c.get(&op_id(1, 3)), Some(&at(9)));
-        assert_eq!(c.get(&op_id(1, 4)), None, "past the table");
-        assert_eq!(c.get(&op_id(0, 1)), None, "a thread without completions");
-        assert_eq!(c.get(&op_id(5, 1 << 30)), Some(&at(11)));
-        assert_eq!(Completions::split(op_id(3, 42)), (3, 42));
-    }
 }
