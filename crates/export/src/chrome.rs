@@ -16,7 +16,8 @@
 
 use std::io::{self, Write};
 
-use super::view::View;
+use super::view::{CallDetail, View};
+use pmtrace_matching::ends::Cursor;
 use pmtrace_trace::read::EventRef;
 
 /// What was written.
@@ -28,7 +29,43 @@ pub struct Summary {
 }
 
 fn us(ns: u64) -> String {
-    format!("{}.{:03}", ns / 1000, ns % 1000)
+    let mut b = Vec::new();
+    put_us(&mut b, ns);
+    String::from_utf8(b).expect("digits")
+}
+
+/// Appends `v` in decimal.
+fn put_u64(buf: &mut Vec<u8>, mut v: u64) {
+    let mut digits = [0u8; 20];
+    let mut n = 0;
+    loop {
+        digits[n] = b'0' + (v % 10) as u8;
+        n += 1;
+        v /= 10;
+        if v == 0 {
+            break;
+        }
+    }
+    buf.extend(digits[..n].iter().rev());
+}
+
+fn put_i64(buf: &mut Vec<u8>, v: i64) {
+    if v < 0 {
+        buf.push(b'-');
+    }
+    put_u64(buf, v.unsigned_abs());
+}
+
+/// Appends `ns` as microseconds with three decimals.
+fn put_us(buf: &mut Vec<u8>, ns: u64) {
+    put_u64(buf, ns / 1000);
+    let frac = ns % 1000;
+    buf.extend_from_slice(&[
+        b'.',
+        b'0' + (frac / 100) as u8,
+        b'0' + (frac / 10 % 10) as u8,
+        b'0' + (frac % 10) as u8,
+    ]);
 }
 
 /// Writes the Chrome JSON of `view` to `w`.
@@ -71,36 +108,69 @@ pub fn write(view: &View, w: &mut dyn Write, progress: &mut dyn FnMut(u64)) -> i
         )
     };
     let mut done = 0u64;
+    let lamport = view.clocks.report.mode != "none";
+    let mut buf: Vec<u8> = Vec::with_capacity(1 << 16);
     for &loc in &view.locations {
         let times = view.times(loc);
-        for (i, call) in view.calls_in_order(loc) {
+        let records = view.records(loc);
+        let ends = view.messages.ends.thread(loc.rank, loc.slot);
+        let (mut sends, mut recvs) = (Cursor::new(&ends.sends), Cursor::new(&ends.done));
+        let mut clocks = view.clocks.after_call.thread(loc.rank, loc.thread);
+        for i in view.order(loc) {
+            let i = i as usize;
             let at = view.at(loc, i);
             let (a, b) = times.get(i);
-            let d = view.detail(at, &call);
-            sep(w)?;
-            write!(
-                w,
-                "{{\"ph\":\"X\",\"cat\":\"mpi\",\"name\":\"{}\",\"pid\":{},\"tid\":{},\"ts\":{},\"dur\":{},\"args\":{{",
-                view.function_name(loc.rank, &call),
-                loc.rank,
-                loc.thread,
-                us(a - t0),
-                us(b.saturating_sub(a))
-            )?;
-            let mut args = Vec::with_capacity(4);
+            let func = records.func(i).expect("a call");
+            let d = if records.has_payload(i) {
+                let call = records.call(i).expect("a call");
+                view.detail_of(at, &call, sends.at(at.index), recvs.at(at.index))
+            } else {
+                CallDetail::default()
+            };
+            sep(&mut buf)?;
+            buf.extend_from_slice(b"{\"ph\":\"X\",\"cat\":\"mpi\",\"name\":\"");
+            buf.extend_from_slice(
+                view.trace.ranks[loc.rank as usize]
+                    .function_name(func)
+                    .as_bytes(),
+            );
+            buf.extend_from_slice(b"\",\"pid\":");
+            put_u64(&mut buf, loc.rank.into());
+            buf.extend_from_slice(b",\"tid\":");
+            put_u64(&mut buf, loc.thread.into());
+            buf.extend_from_slice(b",\"ts\":");
+            put_us(&mut buf, a - t0);
+            buf.extend_from_slice(b",\"dur\":");
+            put_us(&mut buf, b.saturating_sub(a));
+            buf.extend_from_slice(b",\"args\":{");
+            let mut comma = false;
+            let mut arg = |buf: &mut Vec<u8>, key: &[u8]| {
+                if std::mem::replace(&mut comma, true) {
+                    buf.push(b',');
+                }
+                buf.extend_from_slice(key);
+            };
             if let Some(p) = d.peer {
-                args.push(format!("\"peer\":{p}"));
+                arg(&mut buf, b"\"peer\":");
+                put_u64(&mut buf, p.into());
             }
             if let Some(t) = d.tag {
-                args.push(format!("\"tag\":{t}"));
+                arg(&mut buf, b"\"tag\":");
+                put_i64(&mut buf, t.into());
             }
             if d.bytes > 0 {
-                args.push(format!("\"bytes\":{}", d.bytes));
+                arg(&mut buf, b"\"bytes\":");
+                put_u64(&mut buf, d.bytes);
             }
-            if let Some(l) = view.lamport(at) {
-                args.push(format!("\"lamport\":{l}"));
+            if let Some(l) = clocks.get(i).filter(|_| lamport) {
+                arg(&mut buf, b"\"lamport\":");
+                put_u64(&mut buf, l);
             }
-            write!(w, "{}}}}}", args.join(","))?;
+            buf.extend_from_slice(b"}}");
+            if buf.len() >= 1 << 16 {
+                w.write_all(&buf)?;
+                buf.clear();
+            }
             s.slices += 1;
             done += 1;
             if done.is_multiple_of(65536) {
@@ -108,6 +178,7 @@ pub fn write(view: &View, w: &mut dyn Write, progress: &mut dyn FnMut(u64)) -> i
             }
         }
     }
+    w.write_all(&buf)?;
     let m = view.messages;
     let mut id = 1u64;
     for msg in &m.matched {

@@ -33,6 +33,7 @@ use std::io::{self, Write};
 use prost::Message;
 
 use super::view::{CallDetail, Location, View};
+use pmtrace_matching::ends::Cursor;
 use pmtrace_trace::read::EventRef;
 use rayon::prelude::*;
 
@@ -480,6 +481,8 @@ impl<'v> CallSlices<'v, '_> {
         let times = view.times(loc);
         let mut clocks = view.clocks.after_call.thread(loc.rank, loc.thread);
         let lamport = view.clocks.report.mode != "none";
+        let ends = view.messages.ends.thread(loc.rank, loc.slot);
+        let (mut sends, mut done) = (Cursor::new(&ends.sends), Cursor::new(&ends.done));
         for &i in block {
             let i = i as usize;
             let at = view.at(loc, i);
@@ -499,7 +502,9 @@ impl<'v> CallSlices<'v, '_> {
                 }
             };
             let detail = if has_flows {
-                view.detail(at, &records.call(i).expect("a call"))
+                let call = records.call(i).expect("a call");
+                let (sends, done) = (sends.at(i as u32), done.at(i as u32));
+                view.detail_of(at, &call, sends, done)
             } else {
                 CallDetail::default()
             };

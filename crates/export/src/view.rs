@@ -8,9 +8,10 @@
 
 use pmtrace_trace::{Call, Events, Payload};
 
+use pmtrace_format::Kind;
 use pmtrace_matching::clocks::{self, Clocks};
 use pmtrace_matching::collective::{self, Instance, MemberCalls};
-use pmtrace_matching::ends::{self, End, ThreadEnds};
+use pmtrace_matching::ends::{self, Cursor, End, ThreadEnds};
 use pmtrace_matching::matching::Messages;
 use pmtrace_sync::store::ThreadTimes;
 use pmtrace_sync::Synced;
@@ -267,6 +268,17 @@ impl<'a> View<'a> {
 
     /// Peer, tag and bytes of a call.
     pub fn detail(&self, at: EventRef, call: &Call) -> CallDetail {
+        if call.payload == Payload::None {
+            return CallDetail::default();
+        }
+        let sends = self.ends_at(at, |t| &t.sends);
+        let done = self.ends_at(at, |t| &t.done);
+        self.detail_of(at, call, sends, done)
+    }
+
+    /// [`View::detail`] of a call whose sends and completed receives the
+    /// caller found (a walk with [`ends::Cursor`]s).
+    pub fn detail_of(&self, at: EventRef, call: &Call, sends: &[End], done: &[End]) -> CallDetail {
         let m = self.messages;
         let mut d = CallDetail::default();
         if call.payload == Payload::None {
@@ -288,14 +300,14 @@ impl<'a> View<'a> {
                 .and_then(|r| self.trace.to_world(at.rank, comm, r));
             return d;
         }
-        for s in self.sends_at(at) {
-            let s = &m.sends[s];
+        for e in sends {
+            let s = &m.sends[e.msg as usize];
             d.peer = d.peer.or(s.dst);
             d.tag = d.tag.or(Some(s.tag));
             d.bytes += s.bytes;
         }
-        for r in self.recvs_done_at(at) {
-            let r = &m.recvs[r];
+        for e in done {
+            let r = &m.recvs[e.msg as usize];
             d.peer = d.peer.or(r.src);
             d.tag = d.tag.or(Some(r.tag));
             d.bytes += r.bytes;
@@ -324,19 +336,20 @@ impl<'a> View<'a> {
         let m = self.messages;
         let done_at = r.completions();
         let mut out = Vec::new();
-        for (at, c) in r.payload_calls() {
-            let ops: Vec<(u32, u64)> = match &c.payload {
-                Payload::Send { op: Some(op), .. } => vec![(0, *op)],
-                Payload::Start { started } => started
-                    .iter()
-                    .enumerate()
-                    .map(|(i, s)| (i as u32, s.1))
-                    .collect(),
-                _ => Vec::new(),
+        let mut cursors: Vec<Cursor> = (0..r.threads.len())
+            .map(|slot| Cursor::new(&m.ends.thread(rank, slot).sends))
+            .collect();
+        let sends_of = |kind| matches!(kind, Kind::Send | Kind::Isend | Kind::Start);
+        for (at, c) in r.payload_calls_of(sends_of) {
+            // The request of the send at each item.
+            let op_at = |item: u32| match &c.payload {
+                Payload::Send { op, .. } if item == 0 => *op,
+                Payload::Start { started } => started.get(item as usize).map(|s| s.1),
+                _ => None,
             };
-            for s in self.sends_at(at) {
-                let sv = &m.sends[s];
-                let op = ops.iter().find(|o| o.0 == sv.item).map(|o| o.1);
+            for e in cursors[r.thread_slot(at.thread)].at(at.index) {
+                let sv = &m.sends[e.msg as usize];
+                let op = op_at(sv.item);
                 if let Some(&end) = op.and_then(|op| done_at.get(&op)) {
                     out.push(InFlight {
                         start: at,
@@ -350,8 +363,11 @@ impl<'a> View<'a> {
                 }
             }
         }
-        for rv in &m.recvs {
-            if rv.dst == rank && rv.post != rv.completion {
+        // This rank's receives are one run of them.
+        let first = m.recvs.partition_point(|r| r.dst < rank);
+        let end = first + m.recvs[first..].partition_point(|r| r.dst == rank);
+        for rv in &m.recvs[first..end] {
+            if rv.post != rv.completion {
                 out.push(InFlight {
                     start: rv.post,
                     end: rv.completion,
