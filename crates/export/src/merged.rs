@@ -54,19 +54,21 @@ pub fn write(trace: &Trace, m: &Messages, synced: &Synced, out: &mut dyn Write) 
             let loc = &g.locs[n.loc as usize];
             let rank = &trace.ranks[loc.rank as usize];
             let pos = g.pos(n.loc, n.k) as usize;
-            let rec = &rank.threads[loc.slot].records.get(pos / 2);
-            let single = matches!(rec, Record::DefComm { .. } | Record::DefThread { .. });
-            if single && !pos.is_multiple_of(2) {
-                return;
-            }
+            let records = &rank.threads[loc.slot].records;
+            let i = pos / 2;
             line.clear();
             if pos.is_multiple_of(2) {
+                let rec = &records.get(i);
+                let single = matches!(rec, Record::DefComm { .. } | Record::DefThread { .. });
                 line.push_str(&format!("{time} {} ", if single { "at" } else { "enter" }));
                 format_record(&mut line, rank, loc.thread, rec);
             } else {
-                let name = match rec {
-                    Record::Call(c) => rank.function_name(c.func),
-                    _ => "BufferWait",
+                // An exit: only its name, read without decoding the record.
+                let name = match records.func(i) {
+                    Some(func) => rank.function_name(func),
+                    None if records.is_buffer_wait(i) => "BufferWait",
+                    // Definitions are one line, at their start.
+                    None => return,
                 };
                 line.push_str(&format!(
                     "{time} exit r{} t{} {name}",

@@ -47,6 +47,7 @@ use pmtrace_trace::{Payload, Record};
 use super::view::{Location, View};
 use super::ExportError;
 use pmtrace_matching::clocks::{shape_of, Shape};
+use pmtrace_matching::ends::{Cursor, End};
 use pmtrace_matching::matching::RecvHow;
 use pmtrace_sync::interp;
 use pmtrace_trace::comm::Comm;
@@ -485,6 +486,13 @@ impl<'v, 'a> Writer<'v, 'a> {
         let rank = &view.trace.ranks[loc.rank as usize];
         let mut evs: Vec<Pending> = Vec::with_capacity(view.records(loc).len() * 3);
         let times = view.times(loc);
+        // The location's message ends and clocks, walked in record order.
+        let ends = view.messages.ends.thread(loc.rank, loc.slot);
+        let mut sends_of = Cursor::new(&ends.sends);
+        let mut posted_of = Cursor::new(&ends.posted);
+        let mut done_of = Cursor::new(&ends.done);
+        let mut clocks = view.clocks.after_call.thread(loc.rank, loc.thread);
+        let lamport = view.clocks.report.mode != "none";
         for (i, rec) in view.records(loc).iter().enumerate() {
             if i.is_multiple_of(65536) {
                 progress(i as u64);
@@ -503,9 +511,20 @@ impl<'v, 'a> Writer<'v, 'a> {
             let kind = rank.kind(c.func);
             let region = self.region(name, kind);
             evs.push((t0, 0, i, Ev::Enter(region)));
-            evs.push((t1, 3, i, Ev::Leave(region, view.lamport(at))));
+            evs.push((
+                t1,
+                3,
+                i,
+                Ev::Leave(region, clocks.get(i).filter(|_| lamport)),
+            ));
+            let msgs = |run: &'v [End]| run.iter().map(|e| e.msg as usize);
+            let (sends, posted, completed) = (
+                msgs(sends_of.at(at.index)),
+                msgs(posted_of.at(at.index)),
+                msgs(done_of.at(at.index)),
+            );
             // Sends posted by this call.
-            for (item, s) in view.sends_at(at).enumerate() {
+            for (item, s) in sends.enumerate() {
                 let request = match (&c.payload, kind) {
                     (Payload::Send { op, .. }, Kind::Isend) => *op,
                     (Payload::Start { started }, _) => started
@@ -519,7 +538,7 @@ impl<'v, 'a> Writer<'v, 'a> {
                 }
             }
             // Nonblocking receives posted by this call.
-            for r in view.recvs_posted_at(at) {
+            for r in posted {
                 let rv = &view.messages.recvs[r];
                 if rv.completion == at && rv.how != RecvHow::Nonblocking {
                     continue;
@@ -560,8 +579,8 @@ impl<'v, 'a> Writer<'v, 'a> {
                 }
                 Payload::Complete { done } => {
                     for (item, d) in done.iter().enumerate() {
-                        let r = view
-                            .recvs_done_at(at)
+                        let r = completed
+                            .clone()
                             .find(|&r| view.messages.recvs[r].completion_item == item as u32);
                         if let Some(r) = r {
                             if let Some(e) = self.recv_ev(r, d.op) {
@@ -584,7 +603,7 @@ impl<'v, 'a> Writer<'v, 'a> {
                 _ => {}
             }
             // Blocking receives completed by this call itself.
-            for r in view.recvs_done_at(at) {
+            for r in completed {
                 let rv = &view.messages.recvs[r];
                 if matches!(c.payload, Payload::Complete { .. }) {
                     continue;

@@ -759,10 +759,13 @@ impl Events {
 
     /// How many records are buffer waits.
     pub fn buffer_waits(&self) -> usize {
-        self.tag
-            .iter()
-            .filter(|&&t| t & tag::VARIANT == tag::BUFFER_WAIT)
-            .count()
+        (0..self.len()).filter(|&i| self.is_buffer_wait(i)).count()
+    }
+
+    /// Whether record `i` is a buffer wait.
+    #[inline]
+    pub fn is_buffer_wait(&self, i: usize) -> bool {
+        self.tag[i] & tag::VARIANT == tag::BUFFER_WAIT
     }
 
     /// Whether record `i` is a call with a payload (not `Payload::None`).
