@@ -74,9 +74,10 @@ fn out_of_memory(size: usize) -> ! {
 /// What a verb holds: bytes per event, and bytes per record byte beyond 4
 /// an event (point-to-point, completion and collective records, which are
 /// longer on disk and bring matching, clock and flow state with them).
-/// Resident peaks measured with `bench.py engine` (syncbench: 4.2 record
-/// bytes a call) and on halo2d (11.3 bytes a call, one message per 2.5
-/// calls); see docs/notes.md, "The engine".
+/// Resident peaks of the unsynced trace (the exports sync in memory),
+/// solved from two traces and rounded up by a tenth: syncbench (4.3
+/// record bytes a call) and halo2d (12 bytes a call, a message per 5
+/// calls); see docs/notes.md, "Messages by position".
 #[derive(Debug, Clone, Copy)]
 pub struct Cost {
     pub per_event: u64,
@@ -86,24 +87,25 @@ pub struct Cost {
 pub mod cost {
     use super::Cost;
     pub const REPORT: Cost = Cost {
-        per_event: 35,
-        per_payload_byte: 33,
+        per_event: 20,
+        per_payload_byte: 23,
     };
     pub const SYNC: Cost = Cost {
-        per_event: 40,
-        per_payload_byte: 23,
+        per_event: 41,
+        per_payload_byte: 20,
     };
     pub const MERGE: Cost = Cost {
-        per_event: 45,
-        per_payload_byte: 23,
+        per_event: 40,
+        per_payload_byte: 22,
     };
     pub const EXPORT: Cost = Cost {
-        per_event: 45,
-        per_payload_byte: 54,
+        per_event: 55,
+        per_payload_byte: 35,
     };
+    /// The whole trace drawn (a window holds less).
     pub const TIMELINE: Cost = Cost {
-        per_event: 45,
-        per_payload_byte: 54,
+        per_event: 110,
+        per_payload_byte: 27,
     };
 }
 
