@@ -143,9 +143,10 @@ pub fn at(list: &[End], index: u32) -> &[End] {
     &list[a..b]
 }
 
-/// Reads one list record by record in increasing order, each run in
-/// constant time; a record before the last one asked falls back to a
-/// binary search.
+/// Reads one list record by record in increasing order: a run a few
+/// entries on in constant time, one far on by galloping (a block that
+/// starts mid-thread costs a logarithm, not a scan); a record before the
+/// last one asked falls back to a binary search.
 #[derive(Debug, Clone, Copy)]
 pub struct Cursor<'a> {
     list: &'a [End],
@@ -165,13 +166,19 @@ impl<'a> Cursor<'a> {
             return at(list, index);
         }
         let mut a = self.next;
-        while a < list.len() && list[a].index < index {
-            a += 1;
+        if a < list.len() && list[a].index < index {
+            // Gallop: `lo` is before the run, `hi` past its start.
+            let (mut lo, mut step) = (a, 1);
+            let mut hi = a + 1;
+            while hi < list.len() && list[hi].index < index {
+                lo = hi;
+                step *= 2;
+                hi = lo + step;
+            }
+            let hi = hi.min(list.len());
+            a = lo + 1 + list[lo + 1..hi].partition_point(|e| e.index < index);
         }
-        let mut b = a;
-        while b < list.len() && list[b].index == index {
-            b += 1;
-        }
+        let b = a + list[a..].iter().take_while(|e| e.index == index).count();
         self.next = b;
         &list[a..b]
     }
@@ -203,5 +210,19 @@ mod tests {
         assert_eq!(c.at(6), &[e(6, 0, 2)]);
         assert_eq!(c.at(9), &[]);
         assert_eq!(c.at(6), &[e(6, 0, 2)]);
+    }
+
+    #[test]
+    fn a_cursor_finds_every_run_from_any_start() {
+        // Records 0..300 with 0, 1 or 2 ends each.
+        let list: Vec<End> = (0..300u32)
+            .flat_map(|i| (0..i % 3).map(move |k| e(i, k, i * 10 + k)))
+            .collect();
+        for start in [0u32, 1, 7, 150, 299, 400] {
+            let mut c = Cursor::new(&list);
+            for i in (start..320).step_by(1 + start as usize % 5) {
+                assert_eq!(c.at(i), at(&list, i), "from {start}, record {i}");
+            }
+        }
     }
 }
