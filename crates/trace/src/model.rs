@@ -8,9 +8,9 @@
 //!                                      └─ variant, and flags: the row has an op,
 //!                                         rc ≠ 0, duration ≥ 2^32 − 1
 //!  side tables  sends 28 B, recvs 32, sendrecvs, probes, colls 44
-//!               statuses                                 (of blocking receives, 24 B)
+//!               statuses                                 (of receives, 24 B)
 //!               pbs                                      (a status's piggyback, 28 B)
-//!               lists → completions 32 B, started        (Complete and Start items)
+//!               lists → completions 12 B, started        (Complete and Start items)
 //!               rcs, long                                (sparse, sorted by event)
 //!               other                                    (rare payloads as decoded)
 //!               defs, tids                               (DefComm, DefThread)
@@ -141,6 +141,7 @@ pub enum Payload<'a> {
 #[derive(Clone, Copy)]
 pub struct Done<'a> {
     items: &'a [PackedCompletion],
+    statuses: &'a [PackedStatus],
     pbs: &'a [PackedPb],
 }
 
@@ -154,12 +155,12 @@ impl<'a> Done<'a> {
     }
 
     pub fn get(&self, i: usize) -> Option<Completion> {
-        self.items.get(i).map(|c| c.unpack(self.pbs))
+        self.items.get(i).map(|c| c.unpack(self.statuses, self.pbs))
     }
 
     pub fn iter(&self) -> impl ExactSizeIterator<Item = Completion> + DoubleEndedIterator + 'a {
-        let pbs = self.pbs;
-        self.items.iter().map(move |c| c.unpack(pbs))
+        let (statuses, pbs) = (self.statuses, self.pbs);
+        self.items.iter().map(move |c| c.unpack(statuses, pbs))
     }
 }
 
@@ -191,8 +192,6 @@ const PRESENT: u8 = 128;
 
 /// Second flags byte of a `PackedStatus`.
 const HAS_VC: u8 = 1;
-/// Of a completion: it names an operation (`PackedCompletion::op`).
-const HAS_OP: u8 = 2;
 
 /// A `Status` in 24 bytes, its piggyback in the thread's `pbs`. Rows are
 /// packed to 4-byte alignment: their fields are read by value.
@@ -287,19 +286,40 @@ impl PackedStatus {
     }
 }
 
-/// A completion in 32 bytes: its op is there if the status says so.
+/// A completion in 12 bytes: its op, and in `status` a flag that the op
+/// is there (`COMPLETION_OP`) and the index of its status in the thread's
+/// `statuses`, or `NONE_STATUS` for the status of an operation that has
+/// none (a send's, a collective's: most of them), which is not stored.
 #[derive(Debug, Clone, Copy)]
 #[repr(C, packed(4))]
 struct PackedCompletion {
     op: u64,
-    status: PackedStatus,
+    status: u32,
+}
+
+const COMPLETION_OP: u32 = 1 << 31;
+const NONE_STATUS: u32 = COMPLETION_OP - 1;
+
+/// The status of a completion without a receive status, as decoded.
+fn none_status() -> Status {
+    Status {
+        none: true,
+        ..Status::default()
+    }
 }
 
 impl PackedCompletion {
-    fn pack(c: &Completion, pbs: &mut Vec<PackedPb>) -> PackedCompletion {
-        let mut status = PackedStatus::pack(Some(&c.status), pbs);
+    fn pack(c: &Completion, statuses: &mut Vec<PackedStatus>, pbs: &mut Vec<PackedPb>) -> Self {
+        let mut status = if c.status == none_status() {
+            NONE_STATUS
+        } else {
+            let k = index(statuses.len());
+            assert!(k < NONE_STATUS, "fewer than 2^31 - 1 statuses per thread");
+            statuses.push(PackedStatus::pack(Some(&c.status), pbs));
+            k
+        };
         if c.op.is_some() {
-            status.flags2 |= HAS_OP;
+            status |= COMPLETION_OP;
         }
         PackedCompletion {
             op: c.op.unwrap_or(0),
@@ -307,11 +327,14 @@ impl PackedCompletion {
         }
     }
 
-    fn unpack(&self, pbs: &[PackedPb]) -> Completion {
+    fn unpack(&self, statuses: &[PackedStatus], pbs: &[PackedPb]) -> Completion {
         let status = self.status;
         Completion {
-            op: (status.flags2 & HAS_OP != 0).then_some(self.op),
-            status: status.status(pbs),
+            op: (status & COMPLETION_OP != 0).then_some(self.op),
+            status: match status & !COMPLETION_OP {
+                NONE_STATUS => none_status(),
+                k => statuses[k as usize].status(pbs),
+            },
         }
     }
 }
@@ -428,7 +451,8 @@ pub struct Events {
     sendrecvs: Vec<SendrecvRow>,
     probes: Vec<ProbeRow>,
     colls: Vec<CollRow>,
-    /// The statuses of blocking receives (`RecvRow::status`).
+    /// The statuses of blocking receives (`RecvRow::status`) and of
+    /// completions (`PackedCompletion::status`).
     statuses: Vec<PackedStatus>,
     pbs: Vec<PackedPb>,
     /// (first item, items) of each Complete or Start record.
@@ -700,8 +724,8 @@ impl Events {
             fmt::Payload::Complete { done } => {
                 let first = index(self.completions.len());
                 for c in &done {
-                    self.completions
-                        .push(PackedCompletion::pack(c, &mut self.pbs));
+                    let c = PackedCompletion::pack(c, &mut self.statuses, &mut self.pbs);
+                    self.completions.push(c);
                 }
                 let list = (first, index(done.len()));
                 (tag::COMPLETE, row(&mut self.lists, list))
@@ -907,6 +931,7 @@ impl Events {
                 Payload::Complete {
                     done: Done {
                         items: &self.completions[first as usize..][..n as usize],
+                        statuses: &self.statuses,
                         pbs: &self.pbs,
                     },
                 }
@@ -1090,7 +1115,7 @@ mod tests {
         assert_eq!(size_of::<RecvRow>(), 32);
         assert_eq!(size_of::<PackedStatus>(), 24);
         assert_eq!(size_of::<PackedPb>(), 28);
-        assert_eq!(size_of::<PackedCompletion>(), 32);
+        assert_eq!(size_of::<PackedCompletion>(), 12);
         assert_eq!(size_of::<ProbeRow>(), 44);
         assert_eq!(size_of::<CollRow>(), 44);
     }
@@ -1248,6 +1273,21 @@ mod tests {
                                 ..Default::default()
                             },
                         },
+                        // A send's completion: its status is not stored.
+                        Completion {
+                            op: Some(2),
+                            status: Status {
+                                none: true,
+                                ..Default::default()
+                            },
+                        },
+                        Completion {
+                            op: None,
+                            status: Status {
+                                none: true,
+                                ..Default::default()
+                            },
+                        },
                     ],
                 },
             ),
@@ -1336,9 +1376,11 @@ mod tests {
         let Payload::Complete { done } = events.call(9).unwrap().payload else {
             panic!("a completion")
         };
-        assert_eq!(done.len(), 2);
+        assert_eq!(done.len(), 4);
         assert_eq!(done.get(0).unwrap().status.pb.unwrap().id, 7);
-        assert_eq!(done.get(2), None);
+        assert_eq!(done.get(2).unwrap().op, Some(2));
+        assert!(done.get(3).unwrap().status.none);
+        assert_eq!(done.get(4), None);
     }
 
     #[test]
