@@ -104,8 +104,8 @@ pub mod cost {
     };
     /// The whole trace drawn (a window holds less).
     pub const TIMELINE: Cost = Cost {
-        per_event: 110,
-        per_payload_byte: 27,
+        per_event: 47,
+        per_payload_byte: 25,
     };
 }
 

@@ -22,7 +22,7 @@ use std::io::{self, Write};
 
 use pmtrace_format::Kind;
 
-use super::view::View;
+use super::view::{CallDetail, View};
 use pmtrace_trace::read::EventRef;
 
 const TEMPLATE: &str = include_str!("timeline.html");
@@ -141,29 +141,55 @@ pub fn write(
             func_ix.insert((r.rank, id as u32), k);
         }
     }
-    // Calls per lane in start order; where each call went.
-    let lanes: Vec<Vec<usize>> = view
+    // Calls per lane in start order (record indices).
+    let lanes: Vec<Vec<u32>> = view
         .locations
         .iter()
         .map(|&loc| {
-            view.calls_in_order(loc)
-                .map(|(i, _)| i)
+            let times = view.times(loc);
+            view.order(loc)
+                .into_iter()
                 .filter(|&i| {
-                    let at = view.at(loc, i);
-                    window.is_none_or(|(from, to)| {
-                        view.time(at, true) >= from && view.time(at, false) <= to
-                    })
+                    let (a, b) = times.get(i as usize);
+                    window.is_none_or(|(from, to)| b >= from && a <= to)
                 })
                 .collect()
         })
         .collect();
-    let mut place: HashMap<EventRef, (u32, u32)> = HashMap::default();
+    // Where each call went: per lane, (record, position in the lane) by record.
+    let places: Vec<Vec<(u32, u32)>> = lanes
+        .iter()
+        .map(|idx| {
+            let mut p: Vec<(u32, u32)> = (0u32..).zip(idx).map(|(k, &i)| (i, k)).collect();
+            if !p.is_sorted() {
+                p.sort_unstable();
+            }
+            p
+        })
+        .collect();
+    let mut lane_of = vec![0usize; view.trace.ranks.len() + 1];
+    for loc in &view.locations {
+        lane_of[loc.rank as usize + 1] += 1;
+    }
+    for r in 0..view.trace.ranks.len() {
+        lane_of[r + 1] += lane_of[r];
+    }
+    let place = |at: EventRef| -> Option<(u32, u32)> {
+        let rank = view.trace.ranks.get(at.rank as usize)?;
+        let slot = rank
+            .threads
+            .binary_search_by_key(&at.thread, |t| t.index)
+            .ok()?;
+        let li = lane_of[at.rank as usize] + slot;
+        let p = &places[li];
+        let k = p.binary_search_by_key(&at.index, |x| x.0).ok()?;
+        Some((li as u32, p[k].1))
+    };
     let mut t0 = view.span.0;
-    for (li, (loc, idx)) in view.locations.iter().zip(&lanes).enumerate() {
-        for (k, &i) in idx.iter().enumerate() {
-            let at = view.at(*loc, i);
-            place.insert(at, (li as u32, k as u32));
-            t0 = t0.min(view.raw(at, false));
+    for (loc, idx) in view.locations.iter().zip(&lanes) {
+        let records = view.records(*loc);
+        for &i in idx {
+            t0 = t0.min(records.stamps(i as usize).0);
         }
     }
     let rel = |t: u64| t as i64 - t0 as i64;
@@ -206,34 +232,35 @@ pub fn write(
             w.write_all(b",")?;
         }
         let rank = &view.trace.ranks[loc.rank as usize];
-        let ats: Vec<EventRef> = idx.iter().map(|&i| view.at(*loc, i)).collect();
-        let calls: Vec<_> = ats
-            .iter()
-            .map(|&at| match view.trace.record(at) {
-                Some(pmtrace_trace::Record::Call(c)) => c,
-                _ => unreachable!("calls_in_order lists calls"),
+        let records = view.records(*loc);
+        let times = view.times(*loc);
+        let ats = || idx.iter().map(|&i| view.at(*loc, i as usize));
+        // A call without a payload has no detail: it is not decoded.
+        let details: Vec<_> = ats()
+            .map(|at| match records.has_payload(at.pos()) {
+                true => view.detail(at, &records.call(at.pos()).expect("a call")),
+                false => CallDetail::default(),
             })
-            .collect();
-        let details: Vec<_> = ats
-            .iter()
-            .zip(&calls)
-            .map(|(&at, c)| view.detail(at, c))
             .collect();
         w.write_all(b"{")?;
         column(
             w,
             "f",
-            calls.iter().map(|c| func_ix[&(rank.rank, c.func)] as i64),
+            idx.iter().map(|&i| {
+                let func = records.func(i as usize).expect("a call");
+                func_ix[&(rank.rank, func)] as i64
+            }),
         )?;
         w.write_all(b",")?;
-        column(w, "s", ats.iter().map(|&at| rel(view.raw(at, false))))?;
+        let raw = |i: u32| records.stamps(i as usize);
+        column(w, "s", idx.iter().map(|&i| rel(raw(i).0)))?;
         w.write_all(b",")?;
-        column(w, "e", ats.iter().map(|&at| rel(view.raw(at, true))))?;
+        column(w, "e", idx.iter().map(|&i| rel(raw(i).1)))?;
         if synced {
             w.write_all(b",")?;
-            column(w, "ss", ats.iter().map(|&at| rel(view.time(at, false))))?;
+            column(w, "ss", idx.iter().map(|&i| rel(times.get(i as usize).0)))?;
             w.write_all(b",")?;
-            column(w, "se", ats.iter().map(|&at| rel(view.time(at, true))))?;
+            column(w, "se", idx.iter().map(|&i| rel(times.get(i as usize).1)))?;
         }
         w.write_all(b",")?;
         column(
@@ -253,12 +280,11 @@ pub fn write(
         column(
             w,
             "lc",
-            ats.iter()
-                .map(|&at| view.lamport(at).map_or(-1, |l| l as i64)),
+            ats().map(|at| view.lamport(at).map_or(-1, |l| l as i64)),
         )?;
         w.write_all(b"}")?;
-        s.calls += ats.len() as u64;
-        done += ats.len() as u64;
+        s.calls += idx.len() as u64;
+        done += idx.len() as u64;
         progress(done);
     }
     // Messages, matched ones whose both calls are placed.
@@ -268,8 +294,8 @@ pub fn write(
         .iter()
         .filter_map(|msg| {
             let (sv, rv) = (&m.sends[msg.send], &m.recvs[msg.recv]);
-            let a = *place.get(&sv.call)?;
-            let b = *place.get(&rv.completion)?;
+            let a = place(sv.call)?;
+            let b = place(rv.completion)?;
             let reversed = view.raw(rv.completion, true) < view.raw(sv.call, false);
             Some(DrawnMessage {
                 from: a,
