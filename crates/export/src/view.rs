@@ -246,18 +246,6 @@ impl<'a> View<'a> {
             .map(|e| e.msg as usize)
     }
 
-    /// The receives the call at `at` completed, in item order.
-    pub fn recvs_done_at(&self, at: EventRef) -> impl Iterator<Item = usize> + 'a {
-        self.ends_at(at, |t| &t.done).iter().map(|e| e.msg as usize)
-    }
-
-    /// The receives the call at `at` posted, in the order they completed.
-    pub fn recvs_posted_at(&self, at: EventRef) -> impl Iterator<Item = usize> + 'a {
-        self.ends_at(at, |t| &t.posted)
-            .iter()
-            .map(|e| e.msg as usize)
-    }
-
     /// The Lamport clock after a call, if the trace has clocks.
     pub fn lamport(&self, at: EventRef) -> Option<u64> {
         if self.clocks.report.mode == "none" {

@@ -125,15 +125,6 @@ impl Ends {
             .and_then(|t| t.get(slot))
             .unwrap_or(&NO_ENDS)
     }
-
-    /// Bytes the lists hold.
-    pub fn bytes(&self) -> usize {
-        self.ranks
-            .iter()
-            .flatten()
-            .map(|t| (t.sends.len() + t.done.len() + t.posted.len()) * size_of::<End>())
-            .sum()
-    }
 }
 
 /// The run of `list` (sorted by record) that belongs to record `index`.
