@@ -442,17 +442,53 @@ def export_section(scratch):
 # taken whole would set one.
 ENGINE_SECONDS = os.environ.get("BENCH_ENGINE_SECONDS", "8")
 ENGINE_LIMIT = int(os.environ.get("BENCH_ENGINE_LIMIT", str(20 << 30)))
+# The memory the out-of-core rows may use: well below what report and sync
+# need for the engine's trace in memory.
+ENGINE_OUT_OF_CORE = int(os.environ.get("BENCH_ENGINE_OUT_OF_CORE", str(1 << 30)))
 
 
-def timed_limited(cmd, stdout=None):
-    """Runs `cmd` under the limit, its output into the file `stdout` if
-    given: (wall s, peak RSS bytes, None) or (wall s, peak RSS bytes, the
-    last line it wrote on failure)."""
+def memory_cgroup(name, limit):
+    """A memory cgroup (v1 or v2) of `limit` bytes below this process's
+    own, if one can be made here: its directory, else None."""
+    try:
+        own = open("/proc/self/cgroup").read()
+    except OSError:
+        return None
+    for line in own.splitlines():
+        _, controllers, path = line.split(":", 2)
+        if "memory" in controllers.split(","):
+            base, limit_file = f"/sys/fs/cgroup/memory{path}", "memory.limit_in_bytes"
+        elif controllers == "":
+            base, limit_file = f"/sys/fs/cgroup{path}", "memory.max"
+        else:
+            continue
+        d = os.path.join(base, name)
+        try:
+            if not os.path.isdir(d):
+                os.mkdir(d)
+            with open(os.path.join(d, limit_file), "w") as f:
+                f.write(str(limit))
+            return d
+        except OSError:
+            try:
+                os.rmdir(d)
+            except OSError:
+                pass
+    return None
+
+
+def timed_limited(cmd, stdout=None, cgroup=None):
+    """Runs `cmd` under the limit (and in `cgroup` if given), its output into
+    the file `stdout` if given: (wall s, peak RSS bytes, None) or (wall s,
+    peak RSS bytes, the last line it wrote on failure)."""
     import resource
     import time
 
     def limit():
         resource.setrlimit(resource.RLIMIT_AS, (ENGINE_LIMIT, ENGINE_LIMIT))
+        if cgroup:
+            with open(os.path.join(cgroup, "cgroup.procs"), "w") as f:
+                f.write(str(os.getpid()))
 
     began = time.monotonic()
     out = open(stdout, "w") if stdout else subprocess.DEVNULL
@@ -514,7 +550,45 @@ def engine_section(scratch):
             print(f"{verb:<24}{wall:>9.1f}{'-':>12}{rss / 2**20:>10.0f}{'-':>9}  FAILED: {failed}")
         if path and os.path.exists(path):
             shutil.rmtree(path, ignore_errors=True) if os.path.isdir(path) else os.remove(path)
+    out_of_core(cli, trace, events, report_json, scratch)
     shutil.rmtree(trace, ignore_errors=True)
+
+
+def out_of_core(cli, trace, events, report_json, scratch):
+    """Issue 18, point 2: report and the Perfetto export with less memory
+    than they need, out of core. Under a memory cgroup where one can be
+    made (the kernel then holds the verb to it); else with `--memory` only."""
+    cgroup = memory_cgroup("pmtrace-bench", ENGINE_OUT_OF_CORE)
+    how = (f"a memory cgroup of {ENGINE_OUT_OF_CORE >> 20} MiB" if cgroup
+           else f"--memory {ENGINE_OUT_OF_CORE >> 20}M (no cgroup can be made here)")
+    print(f"out of core, under {how}:")
+    reference = os.path.join(scratch, "in-memory.pftrace")
+    rows = [("report --json", "ooc-report.json"), ("export perfetto", "ooc.pftrace")]
+    for verb, out in rows:
+        path = os.path.join(scratch, out)
+        extra = [] if cgroup else ["--memory", f"{ENGINE_OUT_OF_CORE >> 20}M"]
+        if verb == "report --json":
+            wall, rss, failed = timed_limited([cli, "report", "--json", trace] + extra,
+                                              stdout=path, cgroup=cgroup)
+            same = failed is None and open(path, "rb").read() == open(report_json, "rb").read()
+        else:
+            timed_limited([cli, "export", trace, "--format", "perfetto", "-o", reference])
+            wall, rss, failed = timed_limited(
+                [cli, "export", trace, "--format", "perfetto", "-o", path] + extra, cgroup=cgroup)
+            same = failed is None and open(path, "rb").read() == open(reference, "rb").read()
+            os.remove(reference)
+        if failed is None:
+            print(f"{verb:<24}{wall:>9.1f}{events / wall / 1e6:>12.2f}{rss / 2**20:>10.0f}"
+                  f"{rss / max(events, 1):>9.0f}  {'ok, same output as in memory' if same else 'DIFFERENT OUTPUT'}")
+        else:
+            print(f"{verb:<24}{wall:>9.1f}{'-':>12}{rss / 2**20:>10.0f}{'-':>9}  FAILED: {failed}")
+        if os.path.exists(path):
+            os.remove(path)
+    if cgroup:
+        try:
+            os.rmdir(cgroup)
+        except OSError:
+            pass
 
 
 if __name__ == "__main__":

@@ -10,6 +10,9 @@ mod support;
 
 use pmtrace_analysis::{Call, Payload, Trace};
 use pmtrace_format::record::Status;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
 use support::*;
 
 const EXAMPLES: &[&str] = &["ring", "pingpong", "halo2d", "master_worker", "collectives"];
@@ -1822,4 +1825,189 @@ fn a_trace_too_big_for_the_memory_is_one_line_and_exit_status_1() {
     );
     // Without the limit the same trace reads.
     assert!(report(&run.trace)["events"].as_u64().unwrap() >= 600_000);
+}
+
+/// Issue 18, point 2: a verb whose trace needs more memory than it may use
+/// works out of core (its large tables in files on disk), says so in one
+/// note line, and gives exactly what it gives in memory; where it may not
+/// (`PMTRACE_SPILL=off`, a spill directory in memory), one line says what
+/// it needs, exit status 1. The limit is set twice: with `--memory`, and,
+/// where this machine lets a test make one, by a memory cgroup of 64 MiB
+/// that the kernel enforces, for a trace whose report takes about 150 MiB
+/// in memory.
+#[test]
+fn a_trace_bigger_than_its_memory_limit_is_worked_on_out_of_core() {
+    let dir = scratch("out_of_core");
+    let run = mpirun(&dir, 4, &prog("halo2d"), &["20000"], Mode::Preload, &[]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let t = run.trace.to_str().unwrap();
+    let in_memory = pmtrace(&["report", t, "--json"]);
+    assert!(in_memory.status.success());
+    assert!(in_memory.stderr.is_empty());
+    let perfetto = |extra: &[&str], out: &str| {
+        let path = dir.join(out);
+        let mut args = vec!["export", t, "--format", "perfetto", "-o"];
+        args.push(path.to_str().unwrap());
+        args.extend(extra);
+        let o = pmtrace(&args);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        (
+            std::fs::read(&path).unwrap(),
+            String::from_utf8(o.stderr).unwrap(),
+        )
+    };
+    let (reference, _) = perfetto(&[], "in-memory.pftrace");
+
+    // The note is one line, first (an export goes on to say what it wrote).
+    let noted = |stderr: &str, verb: &str| {
+        let lines: Vec<&str> = stderr.lines().collect();
+        let said = if verb == "report" { 1 } else { 3 };
+        assert_eq!(lines.len(), said, "{stderr}");
+        assert!(
+            lines[0].starts_with(&format!("pmtrace: note: `pmtrace {verb}` needs about "))
+                && lines[0].contains("working out of core"),
+            "{stderr}"
+        );
+    };
+    let out = pmtrace(&["report", t, "--json", "--memory", "64M"]);
+    assert!(out.status.success());
+    assert_eq!(
+        out.stdout, in_memory.stdout,
+        "out of core, the report is the same"
+    );
+    noted(&String::from_utf8_lossy(&out.stderr), "report");
+    let (spilled, stderr) = perfetto(&["--memory", "64M"], "spilled.pftrace");
+    noted(&stderr, "export");
+    assert!(
+        spilled == reference,
+        "out of core, the Perfetto export is the same"
+    );
+
+    let refused = |out: Output, why: &str| {
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{err}");
+        assert_eq!(err.lines().count(), 1, "{err}");
+        assert!(
+            err.starts_with("pmtrace: error: this trace holds 0.8 M events over 4 ranks; `pmtrace report` needs about")
+                && err.contains(why),
+            "{err}"
+        );
+        assert!(out.stdout.is_empty());
+    };
+    let mut cmd = Command::new(cli());
+    cmd.args(["report", t, "--memory", "64M"])
+        .env("PMTRACE_SPILL", "off");
+    refused(
+        cmd.output().unwrap(),
+        "PMTRACE_SPILL=off keeps it in memory",
+    );
+    if is_tmpfs(Path::new("/dev/shm")) {
+        let mut cmd = Command::new(cli());
+        cmd.args(["report", t, "--memory", "64M"])
+            .env("PMTRACE_SPILL_DIR", "/dev/shm");
+        refused(cmd.output().unwrap(), "is in memory (tmpfs)");
+    }
+
+    // Under a limit the kernel holds it to.
+    let Some(cgroup) = MemoryCgroup::new("pmtrace-out-of-core", 64 << 20) else {
+        eprintln!("no memory cgroup can be made here: the kernel-enforced part is skipped");
+        return;
+    };
+    let out = cgroup.command(&["report", t, "--json"]).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    noted(&err, "report");
+    assert_eq!(
+        out.stdout, in_memory.stdout,
+        "under the cgroup, the report is the same"
+    );
+    if let Some(peak) = cgroup.peak() {
+        assert!(peak <= 64 << 20, "{peak}");
+    }
+    let out = cgroup
+        .command(&["report", t])
+        .env("PMTRACE_SPILL", "off")
+        .output()
+        .unwrap();
+    refused(out, "PMTRACE_SPILL=off keeps it in memory");
+}
+
+fn is_tmpfs(dir: &Path) -> bool {
+    let Ok(c) = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes()) else {
+        return false;
+    };
+    // SAFETY: statfs fills the struct it is given, for a NUL-terminated path.
+    let mut fs: libc::statfs = unsafe { std::mem::zeroed() };
+    (unsafe { libc::statfs(c.as_ptr(), &mut fs) }) == 0 && fs.f_type as i64 == 0x0102_1994
+}
+
+/// A memory cgroup (v1 or v2) below this process's own, with a limit, if
+/// this machine lets a test make one (root, a writable hierarchy, and in
+/// v2 the memory controller delegated); removed when dropped.
+struct MemoryCgroup {
+    dir: PathBuf,
+    v2: bool,
+}
+
+impl MemoryCgroup {
+    fn new(name: &str, limit: u64) -> Option<MemoryCgroup> {
+        let own = std::fs::read_to_string("/proc/self/cgroup").ok()?;
+        for line in own.lines() {
+            let mut parts = line.splitn(3, ':');
+            let (_, controllers, path) = (parts.next()?, parts.next()?, parts.next()?);
+            let (base, v2) = if controllers.split(',').any(|c| c == "memory") {
+                (format!("/sys/fs/cgroup/memory{path}"), false)
+            } else if controllers.is_empty() {
+                (format!("/sys/fs/cgroup{path}"), true)
+            } else {
+                continue;
+            };
+            let dir = PathBuf::from(base).join(name);
+            let _ = std::fs::remove_dir(&dir);
+            if std::fs::create_dir(&dir).is_err() {
+                continue;
+            }
+            let file = if v2 {
+                "memory.max"
+            } else {
+                "memory.limit_in_bytes"
+            };
+            if std::fs::write(dir.join(file), limit.to_string()).is_ok() {
+                return Some(MemoryCgroup { dir, v2 });
+            }
+            let _ = std::fs::remove_dir(&dir);
+        }
+        None
+    }
+
+    /// The CLI with `args`, started inside the cgroup.
+    fn command(&self, args: &[&str]) -> Command {
+        let mut cmd = Command::new("sh");
+        cmd.arg("-c")
+            .arg(r#"echo $$ > "$0/cgroup.procs" && exec "$@""#)
+            .arg(&self.dir)
+            .arg(cli())
+            .args(args);
+        cmd
+    }
+
+    /// The most memory the cgroup held, where the kernel tells.
+    fn peak(&self) -> Option<u64> {
+        let file = if self.v2 {
+            "memory.peak"
+        } else {
+            "memory.max_usage_in_bytes"
+        };
+        std::fs::read_to_string(self.dir.join(file))
+            .ok()?
+            .trim()
+            .parse()
+            .ok()
+    }
+}
+
+impl Drop for MemoryCgroup {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir(&self.dir);
+    }
 }

@@ -9,6 +9,7 @@ mod flavour;
 mod launch;
 mod memory;
 mod progress;
+mod spill;
 
 #[global_allocator]
 static ALLOCATOR: memory::Guarded = memory::Guarded;
@@ -35,6 +36,29 @@ use pmtrace_analysis::{Messages, Report, ReportOptions, Trace};
 struct Cli {
     #[command(subcommand)]
     command: Command,
+    /// Memory a verb may use, in bytes or with K, M, G or T (e.g. 800M)
+    /// [default: what the machine, the process's cgroup and its ulimit
+    /// leave]. A trace that needs more is worked on out of core, its large
+    /// tables in files in PMTRACE_SPILL_DIR (default: the trace directory).
+    #[arg(long, global = true, value_name = "SIZE", value_parser = parse_size)]
+    memory: Option<u64>,
+}
+
+fn parse_size(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let (digits, unit) = t.split_at(t.find(|c: char| c.is_ascii_alphabetic()).unwrap_or(t.len()));
+    let shift = match unit.to_ascii_uppercase().trim_end_matches(['B', 'I']) {
+        "" => 0,
+        "K" => 10,
+        "M" => 20,
+        "G" => 30,
+        "T" => 40,
+        _ => return Err(format!("{s} is not a size (for example 800M or 4G)")),
+    };
+    match digits.trim().parse::<f64>() {
+        Ok(n) if n > 0.0 && n.is_finite() => Ok((n * (1u64 << shift) as f64) as u64),
+        _ => Err(format!("{s} is not a size (for example 800M or 4G)")),
+    }
 }
 
 #[derive(Debug, Subcommand)]
@@ -272,6 +296,7 @@ fn is_broken_pipe(err: &anyhow::Error) -> bool {
 }
 
 fn run(cli: Cli) -> Result<ExitCode> {
+    memory::set_budget(cli.memory);
     match cli.command {
         Command::Report(args) => report(args),
         Command::Sync(args) => sync(args),

@@ -5,15 +5,26 @@
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::io::Write;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
-/// The system allocator, with the one-line exit on failure.
+use crate::spill;
+
+/// The system allocator, with the one-line exit on failure, and large
+/// blocks on disk once a verb works out of core (see [`crate::spill`]).
 pub struct Guarded;
 
-// SAFETY: every call is passed to the system allocator unchanged; only a
-// null result is acted on, and then the process ends.
+// SAFETY: blocks come either from the system allocator, passed the
+// caller's layout unchanged, or from `spill` (page-aligned, for alignments
+// up to a page); `spill::owns` tells which, so each block goes back where
+// it came from. A null result ends the process.
 unsafe impl GlobalAlloc for Guarded {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        if spill::wants(layout.size(), layout.align()) {
+            let p = spill::alloc(layout.size());
+            if !p.is_null() {
+                return p;
+            }
+        }
         // SAFETY: the caller's layout, passed on.
         let p = unsafe { System.alloc(layout) };
         if p.is_null() {
@@ -23,6 +34,13 @@ unsafe impl GlobalAlloc for Guarded {
     }
 
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        if spill::wants(layout.size(), layout.align()) {
+            // New file pages read as zeros.
+            let p = spill::alloc(layout.size());
+            if !p.is_null() {
+                return p;
+            }
+        }
         // SAFETY: as above.
         let p = unsafe { System.alloc_zeroed(layout) };
         if p.is_null() {
@@ -32,7 +50,37 @@ unsafe impl GlobalAlloc for Guarded {
     }
 
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        // SAFETY: as above.
+        let spilled = spill::owns(ptr, layout.size());
+        // SAFETY: `ptr` is the caller's spilled block of `layout.size()`.
+        if spilled && unsafe { spill::shrink(ptr, layout.size(), new_size) } {
+            return ptr;
+        }
+        if spilled || spill::wants(new_size, layout.align()) {
+            let mut q = if spill::wants(new_size, layout.align()) {
+                spill::alloc(new_size)
+            } else {
+                core::ptr::null_mut()
+            };
+            if q.is_null() {
+                // SAFETY: a valid layout: the caller's alignment, and a
+                // size the caller's realloc contract allows.
+                let to = unsafe { Layout::from_size_align_unchecked(new_size, layout.align()) };
+                // SAFETY: as above.
+                q = unsafe { System.alloc(to) };
+                if q.is_null() {
+                    out_of_memory(new_size);
+                }
+            }
+            // SAFETY: both blocks hold at least the bytes copied, and are
+            // distinct allocations; the old one is then freed where it
+            // came from.
+            unsafe {
+                core::ptr::copy_nonoverlapping(ptr, q, layout.size().min(new_size));
+                self.dealloc(ptr, layout);
+            }
+            return q;
+        }
+        // SAFETY: a heap block, passed on.
         let p = unsafe { System.realloc(ptr, layout, new_size) };
         if p.is_null() {
             out_of_memory(new_size);
@@ -41,6 +89,11 @@ unsafe impl GlobalAlloc for Guarded {
     }
 
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        if spill::owns(ptr, layout.size()) {
+            // SAFETY: a live spilled block of this size.
+            unsafe { spill::free(ptr, layout.size()) };
+            return;
+        }
         // SAFETY: as above.
         unsafe { System.dealloc(ptr, layout) }
     }
@@ -119,9 +172,23 @@ impl Cost {
     }
 }
 
-/// Refuses, in one line and before reading, a trace whose `verb` would
-/// need more memory than the process can get (available memory and swap,
-/// and the address-space limit). `PMTRACE_MEMORY_CHECK=off` skips this.
+/// A limit set with `--memory`, in bytes (0: none).
+static BUDGET: AtomicU64 = AtomicU64::new(0);
+
+/// Holds every verb to `bytes` of memory (`--memory`), below what the
+/// machine would give.
+pub fn set_budget(bytes: Option<u64>) {
+    BUDGET.store(bytes.unwrap_or(0), Ordering::Relaxed);
+}
+
+/// Before a verb reads its trace: estimates what it needs from the trace's
+/// census, and when that is more than the process can have (available
+/// memory and swap, its cgroup's limit, `--memory`) takes the out-of-core
+/// path ([`crate::spill`], into `PMTRACE_SPILL_DIR` or else the trace
+/// directory) with a one-line note. When it cannot (the address-space
+/// limit, which mapped files count against, is too low; the directory is
+/// in memory, full or read-only; `PMTRACE_SPILL=off`), refuses in one
+/// line that says what it needs. `PMTRACE_MEMORY_CHECK=off` skips all this.
 /// A trace whose census cannot be taken is left to the verb, whose own
 /// reading reports what is wrong with it.
 pub fn check(dir: &std::path::Path, verb: &str, cost: Cost) -> anyhow::Result<()> {
@@ -131,7 +198,8 @@ pub fn check(dir: &std::path::Path, verb: &str, cost: Cost) -> anyhow::Result<()
     let Ok(census) = pmtrace_analysis::census(dir) else {
         return Ok(());
     };
-    let Some(available) = available() else {
+    let room = Room::now();
+    let Some(available) = room.available() else {
         return Ok(());
     };
     // The costs are resident peaks; growing vectors, threads and the
@@ -141,44 +209,147 @@ pub fn check(dir: &std::path::Path, verb: &str, cost: Cost) -> anyhow::Result<()
         return Ok(());
     }
     let gib = |b: u64| b as f64 / f64::from(1u32 << 30);
-    anyhow::bail!(
-        "this trace holds {}{:.1} M events over {} ranks; `pmtrace {verb}` needs about {:.1} GiB \
-         for it, and this process can have {:.1} GiB (PMTRACE_MEMORY_CHECK=off tries anyway)",
-        if census.guessed { "about " } else { "" },
-        census.events as f64 / 1e6,
-        census.ranks,
+    let refuse = |why: String| {
+        anyhow::anyhow!(
+            "this trace holds {}{:.1} M events over {} ranks; `pmtrace {verb}` needs about {:.1} \
+             GiB for it, and this process can have {:.1} GiB; {why} (PMTRACE_MEMORY_CHECK=off \
+             tries anyway)",
+            if census.guessed { "about " } else { "" },
+            census.events as f64 / 1e6,
+            census.ranks,
+            gib(need),
+            gib(available)
+        )
+    };
+    if std::env::var("PMTRACE_SPILL").is_ok_and(|v| v == "off") {
+        return Err(refuse("PMTRACE_SPILL=off keeps it in memory".into()));
+    }
+    if let Some(address) = room.address.filter(|&a| a < need) {
+        return Err(refuse(format!(
+            "its address-space limit (ulimit -v) leaves {:.1} GiB, and out of core the files \
+             it works in count against that limit too",
+            gib(address)
+        )));
+    }
+    let spill_dir = std::env::var_os("PMTRACE_SPILL_DIR")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| dir.to_path_buf());
+    if let Some(why) = spill::unfit(&spill_dir, need) {
+        return Err(refuse(format!("it cannot work out of core: {why}")));
+    }
+    spill::enable();
+    eprintln!(
+        "pmtrace: note: `pmtrace {verb}` needs about {:.1} GiB for this trace and this process \
+         can have {:.1} GiB: working out of core, its large tables in files in {} (slower)",
         gib(need),
-        gib(available)
-    )
+        gib(available),
+        spill_dir.display()
+    );
+    Ok(())
 }
 
-/// The memory this process can still get: available memory plus free swap,
-/// and what its address-space limit leaves; None if neither is known.
-fn available() -> Option<u64> {
-    let kib = |text: &str, key: &str| -> Option<u64> {
-        let line = text.lines().find(|l| l.starts_with(key))?;
-        Some(line.split_whitespace().nth(1)?.parse::<u64>().ok()? * 1024)
-    };
-    let meminfo = std::fs::read_to_string("/proc/meminfo").ok();
-    let ram = meminfo
-        .as_deref()
-        .and_then(|m| Some(kib(m, "MemAvailable:")? + kib(m, "SwapFree:").unwrap_or(0)));
-    let limit = std::fs::read_to_string("/proc/self/limits")
-        .ok()
-        .and_then(|l| {
-            let line = l.lines().find(|l| l.starts_with("Max address space"))?;
-            let soft = line["Max address space".len()..]
-                .split_whitespace()
-                .next()?;
-            soft.parse::<u64>().ok()
-        });
-    let used = std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| kib(&s, "VmSize:"))
-        .unwrap_or(0);
-    let room = limit.map(|l| l.saturating_sub(used));
-    match (ram, room) {
-        (Some(a), Some(b)) => Some(a.min(b)),
-        (a, b) => a.or(b),
+/// What memory the process can still get, each limit where it is known.
+#[derive(Debug, Default)]
+struct Room {
+    /// Available memory plus free swap.
+    ram: Option<u64>,
+    /// What the process's memory cgroup (v1 or v2) leaves.
+    cgroup: Option<u64>,
+    /// What the address-space limit leaves.
+    address: Option<u64>,
+    /// `--memory`.
+    budget: Option<u64>,
+}
+
+impl Room {
+    fn now() -> Room {
+        let meminfo = std::fs::read_to_string("/proc/meminfo").ok();
+        let ram = meminfo
+            .as_deref()
+            .and_then(|m| Some(kib(m, "MemAvailable:")? + kib(m, "SwapFree:").unwrap_or(0)));
+        let limit = std::fs::read_to_string("/proc/self/limits")
+            .ok()
+            .and_then(|l| {
+                let line = l.lines().find(|l| l.starts_with("Max address space"))?;
+                let soft = line["Max address space".len()..]
+                    .split_whitespace()
+                    .next()?;
+                soft.parse::<u64>().ok()
+            });
+        let used = std::fs::read_to_string("/proc/self/status")
+            .ok()
+            .and_then(|s| kib(&s, "VmSize:"))
+            .unwrap_or(0);
+        let budget = BUDGET.load(Ordering::Relaxed);
+        Room {
+            ram,
+            cgroup: cgroup_room(),
+            address: limit.map(|l| l.saturating_sub(used)),
+            budget: (budget > 0).then_some(budget),
+        }
     }
+
+    /// The least of the limits; None if none is known.
+    fn available(&self) -> Option<u64> {
+        [self.ram, self.cgroup, self.address, self.budget]
+            .into_iter()
+            .flatten()
+            .min()
+    }
+}
+
+/// The value of `key` (in kB) in a /proc file, in bytes.
+fn kib(text: &str, key: &str) -> Option<u64> {
+    let line = text.lines().find(|l| l.starts_with(key))?;
+    Some(line.split_whitespace().nth(1)?.parse::<u64>().ok()? * 1024)
+}
+
+/// What the memory cgroup of this process leaves: its limit less what it
+/// uses, not counting file pages it can drop (inactive ones). Batch systems
+/// hold jobs to a cgroup's limit, not to the machine's memory. None where
+/// there is no limit.
+fn cgroup_room() -> Option<u64> {
+    let own = std::fs::read_to_string("/proc/self/cgroup").ok()?;
+    let number = |path: String| -> Option<u64> {
+        std::fs::read_to_string(path)
+            .ok()?
+            .trim()
+            .parse::<u64>()
+            .ok()
+    };
+    let stat = |path: String, key: &str| -> u64 {
+        std::fs::read_to_string(path)
+            .ok()
+            .and_then(|s| {
+                let line = s.lines().find(|l| l.split(' ').next() == Some(key))?;
+                line.split(' ').nth(1)?.parse::<u64>().ok()
+            })
+            .unwrap_or(0)
+    };
+    for line in own.lines() {
+        let mut parts = line.splitn(3, ':');
+        let (_, controllers, path) = (parts.next()?, parts.next()?, parts.next()?);
+        let (limit, used, inactive) = if controllers.split(',').any(|c| c == "memory") {
+            let d = format!("/sys/fs/cgroup/memory{path}");
+            (
+                number(format!("{d}/memory.limit_in_bytes")),
+                number(format!("{d}/memory.usage_in_bytes")),
+                stat(format!("{d}/memory.stat"), "total_inactive_file"),
+            )
+        } else if controllers.is_empty() {
+            let d = format!("/sys/fs/cgroup{path}");
+            (
+                number(format!("{d}/memory.max")),
+                number(format!("{d}/memory.current")),
+                stat(format!("{d}/memory.stat"), "inactive_file"),
+            )
+        } else {
+            continue;
+        };
+        // v1 says "no limit" with a huge number, v2 with "max" (no number).
+        if let (Some(limit), Some(used)) = (limit.filter(|&l| l < 1 << 60), used) {
+            return Some(limit.saturating_sub(used.saturating_sub(inactive)));
+        }
+    }
+    None
 }

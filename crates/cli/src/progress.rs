@@ -2,7 +2,8 @@
 //! seconds: a spinner naming the phase, then a bar while writing. Nothing
 //! is drawn unless stderr is a terminal, so logs and pipes stay clean.
 //! `PMTRACE_TIMES=1` prints each phase's wall time on stderr when it ends
-//! (where a verb's seconds go, for tuning the engine).
+//! (where a verb's seconds go, for tuning the engine), and out of core
+//! the most it held in spill files.
 
 use std::cell::RefCell;
 use std::io::IsTerminal;
@@ -70,6 +71,12 @@ impl Progress {
 impl Drop for Progress {
     fn drop(&mut self) {
         self.next("");
+        if self.timing.is_some() && crate::spill::peak() > 0 {
+            eprintln!(
+                "pmtrace: time: out of core, at most {} MiB in spill files",
+                crate::spill::peak() >> 20
+            );
+        }
         self.bar.finish_and_clear();
     }
 }
