@@ -568,6 +568,8 @@ def out_of_core(cli, trace, events, report_json, scratch):
         path = os.path.join(scratch, out)
         extra = [] if cgroup else ["--memory", f"{ENGINE_OUT_OF_CORE >> 20}M"]
         if verb == "report --json":
+            # The trace is synced by now: the report to compare with is a new one.
+            timed_limited([cli, "report", "--json", trace], stdout=report_json)
             wall, rss, failed = timed_limited([cli, "report", "--json", trace] + extra,
                                               stdout=path, cgroup=cgroup)
             same = failed is None and open(path, "rb").read() == open(report_json, "rb").read()
