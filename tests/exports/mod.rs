@@ -212,6 +212,18 @@ fn chromium(page: &str, png: Option<&Path>) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
+/// The two numbers of a `data-NAME="a,b"` on the body of a DOM dump.
+fn pair_attr(dom: &str, name: &str) -> (i64, i64) {
+    let body = &dom[dom.find("<body").expect("a body")..];
+    let key = format!("data-{name}=\"");
+    let at = body.find(&key).unwrap_or_else(|| panic!("no {key}"));
+    let rest = &body[at + key.len()..];
+    let (a, b) = rest[..rest.find('"').unwrap()]
+        .split_once(',')
+        .unwrap_or_else(|| panic!("data-{name} is not a pair"));
+    (a.parse().unwrap(), b.parse().unwrap())
+}
+
 /// The value of `data-NAME` on the body of a DOM dump.
 fn body_attr(dom: &str, name: &str) -> u64 {
     let body = &dom[dom.find("<body").expect("a body")..];
@@ -246,7 +258,7 @@ fn the_html_timeline_draws_lanes_and_arrows_and_red_backward_messages_in_raw_tim
         );
     }
     let url = format!("file://{}", html.display());
-    let raw = chromium(&format!("{url}#mode=raw"), None);
+    let raw = chromium(&format!("{url}#mode=raw&view=whole"), None);
     assert_eq!(body_attr(&raw, "lanes"), 4, "one lane per rank");
     assert_eq!(raw.matches("class=\"lane-label").count(), 4);
     let matched = rep["messages"]["matched"].as_u64().unwrap();
@@ -259,12 +271,37 @@ fn the_html_timeline_draws_lanes_and_arrows_and_red_backward_messages_in_raw_tim
         "backward arrows in raw time"
     );
     assert!(body_attr(&raw, "calls-drawn") > 0);
+    // The page opens on the application's work: from the last end of
+    // MPI_Init to the first start of MPI_Finalize (1% margins), which
+    // holds every message.
     let synced = chromium(&format!("{url}#mode=synced"), None);
     assert_eq!(body_attr(&synced, "arrows"), matched);
     assert_eq!(
         body_attr(&synced, "reversed"),
         0,
         "none backward after sync"
+    );
+    let (span, work, view) = (
+        pair_attr(&synced, "span"),
+        pair_attr(&synced, "work"),
+        pair_attr(&synced, "view"),
+    );
+    assert!(
+        span.0 < work.0 && work.0 < work.1 && work.1 < span.1,
+        "{span:?} {work:?}"
+    );
+    let margin = (work.1 - work.0) / 50;
+    assert!(
+        (view.0 - work.0).abs() <= margin && (view.1 - work.1).abs() <= margin,
+        "view {view:?}, work {work:?}"
+    );
+    let whole = pair_attr(
+        &chromium(&format!("{url}#mode=synced&view=whole"), None),
+        "view",
+    );
+    assert!(
+        whole.0 < span.0 + 1 && whole.1 > span.1 - 1,
+        "{whole:?} {span:?}"
     );
     check_window(&run.trace, &dir, &rep);
     // The picture, kept as a test artifact.
