@@ -201,3 +201,82 @@ fn each_start_of_a_persistent_collective_is_an_instance_of_its_own() {
     assert_eq!(f["MPI_Allreduce_init"].bytes, 0);
     assert_eq!(f["MPI_Start"].bytes, 3 * 2 * 16);
 }
+
+/// Issue 19: nonblocking requests never completed nor freed are listed
+/// with the call that made them; completed, freed and never-started
+/// persistent requests are not.
+#[test]
+fn never_completed_requests_are_listed_with_their_calls() {
+    let scratch = Scratch::new("pending");
+    let mut tb = TraceBuilder::new(2);
+    for r in 0..2 {
+        tb.rank(r).define_world_and_self(0);
+    }
+    let any = pmtrace_format::meta::MpiConstants::OPEN_MPI.any_source;
+    let none = fixture::no_status();
+    let t = tb.rank(0).thread(0);
+    let a = t.next_op();
+    t.call("MPI_Isend", 100, 101, fixture::send(1, 5, 0, 8)); // completed
+    t.call("MPI_Isend", 102, 103, fixture::send(1, 6, 0, 8)); // pending
+    t.call("MPI_Wait", 110, 111, fixture::complete(&[(a, none)]));
+    let c = t.next_op();
+    t.call("MPI_Irecv", 120, 121, fixture::irecv(any, 7, 0, 8)); // freed
+    t.call("MPI_Request_free", 122, 123, Payload::OpRef { op: Some(c) });
+    t.call("MPI_Irecv", 130, 131, fixture::irecv(1, 8, 0, 8)); // pending
+    t.call("MPI_Send_init", 140, 141, fixture::send(1, 9, 0, 8)); // never started
+    let f = t.next_op();
+    t.call("MPI_Recv_init", 150, 151, fixture::irecv(1, 10, 0, 8));
+    t.call("MPI_Start", 152, 153, fixture::start(&[f])); // its instance pending
+    let g = t.next_op();
+    t.call("MPI_Ibarrier", 160, 161, fixture::coll(0, None, 0, 0, 1)); // completed
+    t.call("MPI_Wait", 162, 163, fixture::complete(&[(g, none)]));
+    t.call("MPI_Iallreduce", 170, 171, fixture::coll(0, None, 8, 8, 2)); // pending
+    tb.write(scratch.path()).unwrap();
+    let trace = Trace::open(scratch.path()).unwrap();
+    let r = Report::build(&trace, &Messages::build(&trace), ReportOptions::default());
+    let m = &r.messages;
+    assert_eq!(m.pending_requests, 4);
+    type Seen<'a> = (&'a str, &'a str, u64, Option<i32>, Option<u32>, Option<i32>);
+    let got: Vec<Seen> = m
+        .pending_first
+        .iter()
+        .map(|p| {
+            (
+                p.kind,
+                p.function.as_str(),
+                p.time_ns,
+                p.peer,
+                p.peer_world,
+                p.tag,
+            )
+        })
+        .collect();
+    assert_eq!(
+        got,
+        vec![
+            ("send", "MPI_Isend", 102, Some(1), Some(1), Some(6)),
+            ("receive", "MPI_Irecv", 130, Some(1), Some(1), Some(8)),
+            ("receive", "MPI_Start", 152, Some(1), Some(1), Some(10)),
+            ("collective", "MPI_Iallreduce", 170, None, None, None),
+        ]
+    );
+    let world = m.pending_first[0].comm.expect("the world's id");
+    assert!(m
+        .pending_first
+        .iter()
+        .all(|p| p.rank == 0 && p.thread == 0 && p.comm == Some(world)));
+    // Positions count the thread's records, its two communicator definitions first.
+    let positions: Vec<u32> = m.pending_first.iter().map(|p| p.position).collect();
+    assert_eq!(positions, vec![3, 7, 10, 13]);
+    let mut text = Vec::new();
+    r.write_text(&mut text).unwrap();
+    let text = String::from_utf8(text).unwrap();
+    assert!(
+        text.contains("4 nonblocking requests were never completed nor freed"),
+        "{text}"
+    );
+    assert!(
+        text.contains("never completed: receive MPI_Start peer 1 tag 10"),
+        "{text}"
+    );
+}

@@ -35,8 +35,11 @@ use pmtrace_matching::collective::{self, Instance, MemberCalls};
 use pmtrace_matching::ends::Cursor;
 use pmtrace_matching::matching::{Messages, Violations};
 use pmtrace_sync::{quality, Graph, SyncReport, SyncViolations, Synced};
-use pmtrace_trace::read::{Rank, Trace};
+use pmtrace_trace::read::{EventRef, Rank, Trace};
+
+pub mod requests;
 use rayon::prelude::*;
+use requests::PendingRequest;
 
 /// How to compute the report.
 #[derive(Debug, Clone, Copy, Default)]
@@ -87,6 +90,10 @@ pub struct MessageCounts {
     pub bytes: u64,
     /// The first unmatched sends and receives (at most [`UNMATCHED_SHOWN`]).
     pub unmatched_first: Vec<UnmatchedMessage>,
+    /// Nonblocking requests never completed nor freed (see [`requests`]).
+    pub pending_requests: u64,
+    /// The first of them (at most [`requests::PENDING_SHOWN`]).
+    pub pending_first: Vec<PendingRequest>,
 }
 
 /// How many unmatched messages a report lists.
@@ -103,6 +110,12 @@ pub struct UnmatchedMessage {
     pub tag: i32,
     pub bytes: u64,
     pub time_ns: u64,
+    /// Where the call that sent or posted it is: its rank, thread, function
+    /// and position among the thread's records (from 0).
+    pub rank: u32,
+    pub thread: u32,
+    pub function: String,
+    pub position: u32,
 }
 
 /// Messages and bytes from one world rank to another.
@@ -382,8 +395,17 @@ impl Report {
                 cell.1 += s.bytes;
             }
         }
+        let site = |at: EventRef| {
+            let rank = &trace.ranks[at.rank as usize];
+            let function = rank
+                .call_at(at)
+                .map(|c| rank.header.functions[c.func as usize].name.clone())
+                .unwrap_or_default();
+            (at.rank, at.thread, function, at.index)
+        };
         let unmatched_sends = messages.unmatched_sends.iter().map(|&i| {
             let s = &messages.sends[i];
+            let (rank, thread, function, position) = site(s.call);
             UnmatchedMessage {
                 side: "send",
                 src: Some(s.src),
@@ -392,10 +414,15 @@ impl Report {
                 tag: s.tag,
                 bytes: s.bytes,
                 time_ns: s.time,
+                rank,
+                thread,
+                function,
+                position,
             }
         });
         let unmatched_recvs = messages.unmatched_recvs.iter().map(|&i| {
             let r = &messages.recvs[i];
+            let (rank, thread, function, position) = site(r.post);
             UnmatchedMessage {
                 side: "receive",
                 src: r.src,
@@ -404,8 +431,13 @@ impl Report {
                 tag: r.tag,
                 bytes: r.bytes,
                 time_ns: r.time,
+                rank,
+                thread,
+                function,
+                position,
             }
         });
+        let (pending_requests, pending_first) = requests::pending(trace);
         let events = trace.events();
         let bytes_payload: u64 = trace.ranks.iter().map(|r| r.payload_bytes).sum();
         let run = trace.ranks[0].header.run.as_ref().map(|run| RunSummary {
@@ -430,6 +462,8 @@ impl Report {
                     .chain(unmatched_recvs)
                     .take(UNMATCHED_SHOWN)
                     .collect(),
+                pending_requests,
+                pending_first,
             },
             violations: messages.violations(options.mu_ns),
             collectives: CollectiveCounts::of(&instances),
@@ -629,14 +663,18 @@ impl Report {
         for u in &m.unmatched_first {
             writeln!(
                 w,
-                "  unmatched {:<7} {} -> {} comm {:#x} tag {} {} at {} ns",
+                "  unmatched {:<7} {} -> {} comm {:#x} tag {} {} at {} ns: {} (rank {} thread {} call {})",
                 u.side,
                 opt(u.src),
                 opt(u.dst),
                 u.comm,
                 u.tag,
                 human_bytes(u.bytes),
-                u.time_ns
+                u.time_ns,
+                u.function,
+                u.rank,
+                u.thread,
+                u.position
             )?;
         }
         if (m.unmatched as usize) > m.unmatched_first.len() {
@@ -644,6 +682,40 @@ impl Report {
                 w,
                 "  ... and {} more",
                 m.unmatched as usize - m.unmatched_first.len()
+            )?;
+        }
+        if m.pending_requests > 0 {
+            writeln!(
+                w,
+                "  {} nonblocking requests were never completed nor freed",
+                m.pending_requests
+            )?;
+        }
+        for p in m.pending_first.iter().take(UNMATCHED_SHOWN) {
+            let peer = match (p.peer, p.peer_world) {
+                (_, Some(world)) => format!(" peer {world}"),
+                (Some(local), None) => format!(" peer {local} (in its communicator)"),
+                (None, None) => String::new(),
+            };
+            writeln!(
+                w,
+                "  never completed: {} {}{}{}{} at {} ns (rank {} thread {} call {})",
+                p.kind,
+                p.function,
+                peer,
+                p.tag.map(|t| format!(" tag {t}")).unwrap_or_default(),
+                p.comm.map(|c| format!(" comm {c:#x}")).unwrap_or_default(),
+                p.time_ns,
+                p.rank,
+                p.thread,
+                p.position
+            )?;
+        }
+        if m.pending_requests as usize > m.pending_first.len().min(UNMATCHED_SHOWN) {
+            writeln!(
+                w,
+                "  ... and {} more",
+                m.pending_requests as usize - m.pending_first.len().min(UNMATCHED_SHOWN)
             )?;
         }
 
