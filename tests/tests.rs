@@ -1932,6 +1932,79 @@ fn a_trace_bigger_than_its_memory_limit_is_worked_on_out_of_core() {
     refused(out, "PMTRACE_SPILL=off keeps it in memory");
 }
 
+/// Issue 19, point 3: wait states of a program with a known delay (one
+/// rank sleeps 200 ms before the call the others wait in, three rounds:
+/// 600 ms): the expected kind on each expected rank within 10%, on
+/// synchronized time, and charged to the late rank and its call.
+#[test]
+fn wait_states_show_the_injected_delay_on_the_expected_ranks() {
+    let cases: [(&str, &[u64], &str, u64, &str); 4] = [
+        ("late_sender", &[0], "late_sender", 1, "MPI_Send"),
+        ("late_receiver", &[0], "late_receiver", 1, "MPI_Recv"),
+        ("barrier", &[0, 1, 2], "wait_at_barrier", 3, "MPI_Barrier"),
+        ("nxn", &[0, 2, 3], "wait_at_nxn", 1, "MPI_Allreduce"),
+    ];
+    let injected = 600e6;
+    for (mode, waiters, kind, late, call) in cases {
+        let dir = scratch(&format!("waits-{mode}"));
+        let run = mpirun(&dir, 4, &prog("waits"), &[mode], Mode::Preload, &[]);
+        assert_eq!(run.code, 0, "{mode}: {}", run.stderr);
+        assert!(
+            run.stdout.contains(&format!("waits: ok {mode} np=4")),
+            "{}",
+            run.stdout
+        );
+        let synced = pmtrace(&["sync", run.trace.to_str().unwrap()]);
+        assert!(synced.status.success(), "{mode}");
+        let ws = report(&run.trace)["wait_states"].clone();
+        assert_eq!(ws["time_base"], "synchronized", "{mode}");
+        let waited = |rank: u64| -> f64 {
+            ws["by_rank"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter(|r| r["rank"] == rank && r["kind"] == kind)
+                .map(|r| r["ns"].as_f64().unwrap())
+                .sum()
+        };
+        for &w in waiters {
+            let ns = waited(w);
+            assert!(
+                (ns - injected).abs() <= 0.1 * injected,
+                "{mode}: rank {w} waited {ns} ns in {kind}, not about {injected}"
+            );
+        }
+        assert!(
+            waited(late) < 0.01 * injected,
+            "{mode}: the late rank waited {}",
+            waited(late)
+        );
+        let cause = ws["causes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|c| c["kind"] == kind)
+            .max_by(|a, b| {
+                a["ns"]
+                    .as_f64()
+                    .unwrap()
+                    .total_cmp(&b["ns"].as_f64().unwrap())
+            })
+            .unwrap_or_else(|| panic!("{mode}: no cause of {kind}"));
+        assert_eq!(
+            (&cause["rank"], &cause["function"]),
+            (&late.into(), &call.into()),
+            "{mode}"
+        );
+        let caused = cause["ns"].as_f64().unwrap();
+        let expected = injected * waiters.len() as f64;
+        assert!(
+            (caused - expected).abs() <= 0.1 * expected,
+            "{mode}: caused {caused}"
+        );
+    }
+}
+
 fn is_tmpfs(dir: &Path) -> bool {
     let Ok(c) = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes()) else {
         return false;

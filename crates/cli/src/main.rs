@@ -315,9 +315,11 @@ fn report(args: ReportArgs) -> Result<ExitCode> {
     progress.phase("matching messages");
     let messages = Messages::build(&trace);
     progress.phase("analysing");
-    let mut report = Report::build(&trace, &messages, ReportOptions { mu_ns: args.mu_ns });
-    if let Some(synced) = Synced::load(&trace)? {
-        report = report.with_sync(&trace, &messages, &synced);
+    let synced = Synced::load(&trace)?;
+    let options = ReportOptions { mu_ns: args.mu_ns };
+    let mut report = Report::build_on(&trace, &messages, options, synced.as_ref());
+    if let Some(synced) = &synced {
+        report = report.with_sync(&trace, &messages, synced);
     }
     let mut out = BufWriter::new(io::stdout().lock());
     if args.json {

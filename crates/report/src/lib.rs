@@ -38,8 +38,10 @@ use pmtrace_sync::{quality, Graph, SyncReport, SyncViolations, Synced};
 use pmtrace_trace::read::{EventRef, Rank, Trace};
 
 pub mod requests;
+pub mod waits;
 use rayon::prelude::*;
 use requests::PendingRequest;
+use waits::WaitStates;
 
 /// How to compute the report.
 #[derive(Debug, Clone, Copy, Default)]
@@ -213,6 +215,8 @@ pub struct Report {
     pub clocks: Option<pmtrace_matching::clocks::ClockReport>,
     /// Timestamp synchronisation results; null until `pmtrace sync` ran.
     pub sync: Option<SyncReport>,
+    /// Time ranks spent waiting for late ranks (see [`waits`]).
+    pub wait_states: Option<WaitStates>,
 }
 
 /// Messages per world rank, from the ranks of their sends or receives.
@@ -360,6 +364,17 @@ fn spawned_worlds(dir: &std::path::Path) -> BTreeMap<String, usize> {
 
 impl Report {
     pub fn build(trace: &Trace, messages: &Messages, options: ReportOptions) -> Report {
+        Report::build_on(trace, messages, options, None)
+    }
+
+    /// The report, its wait states on the times `pmtrace sync` wrote when
+    /// `synced` is given (else on the recorded ones).
+    pub fn build_on(
+        trace: &Trace,
+        messages: &Messages,
+        options: ReportOptions,
+        synced: Option<&Synced>,
+    ) -> Report {
         // Three passes that need only the trace and the matching, side by
         // side: the profile (by rank), the collectives, the clock checks.
         let ((profiles, instances), clocks) = rayon::join(
@@ -505,6 +520,7 @@ impl Report {
             warnings: trace.all_warnings(),
             clocks: Some(clocks),
             sync: None,
+            wait_states: Some(waits::compute(trace, messages, &instances, synced)),
         }
     }
 
@@ -717,6 +733,10 @@ impl Report {
                 "  ... and {} more",
                 m.pending_requests as usize - m.pending_first.len().min(UNMATCHED_SHOWN)
             )?;
+        }
+
+        if let Some(ws) = &self.wait_states {
+            ws.write_text(w)?;
         }
 
         let v = &self.violations;

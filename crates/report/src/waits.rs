@@ -1,0 +1,427 @@
+//! Wait states: time a rank spends inside MPI only because another rank
+//! was late, after Scalasca's patterns, on synchronized time when
+//! `pmtrace sync` ran (else on the recorded times, and the report says so).
+//!
+//! - **Late sender**: a blocking receive (`MPI_Recv`, `MPI_Sendrecv`,
+//!   `MPI_Mrecv`, or a `Wait` family call completing a receive) began
+//!   before its message's send did: it waited from its start until the
+//!   send's start (at most its own end). A call completing several
+//!   receives waits once, for the latest send.
+//! - **Late receiver**: a blocking send (`MPI_Send`, `MPI_Ssend`,
+//!   `MPI_Rsend`, `MPI_Sendrecv`) that did not return before its receive
+//!   was posted waited from its start until that posting.
+//! - **Wait at N×N**: in a blocking all-to-all collective (`Allreduce`,
+//!   `Allgather`, `Alltoall`, ...), each member waits from its enter until
+//!   the last member's enter (at most its own exit).
+//! - **Wait at barrier**: the same in `MPI_Barrier`.
+//! - **Late broadcast**: in a blocking one-to-all collective (`Bcast`,
+//!   `Scatter`), a member other than the root that entered before the root
+//!   waits until the root's enter.
+//!
+//! **Causes.** Each wait is charged to the rank that was late and the call
+//! it was late for: the sender and its send, the receiver and its posting
+//! call, the collective's last member (the root for a broadcast) and its
+//! call. What delayed that rank is its own work before that call.
+
+use std::collections::BTreeMap;
+
+use pmtrace_format::Kind;
+use pmtrace_matching::clocks::Shape;
+use pmtrace_matching::collective::{Flow, Instance, MemberCalls};
+use pmtrace_matching::matching::Messages;
+use pmtrace_sync::Synced;
+use pmtrace_trace::read::{EventRef, Trace};
+use serde::Serialize;
+
+/// The wait states of a trace.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct WaitStates {
+    /// "synchronized" (the times `pmtrace sync` wrote) or "recorded".
+    pub time_base: &'static str,
+    /// Time inside MPI calls, all ranks, in ns.
+    pub mpi_ns: u64,
+    /// Time in wait states, all ranks, in ns.
+    pub wait_ns: u64,
+    pub share_of_mpi: f64,
+    pub by_kind: Vec<WaitRow>,
+    /// By rank and kind; shares of that rank's MPI time.
+    pub by_rank: Vec<WaitRow>,
+    /// By function and kind; shares of all MPI time.
+    pub by_function: Vec<WaitRow>,
+    /// By communicator (global id) and kind; shares of all MPI time.
+    pub by_comm: Vec<WaitRow>,
+    /// Who was late for which call, and how much waiting it caused: the
+    /// largest first, at most [`CAUSES_SHOWN`].
+    pub causes: Vec<Cause>,
+}
+
+/// Wait time of one kind, for a rank, a function or a communicator.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct WaitRow {
+    pub kind: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rank: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub function: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub comm: Option<u64>,
+    pub ns: u64,
+    /// Calls that waited.
+    pub count: u64,
+    pub share_of_mpi: f64,
+}
+
+/// A rank late for a call, and the waiting it caused on other ranks.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Cause {
+    pub kind: &'static str,
+    pub rank: u32,
+    pub function: String,
+    pub ns: u64,
+    pub waits: u64,
+}
+
+pub const CAUSES_SHOWN: usize = 20;
+
+pub const LATE_SENDER: &str = "late_sender";
+pub const LATE_RECEIVER: &str = "late_receiver";
+pub const WAIT_AT_NXN: &str = "wait_at_nxn";
+pub const WAIT_AT_BARRIER: &str = "wait_at_barrier";
+pub const LATE_BROADCAST: &str = "late_broadcast";
+
+/// Start and end of calls, on the chosen time base.
+struct Times<'a> {
+    trace: &'a Trace,
+    synced: Option<&'a Synced>,
+}
+
+impl Times<'_> {
+    fn of(&self, at: EventRef) -> Option<(u64, u64)> {
+        let rank = self.trace.ranks.get(at.rank as usize)?;
+        let slot = rank
+            .threads
+            .binary_search_by_key(&at.thread, |t| t.index)
+            .ok()?;
+        let records = &rank.threads[slot].records;
+        let p = at.pos();
+        if p >= records.len() {
+            return None;
+        }
+        let raw = records.stamps(p);
+        Some(
+            match self.synced.and_then(|s| s.thread_times(at.rank, slot)) {
+                Some(t) => (
+                    t.get(records, 2 * p).unwrap_or(raw.0),
+                    t.get(records, 2 * p + 1).unwrap_or(raw.1),
+                ),
+                None => raw,
+            },
+        )
+    }
+
+    fn func(&self, at: EventRef) -> Option<u32> {
+        let rank = self.trace.ranks.get(at.rank as usize)?;
+        rank.thread(at.thread)?.records.func(at.pos())
+    }
+}
+
+/// One wait: who waited where, how long, and who caused it.
+struct Wait {
+    kind: &'static str,
+    at: EventRef,
+    comm: u64,
+    ns: u64,
+    cause: EventRef,
+}
+
+/// The wait states of `trace` (see the module docs).
+pub fn compute(
+    trace: &Trace,
+    messages: &Messages,
+    instances: &[Instance<MemberCalls>],
+    synced: Option<&Synced>,
+) -> WaitStates {
+    let times = Times { trace, synced };
+    let name = |at: EventRef| -> String {
+        times
+            .func(at)
+            .and_then(|f| {
+                trace.ranks[at.rank as usize]
+                    .header
+                    .functions
+                    .get(f as usize)
+            })
+            .map(|f| f.name.clone())
+            .unwrap_or_default()
+    };
+    let kind_of = |at: EventRef| {
+        times
+            .func(at)
+            .map(|f| trace.ranks[at.rank as usize].kind(f))
+    };
+    let mut waits: Vec<Wait> = Vec::new();
+
+    // Late senders: per completing call, the latest send it waited for.
+    let mut late_send: BTreeMap<(u32, u32, u32), (u64, u64, EventRef)> = BTreeMap::new();
+    for m in &messages.matched {
+        let (s, r) = (&messages.sends[m.send], &messages.recvs[m.recv]);
+        let blocking = match kind_of(r.completion) {
+            Some(Kind::Recv | Kind::Sendrecv | Kind::Mrecv) => true,
+            Some(Kind::Complete) => name(r.completion).starts_with("MPI_Wait"),
+            _ => false,
+        };
+        let (Some((r0, r1)), Some((s0, _))) = (times.of(r.completion), times.of(s.call)) else {
+            continue;
+        };
+        if blocking && s0 > r0 {
+            let ns = s0.min(r1) - r0;
+            let key = (r.completion.rank, r.completion.thread, r.completion.index);
+            let e = late_send.entry(key).or_insert((0, r.comm, s.call));
+            if ns > e.0 {
+                *e = (ns, r.comm, s.call);
+            }
+        }
+        // Late receivers.
+        let blocking_send = matches!(kind_of(s.call), Some(Kind::Send | Kind::Sendrecv))
+            && !name(s.call).contains("Bsend");
+        let (Some((p0, _)), Some((s0, s1))) = (times.of(r.post), times.of(s.call)) else {
+            continue;
+        };
+        if blocking_send && p0 > s0 && s1 > p0 {
+            waits.push(Wait {
+                kind: LATE_RECEIVER,
+                at: s.call,
+                comm: s.comm,
+                ns: p0 - s0,
+                cause: r.post,
+            });
+        }
+    }
+    waits.extend(late_send.into_iter().filter(|(_, (ns, _, _))| *ns > 0).map(
+        |((rank, thread, index), (ns, comm, cause))| Wait {
+            kind: LATE_SENDER,
+            at: EventRef {
+                rank,
+                thread,
+                index,
+            },
+            comm,
+            ns,
+            cause,
+        },
+    ));
+
+    // Blocking collectives.
+    for inst in instances {
+        let kind = match (inst.flow, inst.shape) {
+            (Flow::Barrier, _) => WAIT_AT_BARRIER,
+            (Flow::Data, Shape::NToN) => WAIT_AT_NXN,
+            (Flow::Data, Shape::OneToN) => LATE_BROADCAST,
+            _ => continue,
+        };
+        let members: Vec<(u32, EventRef, u64, u64)> = inst
+            .members
+            .iter()
+            .enumerate()
+            .filter_map(|(i, m)| {
+                let m = m.as_ref()?;
+                (m.exit == Some(m.enter)).then_some(())?;
+                let (t0, t1) = times.of(m.enter)?;
+                Some((i as u32, m.enter, t0, t1))
+            })
+            .collect();
+        if members.len() < 2 {
+            continue;
+        }
+        // The member the others wait for: the last to enter, or the root.
+        let late = if kind == LATE_BROADCAST {
+            let Some(root) = inst.root else { continue };
+            match members.iter().find(|m| m.0 == root) {
+                Some(m) => *m,
+                None => continue,
+            }
+        } else {
+            *members
+                .iter()
+                .max_by_key(|m| (m.2, m.0))
+                .expect("two members")
+        };
+        for &(i, at, t0, t1) in &members {
+            if i == late.0 || late.2 <= t0 {
+                continue;
+            }
+            waits.push(Wait {
+                kind,
+                at,
+                comm: inst.comm,
+                ns: late.2.min(t1) - t0,
+                cause: late.1,
+            });
+        }
+    }
+
+    summarize(trace, &times, &waits, &name)
+}
+
+fn summarize(
+    trace: &Trace,
+    times: &Times,
+    waits: &[Wait],
+    name: &dyn Fn(EventRef) -> String,
+) -> WaitStates {
+    // MPI time per rank, on the same time base.
+    let mut mpi_by_rank = vec![0u64; trace.ranks.len()];
+    for (r, rank) in trace.ranks.iter().enumerate() {
+        for (slot, th) in rank.threads.iter().enumerate() {
+            let records = &th.records;
+            let synced = times.synced.and_then(|s| s.thread_times(rank.rank, slot));
+            for p in (0..records.len()).filter(|&p| records.is_call(p)) {
+                let (a, b) = match synced {
+                    Some(t) => (
+                        t.get(records, 2 * p).unwrap_or(0),
+                        t.get(records, 2 * p + 1).unwrap_or(0),
+                    ),
+                    None => records.stamps(p),
+                };
+                mpi_by_rank[r] += b.saturating_sub(a);
+            }
+        }
+    }
+    let mpi_ns: u64 = mpi_by_rank.iter().sum();
+    let share = |ns: u64, of: u64| if of == 0 { 0.0 } else { ns as f64 / of as f64 };
+    let mut by_kind: BTreeMap<&'static str, (u64, u64)> = BTreeMap::new();
+    let mut by_rank: BTreeMap<(u32, &'static str), (u64, u64)> = BTreeMap::new();
+    let mut by_function: BTreeMap<(String, &'static str), (u64, u64)> = BTreeMap::new();
+    let mut by_comm: BTreeMap<(u64, &'static str), (u64, u64)> = BTreeMap::new();
+    let mut causes: BTreeMap<(u32, String, &'static str), (u64, u64)> = BTreeMap::new();
+    let add = |e: &mut (u64, u64), ns: u64| {
+        e.0 += ns;
+        e.1 += 1;
+    };
+    for w in waits {
+        add(by_kind.entry(w.kind).or_default(), w.ns);
+        add(by_rank.entry((w.at.rank, w.kind)).or_default(), w.ns);
+        add(by_function.entry((name(w.at), w.kind)).or_default(), w.ns);
+        add(by_comm.entry((w.comm, w.kind)).or_default(), w.ns);
+        add(
+            causes
+                .entry((w.cause.rank, name(w.cause), w.kind))
+                .or_default(),
+            w.ns,
+        );
+    }
+    let wait_ns = by_kind.values().map(|v| v.0).sum();
+    let row = |kind, ns, count, of| WaitRow {
+        kind,
+        rank: None,
+        function: None,
+        comm: None,
+        ns,
+        count,
+        share_of_mpi: share(ns, of),
+    };
+    let mut causes: Vec<Cause> = causes
+        .into_iter()
+        .map(|((rank, function, kind), (ns, waits))| Cause {
+            kind,
+            rank,
+            function,
+            ns,
+            waits,
+        })
+        .collect();
+    causes.sort_by(|a, b| b.ns.cmp(&a.ns).then(a.rank.cmp(&b.rank)));
+    causes.truncate(CAUSES_SHOWN);
+    WaitStates {
+        time_base: if times.synced.is_some() {
+            "synchronized"
+        } else {
+            "recorded"
+        },
+        mpi_ns,
+        wait_ns,
+        share_of_mpi: share(wait_ns, mpi_ns),
+        by_kind: by_kind
+            .into_iter()
+            .map(|(k, (ns, n))| row(k, ns, n, mpi_ns))
+            .collect(),
+        by_rank: by_rank
+            .into_iter()
+            .map(|((r, k), (ns, n))| WaitRow {
+                rank: Some(r),
+                ..row(k, ns, n, mpi_by_rank[r as usize])
+            })
+            .collect(),
+        by_function: by_function
+            .into_iter()
+            .map(|((f, k), (ns, n))| WaitRow {
+                function: Some(f),
+                ..row(k, ns, n, mpi_ns)
+            })
+            .collect(),
+        by_comm: by_comm
+            .into_iter()
+            .map(|((c, k), (ns, n))| WaitRow {
+                comm: Some(c),
+                ..row(k, ns, n, mpi_ns)
+            })
+            .collect(),
+        causes,
+    }
+}
+
+impl WaitStates {
+    /// The wait states as a person reads them.
+    pub fn write_text(&self, w: &mut dyn std::io::Write) -> std::io::Result<()> {
+        let ms = |ns: u64| ns as f64 / 1e6;
+        writeln!(
+            w,
+            "\nWait states ({} time): {:.3} ms of {:.3} ms in MPI ({:.1}%)",
+            self.time_base,
+            ms(self.wait_ns),
+            ms(self.mpi_ns),
+            100.0 * self.share_of_mpi
+        )?;
+        for r in &self.by_kind {
+            writeln!(
+                w,
+                "  {:<18} {:>12.3} ms {:>5.1}% of MPI  {} calls",
+                r.kind,
+                ms(r.ns),
+                100.0 * r.share_of_mpi,
+                r.count
+            )?;
+        }
+        if !self.by_rank.is_empty() {
+            writeln!(w, "  by rank (share of its MPI time):")?;
+        }
+        for r in &self.by_rank {
+            writeln!(
+                w,
+                "    rank {:<5} {:<18} {:>12.3} ms {:>5.1}%",
+                r.rank.unwrap_or_default(),
+                r.kind,
+                ms(r.ns),
+                100.0 * r.share_of_mpi
+            )?;
+        }
+        if !self.causes.is_empty() {
+            writeln!(
+                w,
+                "  caused by (the rank that was late, and the call it was late for):"
+            )?;
+        }
+        for c in self.causes.iter().take(10) {
+            writeln!(
+                w,
+                "    rank {:<5} before {:<22} {:>12.3} ms of {} in {} waits",
+                c.rank,
+                c.function,
+                ms(c.ns),
+                c.kind,
+                c.waits
+            )?;
+        }
+        Ok(())
+    }
+}
