@@ -280,3 +280,74 @@ fn never_completed_requests_are_listed_with_their_calls() {
         "{text}"
     );
 }
+
+/// Issue 19: Jiang's metrics over the application's work (last end of
+/// MPI_Init to first start of MPI_Finalize), on a hand-built trace whose
+/// computation is known: window 20..105 (T = 85 ns); rank 0 computes
+/// 10 + 20 + 5 = 35 ns, rank 1 5 + 50 + 5 = 60 ns.
+#[test]
+fn metrics_follow_the_computation_of_each_rank() {
+    let scratch = Scratch::new("metrics");
+    let mut tb = TraceBuilder::new(2);
+    for r in 0..2 {
+        tb.rank(r).define_world_and_self(0);
+    }
+    let none = Payload::None;
+    let got = fixture::status(0, 4, 8);
+    tb.rank(0)
+        .thread(0)
+        .call("MPI_Init", 0, 10, none.clone())
+        .call("MPI_Send", 30, 40, fixture::send(1, 4, 0, 8))
+        .call("MPI_Barrier", 60, 100, fixture::coll(0, None, 0, 0, 1))
+        .call("MPI_Finalize", 110, 120, none.clone());
+    tb.rank(1)
+        .thread(0)
+        .call("MPI_Init", 0, 20, none.clone())
+        .call("MPI_Recv", 25, 40, fixture::recv(0, 4, 0, 8, got))
+        .call("MPI_Barrier", 90, 100, fixture::coll(0, None, 0, 0, 1))
+        .call("MPI_Finalize", 105, 115, none);
+    tb.write(scratch.path()).unwrap();
+    let trace = Trace::open(scratch.path()).unwrap();
+    let r = Report::build(&trace, &Messages::build(&trace), ReportOptions::default());
+    let m = r.metrics.expect("metrics");
+    assert_eq!((m.from_ns, m.to_ns, m.total_ns), (20, 105, 85));
+    let per_rank: Vec<(u64, u64)> = m
+        .per_rank
+        .iter()
+        .map(|p| (p.computation_ns, p.mpi_ns))
+        .collect();
+    assert_eq!(per_rank, vec![(35, 50), (60, 25)]);
+    assert_eq!((m.computation_ns, m.mpi_ns), (95, 75));
+    let close = |a: f64, b: f64| (a - b).abs() < 1e-9;
+    assert!(close(m.speedup, 95.0 / 85.0), "{}", m.speedup);
+    assert!(close(m.efficiency, 95.0 / 170.0));
+    assert!(close(m.computation_to_communication, 95.0 / 75.0));
+    assert!(close(m.load_imbalance, 60.0 / 47.5 - 1.0));
+    // The profile: 100 bins of 0.85 ns; its integral is the computation.
+    assert_eq!(m.parallelism.len(), 100);
+    assert!(close(m.bin_ns, 0.85));
+    let integral: f64 = m.parallelism.iter().sum::<f64>() * m.bin_ns;
+    assert!((integral - 95.0).abs() < 1e-6, "{integral}");
+    // 20..20.85: both compute; 32.75..33.6: both in MPI; 54..54.85: both
+    // compute; 88..88.85: rank 0 in the barrier, rank 1 computing.
+    let at = |bin: usize| m.parallelism[bin];
+    assert!(close(at(0), 2.0) && close(at(15), 0.0) && close(at(40), 2.0) && close(at(80), 1.0));
+    // The wait states of the same trace: rank 0 entered the barrier at 60,
+    // rank 1 (the last) at 90: 30 ns at the barrier, charged to rank 1; rank
+    // 1's receive began at 25, before the send (30): 5 ns of late sender.
+    let ws = r.wait_states.expect("wait states");
+    let kinds: Vec<(&str, u64)> = ws.by_kind.iter().map(|k| (k.kind, k.ns)).collect();
+    assert_eq!(kinds, vec![("late_sender", 5), ("wait_at_barrier", 30)]);
+    let causes: Vec<(&str, u32, &str, u64)> = ws
+        .causes
+        .iter()
+        .map(|c| (c.kind, c.rank, c.function.as_str(), c.ns))
+        .collect();
+    assert_eq!(
+        causes,
+        vec![
+            ("wait_at_barrier", 1, "MPI_Barrier", 30),
+            ("late_sender", 0, "MPI_Send", 5)
+        ]
+    );
+}

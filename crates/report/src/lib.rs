@@ -37,8 +37,11 @@ use pmtrace_matching::matching::{Messages, Violations};
 use pmtrace_sync::{quality, Graph, SyncReport, SyncViolations, Synced};
 use pmtrace_trace::read::{EventRef, Rank, Trace};
 
+pub mod metrics;
 pub mod requests;
+mod times;
 pub mod waits;
+use metrics::Metrics;
 use rayon::prelude::*;
 use requests::PendingRequest;
 use waits::WaitStates;
@@ -217,6 +220,8 @@ pub struct Report {
     pub sync: Option<SyncReport>,
     /// Time ranks spent waiting for late ranks (see [`waits`]).
     pub wait_states: Option<WaitStates>,
+    /// Speedup, efficiency, load imbalance, the parallelism profile (see [`metrics`]).
+    pub metrics: Option<Metrics>,
 }
 
 /// Messages per world rank, from the ranks of their sends or receives.
@@ -453,6 +458,7 @@ impl Report {
             }
         });
         let (pending_requests, pending_first) = requests::pending(trace);
+        let times = times::Times { trace, synced };
         let events = trace.events();
         let bytes_payload: u64 = trace.ranks.iter().map(|r| r.payload_bytes).sum();
         let run = trace.ranks[0].header.run.as_ref().map(|run| RunSummary {
@@ -520,7 +526,8 @@ impl Report {
             warnings: trace.all_warnings(),
             clocks: Some(clocks),
             sync: None,
-            wait_states: Some(waits::compute(trace, messages, &instances, synced)),
+            wait_states: Some(waits::compute(trace, messages, &instances, &times)),
+            metrics: Some(metrics::compute(trace, &times)),
         }
     }
 
@@ -737,6 +744,9 @@ impl Report {
 
         if let Some(ws) = &self.wait_states {
             ws.write_text(w)?;
+        }
+        if let Some(m) = &self.metrics {
+            m.write_text(w)?;
         }
 
         let v = &self.violations;

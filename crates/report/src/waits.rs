@@ -29,9 +29,11 @@ use pmtrace_format::Kind;
 use pmtrace_matching::clocks::Shape;
 use pmtrace_matching::collective::{Flow, Instance, MemberCalls};
 use pmtrace_matching::matching::Messages;
-use pmtrace_sync::Synced;
 use pmtrace_trace::read::{EventRef, Trace};
+use rayon::prelude::*;
 use serde::Serialize;
+
+use crate::times::Times;
 
 /// The wait states of a trace.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -89,42 +91,6 @@ pub const WAIT_AT_NXN: &str = "wait_at_nxn";
 pub const WAIT_AT_BARRIER: &str = "wait_at_barrier";
 pub const LATE_BROADCAST: &str = "late_broadcast";
 
-/// Start and end of calls, on the chosen time base.
-struct Times<'a> {
-    trace: &'a Trace,
-    synced: Option<&'a Synced>,
-}
-
-impl Times<'_> {
-    fn of(&self, at: EventRef) -> Option<(u64, u64)> {
-        let rank = self.trace.ranks.get(at.rank as usize)?;
-        let slot = rank
-            .threads
-            .binary_search_by_key(&at.thread, |t| t.index)
-            .ok()?;
-        let records = &rank.threads[slot].records;
-        let p = at.pos();
-        if p >= records.len() {
-            return None;
-        }
-        let raw = records.stamps(p);
-        Some(
-            match self.synced.and_then(|s| s.thread_times(at.rank, slot)) {
-                Some(t) => (
-                    t.get(records, 2 * p).unwrap_or(raw.0),
-                    t.get(records, 2 * p + 1).unwrap_or(raw.1),
-                ),
-                None => raw,
-            },
-        )
-    }
-
-    fn func(&self, at: EventRef) -> Option<u32> {
-        let rank = self.trace.ranks.get(at.rank as usize)?;
-        rank.thread(at.thread)?.records.func(at.pos())
-    }
-}
-
 /// One wait: who waited where, how long, and who caused it.
 struct Wait {
     kind: &'static str,
@@ -139,9 +105,8 @@ pub fn compute(
     trace: &Trace,
     messages: &Messages,
     instances: &[Instance<MemberCalls>],
-    synced: Option<&Synced>,
+    times: &Times,
 ) -> WaitStates {
-    let times = Times { trace, synced };
     let name = |at: EventRef| -> String {
         times
             .func(at)
@@ -260,7 +225,7 @@ pub fn compute(
         }
     }
 
-    summarize(trace, &times, &waits, &name)
+    summarize(trace, times, &waits, &name)
 }
 
 fn summarize(
@@ -270,23 +235,16 @@ fn summarize(
     name: &dyn Fn(EventRef) -> String,
 ) -> WaitStates {
     // MPI time per rank, on the same time base.
-    let mut mpi_by_rank = vec![0u64; trace.ranks.len()];
-    for (r, rank) in trace.ranks.iter().enumerate() {
-        for (slot, th) in rank.threads.iter().enumerate() {
-            let records = &th.records;
-            let synced = times.synced.and_then(|s| s.thread_times(rank.rank, slot));
-            for p in (0..records.len()).filter(|&p| records.is_call(p)) {
-                let (a, b) = match synced {
-                    Some(t) => (
-                        t.get(records, 2 * p).unwrap_or(0),
-                        t.get(records, 2 * p + 1).unwrap_or(0),
-                    ),
-                    None => records.stamps(p),
-                };
-                mpi_by_rank[r] += b.saturating_sub(a);
-            }
-        }
-    }
+    let mpi_by_rank: Vec<u64> = trace
+        .ranks
+        .par_iter()
+        .map(|rank| {
+            (0..rank.threads.len())
+                .flat_map(|slot| times.calls(rank.rank, slot))
+                .map(|(_, a, b)| b.saturating_sub(a))
+                .sum()
+        })
+        .collect();
     let mpi_ns: u64 = mpi_by_rank.iter().sum();
     let share = |ns: u64, of: u64| if of == 0 { 0.0 } else { ns as f64 / of as f64 };
     let mut by_kind: BTreeMap<&'static str, (u64, u64)> = BTreeMap::new();
@@ -333,11 +291,7 @@ fn summarize(
     causes.sort_by(|a, b| b.ns.cmp(&a.ns).then(a.rank.cmp(&b.rank)));
     causes.truncate(CAUSES_SHOWN);
     WaitStates {
-        time_base: if times.synced.is_some() {
-            "synchronized"
-        } else {
-            "recorded"
-        },
+        time_base: times.base(),
         mpi_ns,
         wait_ns,
         share_of_mpi: share(wait_ns, mpi_ns),

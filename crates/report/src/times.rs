@@ -1,0 +1,66 @@
+//! Start and end times of calls on the report's time base: the times
+//! `pmtrace sync` wrote when it ran, else the recorded ones.
+
+use pmtrace_sync::Synced;
+use pmtrace_trace::read::{EventRef, Trace};
+
+pub struct Times<'a> {
+    pub trace: &'a Trace,
+    pub synced: Option<&'a Synced>,
+}
+
+impl<'a> Times<'a> {
+    /// "synchronized" or "recorded".
+    pub fn base(&self) -> &'static str {
+        if self.synced.is_some() {
+            "synchronized"
+        } else {
+            "recorded"
+        }
+    }
+
+    /// Start and end of the record at `at`.
+    pub fn of(&self, at: EventRef) -> Option<(u64, u64)> {
+        let rank = self.trace.ranks.get(at.rank as usize)?;
+        let slot = rank
+            .threads
+            .binary_search_by_key(&at.thread, |t| t.index)
+            .ok()?;
+        let records = &rank.threads[slot].records;
+        let p = at.pos();
+        if p >= records.len() {
+            return None;
+        }
+        let raw = records.stamps(p);
+        Some(
+            match self.synced.and_then(|s| s.thread_times(at.rank, slot)) {
+                Some(t) => (
+                    t.get(records, 2 * p).unwrap_or(raw.0),
+                    t.get(records, 2 * p + 1).unwrap_or(raw.1),
+                ),
+                None => raw,
+            },
+        )
+    }
+
+    /// The function of the record at `at`, if it is a call.
+    pub fn func(&self, at: EventRef) -> Option<u32> {
+        let rank = self.trace.ranks.get(at.rank as usize)?;
+        rank.thread(at.thread)?.records.func(at.pos())
+    }
+
+    /// The calls of rank `rank`'s thread at `slot`, in record order: (function, start, end).
+    pub fn calls(&self, rank: u32, slot: usize) -> impl Iterator<Item = (u32, u64, u64)> + 'a {
+        let r = &self.trace.ranks[rank as usize];
+        let records = &r.threads[slot].records;
+        let synced = self.synced.and_then(|s| s.thread_times(rank, slot));
+        (0..records.len()).filter_map(move |p| {
+            let func = records.func(p)?;
+            let (a, b) = match synced {
+                Some(t) => (t.get(records, 2 * p)?, t.get(records, 2 * p + 1)?),
+                None => records.stamps(p),
+            };
+            Some((func, a, b))
+        })
+    }
+}
