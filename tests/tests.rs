@@ -2002,6 +2002,29 @@ fn wait_states_show_the_injected_delay_on_the_expected_ranks() {
             (caused - expected).abs() <= 0.1 * expected,
             "{mode}: caused {caused}"
         );
+        // The critical path runs through the late rank's work. Its window
+        // ends where the first rank enters MPI_Finalize: in the
+        // point-to-point modes ranks 2 and 3 do before the third round, so
+        // two of the three delays are in it.
+        let cp = report(&run.trace)["critical_path"].clone();
+        let length = cp["length_ns"].as_f64().unwrap();
+        let top = &cp["by_rank"][0];
+        assert_eq!(top["rank"], late, "{mode}: {cp}");
+        let share = top["share"].as_f64().unwrap();
+        let in_window = if waiters.len() == 1 { 400e6 } else { injected };
+        let injected_share = in_window / length;
+        assert!(
+            (share - injected_share).abs() <= 0.1 * injected_share,
+            "{mode}: the late rank holds {share} of the path, {injected_share} injected"
+        );
+        assert_eq!(cp["by_activity"][0]["name"], "computation", "{mode}");
+        let verb = pmtrace(&["critical-path", run.trace.to_str().unwrap(), "--json"]);
+        assert!(verb.status.success(), "{mode}");
+        let alone: serde_json::Value = serde_json::from_slice(&verb.stdout).unwrap();
+        assert_eq!(
+            alone, cp,
+            "{mode}: `pmtrace critical-path` gives the report's path"
+        );
     }
 }
 

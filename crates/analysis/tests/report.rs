@@ -350,4 +350,37 @@ fn metrics_follow_the_computation_of_each_rank() {
             ("late_sender", 0, "MPI_Send", 5)
         ]
     );
+    // The critical path, back from rank 0's MPI_Finalize (the last, at 110;
+    // the window ends at 105): rank 0 computes 100..105 and leaves its
+    // barrier at 100 having waited for rank 1 until 90; rank 1 computes
+    // 40..90 and leaves its receive at 40 having waited for the send until
+    // 30; rank 0 computes 20..30 (the window's start).
+    let cp = r.critical_path.expect("critical path");
+    assert_eq!((cp.length_ns, cp.hops), (85, 2));
+    let ranks: Vec<(u32, u64)> = cp.by_rank.iter().map(|s| (s.rank.unwrap(), s.ns)).collect();
+    assert_eq!(ranks, vec![(1, 60), (0, 25)]);
+    let activities: Vec<(&str, u64)> = cp
+        .by_activity
+        .iter()
+        .map(|s| (s.name.as_deref().unwrap(), s.ns))
+        .collect();
+    assert_eq!(
+        activities,
+        vec![("computation", 65), ("MPI_Barrier", 10), ("MPI_Recv", 10)]
+    );
+    let segments: Vec<(u32, &str, u64, u64)> = cp
+        .segments
+        .iter()
+        .map(|s| (s.rank, s.activity.as_str(), s.from_ns, s.to_ns))
+        .collect();
+    assert_eq!(
+        segments,
+        vec![
+            (1, "computation", 40, 90),
+            (0, "computation", 20, 30),
+            (1, "MPI_Recv", 30, 40),
+            (0, "MPI_Barrier", 90, 100),
+            (0, "computation", 100, 105),
+        ]
+    );
 }

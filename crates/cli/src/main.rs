@@ -68,7 +68,28 @@ enum Command {
     Merge(MergeArgs),
     Export(ExportArgs),
     Timeline(TimelineArgs),
+    CriticalPath(CriticalPathArgs),
     Run(launch::RunArgs),
+}
+
+/// The critical path: the chain of computation and communication that
+/// decided how long the application's work took.
+///
+/// Found backward from where the last rank entered MPI_Finalize to the last
+/// end of MPI_Init, on the times `pmtrace sync` wrote (recorded times
+/// otherwise): time between calls is computation; where a call waited for
+/// a late rank (a late sender, a collective's last member, ...), the path
+/// goes on in that rank. Prints its length, its share per rank and per
+/// activity (each MPI function, and computation), and its longest
+/// stretches. `pmtrace report` shows the same beside wait states.
+#[derive(Debug, Args)]
+struct CriticalPathArgs {
+    /// The trace directory.
+    dir: PathBuf,
+    /// Print one JSON object (keys: length_ns, by_rank, by_activity,
+    /// segments, hops, time_base, from_ns, to_ns).
+    #[arg(long)]
+    json: bool,
 }
 
 /// Summarise a trace: profile, message matrix, message matching and
@@ -303,24 +324,47 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Command::Merge(args) => merge(args),
         Command::Export(args) => export(args),
         Command::Timeline(args) => timeline(args),
+        Command::CriticalPath(args) => critical_path(args),
         Command::Run(args) => launch::run(args),
     }
 }
 
-fn report(args: ReportArgs) -> Result<ExitCode> {
-    memory::check(&args.dir, "report", memory::cost::REPORT)?;
+/// The report of `dir`, on synchronized time where sync ran.
+fn build_report(dir: &Path, verb: &str, options: ReportOptions) -> Result<(Trace, Report)> {
+    memory::check(dir, verb, memory::cost::REPORT)?;
     let progress = progress::Progress::new();
     progress.phase("reading the trace");
-    let trace = Trace::open(&args.dir)?;
+    let trace = Trace::open(dir)?;
     progress.phase("matching messages");
     let messages = Messages::build(&trace);
     progress.phase("analysing");
     let synced = Synced::load(&trace)?;
-    let options = ReportOptions { mu_ns: args.mu_ns };
     let mut report = Report::build_on(&trace, &messages, options, synced.as_ref());
     if let Some(synced) = &synced {
         report = report.with_sync(&trace, &messages, synced);
     }
+    Ok((trace, report))
+}
+
+fn critical_path(args: CriticalPathArgs) -> Result<ExitCode> {
+    let (trace, report) = build_report(&args.dir, "critical-path", ReportOptions::default())?;
+    let path = report
+        .critical_path
+        .context("the trace has no calls to follow")?;
+    let mut out = BufWriter::new(io::stdout().lock());
+    if args.json {
+        serde_json::to_writer_pretty(&mut out, &path).context("cannot write the path")?;
+        writeln!(out)?;
+    } else {
+        path.write_text(&mut out)?;
+    }
+    out.flush()?;
+    leave(trace);
+    Ok(ExitCode::SUCCESS)
+}
+
+fn report(args: ReportArgs) -> Result<ExitCode> {
+    let (trace, report) = build_report(&args.dir, "report", ReportOptions { mu_ns: args.mu_ns })?;
     let mut out = BufWriter::new(io::stdout().lock());
     if args.json {
         serde_json::to_writer_pretty(&mut out, &report).context("cannot write the report")?;
@@ -329,7 +373,6 @@ fn report(args: ReportArgs) -> Result<ExitCode> {
         report.write_text(&mut out)?;
     }
     out.flush()?;
-    drop(progress);
     leave(trace);
     Ok(ExitCode::SUCCESS)
 }

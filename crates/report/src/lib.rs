@@ -37,10 +37,12 @@ use pmtrace_matching::matching::{Messages, Violations};
 use pmtrace_sync::{quality, Graph, SyncReport, SyncViolations, Synced};
 use pmtrace_trace::read::{EventRef, Rank, Trace};
 
+pub mod critical;
 pub mod metrics;
 pub mod requests;
 mod times;
 pub mod waits;
+use critical::CriticalPath;
 use metrics::Metrics;
 use rayon::prelude::*;
 use requests::PendingRequest;
@@ -222,6 +224,8 @@ pub struct Report {
     pub wait_states: Option<WaitStates>,
     /// Speedup, efficiency, load imbalance, the parallelism profile (see [`metrics`]).
     pub metrics: Option<Metrics>,
+    /// The chain of work that decided the run's length (see [`critical`]).
+    pub critical_path: Option<CriticalPath>,
 }
 
 /// Messages per world rank, from the ranks of their sends or receives.
@@ -459,6 +463,8 @@ impl Report {
         });
         let (pending_requests, pending_first) = requests::pending(trace);
         let times = times::Times { trace, synced };
+        let mut found = waits::find(trace, messages, &instances, &times);
+        let metrics = metrics::compute(trace, &times);
         let events = trace.events();
         let bytes_payload: u64 = trace.ranks.iter().map(|r| r.payload_bytes).sum();
         let run = trace.ranks[0].header.run.as_ref().map(|run| RunSummary {
@@ -526,8 +532,14 @@ impl Report {
             warnings: trace.all_warnings(),
             clocks: Some(clocks),
             sync: None,
-            wait_states: Some(waits::compute(trace, messages, &instances, &times)),
-            metrics: Some(metrics::compute(trace, &times)),
+            wait_states: Some(waits::states(trace, &times, &found)),
+            critical_path: Some(critical::compute(
+                trace,
+                &times,
+                &mut found,
+                (metrics.from_ns, metrics.to_ns),
+            )),
+            metrics: Some(metrics),
         }
     }
 
@@ -747,6 +759,9 @@ impl Report {
         }
         if let Some(m) = &self.metrics {
             m.write_text(w)?;
+        }
+        if let Some(c) = &self.critical_path {
+            c.write_text(w)?;
         }
 
         let v = &self.violations;

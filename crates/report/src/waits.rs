@@ -92,12 +92,15 @@ pub const WAIT_AT_BARRIER: &str = "wait_at_barrier";
 pub const LATE_BROADCAST: &str = "late_broadcast";
 
 /// One wait: who waited where, how long, and who caused it.
-struct Wait {
-    kind: &'static str,
-    at: EventRef,
-    comm: u64,
-    ns: u64,
-    cause: EventRef,
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Wait {
+    pub kind: &'static str,
+    /// The call that waited.
+    pub at: EventRef,
+    pub comm: u64,
+    pub ns: u64,
+    /// The late rank's call.
+    pub cause: EventRef,
 }
 
 /// The wait states of `trace` (see the module docs).
@@ -107,6 +110,33 @@ pub fn compute(
     instances: &[Instance<MemberCalls>],
     times: &Times,
 ) -> WaitStates {
+    states(trace, times, &find(trace, messages, instances, times))
+}
+
+/// The wait states of the waits [`find`] found.
+pub(crate) fn states(trace: &Trace, times: &Times, waits: &[Wait]) -> WaitStates {
+    let name = |at: EventRef| -> String {
+        times
+            .func(at)
+            .and_then(|f| {
+                trace.ranks[at.rank as usize]
+                    .header
+                    .functions
+                    .get(f as usize)
+            })
+            .map(|f| f.name.clone())
+            .unwrap_or_default()
+    };
+    summarize(trace, times, waits, &name)
+}
+
+/// Every wait of `trace`, in no particular order.
+pub(crate) fn find(
+    trace: &Trace,
+    messages: &Messages,
+    instances: &[Instance<MemberCalls>],
+    times: &Times,
+) -> Vec<Wait> {
     let name = |at: EventRef| -> String {
         times
             .func(at)
@@ -225,7 +255,7 @@ pub fn compute(
         }
     }
 
-    summarize(trace, times, &waits, &name)
+    waits
 }
 
 fn summarize(

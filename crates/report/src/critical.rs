@@ -1,0 +1,375 @@
+//! The critical path: the chain of computation and communication that
+//! decided how long the application's work took, found backward from its
+//! end on synchronized time (recorded time where sync did not run), after
+//! Scalasca's critical-path analysis.
+//!
+//! The walk starts where the last rank entered `MPI_Finalize` (the end of
+//! the window [`crate::metrics`] uses) and goes back in that rank's main
+//! thread. Time between calls is computation; a call is MPI time, except
+//! where it waited (a wait state, [`crate::waits`]): there the path leaves
+//! for the rank that was late, at the start of its call, since that rank's
+//! progress is what the waiting call depended on. The walk stops at the
+//! window's start (the last end of `MPI_Init`). Every nanosecond of the
+//! window is on the path exactly once, so the shares add up to 1.
+
+use pmtrace_trace::read::{EventRef, Trace};
+use rustc_hash::FxHashMap as HashMap;
+use serde::Serialize;
+
+use crate::times::Times;
+use crate::waits::Wait;
+
+/// The activity name of time outside MPI.
+pub const COMPUTATION: &str = "computation";
+/// How many segments the report lists.
+pub const SEGMENTS_SHOWN: usize = 10;
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct CriticalPath {
+    /// "synchronized" or "recorded".
+    pub time_base: &'static str,
+    pub from_ns: u64,
+    pub to_ns: u64,
+    pub length_ns: u64,
+    pub by_rank: Vec<Share>,
+    /// Each MPI function, and "computation".
+    pub by_activity: Vec<Share>,
+    /// The longest stretches of one activity on one rank, longest first.
+    pub segments: Vec<Segment>,
+    /// Times the path went from one rank to another.
+    pub hops: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Share {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rank: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    pub ns: u64,
+    pub share: f64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Segment {
+    pub rank: u32,
+    pub activity: String,
+    pub from_ns: u64,
+    pub to_ns: u64,
+    pub ns: u64,
+}
+
+/// The critical path of `trace` over the window `(from, to)`, given its
+/// wait states (sorted here by the waiting call).
+pub(crate) fn compute(
+    trace: &Trace,
+    times: &Times,
+    waits: &mut [Wait],
+    window: (u64, u64),
+) -> CriticalPath {
+    let (from, to) = window;
+    let key = |at: EventRef| (at.rank, at.thread, at.index);
+    waits.sort_unstable_by_key(|w| key(w.at));
+    // The largest wait of the call at `at`.
+    let waited = |at: EventRef| -> Option<Wait> {
+        let first = waits.partition_point(|w| key(w.at) < key(at));
+        waits[first..]
+            .iter()
+            .take_while(|w| w.at == at)
+            .max_by_key(|w| w.ns)
+            .copied()
+    };
+    let func = |at: EventRef| times.func(at).unwrap_or(u32::MAX);
+    let mut acc = Walk {
+        from,
+        to,
+        current: None,
+        by_rank: HashMap::default(),
+        by_activity: HashMap::default(),
+        longest: Vec::new(),
+    };
+    let mut hops = 0u64;
+    if let Some((rank, t)) = end_point(trace, times, to) {
+        let (mut rank, mut t) = (rank, t);
+        // The next call to look at on `rank`: found by a search after a
+        // hop, else the one before the last.
+        let mut next = call_before(trace, times, rank, t);
+        let mut guard = 0usize;
+        let limit = trace.events() as usize * 2 + 16;
+        while t > from && guard < limit {
+            guard += 1;
+            let Some(call) = next else {
+                acc.push(rank, COMPUTING, from, t);
+                break;
+            };
+            let (a, b) = times.of(call).expect("a call of the trace");
+            if b < t {
+                acc.push(rank, COMPUTING, b, t);
+            }
+            let end = b.min(t);
+            match waited(call) {
+                Some(w) if w.cause.rank != rank || w.cause.thread != call.thread => {
+                    // The call waited until a + ns for the late rank.
+                    let resumed = (a + w.ns).min(end);
+                    acc.push(rank, func(call), resumed, end);
+                    let Some((c0, _)) = times.of(w.cause) else {
+                        break;
+                    };
+                    hops += 1;
+                    rank = w.cause.rank;
+                    t = c0.min(resumed);
+                    next = call_before(trace, times, rank, t);
+                }
+                _ => {
+                    acc.push(rank, func(call), a, end);
+                    t = a;
+                    next = previous_call(trace, call);
+                }
+            }
+        }
+    }
+    acc.flush();
+    summarize(trace, times, acc, hops, (from, to))
+}
+
+/// Activity code of computation (else a function id of the rank).
+const COMPUTING: u32 = u32::MAX;
+
+/// A stretch of one activity on one rank, as the walk goes.
+#[derive(Debug, Clone, Copy)]
+struct Stretch {
+    rank: u32,
+    activity: u32,
+    from: u64,
+    to: u64,
+}
+
+/// What the walk adds up: time per rank and per (rank, activity), and the
+/// longest stretches.
+struct Walk {
+    from: u64,
+    to: u64,
+    current: Option<Stretch>,
+    by_rank: HashMap<u32, u64>,
+    by_activity: HashMap<(u32, u32), u64>,
+    longest: Vec<Stretch>,
+}
+
+impl Walk {
+    /// Time `a..b` on `rank` doing `activity`, before everything pushed so far.
+    fn push(&mut self, rank: u32, activity: u32, a: u64, b: u64) {
+        let (a, b) = (a.max(self.from), b.min(self.to));
+        if b <= a {
+            return;
+        }
+        if let Some(c) = &mut self.current {
+            if c.rank == rank && c.activity == activity && c.from == b {
+                c.from = a;
+                return;
+            }
+        }
+        self.flush();
+        self.current = Some(Stretch {
+            rank,
+            activity,
+            from: a,
+            to: b,
+        });
+    }
+
+    fn flush(&mut self) {
+        let Some(c) = self.current.take() else { return };
+        let ns = c.to - c.from;
+        *self.by_rank.entry(c.rank).or_default() += ns;
+        *self.by_activity.entry((c.rank, c.activity)).or_default() += ns;
+        if self.longest.len() < SEGMENTS_SHOWN {
+            self.longest.push(c);
+        } else if let Some(min) = self
+            .longest
+            .iter_mut()
+            .min_by_key(|s| (s.to - s.from, std::cmp::Reverse(s.from)))
+        {
+            if ns > min.to - min.from {
+                *min = c;
+            }
+        }
+    }
+}
+
+/// The call before `at` in its thread.
+fn previous_call(trace: &Trace, at: EventRef) -> Option<EventRef> {
+    let records = &trace.ranks[at.rank as usize].thread(at.thread)?.records;
+    (0..at.pos())
+        .rev()
+        .find(|&p| records.is_call(p))
+        .map(|p| EventRef {
+            index: p as u32,
+            ..at
+        })
+}
+
+/// The rank that entered `MPI_Finalize` last (at `to`), and `to`.
+fn end_point(trace: &Trace, times: &Times, to: u64) -> Option<(u32, u64)> {
+    let mut best: Option<(u64, u32)> = None;
+    for rank in &trace.ranks {
+        let th = rank.threads.first()?;
+        let last = (0..th.records.len())
+            .rev()
+            .find(|&p| th.records.is_call(p))?;
+        let at = EventRef {
+            rank: rank.rank,
+            thread: th.index,
+            index: last as u32,
+        };
+        let (a, _) = times.of(at)?;
+        if best.is_none_or(|b| a > b.0) {
+            best = Some((a, rank.rank));
+        }
+    }
+    best.map(|(a, r)| (r, a.min(to)))
+}
+
+/// The last call of `rank`'s main thread that starts before `t`.
+fn call_before(trace: &Trace, times: &Times, rank: u32, t: u64) -> Option<EventRef> {
+    let r = trace.ranks.get(rank as usize)?;
+    let th = r.threads.first()?;
+    let records = &th.records;
+    let at = |p: usize| EventRef {
+        rank,
+        thread: th.index,
+        index: p as u32,
+    };
+    let start = |p: usize| times.of(at(p)).map_or(0, |x| x.0);
+    // Records start in order within a thread (sync keeps each thread's order).
+    let n = {
+        let (mut lo, mut hi) = (0usize, records.len());
+        while lo < hi {
+            let mid = (lo + hi) / 2;
+            if start(mid) < t {
+                lo = mid + 1;
+            } else {
+                hi = mid;
+            }
+        }
+        lo
+    };
+    (0..n).rev().find(|&p| records.is_call(p)).map(at)
+}
+
+fn summarize(
+    trace: &Trace,
+    times: &Times,
+    walk: Walk,
+    hops: u64,
+    window: (u64, u64),
+) -> CriticalPath {
+    let name = |rank: u32, activity: u32| -> String {
+        if activity == COMPUTING {
+            return COMPUTATION.to_owned();
+        }
+        trace.ranks[rank as usize]
+            .header
+            .functions
+            .get(activity as usize)
+            .map(|f| f.name.clone())
+            .unwrap_or_default()
+    };
+    let length: u64 = walk.by_rank.values().sum();
+    let share = |ns: u64| {
+        if length == 0 {
+            0.0
+        } else {
+            ns as f64 / length as f64
+        }
+    };
+    let mut by_name: HashMap<String, u64> = HashMap::default();
+    for (&(rank, activity), &ns) in &walk.by_activity {
+        *by_name.entry(name(rank, activity)).or_default() += ns;
+    }
+    let mut by_rank: Vec<Share> = walk
+        .by_rank
+        .iter()
+        .map(|(&r, &ns)| Share {
+            rank: Some(r),
+            name: None,
+            ns,
+            share: share(ns),
+        })
+        .collect();
+    by_rank.sort_by(|a, b| b.ns.cmp(&a.ns).then(a.rank.cmp(&b.rank)));
+    let mut by_activity: Vec<Share> = by_name
+        .into_iter()
+        .map(|(n, ns)| Share {
+            rank: None,
+            name: Some(n),
+            ns,
+            share: share(ns),
+        })
+        .collect();
+    by_activity.sort_by(|a, b| b.ns.cmp(&a.ns).then(a.name.cmp(&b.name)));
+    let mut segments: Vec<Segment> = walk
+        .longest
+        .iter()
+        .map(|s| Segment {
+            rank: s.rank,
+            activity: name(s.rank, s.activity),
+            from_ns: s.from,
+            to_ns: s.to,
+            ns: s.to - s.from,
+        })
+        .collect();
+    segments.sort_by(|a, b| b.ns.cmp(&a.ns).then(a.from_ns.cmp(&b.from_ns)));
+    CriticalPath {
+        time_base: times.base(),
+        from_ns: window.0,
+        to_ns: window.1,
+        length_ns: length,
+        by_rank,
+        by_activity,
+        segments,
+        hops,
+    }
+}
+
+impl CriticalPath {
+    /// The path as a person reads it.
+    pub fn write_text(&self, w: &mut dyn std::io::Write) -> std::io::Result<()> {
+        let ms = |ns: u64| ns as f64 / 1e6;
+        writeln!(
+            w,
+            "\nCritical path ({} time, MPI_Init to MPI_Finalize): {:.3} ms, {} hops between ranks",
+            self.time_base,
+            ms(self.length_ns),
+            self.hops
+        )?;
+        for s in self.by_rank.iter().take(8) {
+            writeln!(
+                w,
+                "  rank {:<6} {:>12.3} ms {:>5.1}%",
+                s.rank.unwrap_or_default(),
+                ms(s.ns),
+                100.0 * s.share
+            )?;
+        }
+        for s in self.by_activity.iter().take(8) {
+            writeln!(
+                w,
+                "  {:<22} {:>12.3} ms {:>5.1}%",
+                s.name.as_deref().unwrap_or_default(),
+                ms(s.ns),
+                100.0 * s.share
+            )?;
+        }
+        for s in self.segments.iter().take(5) {
+            writeln!(
+                w,
+                "  longest: rank {} {} {:.3} ms (from {} ns)",
+                s.rank,
+                s.activity,
+                ms(s.ns),
+                s.from_ns
+            )?;
+        }
+        Ok(())
+    }
+}
