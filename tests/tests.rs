@@ -1932,17 +1932,18 @@ fn a_trace_bigger_than_its_memory_limit_is_worked_on_out_of_core() {
     refused(out, "PMTRACE_SPILL=off keeps it in memory");
 }
 
-/// Issue 19, point 3: wait states of a program with a known delay (one
+/// Issue 19, point 3 (and the late broadcast): wait states of a program with a known delay (one
 /// rank sleeps 200 ms before the call the others wait in, three rounds:
 /// 600 ms): the expected kind on each expected rank within 10%, on
 /// synchronized time, and charged to the late rank and its call.
 #[test]
 fn wait_states_show_the_injected_delay_on_the_expected_ranks() {
-    let cases: [(&str, &[u64], &str, u64, &str); 4] = [
+    let cases: [(&str, &[u64], &str, u64, &str); 5] = [
         ("late_sender", &[0], "late_sender", 1, "MPI_Send"),
         ("late_receiver", &[0], "late_receiver", 1, "MPI_Recv"),
         ("barrier", &[0, 1, 2], "wait_at_barrier", 3, "MPI_Barrier"),
         ("nxn", &[0, 2, 3], "wait_at_nxn", 1, "MPI_Allreduce"),
+        ("bcast", &[1, 2, 3], "late_broadcast", 0, "MPI_Bcast"),
     ];
     let injected = 600e6;
     for (mode, waiters, kind, late, call) in cases {

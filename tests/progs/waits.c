@@ -5,7 +5,8 @@
  *   late_sender    rank 1 sleeps, then MPI_Send to rank 0, which is in MPI_Recv;
  *   late_receiver  rank 0 is in MPI_Ssend to rank 1, which sleeps, then MPI_Recv;
  *   barrier        the last rank sleeps, then MPI_Barrier;
- *   nxn            rank 1 sleeps, then MPI_Allreduce.
+ *   nxn            rank 1 sleeps, then MPI_Allreduce;
+ *   bcast          the root, rank 0, sleeps, then MPI_Bcast.
  * Rank 0 prints one line at the end, "waits: ok MODE np=N". */
 #include "expect.h"
 #include <stdio.h>
@@ -50,6 +51,10 @@ int main(int argc, char **argv)
             if (rank == size - 1)
                 late();
             C(MPI_Barrier, MPI_COMM_WORLD);
+        } else if (strcmp(mode, "bcast") == 0) {
+            if (rank == 0)
+                late();
+            C(MPI_Bcast, &x, 1, MPI_INT, 0, MPI_COMM_WORLD);
         } else if (strcmp(mode, "nxn") == 0) {
             if (rank == 1)
                 late();
