@@ -419,14 +419,8 @@ impl Report {
                 cell.1 += s.bytes;
             }
         }
-        let site = |at: EventRef| {
-            let rank = &trace.ranks[at.rank as usize];
-            let function = rank
-                .call_at(at)
-                .map(|c| rank.header.functions[c.func as usize].name.clone())
-                .unwrap_or_default();
-            (at.rank, at.thread, function, at.index)
-        };
+        let times = times::Times { trace, synced };
+        let site = |at: EventRef| (at.rank, at.thread, times.name(at).to_owned(), at.index);
         let unmatched_sends = messages.unmatched_sends.iter().map(|&i| {
             let s = &messages.sends[i];
             let (rank, thread, function, position) = site(s.call);
@@ -462,7 +456,6 @@ impl Report {
             }
         });
         let (pending_requests, pending_first) = requests::pending(trace);
-        let times = times::Times { trace, synced };
         let mut found = waits::find(trace, messages, &instances, &times);
         let metrics = metrics::compute(trace, &times);
         let events = trace.events();

@@ -49,6 +49,18 @@ impl<'a> Times<'a> {
         rank.thread(at.thread)?.records.func(at.pos())
     }
 
+    /// The name of the function of the call at `at` ("" if it is none).
+    pub fn name(&self, at: EventRef) -> &'a str {
+        self.func(at)
+            .and_then(|f| {
+                self.trace.ranks[at.rank as usize]
+                    .header
+                    .functions
+                    .get(f as usize)
+            })
+            .map_or("", |f| f.name.as_str())
+    }
+
     /// The calls of rank `rank`'s thread at `slot`, in record order: (function, start, end).
     pub fn calls(&self, rank: u32, slot: usize) -> impl Iterator<Item = (u32, u64, u64)> + 'a {
         let r = &self.trace.ranks[rank as usize];

@@ -103,31 +103,9 @@ pub(crate) struct Wait {
     pub cause: EventRef,
 }
 
-/// The wait states of `trace` (see the module docs).
-pub fn compute(
-    trace: &Trace,
-    messages: &Messages,
-    instances: &[Instance<MemberCalls>],
-    times: &Times,
-) -> WaitStates {
-    states(trace, times, &find(trace, messages, instances, times))
-}
-
 /// The wait states of the waits [`find`] found.
 pub(crate) fn states(trace: &Trace, times: &Times, waits: &[Wait]) -> WaitStates {
-    let name = |at: EventRef| -> String {
-        times
-            .func(at)
-            .and_then(|f| {
-                trace.ranks[at.rank as usize]
-                    .header
-                    .functions
-                    .get(f as usize)
-            })
-            .map(|f| f.name.clone())
-            .unwrap_or_default()
-    };
-    summarize(trace, times, waits, &name)
+    summarize(trace, times, waits)
 }
 
 /// Every wait of `trace`, in no particular order.
@@ -137,18 +115,7 @@ pub(crate) fn find(
     instances: &[Instance<MemberCalls>],
     times: &Times,
 ) -> Vec<Wait> {
-    let name = |at: EventRef| -> String {
-        times
-            .func(at)
-            .and_then(|f| {
-                trace.ranks[at.rank as usize]
-                    .header
-                    .functions
-                    .get(f as usize)
-            })
-            .map(|f| f.name.clone())
-            .unwrap_or_default()
-    };
+    let name = |at: EventRef| times.name(at);
     let kind_of = |at: EventRef| {
         times
             .func(at)
@@ -258,12 +225,7 @@ pub(crate) fn find(
     waits
 }
 
-fn summarize(
-    trace: &Trace,
-    times: &Times,
-    waits: &[Wait],
-    name: &dyn Fn(EventRef) -> String,
-) -> WaitStates {
+fn summarize(trace: &Trace, times: &Times, waits: &[Wait]) -> WaitStates {
     // MPI time per rank, on the same time base.
     let mpi_by_rank: Vec<u64> = trace
         .ranks
@@ -279,9 +241,9 @@ fn summarize(
     let share = |ns: u64, of: u64| if of == 0 { 0.0 } else { ns as f64 / of as f64 };
     let mut by_kind: BTreeMap<&'static str, (u64, u64)> = BTreeMap::new();
     let mut by_rank: BTreeMap<(u32, &'static str), (u64, u64)> = BTreeMap::new();
-    let mut by_function: BTreeMap<(String, &'static str), (u64, u64)> = BTreeMap::new();
+    let mut by_function: BTreeMap<(&str, &'static str), (u64, u64)> = BTreeMap::new();
     let mut by_comm: BTreeMap<(u64, &'static str), (u64, u64)> = BTreeMap::new();
-    let mut causes: BTreeMap<(u32, String, &'static str), (u64, u64)> = BTreeMap::new();
+    let mut causes: BTreeMap<(u32, &str, &'static str), (u64, u64)> = BTreeMap::new();
     let add = |e: &mut (u64, u64), ns: u64| {
         e.0 += ns;
         e.1 += 1;
@@ -289,11 +251,14 @@ fn summarize(
     for w in waits {
         add(by_kind.entry(w.kind).or_default(), w.ns);
         add(by_rank.entry((w.at.rank, w.kind)).or_default(), w.ns);
-        add(by_function.entry((name(w.at), w.kind)).or_default(), w.ns);
+        add(
+            by_function.entry((times.name(w.at), w.kind)).or_default(),
+            w.ns,
+        );
         add(by_comm.entry((w.comm, w.kind)).or_default(), w.ns);
         add(
             causes
-                .entry((w.cause.rank, name(w.cause), w.kind))
+                .entry((w.cause.rank, times.name(w.cause), w.kind))
                 .or_default(),
             w.ns,
         );
@@ -313,7 +278,7 @@ fn summarize(
         .map(|((rank, function, kind), (ns, waits))| Cause {
             kind,
             rank,
-            function,
+            function: function.to_owned(),
             ns,
             waits,
         })
@@ -339,7 +304,7 @@ fn summarize(
         by_function: by_function
             .into_iter()
             .map(|((f, k), (ns, n))| WaitRow {
-                function: Some(f),
+                function: Some(f.to_owned()),
                 ..row(k, ns, n, mpi_ns)
             })
             .collect(),
