@@ -5,7 +5,7 @@ SHELL := /bin/bash
 CARGO ?= cargo
 RELEASE := target/release
 EXAMPLES := ring pingpong halo2d master_worker collectives
-PROGS := coverage bytes manycalls mpibench threads late_finalize abort pbcost scenarios syncbench reqfree errors zerocoll spawn bigmsg waits
+PROGS := coverage bytes manycalls mpibench threads late_finalize abort pbcost scenarios syncbench reqfree errors zerocoll spawn bigmsg waits races
 EX_BIN := $(addprefix target/examples/,$(EXAMPLES) $(PROGS))
 
 # Open MPI refuses root and more ranks than cores unless told.

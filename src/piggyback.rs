@@ -1234,6 +1234,7 @@ impl Posted {
     /// An `MPI_Isendrecv_replace` whose message goes apart: the copy of
     /// the data it sends (the call is then an `MPI_Isendrecv`).
     #[inline(always)]
+    #[cfg_attr(not(mpi4), allow(dead_code))]
     pub fn apart_send(&self) -> Option<(*const c_void, i64)> {
         apart_send(&self.slot.as_ref()?.copy)
     }

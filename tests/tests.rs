@@ -2108,3 +2108,204 @@ impl Drop for MemoryCgroup {
         let _ = std::fs::remove_dir(&self.dir);
     }
 }
+
+/// `pmtrace races DIR --json` with the given clocks ("" for the default).
+fn races_of(trace: &Path, clocks: &str) -> serde_json::Value {
+    let dir = trace.to_str().unwrap();
+    let mut args = vec!["races", dir, "--json"];
+    if !clocks.is_empty() {
+        args.extend(["--clocks", clocks]);
+    }
+    let out = pmtrace(&args);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// Each race as (rank, function, matched (source, id), alternatives).
+type RaceSet = Vec<(u64, String, (u64, u64), Vec<(u64, u64)>)>;
+
+fn race_set(races: &serde_json::Value) -> RaceSet {
+    let msg = |m: &serde_json::Value| {
+        (
+            m["source"].as_u64().unwrap(),
+            m["message_id"].as_u64().unwrap(),
+        )
+    };
+    races["races"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            (
+                r["rank"].as_u64().unwrap(),
+                r["call"]["function"].as_str().unwrap().to_owned(),
+                msg(&r["matched"]),
+                r["alternatives"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(msg)
+                    .collect(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn message_races_are_the_sends_concurrent_with_each_wildcard_receive() {
+    let np3 = |mode: &str, args: &[&str], env: &[(&str, &str)]| {
+        let dir = scratch(&format!("races-{mode}"));
+        let mut a = vec![mode];
+        a.extend(args);
+        let run = mpirun(
+            &dir,
+            if mode == "master" { 5 } else { 3 },
+            &prog("races"),
+            &a,
+            Mode::Preload,
+            env,
+        );
+        assert_eq!(run.code, 0, "{mode}: {}", run.stderr);
+        run
+    };
+    let both = |trace: &Path| -> (serde_json::Value, serde_json::Value) {
+        let l = races_of(trace, "lamport");
+        let v = races_of(trace, "vector");
+        assert_eq!(
+            (l["mode"].as_str(), l["exact"].as_bool()),
+            (Some("lamport"), Some(false))
+        );
+        assert_eq!(
+            (v["mode"].as_str(), v["exact"].as_bool()),
+            (Some("vector"), Some(true))
+        );
+        (l, v)
+    };
+    let counts = |r: &serde_json::Value| {
+        (
+            r["wildcard_receives"].as_u64().unwrap(),
+            r["racy_receives"].as_u64().unwrap(),
+            r["alternatives"].as_u64().unwrap(),
+        )
+    };
+
+    // The crooked barrier: the Irecv took one of the two messages (id 1 of
+    // each sender) and could have taken the other; the Recv after the
+    // barrier had no other choice left.
+    let run = np3("crooked", &[], &[]);
+    let took_22 = run.stdout.contains("irecv got 22");
+    let (first, other) = if took_22 { (0, 2) } else { (2, 0) };
+    for r in [both(&run.trace).0, both(&run.trace).1] {
+        assert_eq!(counts(&r), (2, 1, 1), "{r}");
+        assert_eq!(
+            race_set(&r),
+            vec![(1, "MPI_Irecv".to_owned(), (first, 1), vec![(other, 1)])]
+        );
+    }
+
+    // Master/worker: each result could have been any worker's whose task
+    // was out when it came; the master prints that answer itself.
+    let run = np3("master", &["24"], &[]);
+    let expected: RaceSet = run
+        .stdout
+        .lines()
+        .filter_map(|l| l.strip_prefix("expect "))
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            let alts: Vec<(u64, u64)> = f[2..]
+                .iter()
+                .map(|a| {
+                    let (w, n) = a.split_once(':').unwrap();
+                    (w.parse().unwrap(), n.parse().unwrap())
+                })
+                .collect();
+            let source: u64 = f[1].parse().unwrap();
+            // The worker's result number is its message id: workers send nothing else.
+            let took = run
+                .stdout
+                .lines()
+                .filter_map(|l| l.strip_prefix("expect "))
+                .take_while(|x| *x != l)
+                .filter(|x| x.split_whitespace().nth(1) == Some(f[1]))
+                .count() as u64
+                + 1;
+            (!alts.is_empty()).then(|| (0, "MPI_Recv".to_owned(), (source, took), alts))
+        })
+        .collect();
+    assert!(expected.len() >= 20, "{}", run.stdout);
+    let (l, v) = both(&run.trace);
+    for r in [&l, &v] {
+        assert_eq!(r["wildcard_receives"], 24);
+        assert_eq!(race_set(r), expected, "{}", r["mode"]);
+    }
+
+    // Wildcard receives in a causal chain, and a program without any.
+    let run = np3("ordered", &[], &[]);
+    for r in [both(&run.trace).0, both(&run.trace).1] {
+        assert_eq!(counts(&r), (20, 0, 0));
+    }
+    let dir = scratch("races-deterministic");
+    let run = mpirun(
+        &dir,
+        4,
+        &prog("races"),
+        &["deterministic"],
+        Mode::Preload,
+        &[],
+    );
+    assert_eq!(run.code, 0);
+    for r in [both(&run.trace).0, both(&run.trace).1] {
+        assert_eq!(counts(&r), (0, 0, 0));
+    }
+
+    // Fig. 5.3: rank 0's message (its first) could have matched rank 2's
+    // wildcard receive, which took rank 1's second. Lamport clocks miss it,
+    // vector clocks find it; a trace recorded with vector clocks uses them.
+    let run = np3("fig53", &[], &[]);
+    assert!(
+        run.stdout.contains("fig53: first from 1, then from 0"),
+        "{}",
+        run.stdout
+    );
+    let (l, v) = both(&run.trace);
+    assert_eq!(counts(&l), (2, 0, 0));
+    assert_eq!(counts(&v), (2, 1, 1));
+    assert_eq!(
+        race_set(&v),
+        vec![(2, "MPI_Recv".to_owned(), (1, 2), vec![(0, 1)])]
+    );
+    let run = np3("fig53", &[], &[("PMTRACE_CLOCKS", "vector")]);
+    let r = races_of(&run.trace, "");
+    assert_eq!(r["mode"], "vector");
+    assert_eq!(race_set(&r), race_set(&v));
+
+    // Wildcard probes: the first Probe and the first Mprobe chose between
+    // ranks 1 and 2 (tag 1: each one's first message; tag 2: second).
+    let run = np3("probe", &[], &[]);
+    let (l, v) = both(&run.trace);
+    for r in [&l, &v] {
+        assert_eq!(counts(r), (4, 2, 2), "{r}");
+        let set = race_set(r);
+        assert_eq!(set.len(), 2);
+        for ((_, function, (source, id), alts), (want_f, want_id)) in
+            set.iter().zip([("MPI_Probe", 1), ("MPI_Mprobe", 2)])
+        {
+            assert_eq!((function.as_str(), *id), (want_f, want_id));
+            assert_eq!(alts, &vec![(3 - source, want_id)]);
+        }
+    }
+    let text = pmtrace(&["races", run.trace.to_str().unwrap()]);
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(
+        text.contains("rank 0 MPI_Probe (communicator 0, tag 1): 1 of 2 receives racy"),
+        "{text}"
+    );
+    assert!(
+        text.contains("a test must see each racy receive take a message from each of {1, 2}"),
+        "{text}"
+    );
+}

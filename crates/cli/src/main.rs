@@ -20,8 +20,10 @@ use std::process::ExitCode;
 
 use anyhow::{bail, Context, Result};
 use clap::{Args, Parser, Subcommand, ValueEnum};
+use pmtrace_analysis::clocks::RaceClocks;
 use pmtrace_analysis::export::view::View;
 use pmtrace_analysis::export::{chrome, merged, otf2, perfetto, text, timeline};
+use pmtrace_analysis::report::races::{self, Races};
 use pmtrace_analysis::sync::{ClcParams, SyncParams, Synced};
 use pmtrace_analysis::{Messages, Report, ReportOptions, Trace};
 
@@ -69,7 +71,32 @@ enum Command {
     Export(ExportArgs),
     Timeline(TimelineArgs),
     CriticalPath(CriticalPathArgs),
+    Races(RacesArgs),
     Run(launch::RunArgs),
+}
+
+/// Message races: the wildcard receives (MPI_ANY_SOURCE receives, and
+/// wildcard probes) that could have matched another send.
+///
+/// For each wildcard receive, lists the sends, from other sources, that
+/// were concurrent with it under MPI's matches-before order and so could
+/// have matched it in another run (Vo's DAMPI, Theorems 5.3 and 5.5). The
+/// text groups them by receive site and says which outcomes a test would
+/// have to cover. With vector clocks the answer is exact; with Lamport
+/// clocks every race shown is real, but some may be missed.
+#[derive(Debug, Args)]
+struct RacesArgs {
+    /// The trace directory.
+    dir: PathBuf,
+    /// Print one JSON object (keys: mode, exact, wildcard_receives,
+    /// racy_receives, alternatives, unresolved, sites, races).
+    #[arg(long)]
+    json: bool,
+    /// The clocks to decide with: vector (exact; the clocks are rebuilt
+    /// from the whole trace, one entry per rank for every message in
+    /// flight) or lamport. Default: the clocks the trace was recorded with.
+    #[arg(long, value_parser = ["vector", "lamport"])]
+    clocks: Option<String>,
 }
 
 /// The critical path: the chain of computation and communication that
@@ -325,6 +352,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Command::Export(args) => export(args),
         Command::Timeline(args) => timeline(args),
         Command::CriticalPath(args) => critical_path(args),
+        Command::Races(args) => races(args),
         Command::Run(args) => launch::run(args),
     }
 }
@@ -357,6 +385,41 @@ fn critical_path(args: CriticalPathArgs) -> Result<ExitCode> {
         writeln!(out)?;
     } else {
         path.write_text(&mut out)?;
+    }
+    out.flush()?;
+    leave(trace);
+    Ok(ExitCode::SUCCESS)
+}
+
+fn races(args: RacesArgs) -> Result<ExitCode> {
+    memory::check(&args.dir, "races", memory::cost::REPORT)?;
+    let progress = progress::Progress::new();
+    progress.phase("reading the trace");
+    let trace = Trace::open(&args.dir)?;
+    progress.phase("matching messages");
+    let messages = Messages::build(&trace);
+    progress.phase("rebuilding the clocks");
+    let recorded = trace.ranks[0].header.clocks.as_str();
+    let vector = match args.clocks.as_deref() {
+        Some(mode) => mode == "vector",
+        None => recorded == "vector",
+    };
+    let wild = races::wildcards(&trace, &messages);
+    let clocks = RaceClocks::compute(
+        &trace,
+        &messages,
+        vector,
+        &races::probed_receives(&messages, &wild),
+    );
+    progress.phase("finding races");
+    let races = Races::build(&trace, &messages, &wild, &clocks);
+    drop(progress);
+    let mut out = BufWriter::new(io::stdout().lock());
+    if args.json {
+        serde_json::to_writer_pretty(&mut out, &races).context("cannot write the races")?;
+        writeln!(out)?;
+    } else {
+        races.write_text(&trace, &mut out)?;
     }
     out.flush()?;
     leave(trace);

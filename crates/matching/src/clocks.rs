@@ -299,6 +299,19 @@ enum Ev {
     End(u32),
 }
 
+/// Which vector clocks a pass keeps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Vectors {
+    None,
+    /// Happens-before vectors, as the runtime's vector mode piggybacks:
+    /// a rank's own entry ticks at every send, receive, enter and exit.
+    Eager,
+    /// LVCP's (`003_…` §5.2): a rank's own entry ticks exactly where its
+    /// LLCP clock does (the completion of a wildcard receive), and entries
+    /// merge by maximum along messages and collectives.
+    Lazy,
+}
+
 /// How a collective's enters and exits depend on each other (Becker et al. §4).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Shape {
@@ -670,6 +683,10 @@ struct Pass {
     send_vc: Vec<Option<Vec<u64>>>,
     recv_lc: RecvClocks,
     recv_vc: Vec<Option<Vec<u64>>>,
+    /// Lazy vectors only: each send's entry for its destination, and each
+    /// receive's own entry when it matched (`NO_CLOCK`: none).
+    send_own: Vec<u64>,
+    recv_own: Vec<u64>,
     after_call: CallClocks,
     forced: u64,
     /// Events in evaluation order (a topological order), for the HB check:
@@ -692,18 +709,23 @@ fn pass(
     m: &Messages,
     p: &Plan,
     collectives: bool,
-    vector: bool,
+    vectors: Vectors,
     keep_nodes: bool,
+    races: Option<&[bool]>,
 ) -> Pass {
     let n = p.events.len();
     let world = trace.world_size as usize;
+    let vector = vectors != Vectors::None;
+    let lazy = vectors == Vectors::Lazy;
     let mut w = Walker {
         trace,
         m,
         p,
         collectives,
         vector,
+        lazy,
         keep_nodes,
+        races,
         any_tag: trace.constants().any_tag,
         st: (0..n)
             .map(|_| State {
@@ -721,8 +743,18 @@ fn pass(
                 Vec::new()
             },
             recv_lc: RecvClocks::new(m.recvs.len()),
-            recv_vc: if vector {
+            recv_vc: if vector && !lazy {
                 vec![None; m.recvs.len()]
+            } else {
+                Vec::new()
+            },
+            send_own: if lazy {
+                vec![NO_CLOCK; m.sends.len()]
+            } else {
+                Vec::new()
+            },
+            recv_own: if lazy {
+                vec![NO_CLOCK; m.recvs.len()]
             } else {
                 Vec::new()
             },
@@ -780,7 +812,13 @@ struct Walker<'a> {
     p: &'a Plan,
     collectives: bool,
     vector: bool,
+    /// The vectors are LVCP's (`Vectors::Lazy`).
+    lazy: bool,
     keep_nodes: bool,
+    /// DAMPI's rules, for races: a receive merges `max(LC, m.LC)` (not
+    /// `m.LC + 1`), and the receives marked here tick as wildcard ones
+    /// (a wildcard probe chose their message).
+    races: Option<&'a [bool]>,
     any_tag: i32,
     st: Vec<State>,
     out: Pass,
@@ -818,7 +856,9 @@ impl Walker<'_> {
             p,
             collectives,
             vector,
+            lazy,
             keep_nodes,
+            races,
             any_tag,
             st,
             out,
@@ -829,8 +869,10 @@ impl Walker<'_> {
             insts,
             ..
         } = self;
-        let (m, p, collectives, vector, keep_nodes, any_tag) =
-            (*m, *p, *collectives, *vector, *keep_nodes, *any_tag);
+        let (m, p, collectives, vector, lazy, keep_nodes, any_tag) =
+            (*m, *p, *collectives, *vector, *lazy, *keep_nodes, *any_tag);
+        // Happens-before vectors tick at every event; lazy ones with the clock.
+        let eager = vector && !lazy;
         let send_of = |ri: usize| if matched { m.send_by_id(ri) } else { None };
         let s = &mut st[r];
         let mut node = |out: &mut Pass, vc: &[u64], from: Vec<usize>| -> Option<usize> {
@@ -852,12 +894,17 @@ impl Walker<'_> {
         match ev {
             Ev::Send(si) => {
                 let si = si as usize;
-                if vector {
+                if eager {
                     s.vc[me] += 1;
                 }
                 out.send_lc.set(si, s.lc);
                 if vector {
                     out.send_vc[si] = Some(s.vc.clone());
+                }
+                if lazy {
+                    if let Some(d) = m.sends[si].dst {
+                        out.send_own[si] = s.vc.get(d as usize).copied().unwrap_or(NO_CLOCK);
+                    }
                 }
                 if keep_nodes {
                     let vc = s.vc.clone();
@@ -865,7 +912,7 @@ impl Walker<'_> {
                 }
             }
             Ev::SendNowhere => {
-                if vector {
+                if eager {
                     s.vc[me] += 1;
                 }
             }
@@ -904,6 +951,10 @@ impl Walker<'_> {
                     let after = out.recv_lc.get(e).map_or(0, |x| x.1);
                     out.recv_lc.set(e, (s.lc, after));
                     s.lc += 1;
+                    if lazy {
+                        out.recv_own[e] = s.vc[me];
+                        s.vc[me] += 1;
+                    }
                 }
                 let was_pending = s
                     .pending
@@ -916,18 +967,32 @@ impl Walker<'_> {
                     out.recv_lc.get(ri).map_or(s.lc, |x| x.0)
                 } else {
                     let lc = s.lc;
-                    if rv.wildcard && (rv.how == RecvHow::Blocking || was_pending) {
+                    if lazy {
+                        out.recv_own[ri] = s.vc[me];
+                    }
+                    let probed = races.is_some_and(|w| w.get(ri).copied().unwrap_or(false));
+                    if rv.wildcard && (rv.how == RecvHow::Blocking || was_pending) || probed {
                         s.lc += 1;
+                        if lazy {
+                            s.vc[me] += 1;
+                        }
                     }
                     lc
                 };
                 let sent = send_of(ri).and_then(|si| out.send_lc.get(si));
                 if let Some(mlc) = sent {
-                    s.lc = s.lc.max(mlc + 1);
+                    s.lc = s.lc.max(if races.is_some() { mlc } else { mlc + 1 });
                 }
                 out.recv_lc.set(ri, (match_lc, s.lc));
                 let mut from = Vec::new();
-                if vector {
+                if lazy {
+                    // The send's vector is needed by this receive alone.
+                    if let Some(v) = send_of(ri).and_then(|si| out.send_vc[si].take()) {
+                        for (a, b) in s.vc.iter_mut().zip(&v) {
+                            *a = (*a).max(*b);
+                        }
+                    }
+                } else if vector {
                     if let Some(v) = send_of(ri).and_then(|si| out.send_vc[si].as_ref()) {
                         for (a, b) in s.vc.iter_mut().zip(v) {
                             *a = (*a).max(*b);
@@ -947,7 +1012,7 @@ impl Walker<'_> {
                 if !collectives {
                     return;
                 }
-                if vector {
+                if eager {
                     s.vc[me] += 1;
                 }
                 let cr = p.comm_rank[i].get(&(me as u32)).copied().unwrap_or(0);
@@ -991,7 +1056,7 @@ impl Walker<'_> {
                         from.push(nid);
                     }
                 }
-                if vector {
+                if eager {
                     s.vc[me] += 1;
                 }
                 let vc = s.vc.clone();
@@ -1047,7 +1112,12 @@ pub fn compute(trace: &Trace, m: &Messages) -> Clocks {
         };
     }
     // The runtime's view: no collectives; every piggyback must equal it.
-    let wire = pass(trace, m, &p, false, vector, false);
+    let vectors = if vector {
+        Vectors::Eager
+    } else {
+        Vectors::None
+    };
+    let wire = pass(trace, m, &p, false, vectors, false, None);
     for (ri, r) in m.recvs.iter().enumerate() {
         let (Some(pb), Some(si)) = (r.pb, m.send_by_id(ri)) else {
             continue;
@@ -1090,7 +1160,7 @@ pub fn compute(trace: &Trace, m: &Messages) -> Clocks {
     }
     // The full clocks, collectives merged.
     let small = m.sends.len() + m.recvs.len() <= HB_MAX_EVENTS && p.single.iter().all(|&s| s);
-    let full = pass(trace, m, &p, true, vector, vector && small);
+    let full = pass(trace, m, &p, true, vectors, vector && small, None);
     report.forced = full.forced;
     for ri in 0..m.recvs.len() {
         let Some(si) = m.send_by_id(ri) else { continue };
@@ -1121,6 +1191,62 @@ pub fn compute(trace: &Trace, m: &Messages) -> Clocks {
         report,
         after_call: full.after_call,
         recv_lc: full.recv_lc,
+    }
+}
+
+/// What the race rules compare, per message and per receive, for one
+/// rank's receives (`003_…` Theorems 5.3 and 5.5): a send's clock as its
+/// destination would see it, and a receive's clock when it matched.
+#[derive(Debug, Clone, Default)]
+pub struct RaceClocks {
+    /// `"vector"` (LVCP: exact) or `"lamport"` (LLCP: sound, may miss some).
+    pub mode: &'static str,
+    /// Per send of [`Messages::sends`]: its LLCP clock, or in vector mode
+    /// its LVCP vector's entry for the destination rank.
+    send: Vec<u64>,
+    /// Per receive of [`Messages::recvs`]: its clock when it matched (LLCP),
+    /// or its own LVCP entry then.
+    recv: Vec<u64>,
+}
+
+impl RaceClocks {
+    /// The clocks of DAMPI's rules on the whole trace: LVCP's vectors when
+    /// `vector`, else LLCP's clocks; collectives are logical messages.
+    /// `probed` marks the receives whose message a wildcard probe chose:
+    /// they tick like wildcard receives.
+    pub fn compute(trace: &Trace, m: &Messages, vector: bool, probed: &[bool]) -> RaceClocks {
+        let p = plan(trace, m);
+        let vectors = if vector { Vectors::Lazy } else { Vectors::None };
+        let full = pass(trace, m, &p, true, vectors, false, Some(probed));
+        if vector {
+            RaceClocks {
+                mode: "vector",
+                send: full.send_own,
+                recv: full.recv_own,
+            }
+        } else {
+            RaceClocks {
+                mode: "lamport",
+                send: full.send_lc.0,
+                recv: full.recv_lc.0.iter().map(|&(matched, _)| matched).collect(),
+            }
+        }
+    }
+
+    /// Send `i`'s clock as its destination sees it.
+    pub fn send(&self, i: usize) -> Option<u64> {
+        self.send.get(i).copied().filter(|&c| c != NO_CLOCK)
+    }
+
+    /// Receive `i`'s clock when it matched.
+    pub fn recv(&self, i: usize) -> Option<u64> {
+        self.recv.get(i).copied().filter(|&c| c != NO_CLOCK)
+    }
+
+    /// Clocks set by hand, for tests of the rules: (send clocks, receive
+    /// clocks), `u64::MAX` for none.
+    pub fn by_hand(mode: &'static str, send: Vec<u64>, recv: Vec<u64>) -> RaceClocks {
+        RaceClocks { mode, send, recv }
     }
 }
 
