@@ -4,6 +4,7 @@
 mod util;
 
 mod matching;
+mod races;
 mod read;
 mod report;
 mod sync;

@@ -726,6 +726,15 @@ fn pass(
         lazy,
         keep_nodes,
         races,
+        matched_send: if races.is_some() {
+            let mut v = vec![usize::MAX; m.recvs.len()];
+            for pair in &m.matched {
+                v[pair.recv] = pair.send;
+            }
+            v
+        } else {
+            Vec::new()
+        },
         any_tag: trace.constants().any_tag,
         st: (0..n)
             .map(|_| State {
@@ -782,7 +791,7 @@ fn pass(
         let mut blocked: Option<usize> = None;
         for (r, at) in cur.iter_mut().enumerate() {
             while let Some(&ev) = p.events[r].get(*at) {
-                if !w.ready(ev) {
+                if !w.ready(r, ev) {
                     blocked.get_or_insert(r);
                     break;
                 }
@@ -819,6 +828,9 @@ struct Walker<'a> {
     /// `m.LC + 1`), and the receives marked here tick as wildcard ones
     /// (a wildcard probe chose their message).
     races: Option<&'a [bool]>,
+    /// For races, each receive's send as matched (by id, else by the FIFO
+    /// rule); else receives merge the send their id names only.
+    matched_send: Vec<usize>,
     any_tag: i32,
     st: Vec<State>,
     out: Pass,
@@ -832,13 +844,35 @@ struct Walker<'a> {
 }
 
 impl Walker<'_> {
-    /// Whether everything `ev` depends on has happened.
-    fn ready(&self, ev: Ev) -> bool {
+    /// The send whose clock receive `ri` merges.
+    fn send_for(&self, ri: usize) -> Option<usize> {
+        if self.races.is_some() {
+            Some(self.matched_send[ri]).filter(|&s| s != usize::MAX)
+        } else {
+            self.m.send_by_id(ri)
+        }
+    }
+
+    /// Whether everything `ev` of stream `r` depends on has happened.
+    fn ready(&self, r: usize, ev: Ev) -> bool {
+        let sent = |ri: usize| {
+            self.send_for(ri)
+                .is_none_or(|s| self.out.send_lc.get(s).is_some())
+        };
         match ev {
-            Ev::Recv(ri) => self
-                .m
-                .send_by_id(ri as usize)
-                .is_none_or(|s| self.out.send_lc.get(s).is_some()),
+            Ev::Recv(ri) if self.races.is_some() => {
+                // The receives that matched before it merge here too.
+                let ri = ri as usize;
+                let my_post = match self.post_order[ri] {
+                    NO_POST => usize::MAX,
+                    k => k as usize,
+                };
+                sent(ri)
+                    && complete_now(&self.st[r], self.m, ri, my_post, self.any_tag, true)
+                        .iter()
+                        .all(|&(e, ..)| sent(e))
+            }
+            Ev::Recv(ri) => sent(ri as usize),
             Ev::Exit(i) => {
                 let i = i as usize;
                 !self.collectives || self.insts[i].enters.len() >= self.insts[i].size
@@ -859,6 +893,7 @@ impl Walker<'_> {
             lazy,
             keep_nodes,
             races,
+            matched_send,
             any_tag,
             st,
             out,
@@ -873,7 +908,17 @@ impl Walker<'_> {
             (*m, *p, *collectives, *vector, *lazy, *keep_nodes, *any_tag);
         // Happens-before vectors tick at every event; lazy ones with the clock.
         let eager = vector && !lazy;
-        let send_of = |ri: usize| if matched { m.send_by_id(ri) } else { None };
+        let races = *races;
+        let matched_send = &*matched_send;
+        let send_of = |ri: usize| {
+            if !matched {
+                None
+            } else if races.is_some() {
+                Some(matched_send[ri]).filter(|&s| s != usize::MAX)
+            } else {
+                m.send_by_id(ri)
+            }
+        };
         let s = &mut st[r];
         let mut node = |out: &mut Pass, vc: &[u64], from: Vec<usize>| -> Option<usize> {
             if !keep_nodes {
@@ -921,7 +966,10 @@ impl Walker<'_> {
                 s.posts += 1;
                 post_order[ri] = u32::try_from(s.posts).unwrap_or(NO_POST);
                 let rv = &m.recvs[ri];
-                if rv.wildcard {
+                // For races every nonblocking receive is followed: one that
+                // names its source also matches before a later receive
+                // that takes a message it would take.
+                if rv.wildcard || races.is_some() {
                     s.pending.push((ri, rv.comm, rv.posted_tag, s.posts));
                 }
             }
@@ -933,27 +981,33 @@ impl Walker<'_> {
                     k => k as usize,
                 };
                 // CompleteNow: pending receives that must have matched before this one.
-                let mut now: Vec<(usize, u64, i32, usize)> = s
-                    .pending
-                    .iter()
-                    .copied()
-                    .filter(|&(e, comm, tag, post)| {
-                        e != ri
-                            && comm == rv.comm
-                            && (tag == any_tag || tag == rv.tag)
-                            && post < my_post
-                    })
-                    .collect();
-                now.sort_by_key(|&(_, _, _, post)| post);
+                let now = complete_now(s, m, ri, my_post, any_tag, races.is_some());
                 s.pending.retain(|e| !now.iter().any(|x| x.0 == e.0));
                 for &(e, ..) in &now {
-                    // Its match clock; its merge comes at its own completion.
+                    // Its match clock; its merge comes at its own completion
+                    // (for races: now, as matches-before has it).
                     let after = out.recv_lc.get(e).map_or(0, |x| x.1);
                     out.recv_lc.set(e, (s.lc, after));
-                    s.lc += 1;
                     if lazy {
                         out.recv_own[e] = s.vc[me];
-                        s.vc[me] += 1;
+                    }
+                    if m.recvs[e].wildcard {
+                        s.lc += 1;
+                        if lazy {
+                            s.vc[me] += 1;
+                        }
+                    }
+                    if races.is_some() {
+                        if let Some(si) = send_of(e) {
+                            if let Some(mlc) = out.send_lc.get(si) {
+                                s.lc = s.lc.max(mlc);
+                            }
+                            if let Some(v) = out.send_vc.get_mut(si).and_then(Option::take) {
+                                for (a, b) in s.vc.iter_mut().zip(&v) {
+                                    *a = (*a).max(*b);
+                                }
+                            }
+                        }
                     }
                 }
                 let was_pending = s
@@ -962,7 +1016,8 @@ impl Walker<'_> {
                     .position(|e| e.0 == ri)
                     .map(|i| s.pending.swap_remove(i))
                     .is_some();
-                let match_lc = if rv.how == RecvHow::Nonblocking && rv.wildcard && !was_pending {
+                let tracked = rv.wildcard || races.is_some() && my_post != usize::MAX;
+                let match_lc = if rv.how == RecvHow::Nonblocking && tracked && !was_pending {
                     // Matched earlier, by a later receive's completion.
                     out.recv_lc.get(ri).map_or(s.lc, |x| x.0)
                 } else {
@@ -1068,6 +1123,52 @@ impl Walker<'_> {
             }
         }
     }
+}
+
+/// CompleteNow of LLCP's rule R4 (`003_…` §5.1.2): the pending receives of
+/// `s` that matched before receive `ri` (posted `my_post`), in post order:
+/// those posted earlier that would take its message. With `closure`, also
+/// those that would take the message of one already in the set (the trace
+/// knows every message; the runtime knows only `ri`'s).
+fn complete_now(
+    s: &State,
+    m: &Messages,
+    ri: usize,
+    my_post: usize,
+    any_tag: i32,
+    closure: bool,
+) -> Vec<(usize, u64, i32, usize)> {
+    let takes = |e: (usize, u64, i32, usize), x: usize, post: usize| {
+        let (r, xr) = (&m.recvs[e.0], &m.recvs[x]);
+        e.0 != x
+            && e.1 == xr.comm
+            && (e.2 == any_tag || e.2 == xr.tag)
+            && (r.wildcard || r.src == xr.src)
+            && e.3 < post
+    };
+    let mut now: Vec<(usize, u64, i32, usize)> = s
+        .pending
+        .iter()
+        .copied()
+        .filter(|&e| e.0 != ri && takes(e, ri, my_post))
+        .collect();
+    if closure {
+        loop {
+            let more: Vec<_> = s
+                .pending
+                .iter()
+                .copied()
+                .filter(|e| e.0 != ri && !now.iter().any(|x| x.0 == e.0))
+                .filter(|&e| now.iter().any(|x| takes(e, x.0, x.3)))
+                .collect();
+            if more.is_empty() {
+                break;
+            }
+            now.extend(more);
+        }
+    }
+    now.sort_by_key(|&(_, _, _, post)| post);
+    now
 }
 
 /// `a < b` for vector clocks: every entry ≤ and one <.

@@ -111,11 +111,12 @@ type SiteTally = (u64, u64, BTreeSet<u32>, BTreeSet<u32>);
 
 /// A wildcard receive to test.
 pub struct Wild {
-    /// The receive that took its message.
-    recv: usize,
+    /// The receive that took its message (index into `Messages::recvs`).
+    pub recv: usize,
     /// Where the source was chosen (the receive's posting call, or a probe).
-    call: EventRef,
-    tag: i32,
+    pub call: EventRef,
+    /// The tag it accepted, as posted.
+    pub tag: i32,
 }
 
 /// A minimum tree over clocks, to list the positions past `from` whose
@@ -163,56 +164,99 @@ impl MinTree {
     }
 }
 
-impl Races {
-    /// The races of `trace`'s wildcard receives `wild` ([`wildcards`]), by
-    /// `clocks` (computed with [`probed_receives`]).
-    pub fn build(trace: &Trace, messages: &Messages, wild: &[Wild], clocks: &RaceClocks) -> Races {
-        let c = trace.constants();
-        let send_of = {
-            let mut v = vec![usize::MAX; messages.recvs.len()];
-            for m in &messages.matched {
-                v[m.recv] = m.send;
-            }
-            v
-        };
-        // Each (rank, communicator)'s receives in post order.
-        let mut groups: HashMap<(u32, u64), Vec<usize>> = HashMap::default();
-        for (ri, r) in messages.recvs.iter().enumerate() {
-            groups.entry((r.dst, r.comm)).or_default().push(ri);
+/// For each wildcard receive of `wild`, the sends (indices into
+/// `messages.sends`) that could have matched it instead, by `clocks`;
+/// `None` where its own message is unknown.
+pub fn alternatives(
+    messages: &Messages,
+    wild: &[Wild],
+    clocks: &RaceClocks,
+    any_tag: i32,
+) -> Vec<Option<Vec<usize>>> {
+    let send_of = send_of(messages);
+    // Each (rank, communicator)'s receives in post order.
+    let mut groups: HashMap<(u32, u64), Vec<usize>> = HashMap::default();
+    for (ri, r) in messages.recvs.iter().enumerate() {
+        groups.entry((r.dst, r.comm)).or_default().push(ri);
+    }
+    let mut at: Vec<(u32, u32)> = vec![(u32::MAX, 0); messages.recvs.len()];
+    let mut trees: Vec<(Vec<usize>, MinTree)> = Vec::with_capacity(groups.len());
+    for (_, mut list) in groups {
+        let r = &messages.recvs;
+        list.sort_unstable_by_key(|&ri| {
+            (
+                r[ri].posted_at,
+                r[ri].post.thread,
+                r[ri].post.index,
+                r[ri].post_item,
+            )
+        });
+        let clocks: Vec<u64> = list
+            .iter()
+            .map(|&ri| match send_of[ri] {
+                usize::MAX => u64::MAX,
+                si => clocks.send(si).unwrap_or(u64::MAX),
+            })
+            .collect();
+        let g = trees.len() as u32;
+        for (k, &ri) in list.iter().enumerate() {
+            at[ri] = (g, k as u32);
         }
-        let mut at: Vec<(u32, u32)> = vec![(u32::MAX, 0); messages.recvs.len()];
-        let mut trees: Vec<(Vec<usize>, MinTree)> = Vec::with_capacity(groups.len());
-        for (_, mut list) in groups {
-            let r = &messages.recvs;
-            list.sort_unstable_by_key(|&ri| {
-                (
-                    r[ri].posted_at,
-                    r[ri].post.thread,
-                    r[ri].post.index,
-                    r[ri].post_item,
-                )
-            });
-            let clocks: Vec<u64> = list
-                .iter()
-                .map(|&ri| match send_of[ri] {
-                    usize::MAX => u64::MAX,
-                    si => clocks.send(si).unwrap_or(u64::MAX),
-                })
-                .collect();
-            let g = trees.len() as u32;
-            for (k, &ri) in list.iter().enumerate() {
-                at[ri] = (g, k as u32);
-            }
-            trees.push((list, MinTree::new(&clocks)));
-        }
-        let mut races = Vec::new();
-        let mut unresolved = 0;
-        let mut sites: BTreeMap<SiteKey, SiteTally> = BTreeMap::new();
-        for w in wild {
+        trees.push((list, MinTree::new(&clocks)));
+    }
+    wild.iter()
+        .map(|w| {
             let r = &messages.recvs[w.recv];
             let si = send_of[w.recv];
             let (Some(source), Some(bound), true) = (r.src, clocks.recv(w.recv), si != usize::MAX)
             else {
+                return None;
+            };
+            let (g, k) = at[w.recv];
+            let (list, tree) = &trees[g as usize];
+            let mut found = Vec::new();
+            tree.each_at_most(k as usize + 1, bound, &mut |j| {
+                let rj = list[j];
+                let o = &messages.recvs[rj];
+                let (Some(src), sj) = (o.src, send_of[rj]) else {
+                    return;
+                };
+                let tag_ok = w.tag == any_tag || w.tag == o.tag;
+                let before_its_own = match (clocks.send(sj), clocks.recv(rj)) {
+                    (Some(m), Some(r0)) => m < r0,
+                    _ => false,
+                };
+                if src != source && tag_ok && before_its_own {
+                    found.push(sj);
+                }
+            });
+            Some(found)
+        })
+        .collect()
+}
+
+/// For each receive, its matched send (`usize::MAX`: none).
+fn send_of(messages: &Messages) -> Vec<usize> {
+    let mut v = vec![usize::MAX; messages.recvs.len()];
+    for m in &messages.matched {
+        v[m.recv] = m.send;
+    }
+    v
+}
+
+impl Races {
+    /// The races of `trace`'s wildcard receives `wild` ([`wildcards`]), by
+    /// `clocks` (computed with [`probed_receives`]).
+    pub fn build(trace: &Trace, messages: &Messages, wild: &[Wild], clocks: &RaceClocks) -> Races {
+        let mut races = Vec::new();
+        let mut unresolved = 0;
+        let mut sites: BTreeMap<SiteKey, SiteTally> = BTreeMap::new();
+        let send_of = send_of(messages);
+        let found = alternatives(messages, wild, clocks, trace.constants().any_tag);
+        for (w, found) in wild.iter().zip(found) {
+            let r = &messages.recvs[w.recv];
+            let si = send_of[w.recv];
+            let (Some(source), Some(found)) = (r.src, found) else {
                 unresolved += 1;
                 continue;
             };
@@ -226,27 +270,13 @@ impl Races {
                 .or_default();
             site.0 += 1;
             site.2.insert(source);
-            let (g, k) = at[w.recv];
-            let (list, tree) = &trees[g as usize];
-            let mut alternatives = Vec::new();
-            tree.each_at_most(k as usize + 1, bound, &mut |j| {
-                let rj = list[j];
-                let o = &messages.recvs[rj];
-                let (Some(src), sj) = (o.src, send_of[rj]) else {
-                    return;
-                };
-                let tag_ok = w.tag == c.any_tag || w.tag == o.tag;
-                let before_its_own = match (clocks.send(sj), clocks.recv(rj)) {
-                    (Some(m), Some(r0)) => m < r0,
-                    _ => false,
-                };
-                if src != source && tag_ok && before_its_own {
-                    alternatives.push(RaceMessage {
-                        source: src,
-                        message_id: messages.send_ids.get(sj).copied().unwrap_or(0),
-                    });
-                }
-            });
+            let mut alternatives: Vec<RaceMessage> = found
+                .iter()
+                .map(|&sj| RaceMessage {
+                    source: messages.sends[sj].src,
+                    message_id: messages.send_ids.get(sj).copied().unwrap_or(0),
+                })
+                .collect();
             if alternatives.is_empty() {
                 continue;
             }
