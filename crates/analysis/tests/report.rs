@@ -384,3 +384,102 @@ fn metrics_follow_the_computation_of_each_rank() {
         ]
     );
 }
+
+/// A run where the weighted critical path and the plain one part ways.
+/// Rank 0 sets up alone for 100 ns while ranks 1 and 2 wait at a barrier;
+/// then all compute; at the end rank 1 sends to rank 0 (9 ns late) and to
+/// rank 2 (3 ns late). The plain path follows the late rank back and so
+/// runs mostly on rank 1. The weighted path (Jiang) weighs rank 0's
+/// set-up most: one rank of three computed then.
+#[test]
+fn the_weighted_critical_path_weighs_work_done_while_others_idle() {
+    let scratch = Scratch::new("weighted");
+    let mut tb = TraceBuilder::new(3);
+    for r in 0..3 {
+        tb.rank(r).define_world_and_self(0);
+    }
+    let none = Payload::None;
+    let barrier = fixture::coll(0, None, 0, 0, 0);
+    tb.rank(0)
+        .thread(0)
+        .call("MPI_Init", 0, 10, none.clone())
+        .call("MPI_Barrier", 110, 111, barrier.clone())
+        .call(
+            "MPI_Recv",
+            300,
+            311,
+            fixture::recv(1, 0, 0, 8, fixture::status(1, 0, 8)),
+        )
+        .call("MPI_Finalize", 320, 330, none.clone());
+    tb.rank(1)
+        .thread(0)
+        .call("MPI_Init", 0, 10, none.clone())
+        .call("MPI_Barrier", 10, 111, barrier.clone())
+        .call("MPI_Send", 309, 310, fixture::send(0, 0, 0, 8))
+        .call("MPI_Send", 315, 316, fixture::send(2, 0, 0, 8))
+        .call("MPI_Finalize", 320, 330, none.clone());
+    tb.rank(2)
+        .thread(0)
+        .call("MPI_Init", 0, 10, none.clone())
+        .call("MPI_Barrier", 10, 111, barrier)
+        .call(
+            "MPI_Recv",
+            312,
+            317,
+            fixture::recv(1, 0, 0, 8, fixture::status(1, 0, 8)),
+        )
+        .call("MPI_Finalize", 320, 330, none);
+    tb.write(scratch.path()).unwrap();
+    let trace = Trace::open(scratch.path()).unwrap();
+    let r = Report::build(&trace, &Messages::build(&trace), ReportOptions::default());
+    let plain = r.critical_path.expect("a critical path");
+    let ns = |v: &[pmtrace_analysis::report::critical::Share]| -> Vec<(u32, u64)> {
+        v.iter().map(|s| (s.rank.unwrap(), s.ns)).collect()
+    };
+    // Plain: rank 0 9 + 2 (the receive after it stopped waiting), rank 1
+    // 198 + 1 (the barrier after rank 0 came), rank 0's set-up 100.
+    assert_eq!(
+        (plain.from_ns, plain.to_ns, plain.length_ns),
+        (10, 320, 310)
+    );
+    assert_eq!(ns(&plain.by_rank), vec![(1, 199), (0, 111)]);
+    // Weighted: w = Δt(1 + (1 − P)·2), P the share of the 3 ranks computing.
+    // Rank 0's set-up: 100 ns at P = 1/3, 233.33; rank 1 from the barrier
+    // to the end: 221 (waiting and messages weigh nothing).
+    let w = plain.weighted.as_ref().expect("the weighted path");
+    let close = |a: f64, b: f64| (a - b).abs() < 1e-6;
+    assert!(
+        close(w.weight_ns.unwrap(), 454.0 + 1.0 / 3.0),
+        "{:?}",
+        w.weight_ns
+    );
+    let weights: Vec<(u32, u64, f64)> = w
+        .by_rank
+        .iter()
+        .map(|s| (s.rank.unwrap(), s.ns, s.weight.unwrap()))
+        .collect();
+    assert_eq!((weights[0].0, weights[0].1), (0, 100));
+    assert!(close(weights[0].2, 700.0 / 3.0), "{weights:?}");
+    assert_eq!((weights[1].0, weights[1].1), (1, 210));
+    assert!(close(weights[1].2, 221.0), "{weights:?}");
+    assert!(close(
+        w.by_rank[0].share,
+        (700.0 / 3.0) / (454.0 + 1.0 / 3.0)
+    ));
+    let activities: Vec<(&str, f64)> = w
+        .by_activity
+        .iter()
+        .map(|s| (s.name.as_deref().unwrap(), s.weight.unwrap()))
+        .collect();
+    assert_eq!(activities.len(), 3, "{activities:?}");
+    assert_eq!(activities[0].0, "computation");
+    assert!(close(activities[0].1, 449.0 + 2.0 / 3.0), "{activities:?}");
+    assert_eq!(activities[1].0, "MPI_Send");
+    assert!(close(activities[1].1, 14.0 / 3.0), "{activities:?}");
+    assert_eq!((activities[2].0, activities[2].1), ("MPI_Barrier", 0.0));
+    assert_eq!(w.dropped_edges, Some(0));
+    assert_eq!(
+        plain.differences[1],
+        "The plain path runs longest on rank 1 (64% of its length), the weighted path weighs rank 0 most (51% of its weight, 1.0 of 3 ranks computing meanwhile)."
+    );
+}

@@ -108,13 +108,16 @@ struct RacesArgs {
 /// a late rank (a late sender, a collective's last member, ...), the path
 /// goes on in that rank. Prints its length, its share per rank and per
 /// activity (each MPI function, and computation), and its longest
-/// stretches. `pmtrace report` shows the same beside wait states.
+/// stretches. Beside it, Jiang's weighted critical path: the heaviest chain
+/// of work through the execution graph when time weighs more while fewer
+/// ranks compute, and in words where the two paths differ. `pmtrace report`
+/// shows the same beside wait states.
 #[derive(Debug, Args)]
 struct CriticalPathArgs {
     /// The trace directory.
     dir: PathBuf,
     /// Print one JSON object (keys: length_ns, by_rank, by_activity,
-    /// segments, hops, time_base, from_ns, to_ns).
+    /// segments, hops, time_base, from_ns, to_ns, weighted, differences).
     #[arg(long)]
     json: bool,
 }

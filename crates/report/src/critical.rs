@@ -16,6 +16,9 @@ use pmtrace_trace::read::{EventRef, Trace};
 use rustc_hash::FxHashMap as HashMap;
 use serde::Serialize;
 
+use pmtrace_matching::collective::{Instance, MemberCalls};
+use pmtrace_matching::matching::Messages;
+
 use crate::times::Times;
 use crate::waits::Wait;
 
@@ -38,6 +41,19 @@ pub struct CriticalPath {
     pub segments: Vec<Segment>,
     /// Times the path went from one rank to another.
     pub hops: u64,
+    /// The weighted path only: its weight (ns, each weighted by how few
+    /// ranks computed meanwhile), and the message and collective edges
+    /// that went back in time and were left out.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub weight_ns: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dropped_edges: Option<u64>,
+    /// Jiang's weighted critical path over the same window ([`crate::weighted`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub weighted: Option<Box<CriticalPath>>,
+    /// Where the two paths differ, and why, in words.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub differences: Vec<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -47,16 +63,23 @@ pub struct Share {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
     pub ns: u64,
+    /// Share of the path's length (the weighted path: of its weight).
     pub share: f64,
+    /// The weighted path only: the weight.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub weight: Option<f64>,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Segment {
     pub rank: u32,
     pub activity: String,
     pub from_ns: u64,
     pub to_ns: u64,
     pub ns: u64,
+    /// The weighted path only: the weight.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub weight: Option<f64>,
 }
 
 /// The critical path of `trace` over the window `(from, to)`, given its
@@ -80,14 +103,7 @@ pub(crate) fn compute(
             .copied()
     };
     let func = |at: EventRef| times.func(at).unwrap_or(u32::MAX);
-    let mut acc = Walk {
-        from,
-        to,
-        current: None,
-        by_rank: HashMap::default(),
-        by_activity: HashMap::default(),
-        longest: Vec::new(),
-    };
+    let mut acc = Walk::new(from, to);
     let mut hops = 0u64;
     if let Some((rank, t)) = end_point(trace, times, to) {
         let (mut rank, mut t) = (rank, t);
@@ -129,42 +145,183 @@ pub(crate) fn compute(
         }
     }
     acc.flush();
-    summarize(trace, times, acc, hops, (from, to))
+    summarize(trace, times, acc, hops, (from, to), false)
+}
+
+/// The critical path and, beside it, the weighted one with the words on
+/// where they differ.
+pub(crate) fn both(
+    trace: &Trace,
+    times: &Times,
+    messages: &Messages,
+    instances: &[Instance<MemberCalls>],
+    waits: &mut [Wait],
+    window: (u64, u64),
+) -> CriticalPath {
+    let mut plain = compute(trace, times, waits, window);
+    let found = crate::weighted::compute(trace, times, messages, instances, waits, window);
+    let mut weighted = summarize(trace, times, found.walk, found.hops, window, true);
+    // The stretches followed back weigh what the sweep found.
+    debug_assert!(
+        (weighted.weight_ns.unwrap_or(0.0) - found.weight).abs() <= 1e-6 * found.weight.max(1.0),
+        "path weight {:?} against {}",
+        weighted.weight_ns,
+        found.weight
+    );
+    weighted.dropped_edges = Some(found.dropped_edges);
+    plain.differences = differences(&plain, &weighted, trace.ranks.len());
+    plain.weighted = Some(Box::new(weighted));
+    plain
+}
+
+/// Mean number of ranks computing during an entry of the weighted path:
+/// w = Δt·(1 + (1 − P)(n − 1)) gives P from its weight and length.
+fn computing(s: &Share, n: usize) -> Option<f64> {
+    let w = s.weight?;
+    if s.ns == 0 || n < 2 {
+        return None;
+    }
+    let p = 1.0 - (w / s.ns as f64 - 1.0) / (n as f64 - 1.0);
+    Some(p.clamp(0.0, 1.0) * n as f64)
+}
+
+/// In words: where the weighted path differs from the plain one, and why.
+fn differences(plain: &CriticalPath, weighted: &CriticalPath, n: usize) -> Vec<String> {
+    let mut out = Vec::new();
+    let pct = |x: f64| 100.0 * x;
+    let (Some(pa), Some(wa)) = (plain.by_activity.first(), weighted.by_activity.first()) else {
+        return out;
+    };
+    let name = |s: &Share| s.name.clone().unwrap_or_default();
+    let during = |s: &Share| {
+        weighted
+            .by_activity
+            .iter()
+            .find(|x| x.name == s.name)
+            .and_then(|x| computing(x, n))
+    };
+    if pa.name == wa.name {
+        out.push(format!(
+            "Both paths put the most on {}: {:.0}% of the plain path's time, {:.0}% of the weighted path's weight{}.",
+            name(pa),
+            pct(pa.share),
+            pct(wa.share),
+            during(wa).map_or(String::new(), |k| format!(
+                " (meanwhile {k:.1} of {n} ranks computed on average)"
+            ))
+        ));
+    } else {
+        let k_w = during(wa);
+        let k_p = during(pa);
+        out.push(format!(
+            "The plain path spends the most time in {} ({:.0}% of its length); the weighted path puts the most weight on {} ({:.0}% of its weight){}.",
+            name(pa),
+            pct(pa.share),
+            name(wa),
+            pct(wa.share),
+            match (k_w, k_p) {
+                (Some(kw), Some(kp)) => format!(
+                    ": during {} on average {kw:.1} of {n} ranks computed, during {} {kp:.1}, so time cut from {} frees the others, while time cut from {} is largely taken up by waiting elsewhere",
+                    name(wa),
+                    name(pa),
+                    name(wa),
+                    name(pa)
+                ),
+                (Some(kw), None) => format!(": during it on average {kw:.1} of {n} ranks computed"),
+                _ => String::new(),
+            }
+        ));
+    }
+    if let (Some(pr), Some(wr)) = (plain.by_rank.first(), weighted.by_rank.first()) {
+        if pr.rank != wr.rank {
+            out.push(format!(
+                "The plain path runs longest on rank {} ({:.0}% of its length), the weighted path weighs rank {} most ({:.0}% of its weight{}).",
+                pr.rank.unwrap_or_default(),
+                pct(pr.share),
+                wr.rank.unwrap_or_default(),
+                pct(wr.share),
+                computing(wr, n).map_or(String::new(), |k| format!(
+                    ", {k:.1} of {n} ranks computing meanwhile"
+                ))
+            ));
+        } else {
+            out.push(format!(
+                "Both paths hold rank {} the most ({:.0}% of the time, {:.0}% of the weight).",
+                pr.rank.unwrap_or_default(),
+                pct(pr.share),
+                pct(wr.share)
+            ));
+        }
+    }
+    out
 }
 
 /// Activity code of computation (else a function id of the rank).
-const COMPUTING: u32 = u32::MAX;
+pub(crate) const COMPUTING: u32 = u32::MAX;
 
-/// A stretch of one activity on one rank, as the walk goes.
+/// A stretch of one activity on one rank, as the walk goes, with its weight
+/// (its length, on the plain path).
 #[derive(Debug, Clone, Copy)]
-struct Stretch {
-    rank: u32,
-    activity: u32,
-    from: u64,
-    to: u64,
+pub(crate) struct Stretch {
+    pub rank: u32,
+    pub activity: u32,
+    pub from: u64,
+    pub to: u64,
+    pub weight: f64,
 }
 
-/// What the walk adds up: time per rank and per (rank, activity), and the
-/// longest stretches.
-struct Walk {
+impl Stretch {
+    pub fn new(rank: u32, activity: u32, from: u64, to: u64) -> Stretch {
+        Stretch {
+            rank,
+            activity,
+            from,
+            to,
+            weight: (to - from) as f64,
+        }
+    }
+}
+
+/// What the walk adds up: time and weight per rank and per (rank,
+/// activity), and the heaviest stretches.
+pub(crate) struct Walk {
     from: u64,
     to: u64,
     current: Option<Stretch>,
-    by_rank: HashMap<u32, u64>,
-    by_activity: HashMap<(u32, u32), u64>,
+    by_rank: HashMap<u32, (u64, f64)>,
+    by_activity: HashMap<(u32, u32), (u64, f64)>,
     longest: Vec<Stretch>,
 }
 
 impl Walk {
+    pub fn new(from: u64, to: u64) -> Walk {
+        Walk {
+            from,
+            to,
+            current: None,
+            by_rank: HashMap::default(),
+            by_activity: HashMap::default(),
+            longest: Vec::new(),
+        }
+    }
+
     /// Time `a..b` on `rank` doing `activity`, before everything pushed so far.
     fn push(&mut self, rank: u32, activity: u32, a: u64, b: u64) {
         let (a, b) = (a.max(self.from), b.min(self.to));
+        if b > a {
+            self.push_weighted(rank, activity, a, b, (b - a) as f64);
+        }
+    }
+
+    /// The same with a weight of its own (`a..b` within the window).
+    pub fn push_weighted(&mut self, rank: u32, activity: u32, a: u64, b: u64, weight: f64) {
         if b <= a {
             return;
         }
         if let Some(c) = &mut self.current {
             if c.rank == rank && c.activity == activity && c.from == b {
                 c.from = a;
+                c.weight += weight;
                 return;
             }
         }
@@ -174,22 +331,27 @@ impl Walk {
             activity,
             from: a,
             to: b,
+            weight,
         });
     }
 
-    fn flush(&mut self) {
+    pub fn flush(&mut self) {
         let Some(c) = self.current.take() else { return };
         let ns = c.to - c.from;
-        *self.by_rank.entry(c.rank).or_default() += ns;
-        *self.by_activity.entry((c.rank, c.activity)).or_default() += ns;
+        let r = self.by_rank.entry(c.rank).or_default();
+        r.0 += ns;
+        r.1 += c.weight;
+        let r = self.by_activity.entry((c.rank, c.activity)).or_default();
+        r.0 += ns;
+        r.1 += c.weight;
         if self.longest.len() < SEGMENTS_SHOWN {
             self.longest.push(c);
         } else if let Some(min) = self
             .longest
             .iter_mut()
-            .min_by_key(|s| (s.to - s.from, std::cmp::Reverse(s.from)))
+            .min_by(|x, y| x.weight.total_cmp(&y.weight).then(y.from.cmp(&x.from)))
         {
-            if ns > min.to - min.from {
+            if c.weight > min.weight {
                 *min = c;
             }
         }
@@ -197,7 +359,7 @@ impl Walk {
 }
 
 /// The call before `at` in its thread.
-fn previous_call(trace: &Trace, at: EventRef) -> Option<EventRef> {
+pub(crate) fn previous_call(trace: &Trace, at: EventRef) -> Option<EventRef> {
     let records = &trace.ranks[at.rank as usize].thread(at.thread)?.records;
     (0..at.pos())
         .rev()
@@ -256,12 +418,13 @@ fn call_before(trace: &Trace, times: &Times, rank: u32, t: u64) -> Option<EventR
     (0..n).rev().find(|&p| records.is_call(p)).map(at)
 }
 
-fn summarize(
+pub(crate) fn summarize(
     trace: &Trace,
     times: &Times,
     walk: Walk,
     hops: u64,
     window: (u64, u64),
+    weighted: bool,
 ) -> CriticalPath {
     let name = |rank: u32, activity: u32| -> String {
         if activity == COMPUTING {
@@ -274,39 +437,62 @@ fn summarize(
             .map(|f| f.name.clone())
             .unwrap_or_default()
     };
-    let length: u64 = walk.by_rank.values().sum();
-    let share = |ns: u64| {
-        if length == 0 {
+    let length: u64 = walk.by_rank.values().map(|v| v.0).sum();
+    let total: f64 = walk.by_rank.values().map(|v| v.1).sum();
+    // The plain path's shares are of its length, the weighted one's of its weight.
+    let share = |(ns, w): (u64, f64)| {
+        if weighted {
+            if total > 0.0 {
+                w / total
+            } else {
+                0.0
+            }
+        } else if length == 0 {
             0.0
         } else {
             ns as f64 / length as f64
         }
     };
-    let mut by_name: HashMap<String, u64> = HashMap::default();
-    for (&(rank, activity), &ns) in &walk.by_activity {
-        *by_name.entry(name(rank, activity)).or_default() += ns;
+    let weight = |w: f64| weighted.then_some(w);
+    let mut by_name: HashMap<String, (u64, f64)> = HashMap::default();
+    for (&(rank, activity), &(ns, w)) in &walk.by_activity {
+        let e = by_name.entry(name(rank, activity)).or_default();
+        e.0 += ns;
+        e.1 += w;
     }
+    let order = |a: &Share, b: &Share| {
+        let key = |s: &Share| {
+            if weighted {
+                s.weight.unwrap_or(0.0)
+            } else {
+                s.ns as f64
+            }
+        };
+        key(b).total_cmp(&key(a))
+    };
     let mut by_rank: Vec<Share> = walk
         .by_rank
         .iter()
-        .map(|(&r, &ns)| Share {
+        .map(|(&r, &v)| Share {
             rank: Some(r),
             name: None,
-            ns,
-            share: share(ns),
+            ns: v.0,
+            share: share(v),
+            weight: weight(v.1),
         })
         .collect();
-    by_rank.sort_by(|a, b| b.ns.cmp(&a.ns).then(a.rank.cmp(&b.rank)));
+    by_rank.sort_by(|a, b| order(a, b).then(a.rank.cmp(&b.rank)));
     let mut by_activity: Vec<Share> = by_name
         .into_iter()
-        .map(|(n, ns)| Share {
+        .map(|(n, v)| Share {
             rank: None,
             name: Some(n),
-            ns,
-            share: share(ns),
+            ns: v.0,
+            share: share(v),
+            weight: weight(v.1),
         })
         .collect();
-    by_activity.sort_by(|a, b| b.ns.cmp(&a.ns).then(a.name.cmp(&b.name)));
+    by_activity.sort_by(|a, b| order(a, b).then(a.name.cmp(&b.name)));
     let mut segments: Vec<Segment> = walk
         .longest
         .iter()
@@ -316,9 +502,13 @@ fn summarize(
             from_ns: s.from,
             to_ns: s.to,
             ns: s.to - s.from,
+            weight: weight(s.weight),
         })
         .collect();
-    segments.sort_by(|a, b| b.ns.cmp(&a.ns).then(a.from_ns.cmp(&b.from_ns)));
+    segments.sort_by(|a, b| {
+        let key = |s: &Segment| s.weight.unwrap_or(s.ns as f64);
+        key(b).total_cmp(&key(a)).then(a.from_ns.cmp(&b.from_ns))
+    });
     CriticalPath {
         time_base: times.base(),
         from_ns: window.0,
@@ -328,6 +518,10 @@ fn summarize(
         by_activity,
         segments,
         hops,
+        weight_ns: weight(total),
+        dropped_edges: None,
+        weighted: None,
+        differences: Vec::new(),
     }
 }
 
@@ -369,6 +563,36 @@ impl CriticalPath {
                 ms(s.ns),
                 s.from_ns
             )?;
+        }
+        if let Some(p) = &self.weighted {
+            writeln!(
+                w,
+                "\nWeighted critical path (Jiang: time weighs more while fewer ranks compute): weight {:.3} ms over {:.3} ms, {} hops",
+                ms(p.weight_ns.unwrap_or(0.0) as u64),
+                ms(p.length_ns),
+                p.hops
+            )?;
+            for s in p.by_rank.iter().take(8) {
+                writeln!(
+                    w,
+                    "  rank {:<6} {:>12.3} ms {:>5.1}% of the weight",
+                    s.rank.unwrap_or_default(),
+                    ms(s.ns),
+                    100.0 * s.share
+                )?;
+            }
+            for s in p.by_activity.iter().take(8) {
+                writeln!(
+                    w,
+                    "  {:<22} {:>12.3} ms {:>5.1}% of the weight",
+                    s.name.as_deref().unwrap_or_default(),
+                    ms(s.ns),
+                    100.0 * s.share
+                )?;
+            }
+            for d in &self.differences {
+                writeln!(w, "  {d}")?;
+            }
         }
         Ok(())
     }

@@ -43,6 +43,7 @@ pub mod races;
 pub mod requests;
 mod times;
 pub mod waits;
+mod weighted;
 use critical::CriticalPath;
 use metrics::Metrics;
 use rayon::prelude::*;
@@ -527,9 +528,11 @@ impl Report {
             clocks: Some(clocks),
             sync: None,
             wait_states: Some(waits::states(trace, &times, &found)),
-            critical_path: Some(critical::compute(
+            critical_path: Some(critical::both(
                 trace,
                 &times,
+                messages,
+                &instances,
                 &mut found,
                 (metrics.from_ns, metrics.to_ns),
             )),

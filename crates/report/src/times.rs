@@ -61,6 +61,27 @@ impl<'a> Times<'a> {
             .map_or("", |f| f.name.as_str())
     }
 
+    /// The calls of rank `rank`'s thread at `slot`, in record order:
+    /// (position among the thread's records, function, start, end).
+    pub fn calls_at(
+        &self,
+        rank: u32,
+        slot: usize,
+    ) -> impl Iterator<Item = (u32, u32, u64, u64)> + 'a {
+        let thread = self.trace.ranks[rank as usize].threads.get(slot);
+        let synced = self.synced.and_then(|s| s.thread_times(rank, slot));
+        let n = thread.map_or(0, |t| t.records.len());
+        (0..n).filter_map(move |p| {
+            let records = &thread?.records;
+            let func = records.func(p)?;
+            let (a, b) = match synced {
+                Some(t) => (t.get(records, 2 * p)?, t.get(records, 2 * p + 1)?),
+                None => records.stamps(p),
+            };
+            Some((p as u32, func, a, b))
+        })
+    }
+
     /// The calls of rank `rank`'s thread at `slot`, in record order: (function, start, end).
     pub fn calls(&self, rank: u32, slot: usize) -> impl Iterator<Item = (u32, u64, u64)> + 'a {
         let r = &self.trace.ranks[rank as usize];
