@@ -526,13 +526,18 @@ def engine_section(scratch):
           f"address space limited to {ENGINE_LIMIT >> 30} GiB "
           f"(targets: report, sync, perfetto >= 5 M events/s and <= 40 B/event)")
     print(f"{'verb':<24}{'wall s':>9}{'M events/s':>12}{'peak MiB':>10}{'B/event':>9}  result")
-    rows = [("report --json", None), ("sync", None), ("merge", "merge.txt"),
+    # After sync, report's wait states and critical paths are on synchronized
+    # time; critical-path and races are the insight verbs of issue 19.
+    rows = [("report --json", None), ("sync", None), ("report --json, synced", None),
+            ("critical-path --json", None), ("races --json", None), ("merge", "merge.txt"),
             ("export otf2", "archive"), ("export perfetto", "t.pftrace"),
             ("export chrome", "t.json"), ("timeline (1 s window)", "t.html")]
     for verb, out in rows:
         path = os.path.join(scratch, out) if out else None
-        if verb == "report --json":
+        if verb.startswith("report --json"):
             cmd = [cli, "report", "--json", trace]
+        elif verb in ("critical-path --json", "races --json"):
+            cmd = [cli, verb.split()[0], trace, "--json"]
         elif verb == "sync":
             cmd = [cli, "sync", trace]
         elif verb == "merge":

@@ -113,6 +113,13 @@ fn outputs(case: &Path, work: &Path) -> (Named, Named) {
         "report-synced.json".to_string(),
         json_text(&pmtrace(&["report", t, "--json"])),
     ));
+    // The insight verbs (added with issue 19), on synchronized time.
+    for (name, verb) in [
+        ("critical-path.json", "critical-path"),
+        ("races.json", "races"),
+    ] {
+        whole.push((name.to_string(), json_text(&pmtrace(&[verb, t, "--json"]))));
+    }
     pmtrace(&["export", t, "--format", "otf2", "-o", &out("otf2")]);
     let printed = Command::new("otf2-print")
         .arg(work.join("otf2/traces.otf2"))

@@ -66,7 +66,10 @@ fn profile_attributes_bytes_to_the_calls_that_moved_them() {
 
 #[test]
 fn json_has_the_stable_keys() {
-    let (_, r) = brief_report(ReportOptions { mu_ns: 5 });
+    let (_, r) = brief_report(ReportOptions {
+        mu_ns: 5,
+        ..ReportOptions::default()
+    });
     let v = serde_json::to_value(&r).unwrap();
     assert_eq!(v["ranks"], 2);
     assert_eq!(v["events"], 12);
@@ -431,7 +434,11 @@ fn the_weighted_critical_path_weighs_work_done_while_others_idle() {
         .call("MPI_Finalize", 320, 330, none);
     tb.write(scratch.path()).unwrap();
     let trace = Trace::open(scratch.path()).unwrap();
-    let r = Report::build(&trace, &Messages::build(&trace), ReportOptions::default());
+    let options = ReportOptions {
+        weighted: true,
+        ..ReportOptions::default()
+    };
+    let r = Report::build(&trace, &Messages::build(&trace), options);
     let plain = r.critical_path.expect("a critical path");
     let ns = |v: &[pmtrace_analysis::report::critical::Share]| -> Vec<(u32, u64)> {
         v.iter().map(|s| (s.rank.unwrap(), s.ns)).collect()

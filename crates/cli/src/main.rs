@@ -378,7 +378,11 @@ fn build_report(dir: &Path, verb: &str, options: ReportOptions) -> Result<(Trace
 }
 
 fn critical_path(args: CriticalPathArgs) -> Result<ExitCode> {
-    let (trace, report) = build_report(&args.dir, "critical-path", ReportOptions::default())?;
+    let options = ReportOptions {
+        weighted: true,
+        ..ReportOptions::default()
+    };
+    let (trace, report) = build_report(&args.dir, "critical-path", options)?;
     let path = report
         .critical_path
         .context("the trace has no calls to follow")?;
@@ -430,7 +434,14 @@ fn races(args: RacesArgs) -> Result<ExitCode> {
 }
 
 fn report(args: ReportArgs) -> Result<ExitCode> {
-    let (trace, report) = build_report(&args.dir, "report", ReportOptions { mu_ns: args.mu_ns })?;
+    let (trace, report) = build_report(
+        &args.dir,
+        "report",
+        ReportOptions {
+            mu_ns: args.mu_ns,
+            ..ReportOptions::default()
+        },
+    )?;
     let mut out = BufWriter::new(io::stdout().lock());
     if args.json {
         serde_json::to_writer_pretty(&mut out, &report).context("cannot write the report")?;

@@ -55,6 +55,9 @@ use waits::WaitStates;
 pub struct ReportOptions {
     /// Minimum message latency μ for the clock condition, in ns.
     pub mu_ns: u64,
+    /// Add the weighted critical path (`pmtrace critical-path` does): one
+    /// more pass over every call.
+    pub weighted: bool,
 }
 
 /// Calls, time and bytes of one function.
@@ -528,14 +531,18 @@ impl Report {
             clocks: Some(clocks),
             sync: None,
             wait_states: Some(waits::states(trace, &times, &found)),
-            critical_path: Some(critical::both(
-                trace,
-                &times,
-                messages,
-                &instances,
-                &mut found,
-                (metrics.from_ns, metrics.to_ns),
-            )),
+            critical_path: Some(if options.weighted {
+                critical::both(
+                    trace,
+                    &times,
+                    messages,
+                    &instances,
+                    &mut found,
+                    (metrics.from_ns, metrics.to_ns),
+                )
+            } else {
+                critical::compute(trace, &times, &mut found, (metrics.from_ns, metrics.to_ns))
+            }),
             metrics: Some(metrics),
         }
     }

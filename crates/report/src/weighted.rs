@@ -31,14 +31,9 @@
 //! the path covers it; its elapsed length is the window's, and its weight
 //! tells how far the work on it held the other ranks back.
 
-use std::cmp::Reverse;
-use std::collections::BinaryHeap;
-
 use pmtrace_matching::collective::{Instance, MemberCalls};
 use pmtrace_matching::matching::Messages;
 use pmtrace_trace::read::{EventRef, Trace};
-
-use rustc_hash::FxHashMap as HashMap;
 
 use crate::critical::{previous_call, Stretch, Walk, COMPUTING};
 use crate::times::Times;
@@ -56,14 +51,20 @@ struct Jump {
     activity: u32,
 }
 
-/// A source node when swept: the weight of the heaviest path to it, and
-/// where it is (rank, record position).
+/// A source node (an enter) when swept: the weight of the heaviest path
+/// to it, and where it is. `best` is NaN until swept.
 #[derive(Debug, Clone, Copy)]
 struct Mark {
     best: f64,
     rank: u32,
     pos: u32,
 }
+
+const UNSWEPT: Mark = Mark {
+    best: f64::NAN,
+    rank: 0,
+    pos: 0,
+};
 
 /// What arrives at an exit.
 #[derive(Debug, Clone, Copy)]
@@ -89,9 +90,11 @@ struct Stream<I: Iterator<Item = (u32, u32, u64, u64)>> {
     call: Option<(u32, u32, u64, u64)>,
     /// Its resume time, if it waited.
     resumed: Option<u64>,
+    /// Where the lookup of waits is.
+    next_wait: usize,
     /// The next node of `call`.
     side: Side,
-    /// The last node swept: path weight, time, F.
+    /// The last node swept: path weight, time, F(time).
     best: f64,
     t: u64,
     f: f64,
@@ -103,21 +106,31 @@ struct Stream<I: Iterator<Item = (u32, u32, u64, u64)>> {
     jumps: Vec<Jump>,
 }
 
-/// When the call at a position of a rank's main thread (clipped to `a..b`)
-/// stopped waiting, if it waited.
-fn resume_of(waited: &HashMap<u32, u64>) -> impl Fn(u32, u64, u64) -> Option<u64> + '_ {
-    move |pos, a, b| waited.get(&pos).map(|&ns| a.saturating_add(ns).clamp(a, b))
+/// When the call at `pos` of a rank's main thread (clipped to `a..b`)
+/// stopped waiting, if it waited: `waited` is the rank's (position, ns)
+/// sorted, and `next` where the last lookup ended (positions only grow).
+fn resume_at(waited: &[(u32, u64)], next: &mut usize, pos: u32, a: u64, b: u64) -> Option<u64> {
+    while waited.get(*next).is_some_and(|w| w.0 < pos) {
+        *next += 1;
+    }
+    waited
+        .get(*next)
+        .filter(|w| w.0 == pos)
+        .map(|&(_, ns)| a.saturating_add(ns).clamp(a, b))
 }
 
 /// The time and side of the next node of `s`.
 fn head<I: Iterator<Item = (u32, u32, u64, u64)>>(
     s: &mut Stream<I>,
-    resume: &impl Fn(u32, u64, u64) -> Option<u64>,
+    waited: &[(u32, u64)],
 ) -> Option<(u64, Side)> {
     if s.call.is_none() {
         s.call = s.calls.next();
         s.side = Side::Enter;
-        s.resumed = s.call.and_then(|(p, _, a, b)| resume(p, a, b));
+        s.resumed = match s.call {
+            Some((p, _, a, b)) => resume_at(waited, &mut s.next_wait, p, a, b),
+            None => None,
+        };
     }
     let (_, _, a, b) = s.call?;
     Some(match s.side {
@@ -125,6 +138,84 @@ fn head<I: Iterator<Item = (u32, u32, u64, u64)>>(
         Side::Resume => (s.resumed.unwrap_or(a), Side::Resume),
         Side::Exit => (b, Side::Exit),
     })
+}
+
+/// F(t) = ∫ from the window's start to t of C, the number of ranks whose
+/// main thread is outside MPI, from bins: exact where a bin is 1 ns (a
+/// window of up to 4 M ns), else linear within each bin of the window.
+struct Computing {
+    from: u64,
+    /// ns per bin, and bins per ns.
+    width: f64,
+    per_ns: f64,
+    /// F at the start of each bin, and at the end of the last.
+    at_edge: Vec<f64>,
+    /// C in each bin (its mean).
+    c: Vec<f64>,
+}
+
+impl Computing {
+    fn new(trace: &Trace, times: &Times, (from, to): (u64, u64)) -> Computing {
+        let span = to.saturating_sub(from).max(1);
+        let bins = span.min(1 << 22) as usize;
+        let width = span as f64 / bins as f64;
+        let mut part = vec![0f64; bins + 1];
+        let mut diff = vec![0f64; bins + 2];
+        let mut add = |x: u64, y: u64| {
+            if y <= x {
+                return;
+            }
+            let fx = (x - from) as f64 / width;
+            let fy = (y - from) as f64 / width;
+            let (bx, by) = (fx.floor() as usize, (fy.floor() as usize).min(bins));
+            if bx >= by {
+                part[bx.min(bins)] += fy - fx;
+            } else {
+                part[bx] += (bx + 1) as f64 - fx;
+                part[by] += fy - by as f64;
+                diff[bx + 1] += 1.0;
+                diff[by] -= 1.0;
+            }
+        };
+        for rank in &trace.ranks {
+            // Computing: the window outside this rank's main-thread calls.
+            let mut at = from;
+            for (_, _, a, b) in times.calls_at(rank.rank, 0) {
+                let (a, b) = (a.clamp(from, to), b.max(a).clamp(from, to));
+                add(at, a.max(at));
+                at = at.max(b);
+            }
+            add(at, to);
+        }
+        let mut c = vec![0f64; bins];
+        let mut run = 0.0;
+        for k in 0..bins {
+            run += diff[k];
+            c[k] = run + part[k];
+        }
+        let mut at_edge = vec![0f64; bins + 1];
+        for k in 0..bins {
+            at_edge[k + 1] = at_edge[k] + c[k] * width;
+        }
+        Computing {
+            from,
+            width,
+            per_ns: 1.0 / width,
+            at_edge,
+            c,
+        }
+    }
+
+    #[inline]
+    fn f(&self, t: u64) -> f64 {
+        let x = t.saturating_sub(self.from) as f64 * self.per_ns;
+        // x ≥ 0: the cast truncates as floor would.
+        let k = (x as usize).min(self.c.len());
+        if k == self.c.len() {
+            return self.at_edge[k];
+        }
+        self.at_edge[k] + (x - k as f64) * self.c[k] * self.width
+    }
 }
 
 /// The result: the stretches of the path, last first, and what the
@@ -147,22 +238,28 @@ pub(crate) fn compute(
     window: (u64, u64),
 ) -> Found {
     let (from, to) = window;
-    // How long each call of a main thread waited (the longest of its waits).
-    let mut waited: Vec<HashMap<u32, u64>> = vec![HashMap::default(); trace.ranks.len()];
+    // How long each call of a main thread waited (the longest of its
+    // waits), per rank by position.
+    let mut waited: Vec<Vec<(u32, u64)>> = vec![Vec::new(); trace.ranks.len()];
     for w in waits {
         let main = trace.ranks[w.at.rank as usize]
             .threads
             .first()
             .map(|t| t.index);
         if Some(w.at.thread) == main {
-            let e = waited[w.at.rank as usize].entry(w.at.index).or_default();
-            *e = (*e).max(w.ns);
+            waited[w.at.rank as usize].push((w.at.index, w.ns));
         }
+    }
+    for v in &mut waited {
+        // The longest wait of a call first, then one entry per call.
+        v.sort_unstable_by(|a, b| a.0.cmp(&b.0).then(b.1.cmp(&a.1)));
+        v.dedup_by_key(|w| w.0);
     }
     let n = trace.ranks.len().max(1) as f64;
     let c = (n - 1.0) / n;
     let clip = |t: u64| t.clamp(from, to);
-    let weight = |a: (u64, f64), b: (u64, f64)| n * (b.0 - a.0) as f64 - c * (b.1 - a.1);
+    let computing = Computing::new(trace, times, window);
+    let weight = |a: u64, b: u64| n * (b - a) as f64 - c * (computing.f(b) - computing.f(a));
     let main = |rank: u32| trace.ranks[rank as usize].threads.first().map(|t| t.index);
     let mut streams: Vec<Stream<_>> = trace
         .ranks
@@ -173,6 +270,7 @@ pub(crate) fn compute(
                 .map(move |(p, f, a, b)| (p, f, clip(a), clip(b.max(a)))),
             call: None,
             resumed: None,
+            next_wait: 0,
             side: Side::Enter,
             best: 0.0,
             t: from,
@@ -184,6 +282,8 @@ pub(crate) fn compute(
             jumps: Vec::new(),
         })
         .collect();
+    // Sources and incoming edges, between main threads only.
+    let mut send_mark: Vec<Mark> = vec![UNSWEPT; messages.sends.len()];
     for (si, s) in messages.sends.iter().enumerate() {
         if Some(s.call.thread) == main(s.call.rank) {
             streams[s.call.rank as usize]
@@ -191,18 +291,26 @@ pub(crate) fn compute(
                 .push((s.call.index, From::Send(si)));
         }
     }
-    let mut send_of = vec![usize::MAX; messages.recvs.len()];
     for m in &messages.matched {
-        send_of[m.recv] = m.send;
-    }
-    for (ri, r) in messages.recvs.iter().enumerate() {
-        let at = r.completion;
-        if send_of[ri] != usize::MAX && Some(at.thread) == main(at.rank) {
+        let (s, at) = (&messages.sends[m.send], messages.recvs[m.recv].completion);
+        if Some(s.call.thread) == main(s.call.rank) && Some(at.thread) == main(at.rank) {
             streams[at.rank as usize]
                 .incoming
-                .push((at.index, From::Send(send_of[ri])));
+                .push((at.index, From::Send(m.send)));
         }
     }
+    // Each member's enter mark, flat: instance `i`'s from `first[i]`.
+    let mut first = Vec::with_capacity(instances.len());
+    let mut total = 0usize;
+    for inst in instances {
+        first.push(total);
+        total += inst.members.len();
+    }
+    let mut enter_mark: Vec<Mark> = vec![UNSWEPT; total];
+    let on_main = |m: &Option<MemberCalls>| {
+        m.as_ref()
+            .is_some_and(|m| Some(m.enter.thread) == main(m.enter.rank))
+    };
     for (ii, inst) in instances.iter().enumerate() {
         for (k, m) in inst.members.iter().enumerate() {
             let Some(m) = m else { continue };
@@ -211,12 +319,14 @@ pub(crate) fn compute(
                     .sources
                     .push((m.enter.index, From::Coll(ii, k as u32)));
             }
-            if let Some(exit) = m.exit {
-                if Some(exit.thread) == main(exit.rank) && inst.senders(k as u32).next().is_some() {
-                    streams[exit.rank as usize]
-                        .incoming
-                        .push((exit.index, From::Coll(ii, k as u32)));
-                }
+            let Some(exit) = m.exit else { continue };
+            let from_main = inst
+                .senders(k as u32)
+                .any(|s| on_main(&inst.members[s as usize]));
+            if Some(exit.thread) == main(exit.rank) && from_main {
+                streams[exit.rank as usize]
+                    .incoming
+                    .push((exit.index, From::Coll(ii, k as u32)));
             }
         }
     }
@@ -224,116 +334,127 @@ pub(crate) fn compute(
         s.sources.sort_unstable_by_key(|x| x.0);
         s.incoming.sort_unstable_by_key(|x| x.0);
     }
-    let mut send_mark: Vec<Option<Mark>> = vec![None; messages.sends.len()];
-    let mut enter_mark: Vec<Vec<Option<Mark>>> = instances
-        .iter()
-        .map(|i| vec![None; i.members.len()])
-        .collect();
     let mut dropped = 0u64;
-    // The sweep: every node once, in time order (enters first at a tie),
-    // each rank's in its own order.
-    let mut heap: BinaryHeap<Reverse<(u64, Side, u32)>> = BinaryHeap::new();
-    for (r, s) in streams.iter_mut().enumerate() {
-        let resume = resume_of(&waited[r]);
-        if let Some((t, side)) = head(s, &resume) {
-            heap.push(Reverse((t, side, r as u32)));
-        }
-    }
-    let (mut f_now, mut t_now, mut computing) = (0.0f64, from, n);
-    while let Some(Reverse((t, side, r))) = heap.pop() {
-        f_now += computing * (t - t_now) as f64;
-        t_now = t;
-        let s = &mut streams[r as usize];
-        let (pos, func, _, _) = s.call.expect("a call at the head");
-        // The time before a resume is waiting: it weighs nothing.
-        let local = if side == Side::Resume {
-            s.best
-        } else {
-            s.best + weight((s.t, s.f), (t, f_now))
-        };
-        let mut best = local;
-        if side == Side::Exit {
-            // Incoming message and collective edges. At the window's edges
-            // every node is clipped to one time and the order among them
-            // is lost; nothing there weighs anything either.
-            let inside = from < t && t < to;
-            while s.incoming.get(s.next_in).is_some_and(|x| x.0 < pos) {
-                s.next_in += 1;
-            }
-            let mut won: Option<Mark> = None;
-            while let Some(&(p, src)) = s.incoming.get(s.next_in) {
-                if p != pos {
+    // The sweep: each rank's nodes in order; an exit waits until the
+    // enters its edges come from were swept (a DAG in time, so some rank
+    // can always go on), unless nothing can: then the earliest blocked
+    // exit goes on without the missing edges (they went back in time).
+    let heads: Vec<_> = (0..streams.len()).collect();
+    let mut force: Option<usize> = None;
+    loop {
+        let mut progress = false;
+        let mut blocked: Option<(u64, usize)> = None;
+        for &r in &heads {
+            loop {
+                let s = &mut streams[r];
+                let Some((t, side)) = head(s, &waited[r]) else {
                     break;
-                }
-                s.next_in += 1;
-                let marks: Vec<Mark> = match src {
-                    From::Send(si) => match send_mark[si] {
-                        Some(m) => vec![m],
-                        None => {
-                            dropped += u64::from(inside);
-                            Vec::new()
-                        }
-                    },
-                    From::Coll(ii, i) => {
-                        let inst = &instances[ii];
-                        let mut v = Vec::new();
-                        for k in inst.senders(i) {
-                            match enter_mark[ii][k as usize] {
-                                Some(m) => v.push(m),
-                                None => dropped += u64::from(inside),
+                };
+                let (pos, func, _, _) = s.call.expect("a call at the head");
+                let forced = force == Some(r);
+                let f_t = computing.f(t);
+                let mut best = if side == Side::Resume {
+                    // Waiting weighs nothing.
+                    s.best
+                } else {
+                    s.best + n * (t - s.t) as f64 - c * (f_t - s.f)
+                };
+                if side == Side::Exit {
+                    while s.incoming.get(s.next_in).is_some_and(|x| x.0 < pos) {
+                        s.next_in += 1;
+                    }
+                    let edges = s.incoming[s.next_in..]
+                        .iter()
+                        .take_while(|x| x.0 == pos)
+                        .map(|x| x.1);
+                    // The marks of the enters its edges come from.
+                    let mut missing = 0u64;
+                    let mut won: Option<Mark> = None;
+                    let mut edges_n = 0;
+                    for e in edges {
+                        edges_n += 1;
+                        let mut take = |m: Mark| {
+                            if m.best.is_nan() {
+                                missing += 1;
+                            } else if m.best > best {
+                                // An edge only carries the dependency.
+                                best = m.best;
+                                won = Some(m);
+                            }
+                        };
+                        match e {
+                            From::Send(si) => take(send_mark[si]),
+                            From::Coll(ii, i) => {
+                                let inst = &instances[ii];
+                                for k in inst.senders(i) {
+                                    if on_main(&inst.members[k as usize]) {
+                                        take(enter_mark[first[ii] + k as usize]);
+                                    }
+                                }
                             }
                         }
-                        v
+                    }
+                    if missing > 0 && !forced {
+                        if blocked.is_none_or(|b| t < b.0) {
+                            blocked = Some((t, r));
+                        }
+                        break;
+                    }
+                    // At the window's edges every node is clipped to one
+                    // time; nothing there weighs anything.
+                    if from < t && t < to {
+                        dropped += missing;
+                    }
+                    s.next_in += edges_n;
+                    if let Some(m) = won {
+                        s.jumps.push(Jump {
+                            at: pos,
+                            rank: m.rank,
+                            pos: m.pos,
+                            activity: func,
+                        });
+                    }
+                } else if side == Side::Enter {
+                    while s.sources.get(s.next_src).is_some_and(|x| x.0 < pos) {
+                        s.next_src += 1;
+                    }
+                    let mark = Mark {
+                        best,
+                        rank: r as u32,
+                        pos,
+                    };
+                    while let Some(&(p, src)) = s.sources.get(s.next_src) {
+                        if p != pos {
+                            break;
+                        }
+                        s.next_src += 1;
+                        match src {
+                            From::Send(si) => send_mark[si] = mark,
+                            From::Coll(ii, k) => enter_mark[first[ii] + k as usize] = mark,
+                        }
+                    }
+                }
+                if forced {
+                    force = None;
+                }
+                s.best = best;
+                s.t = t;
+                s.f = f_t;
+                s.side = match side {
+                    Side::Enter if s.resumed.is_some() => Side::Resume,
+                    Side::Enter | Side::Resume => Side::Exit,
+                    Side::Exit => {
+                        s.call = None;
+                        Side::Enter
                     }
                 };
-                // A message or collective edge only carries the dependency.
-                for m in marks {
-                    if m.best > best {
-                        best = m.best;
-                        won = Some(m);
-                    }
-                }
-            }
-            if let Some(m) = won {
-                s.jumps.push(Jump {
-                    at: pos,
-                    rank: m.rank,
-                    pos: m.pos,
-                    activity: func,
-                });
-            }
-            computing += 1.0;
-        } else if side == Side::Enter {
-            computing -= 1.0;
-            while s.sources.get(s.next_src).is_some_and(|x| x.0 < pos) {
-                s.next_src += 1;
-            }
-            let mark = Mark { best, rank: r, pos };
-            while let Some(&(p, src)) = s.sources.get(s.next_src) {
-                if p != pos {
-                    break;
-                }
-                s.next_src += 1;
-                match src {
-                    From::Send(si) => send_mark[si] = Some(mark),
-                    From::Coll(ii, k) => enter_mark[ii][k as usize] = Some(mark),
-                }
+                progress = true;
             }
         }
-        s.best = best;
-        s.t = t;
-        s.f = f_now;
-        s.side = match side {
-            Side::Enter if s.resumed.is_some() => Side::Resume,
-            Side::Enter | Side::Resume => Side::Exit,
-            Side::Exit => {
-                s.call = None;
-                Side::Enter
-            }
-        };
-        let resume = resume_of(&waited[r as usize]);
-        if let Some((t, side)) = head(s, &resume) {
-            heap.push(Reverse((t, side, r)));
+        match blocked {
+            None => break,
+            Some(_) if progress => {}
+            Some((_, r)) => force = Some(r),
         }
     }
     // Back from the heaviest end, through the edges that won.
@@ -381,7 +502,9 @@ pub(crate) fn compute(
                     at = src;
                     t = start;
                 } else {
-                    let resumed = resume_of(&waited[at.rank as usize])(at.index, a, t);
+                    let w = &waited[at.rank as usize];
+                    let mut k = w.partition_point(|x| x.0 < at.index);
+                    let resumed = resume_at(w, &mut k, at.index, a, t);
                     let func = times.func(at).unwrap_or(COMPUTING);
                     push(&mut path, at.rank, func, a, t, resumed.unwrap_or(a));
                     t = a;
@@ -404,16 +527,9 @@ pub(crate) fn compute(
             }
         }
     }
-    // The weight of each stretch: F at its ends, in one pass per rank.
-    let mut at_times: Vec<u64> = path.iter().flat_map(|(s, w)| [*w, s.to]).collect();
-    at_times.sort_unstable();
-    at_times.dedup();
-    let f = integrals(trace, times, window, &at_times);
-    let f_of = |t: u64| f[at_times.binary_search(&t).expect("a boundary")];
     let mut walk = Walk::new(from, to);
     for (s, w) in &path {
-        let weight = weight((*w, f_of(*w)), (s.to, f_of(s.to)));
-        walk.push_weighted(s.rank, s.activity, s.from, s.to, weight);
+        walk.push_weighted(s.rank, s.activity, s.from, s.to, weight(*w, s.to));
     }
     walk.flush();
     Found {
@@ -422,34 +538,6 @@ pub(crate) fn compute(
         hops,
         dropped_edges: dropped,
     }
-}
-
-/// F(t) = ∫ from the window's start to t of the number of ranks whose main
-/// thread is outside MPI, at each of the sorted times `at`.
-fn integrals(trace: &Trace, times: &Times, (from, to): (u64, u64), at: &[u64]) -> Vec<f64> {
-    let mut f = vec![0f64; at.len()];
-    for rank in &trace.ranks {
-        // MPI time of this rank in [from, t], for each t of `at`.
-        let mut mpi = 0u64;
-        let mut q = 0usize;
-        let mut add = |f: &mut Vec<f64>, upto: u64, mpi_before: u64, busy_from: Option<u64>| {
-            while q < at.len() && at[q] <= upto {
-                let t = at[q];
-                let in_call = busy_from.map_or(0, |a| t.saturating_sub(a));
-                let busy = mpi_before + in_call;
-                f[q] += (t - from) as f64 - busy as f64;
-                q += 1;
-            }
-        };
-        for (_, _, a, b) in times.calls_at(rank.rank, 0) {
-            let (a, b) = (a.clamp(from, to), b.max(a).clamp(from, to));
-            add(&mut f, a, mpi, None);
-            add(&mut f, b, mpi, Some(a));
-            mpi += b - a;
-        }
-        add(&mut f, u64::MAX, mpi, None);
-    }
-    f
 }
 
 /// The last call of `rank`'s main thread.
