@@ -5,7 +5,7 @@ SHELL := /bin/bash
 CARGO ?= cargo
 RELEASE := target/release
 EXAMPLES := ring pingpong halo2d master_worker collectives
-PROGS := coverage bytes manycalls mpibench threads late_finalize abort pbcost scenarios syncbench reqfree errors zerocoll spawn bigmsg waits races
+PROGS := coverage bytes manycalls mpibench threads late_finalize abort pbcost scenarios syncbench reqfree errors zerocoll spawn bigmsg waits races phases
 EX_BIN := $(addprefix target/examples/,$(EXAMPLES) $(PROGS))
 
 # Open MPI refuses root and more ranks than cores unless told.
@@ -73,7 +73,7 @@ target/examples/%: examples/%.c examples/expect.h | deps
 
 target/examples/%: tests/progs/%.c examples/expect.h | deps
 	@mkdir -p target/examples
-	mpicc -O2 -Wall -Wextra -Iexamples -o $@ $<
+	mpicc -O2 -Wall -Wextra -Iexamples -Iinclude -o $@ $<
 
 # $(call fortran,dir,mpif90): the Fortran test programs of one MPI into dir
 # (modules under dir/fmod).
@@ -114,7 +114,7 @@ $(1)/examples/%: examples/%.c examples/expect.h | deps
 	$(2) -O2 -Wall -Wextra -Wno-stringop-overflow -o $$@ $$<
 $(1)/examples/%: tests/progs/%.c examples/expect.h | deps
 	@mkdir -p $$(@D)
-	$(2) -O2 -Wall -Wextra -Wno-stringop-overflow -Iexamples -o $$@ $$<
+	$(2) -O2 -Wall -Wextra -Wno-stringop-overflow -Iexamples -Iinclude -o $$@ $$<
 $(1)/examples/libpmpicount.so: tests/progs/pmpicount.c | deps
 	@mkdir -p $$(@D)
 	$(2) -O2 -Wall -Wextra -shared -fPIC -o $$@ $$<

@@ -142,9 +142,32 @@ pub fn exclude(ids: &[u32]) {
     let _ = LEFT_OUT.set((0..n).map(|_| Default::default()).collect());
 }
 
-/// Calls left out so far, by function name.
-pub fn left_out() -> std::collections::BTreeMap<String, u64> {
-    let Some(counts) = LEFT_OUT.get() else {
+/// `MPI_Pcontrol(0)` to `MPI_Pcontrol(1)`: calls that move no message,
+/// create no operation and complete none are left out (and counted);
+/// the others are still recorded, so that messages and clocks stay exact.
+static PAUSED: core::sync::atomic::AtomicBool = core::sync::atomic::AtomicBool::new(false);
+static PAUSED_OUT: std::sync::OnceLock<Box<[core::sync::atomic::AtomicU64]>> =
+    std::sync::OnceLock::new();
+
+/// Pauses recording (`true`) or resumes it.
+pub fn pause(on: bool) {
+    PAUSED_OUT.get_or_init(|| {
+        (0..crate::mpi::FUNCTIONS.len())
+            .map(|_| Default::default())
+            .collect()
+    });
+    PAUSED.store(on, core::sync::atomic::Ordering::Relaxed);
+}
+
+/// Calls left out while paused, by function name.
+pub fn paused_out() -> std::collections::BTreeMap<String, u64> {
+    counts_by_name(PAUSED_OUT.get().map(|b| &b[..]))
+}
+
+fn counts_by_name(
+    counts: Option<&[core::sync::atomic::AtomicU64]>,
+) -> std::collections::BTreeMap<String, u64> {
+    let Some(counts) = counts else {
         return Default::default();
     };
     counts
@@ -156,10 +179,21 @@ pub fn left_out() -> std::collections::BTreeMap<String, u64> {
         .collect()
 }
 
+/// Calls left out so far, by function name.
+pub fn left_out() -> std::collections::BTreeMap<String, u64> {
+    counts_by_name(LEFT_OUT.get().map(|b| &b[..]))
+}
+
 /// Whether this call is left out (counted if so). Only the hooks whose
 /// calls move no message, create no operation and complete none ask.
 #[inline(always)]
 fn leave_out(call: &Call) -> bool {
+    if PAUSED.load(core::sync::atomic::Ordering::Relaxed) {
+        if let Some(c) = PAUSED_OUT.get().and_then(|c| c.get(call.func as usize)) {
+            c.fetch_add(1, core::sync::atomic::Ordering::Relaxed);
+        }
+        return true;
+    }
     let Some(set) = EXCLUDED.get() else {
         return false;
     };

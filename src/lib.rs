@@ -19,7 +19,8 @@
 //! - `guard`: lifecycle state and the re-entrancy guard; `clock`: the timer;
 //! - `config`: `PMTRACE_*` settings; `ffi`: MPI bindings and C constants.
 //!
-//! Only the MPI symbols are exported; everything else is private.
+//! Only the MPI symbols and the phase API of `include/pmtrace.h` are
+//! exported; everything else is private.
 
 mod abi;
 mod apart;
@@ -89,6 +90,7 @@ pub mod wrappers {
 }
 
 pub use lifecycle::{
-    MPI_Abort, MPI_Finalize, MPI_Init, MPI_Init_thread, MPI_Pcontrol, PMPI_Abort, PMPI_Finalize,
-    PMPI_Init, PMPI_Init_thread,
+    pmtrace_phase_begin, pmtrace_phase_begin_, pmtrace_phase_end, pmtrace_phase_end_, MPI_Abort,
+    MPI_Finalize, MPI_Init, MPI_Init_thread, MPI_Pcontrol, PMPI_Abort, PMPI_Finalize, PMPI_Init,
+    PMPI_Init_thread,
 };

@@ -30,7 +30,7 @@ use core::ffi::{c_char, c_int, c_void};
 use core::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use parking_lot::Mutex;
 use pmtrace_format::meta::{self, FunctionDef, MpiConstants, RunInfo, TimerDef};
-use pmtrace_format::record::MAX_FIXED_RECORD;
+use pmtrace_format::record::{put_name, MAX_FIXED_RECORD, PHASE_NAME_MAX};
 use pmtrace_format::varint::Sink;
 use std::fs::OpenOptions;
 use std::io::Write;
@@ -602,6 +602,7 @@ fn build_header(
         },
         functions: FUNCTIONS
             .iter()
+            .chain(&PHASE_FUNCTIONS)
             .map(|(n, k)| FunctionDef {
                 name: n.to_string(),
                 kind: k.name().to_string(),
@@ -706,6 +707,7 @@ fn seal(
         buffer_wait_ns: t.wait_ns,
         dropped: recorder::DROPPED.load(std::sync::atomic::Ordering::Relaxed),
         excluded: crate::hooks::left_out(),
+        paused: crate::hooks::paused_out(),
         threads: t.threads.clone(),
         end_ns,
         monotonic_start_ns: mono_start,
@@ -880,5 +882,88 @@ pub unsafe extern "C" fn MPI_Pcontrol(level: c_int) -> c_int {
         w.put_i(i64::from(level));
         w.commit();
     }
+    // Level 0 pauses recording, 1 resumes it (the MPI standard leaves the
+    // levels to the tool; these two are the usual meaning).
+    match level {
+        0 => crate::hooks::pause(true),
+        1 => crate::hooks::pause(false),
+        _ => {}
+    }
     rc
+}
+
+/// pmtrace's own functions in the trace's function table, after the MPI
+/// ones: a phase's begin and end.
+const PHASE_FUNCTIONS: [(&str, pmtrace_format::Kind); 2] = [
+    ("pmtrace_phase_begin", pmtrace_format::Kind::Phase),
+    ("pmtrace_phase_end", pmtrace_format::Kind::Phase),
+];
+const PHASE_BEGIN: u32 = FUNCTIONS.len() as u32;
+const PHASE_END: u32 = PHASE_BEGIN + 1;
+
+/// Records a phase's begin (`name`) or end (`None`) on this thread.
+fn phase(name: Option<&[u8]>) {
+    let Some(guard) = Guard::acquire() else {
+        return;
+    };
+    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let t = clock::now();
+        let (func, need) = match name {
+            Some(n) => (
+                PHASE_BEGIN,
+                MAX_FIXED_RECORD + 2 * n.len().min(PHASE_NAME_MAX),
+            ),
+            None => (PHASE_END, MAX_FIXED_RECORD),
+        };
+        if let Some(mut w) = guard.recorder().begin_call(func, t, t, 0, need) {
+            put_name(&mut w, name);
+            w.commit();
+        }
+    }));
+}
+
+/// `pmtrace_phase_begin(name)` (include/pmtrace.h): a phase named `name`
+/// begins on this thread, until the matching `pmtrace_phase_end()`.
+/// Phases nest. Without tracing (before `MPI_Init`, after `MPI_Finalize`,
+/// or untraced) it does nothing.
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn pmtrace_phase_begin(name: *const c_char) {
+    let bytes = if name.is_null() {
+        &b"phase"[..]
+    } else {
+        // SAFETY: the caller passes a NUL-terminated string.
+        unsafe { core::ffi::CStr::from_ptr(name) }.to_bytes()
+    };
+    phase(Some(if bytes.is_empty() { b"phase" } else { bytes }));
+}
+
+/// `pmtrace_phase_end()`: the innermost phase of this thread ends.
+#[cfg_attr(not(test), no_mangle)]
+pub extern "C" fn pmtrace_phase_end() {
+    phase(None);
+}
+
+/// Fortran: `call pmtrace_phase_begin('name')`. gfortran and flang pass
+/// the length after the arguments; the name's trailing blanks are dropped.
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn pmtrace_phase_begin_(name: *const c_char, len: usize) {
+    let bytes = if name.is_null() {
+        &[][..]
+    } else {
+        // SAFETY: Fortran passes the character variable and its length.
+        unsafe { core::slice::from_raw_parts(name as *const u8, len) }
+    };
+    let end = bytes.iter().rposition(|&b| b != b' ').map_or(0, |i| i + 1);
+    let trimmed = &bytes[..end];
+    phase(Some(if trimmed.is_empty() {
+        b"phase"
+    } else {
+        trimmed
+    }));
+}
+
+/// Fortran: `call pmtrace_phase_end()`.
+#[cfg_attr(not(test), no_mangle)]
+pub extern "C" fn pmtrace_phase_end_() {
+    phase(None);
 }

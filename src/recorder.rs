@@ -796,6 +796,7 @@ mod tests {
             buffer_wait_ns: t.wait_ns,
             dropped: 0,
             excluded: Default::default(),
+            paused: Default::default(),
             threads: t.threads.clone(),
             end_ns: 0,
             monotonic_start_ns: 0,

@@ -963,14 +963,20 @@ fn defined_symbols(path: &std::path::Path) -> Vec<String> {
 
 #[test]
 fn the_library_exports_only_mpi_symbols_and_the_cli_none() {
-    // Every flavour: the MPI functions, and PMIx_Init, through which the
-    // untraced-rank check rides on the MPI library's own PMIx start (peers).
+    // Every flavour: the MPI functions, pmtrace's phase API
+    // (include/pmtrace.h), and PMIx_Init, through which the untraced-rank
+    // check rides on the MPI library's own PMIx start (peers).
     for flavour in Flavour::ALL {
         let lib = defined_symbols(&flavour.lib());
         assert!(lib.len() > 300, "{flavour:?}: {} symbols", lib.len());
         let foreign: Vec<&String> = lib
             .iter()
-            .filter(|s| !s.starts_with("MPI_") && !s.starts_with("PMPI_") && *s != "PMIx_Init")
+            .filter(|s| {
+                !s.starts_with("MPI_")
+                    && !s.starts_with("PMPI_")
+                    && !s.starts_with("pmtrace_phase_")
+                    && *s != "PMIx_Init"
+            })
             .collect();
         assert!(
             foreign.is_empty(),
@@ -2318,4 +2324,76 @@ fn message_races_are_the_sends_concurrent_with_each_wildcard_receive() {
         text.contains("a test must see each racy receive take a message from each of {1, 2}"),
         "{text}"
     );
+}
+
+#[test]
+fn phases_and_pauses_show_in_the_report_and_on_the_critical_path() {
+    let dir = scratch("phases");
+    let plain = mpirun(&dir, 4, &prog("phases"), &["60"], Mode::Plain, &[]);
+    let run = mpirun(&dir, 4, &prog("phases"), &["60"], Mode::Preload, &[]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert_eq!(run.stdout, plain.stdout, "the phase calls change nothing");
+    assert!(run.stdout.contains("phases: ok np=4"), "{}", run.stdout);
+    let synced = pmtrace(&["sync", run.trace.to_str().unwrap()]);
+    assert!(synced.status.success());
+    let rep = report(&run.trace);
+    // Exact counts: the pause left out the 4000 MPI_Comm_rank calls but
+    // kept its MPI_Allreduce (it moves data): 3 rounds + 1 per rank.
+    assert_eq!(
+        rep["paused_calls"],
+        serde_json::json!({"MPI_Comm_rank": 4000})
+    );
+    assert_eq!(rep["functions"]["MPI_Comm_rank"]["calls"], 4);
+    assert_eq!(rep["functions"]["MPI_Allreduce"]["calls"], 16);
+    assert_eq!(rep["functions"]["pmtrace_phase_begin"]["calls"], 16);
+    assert_eq!(rep["functions"]["pmtrace_phase_end"]["calls"], 16);
+    assert_eq!(rep["messages"]["unmatched"], 0);
+    let phases = rep["phases"].as_array().unwrap();
+    let names: Vec<&str> = phases.iter().map(|p| p["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["Pcontrol 2", "output", "setup", "solve", "write"]);
+    assert!(phases.iter().all(|p| p["spans"] == 4), "{phases:?}");
+    let solve = phases.iter().find(|p| p["name"] == "solve").unwrap();
+    let comp = |rank: u64| -> f64 {
+        solve["per_rank"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["rank"] == rank)
+            .unwrap()["computation_ns"]
+            .as_f64()
+            .unwrap()
+    };
+    // Rank 2 computes 3 x 60 ms in "solve", the others 3 x 20 ms.
+    assert!(
+        (comp(2) - 180e6).abs() < 0.1 * 180e6,
+        "rank 2 computed {}",
+        comp(2)
+    );
+    for r in [0, 1, 3] {
+        assert!(comp(r) < 0.5 * comp(2), "rank {r} computed {}", comp(r));
+    }
+    assert!(solve["load_imbalance"].as_f64().unwrap() > 0.7, "{solve}");
+    assert_eq!(solve["functions"][0]["name"], "MPI_Allreduce");
+    // The critical path runs through rank 2's "solve": its share there is
+    // the injected computation's share of the path, within 10%.
+    let cp = &rep["critical_path"];
+    assert_eq!(cp["by_rank"][0]["rank"], 2, "{cp}");
+    let length = cp["length_ns"].as_f64().unwrap();
+    let on_solve = cp["by_phase"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == "solve")
+        .expect("solve on the path");
+    let share = on_solve["share"].as_f64().unwrap();
+    let injected = comp(2) / length;
+    assert!(
+        (share - injected).abs() <= 0.1 * injected,
+        "solve holds {share} of the path, {injected} injected"
+    );
+    assert_eq!(cp["by_phase"][0]["name"], "solve");
+    // The weighted path splits by phase too.
+    let verb = pmtrace(&["critical-path", run.trace.to_str().unwrap(), "--json"]);
+    let alone: serde_json::Value = serde_json::from_slice(&verb.stdout).unwrap();
+    assert_eq!(alone["weighted"]["by_phase"][0]["name"], "solve", "{alone}");
 }

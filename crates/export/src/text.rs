@@ -116,6 +116,8 @@ fn format_call(out: &mut String, rank: &Rank, c: &Call) -> std::fmt::Result {
         Payload::InitThread { required, provided } => write!(out, " required={required} provided={provided}")?,
         Payload::Abort { comm, code } => write!(out, " comm={comm} code={code}")?,
         Payload::Pcontrol { level } => write!(out, " level={level}")?,
+        Payload::Phase { name: Some(name) } => write!(out, " name={name:?}")?,
+        Payload::Phase { name: None } => {}
         Payload::Send { peer, tag, comm, bytes, op } => {
             write!(out, " peer={peer} tag={tag} comm={comm} bytes={bytes}")?;
             if let Some(op) = op {

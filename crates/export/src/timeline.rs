@@ -60,7 +60,7 @@ pub fn category(kind: Kind) -> &'static str {
         Kind::Probe | Kind::Iprobe | Kind::Mprobe | Kind::Improbe => "probe",
         Kind::CommNew | Kind::CommFree => "comm",
         Kind::Init | Kind::InitThread | Kind::Finalize => "init",
-        Kind::Plain | Kind::Abort | Kind::Pcontrol => "other",
+        Kind::Plain | Kind::Abort | Kind::Pcontrol | Kind::Phase => "other",
     }
 }
 

@@ -179,6 +179,9 @@ pub struct Trailer {
     /// Calls left out on purpose (`PMTRACE_EXCLUDE`), by function.
     #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     pub excluded: std::collections::BTreeMap<String, u64>,
+    /// Calls left out while `MPI_Pcontrol(0)` paused recording, by function.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub paused: std::collections::BTreeMap<String, u64>,
     pub threads: Vec<ThreadDef>,
     /// Timer value (ns) at the end of tracing.
     pub end_ns: u64,

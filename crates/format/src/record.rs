@@ -134,10 +134,12 @@ pub enum Kind {
     CollInit,
     PsendInit,
     PrecvInit,
+    /// pmtrace's own `pmtrace_phase_begin(name)` and `pmtrace_phase_end()`.
+    Phase,
 }
 
 impl Kind {
-    pub const ALL: [Kind; 31] = [
+    pub const ALL: [Kind; 32] = [
         Kind::Plain,
         Kind::Init,
         Kind::InitThread,
@@ -169,6 +171,7 @@ impl Kind {
         Kind::CollInit,
         Kind::PsendInit,
         Kind::PrecvInit,
+        Kind::Phase,
     ];
 
     pub fn name(self) -> &'static str {
@@ -204,6 +207,7 @@ impl Kind {
             Kind::CollInit => "coll_init",
             Kind::PsendInit => "psend_init",
             Kind::PrecvInit => "precv_init",
+            Kind::Phase => "phase",
         }
     }
 
@@ -427,6 +431,10 @@ pub enum Payload {
     Pcontrol {
         level: i32,
     },
+    /// A phase begins (its name) or ends (`None`).
+    Phase {
+        name: Option<String>,
+    },
     /// send, isend, send_init, psend_init; `op` set for all but send.
     Send {
         peer: i32,
@@ -556,6 +564,38 @@ fn trunc() -> FormatError {
 
 fn corrupt(what: &str) -> FormatError {
     FormatError::Corrupt(format!("bad record: {what}"))
+}
+
+/// The longest phase name kept, in bytes.
+pub const PHASE_NAME_MAX: usize = 255;
+
+/// A phase name: its length, then each byte (none: the end of a phase).
+pub fn put_name<S: Sink>(out: &mut S, name: Option<&[u8]>) {
+    match name {
+        None => out.put_u(0),
+        Some(b) => {
+            let b = &b[..b.len().min(PHASE_NAME_MAX)];
+            out.put_u(b.len() as u64);
+            for &x in b {
+                out.put_u(u64::from(x));
+            }
+        }
+    }
+}
+
+fn get_name(buf: &[u8], pos: &mut usize) -> Result<Option<String>, FormatError> {
+    let n = u(buf, pos)? as usize;
+    if n == 0 {
+        return Ok(None);
+    }
+    if n > PHASE_NAME_MAX {
+        return Err(corrupt("phase name too long"));
+    }
+    let mut b = Vec::with_capacity(n);
+    for _ in 0..n {
+        b.push(u8::try_from(u(buf, pos)?).map_err(|_| corrupt("phase name byte"))?);
+    }
+    Ok(Some(String::from_utf8_lossy(&b).into_owned()))
 }
 
 fn u(buf: &[u8], pos: &mut usize) -> Result<u64, FormatError> {
@@ -830,6 +870,9 @@ impl ThreadDecoder {
             },
             Kind::Pcontrol => Payload::Pcontrol {
                 level: i32v(buf, pos)?,
+            },
+            Kind::Phase => Payload::Phase {
+                name: get_name(buf, pos)?,
             },
             Kind::Send | Kind::Isend | Kind::SendInit | Kind::PsendInit => {
                 let peer = i32v(buf, pos)?;

@@ -19,6 +19,7 @@ use serde::Serialize;
 use pmtrace_matching::collective::{Instance, MemberCalls};
 use pmtrace_matching::matching::Messages;
 
+use crate::phases::PhaseTimeline;
 use crate::times::Times;
 use crate::waits::Wait;
 
@@ -41,6 +42,10 @@ pub struct CriticalPath {
     pub segments: Vec<Segment>,
     /// Times the path went from one rank to another.
     pub hops: u64,
+    /// Per user phase (the innermost phase of the path's rank at the
+    /// time; "" outside every phase), when the trace has phases.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub by_phase: Vec<Share>,
     /// The weighted path only: its weight (ns, each weighted by how few
     /// ranks computed meanwhile), and the message and collective edges
     /// that went back in time and were left out.
@@ -89,6 +94,7 @@ pub(crate) fn compute(
     times: &Times,
     waits: &mut [Wait],
     window: (u64, u64),
+    phases: Option<&PhaseTimeline>,
 ) -> CriticalPath {
     let (from, to) = window;
     let key = |at: EventRef| (at.rank, at.thread, at.index);
@@ -103,7 +109,11 @@ pub(crate) fn compute(
             .copied()
     };
     let func = |at: EventRef| times.func(at).unwrap_or(u32::MAX);
-    let mut acc = Walk::new(from, to);
+    let mut acc = if phases.is_some() {
+        Walk::keeping(from, to)
+    } else {
+        Walk::new(from, to)
+    };
     let mut hops = 0u64;
     if let Some((rank, t)) = end_point(trace, times, to) {
         let (mut rank, mut t) = (rank, t);
@@ -145,7 +155,7 @@ pub(crate) fn compute(
         }
     }
     acc.flush();
-    summarize(trace, times, acc, hops, (from, to), false)
+    summarize(trace, times, acc, hops, (from, to), false, phases)
 }
 
 /// The critical path and, beside it, the weighted one with the words on
@@ -157,10 +167,19 @@ pub(crate) fn both(
     instances: &[Instance<MemberCalls>],
     waits: &mut [Wait],
     window: (u64, u64),
+    phases: Option<&PhaseTimeline>,
 ) -> CriticalPath {
-    let mut plain = compute(trace, times, waits, window);
-    let found = crate::weighted::compute(trace, times, messages, instances, waits, window);
-    let mut weighted = summarize(trace, times, found.walk, found.hops, window, true);
+    let mut plain = compute(trace, times, waits, window, phases);
+    let found = crate::weighted::compute(
+        trace,
+        times,
+        messages,
+        instances,
+        waits,
+        window,
+        phases.is_some(),
+    );
+    let mut weighted = summarize(trace, times, found.walk, found.hops, window, true, phases);
     // The stretches followed back weigh what the sweep found.
     debug_assert!(
         (weighted.weight_ns.unwrap_or(0.0) - found.weight).abs() <= 1e-6 * found.weight.max(1.0),
@@ -288,6 +307,8 @@ pub(crate) struct Walk {
     from: u64,
     to: u64,
     current: Option<Stretch>,
+    /// Every stretch, when kept (to split by phase).
+    all: Option<Vec<Stretch>>,
     by_rank: HashMap<u32, (u64, f64)>,
     by_activity: HashMap<(u32, u32), (u64, f64)>,
     longest: Vec<Stretch>,
@@ -299,9 +320,18 @@ impl Walk {
             from,
             to,
             current: None,
+            all: None,
             by_rank: HashMap::default(),
             by_activity: HashMap::default(),
             longest: Vec::new(),
+        }
+    }
+
+    /// The same, keeping every stretch.
+    pub fn keeping(from: u64, to: u64) -> Walk {
+        Walk {
+            all: Some(Vec::new()),
+            ..Walk::new(from, to)
         }
     }
 
@@ -337,6 +367,9 @@ impl Walk {
 
     pub fn flush(&mut self) {
         let Some(c) = self.current.take() else { return };
+        if let Some(all) = &mut self.all {
+            all.push(c);
+        }
         let ns = c.to - c.from;
         let r = self.by_rank.entry(c.rank).or_default();
         r.0 += ns;
@@ -425,6 +458,7 @@ pub(crate) fn summarize(
     hops: u64,
     window: (u64, u64),
     weighted: bool,
+    phases: Option<&PhaseTimeline>,
 ) -> CriticalPath {
     let name = |rank: u32, activity: u32| -> String {
         if activity == COMPUTING {
@@ -509,6 +543,31 @@ pub(crate) fn summarize(
         let key = |s: &Segment| s.weight.unwrap_or(s.ns as f64);
         key(b).total_cmp(&key(a)).then(a.from_ns.cmp(&b.from_ns))
     });
+    // Per phase: each stretch split where its rank's phase changes (its
+    // weight in proportion to the time).
+    let mut by_phase: Vec<Share> = Vec::new();
+    if let (Some(p), Some(all)) = (phases, &walk.all) {
+        let mut acc: HashMap<String, (u64, f64)> = HashMap::default();
+        for s in all {
+            let len = (s.to - s.from).max(1) as f64;
+            p.split(s.rank, s.from, s.to, |phase, ns| {
+                let e = acc.entry(phase.unwrap_or("").to_owned()).or_default();
+                e.0 += ns;
+                e.1 += s.weight * ns as f64 / len;
+            });
+        }
+        by_phase = acc
+            .into_iter()
+            .map(|(n, v)| Share {
+                rank: None,
+                name: Some(n),
+                ns: v.0,
+                share: share(v),
+                weight: weight(v.1),
+            })
+            .collect();
+        by_phase.sort_by(|a, b| order(a, b).then(a.name.cmp(&b.name)));
+    }
     CriticalPath {
         time_base: times.base(),
         from_ns: window.0,
@@ -516,6 +575,7 @@ pub(crate) fn summarize(
         length_ns: length,
         by_rank,
         by_activity,
+        by_phase,
         segments,
         hops,
         weight_ns: weight(total),

@@ -39,6 +39,7 @@ use pmtrace_trace::read::{EventRef, Rank, Trace};
 
 pub mod critical;
 pub mod metrics;
+pub mod phases;
 pub mod races;
 pub mod requests;
 mod times;
@@ -231,6 +232,12 @@ pub struct Report {
     pub metrics: Option<Metrics>,
     /// The chain of work that decided the run's length (see [`critical`]).
     pub critical_path: Option<CriticalPath>,
+    /// User phases (`pmtrace_phase_begin`/`_end`, `MPI_Pcontrol(k ≥ 2)`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub phases: Vec<phases::Phase>,
+    /// Calls left out while `MPI_Pcontrol(0)` paused recording, by function.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub paused_calls: BTreeMap<String, u64>,
 }
 
 /// Messages per world rank, from the ranks of their sends or receives.
@@ -463,6 +470,10 @@ impl Report {
         let (pending_requests, pending_first) = requests::pending(trace);
         let mut found = waits::find(trace, messages, &instances, &times);
         let metrics = metrics::compute(trace, &times);
+        let spans = phases::spans(trace, &times);
+        let phase_list = phases::summarize(trace, &times, &spans);
+        let phase_timeline = phases::PhaseTimeline::new(trace, &spans);
+        let timeline = (!phase_timeline.is_empty()).then_some(&phase_timeline);
         let events = trace.events();
         let bytes_payload: u64 = trace.ranks.iter().map(|r| r.payload_bytes).sum();
         let run = trace.ranks[0].header.run.as_ref().map(|run| RunSummary {
@@ -539,10 +550,30 @@ impl Report {
                     &instances,
                     &mut found,
                     (metrics.from_ns, metrics.to_ns),
+                    timeline,
                 )
             } else {
-                critical::compute(trace, &times, &mut found, (metrics.from_ns, metrics.to_ns))
+                critical::compute(
+                    trace,
+                    &times,
+                    &mut found,
+                    (metrics.from_ns, metrics.to_ns),
+                    timeline,
+                )
             }),
+            phases: phase_list,
+            paused_calls: {
+                let mut all: BTreeMap<String, u64> = BTreeMap::new();
+                for (f, n) in trace
+                    .ranks
+                    .iter()
+                    .filter_map(|r| r.trailer.as_ref())
+                    .flat_map(|t| &t.paused)
+                {
+                    *all.entry(f.clone()).or_default() += n;
+                }
+                all
+            },
             metrics: Some(metrics),
         }
     }

@@ -236,6 +236,7 @@ pub(crate) fn compute(
     instances: &[Instance<MemberCalls>],
     waits: &[Wait],
     window: (u64, u64),
+    keep: bool,
 ) -> Found {
     let (from, to) = window;
     // How long each call of a main thread waited (the longest of its
@@ -527,7 +528,11 @@ pub(crate) fn compute(
             }
         }
     }
-    let mut walk = Walk::new(from, to);
+    let mut walk = if keep {
+        Walk::keeping(from, to)
+    } else {
+        Walk::new(from, to)
+    };
     for (s, w) in &path {
         walk.push_weighted(s.rank, s.activity, s.from, s.to, weight(*w, s.to));
     }

@@ -62,6 +62,10 @@ pub enum Payload<'a> {
     Pcontrol {
         level: i32,
     },
+    /// A phase begins (its name) or ends (`None`).
+    Phase {
+        name: Option<&'a str>,
+    },
     Send {
         peer: i32,
         tag: i32,
@@ -1053,6 +1057,9 @@ fn view_other(p: &fmt::Payload) -> Payload<'_> {
         }
         fmt::Payload::Abort { comm, code } => Payload::Abort { comm, code },
         fmt::Payload::Pcontrol { level } => Payload::Pcontrol { level },
+        fmt::Payload::Phase { ref name } => Payload::Phase {
+            name: name.as_deref(),
+        },
         fmt::Payload::Mrecv {
             msg,
             posted,
