@@ -2392,6 +2392,51 @@ fn phases_and_pauses_show_in_the_report_and_on_the_critical_path() {
         "solve holds {share} of the path, {injected} injected"
     );
     assert_eq!(cp["by_phase"][0]["name"], "solve");
+    // Every export shows the phases: Perfetto slices on a track per
+    // thread, Chrome complete events (each of the 6 names on 4 ranks,
+    // the pause included).
+    let names = ["setup", "solve", "paused", "Pcontrol 2", "output", "write"];
+    let want: serde_json::Map<String, serde_json::Value> =
+        names.iter().map(|n| (n.to_string(), 4.into())).collect();
+    let pf = run.trace.with_extension("pftrace");
+    let out = pmtrace(&[
+        "export",
+        run.trace.to_str().unwrap(),
+        "--format",
+        "perfetto",
+        "-o",
+        pf.to_str().unwrap(),
+    ]);
+    assert!(out.status.success());
+    let c = exports::python_check("perfetto_check.py", &pf);
+    assert_eq!(c["phases"], serde_json::Value::Object(want.clone()), "{c}");
+    assert_eq!(c["unbalanced_tracks"], 0, "{c}");
+    let cj = run.trace.with_extension("json");
+    let out = pmtrace(&[
+        "export",
+        run.trace.to_str().unwrap(),
+        "--format",
+        "chrome",
+        "-o",
+        cj.to_str().unwrap(),
+    ]);
+    assert!(out.status.success());
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&cj).unwrap()).unwrap();
+    let mut seen = serde_json::Map::new();
+    for e in v["traceEvents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["cat"] == "phase")
+    {
+        let n = e["name"].as_str().unwrap().to_string();
+        let k = seen.get(&n).and_then(|x| x.as_u64()).unwrap_or(0) + 1;
+        seen.insert(n, k.into());
+    }
+    assert_eq!(
+        serde_json::Value::Object(seen),
+        serde_json::Value::Object(want)
+    );
     // The weighted path splits by phase too.
     let verb = pmtrace(&["critical-path", run.trace.to_str().unwrap(), "--json"]);
     let alone: serde_json::Value = serde_json::from_slice(&verb.stdout).unwrap();

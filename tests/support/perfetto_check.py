@@ -10,6 +10,7 @@ JSON, what the tests compare with `pmtrace report`:
       terminating_flow_ids; flows_not_once: ids not seen exactly once each way
   tracks: thread tracks (with a ThreadDescriptor), async tracks (without)
   names: interned event names used by "mpi" slices, with counts
+  phases: names of "phase" slices (user phases), with counts
 
 Usage: perfetto_check.py FILE.pftrace
 """
@@ -29,6 +30,7 @@ def main(path):
     starts, terms = collections.Counter(), collections.Counter()
     slices = in_flight = 0
     used = collections.Counter()
+    phases = collections.Counter()
     thread_tracks = async_tracks = 0
     for p in trace.packet:
         if p.HasField("interned_data"):
@@ -52,6 +54,8 @@ def main(path):
                 used[names.get(e.name_iid, "?")] += 1
             elif "in_flight" in cat:
                 in_flight += 1
+            elif "phase" in cat:
+                phases[e.name] += 1
         elif e.type == pb.TrackEvent.TYPE_SLICE_END:
             ends[e.track_uuid] += 1
         for i in e.flow_ids:
@@ -70,6 +74,7 @@ def main(path):
         "thread_tracks": thread_tracks,
         "async_tracks": async_tracks,
         "names": dict(used),
+        "phases": dict(phases),
     }, sort_keys=True))
 
 

@@ -4,6 +4,7 @@
 //!  {"displayTimeUnit":"ns","traceEvents":[
 //!    {"ph":"M","name":"process_name","pid":R,...}      one per rank (pid = rank)
 //!    {"ph":"M","name":"thread_name","pid":R,"tid":T,...} one per thread
+//!    {"ph":"X","cat":"phase","name":"solve",...}       one per user phase
 //!    {"ph":"X","cat":"mpi","name":"MPI_Send","ts":µs,"dur":µs,"args":{peer,tag,bytes,lamport}}
 //!    {"ph":"s","cat":"message","id":N,...}   at the start of the sending call
 //!    {"ph":"f","bp":"e","cat":"message",...} at the end of the completing call
@@ -24,6 +25,8 @@ use pmtrace_trace::read::EventRef;
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
 pub struct Summary {
     pub slices: u64,
+    /// User phases (category `phase`), enclosing the calls made in them.
+    pub phase_slices: u64,
     pub message_flows: u64,
     pub collective_flows: u64,
 }
@@ -107,6 +110,20 @@ pub fn write(view: &View, w: &mut dyn Write, progress: &mut dyn FnMut(u64)) -> i
             us(t - t0)
         )
     };
+    for p in view.phases() {
+        sep(w)?;
+        let name = serde_json::to_string(&p.name)?;
+        write!(
+            w,
+            "{{\"ph\":\"X\",\"cat\":\"phase\",\"name\":{name},\"pid\":{},\"tid\":{},\"ts\":{},\"dur\":{},\"args\":{{\"depth\":{}}}}}",
+            p.rank,
+            p.thread,
+            us(p.from_ns.saturating_sub(t0)),
+            us(p.to_ns - p.from_ns),
+            p.depth
+        )?;
+        s.phase_slices += 1;
+    }
     let mut done = 0u64;
     let lamport = view.clocks.report.mode != "none";
     let mut buf: Vec<u8> = Vec::with_capacity(1 << 16);

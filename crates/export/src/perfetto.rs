@@ -7,8 +7,9 @@
 //!
 //!  process track  "rank N"       uuid 1 + rank·2^20           ProcessDescriptor pid N+1
 //!   ├─ thread track "rank N thread T"   uuid + 1 + T          slices: one per MPI call
-//!   └─ async tracks "rank N in flight k" uuid + 2^19 + k      slices: one per nonblocking
-//!                                                             operation, start to completion
+//!   ├─ async tracks "rank N in flight k" uuid + 2^19 + k      slices: one per nonblocking
+//!   │                                                         operation, start to completion
+//!   └─ phase tracks "rank N thread T phases" uuid + 2^18 + T  slices: user phases, nested
 //!
 //!  packet 1: interned data (event names = MPI functions, categories,
 //!            annotation names), sequence flags "incremental state cleared"
@@ -104,6 +105,9 @@ pub struct TrackEvent {
     pub name_iid: Option<u64>,
     #[prost(uint64, optional, tag = "11")]
     pub track_uuid: Option<u64>,
+    /// A name not interned (user phases).
+    #[prost(string, optional, tag = "23")]
+    pub name: Option<String>,
     #[prost(fixed64, repeated, packed = "false", tag = "47")]
     pub flow_ids: Vec<u64>,
     #[prost(fixed64, repeated, packed = "false", tag = "48")]
@@ -149,12 +153,15 @@ const SEQ: u32 = 1;
 /// Category iids.
 pub const CAT_MPI: u64 = 1;
 pub const CAT_IN_FLIGHT: u64 = 2;
+pub const CAT_PHASE: u64 = 3;
 const ANN_PEER: u64 = 1;
 const ANN_TAG: u64 = 2;
 const ANN_BYTES: u64 = 3;
 const ANN_LAMPORT: u64 = 4;
 const RANK_UUID_STRIDE: u64 = 1 << 20;
 const ASYNC_UUID_BASE: u64 = 1 << 19;
+/// A thread's user phases: a track of their own beside the thread's.
+const PHASE_UUID_BASE: u64 = 1 << 18;
 
 /// What was written.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
@@ -162,6 +169,7 @@ pub struct Summary {
     pub packets: u64,
     pub slices: u64,
     pub in_flight_slices: u64,
+    pub phase_slices: u64,
     pub message_flows: u64,
     pub collective_flows: u64,
     pub bytes: u64,
@@ -582,6 +590,7 @@ pub fn write(view: &View, w: &mut dyn Write, progress: &mut dyn FnMut(u64)) -> i
             event_categories: vec![
                 interned(CAT_MPI, "mpi"),
                 interned(CAT_IN_FLIGHT, "in_flight"),
+                interned(CAT_PHASE, "phase"),
             ],
             event_names: names,
             debug_annotation_names: vec![
@@ -764,6 +773,50 @@ pub fn write(view: &View, w: &mut dyn Write, progress: &mut dyn FnMut(u64)) -> i
             )?;
             out.summary.in_flight_slices += 1;
         }
+    }
+    // User phases, each location's on a track of its own (nested slices).
+    let phases = view.phases();
+    let mut k = 0;
+    while k < phases.len() {
+        let (rank, thread) = (phases[k].rank, phases[k].thread);
+        let n = phases[k..]
+            .iter()
+            .take_while(|p| p.rank == rank && p.thread == thread)
+            .count();
+        let track = process_uuid(rank) + PHASE_UUID_BASE + u64::from(thread);
+        out.track(TrackDescriptor {
+            uuid: Some(track),
+            name: Some(format!("rank {rank} thread {thread} phases")),
+            parent_uuid: Some(process_uuid(rank)),
+            ..TrackDescriptor::default()
+        })?;
+        // Begins and ends in time order: an end before a begin at a tie,
+        // outer phases begun first and ended last.
+        let mut ev: Vec<(u64, bool, i64, usize)> = Vec::with_capacity(2 * n);
+        for (i, p) in phases[k..k + n].iter().enumerate() {
+            ev.push((p.from_ns, true, i64::from(p.depth), i));
+            ev.push((p.to_ns, false, -i64::from(p.depth), i));
+        }
+        ev.sort_unstable_by_key(|&(t, begin, d, i)| (t, begin, d, i));
+        for (t, begin, _, i) in ev {
+            let p = &phases[k + i];
+            out.event(
+                t.saturating_sub(t0),
+                TrackEvent {
+                    category_iids: if begin { vec![CAT_PHASE] } else { Vec::new() },
+                    r#type: Some(if begin {
+                        TYPE_SLICE_BEGIN
+                    } else {
+                        TYPE_SLICE_END
+                    }),
+                    name: begin.then(|| p.name.clone()),
+                    track_uuid: Some(track),
+                    ..TrackEvent::default()
+                },
+            )?;
+        }
+        out.summary.phase_slices += n as u64;
+        k += n;
     }
     progress(done);
     out.w.flush()?;

@@ -138,6 +138,13 @@ impl<'a> View<'a> {
     }
 
     /// The records of a location.
+    /// Every user phase, on this view's time base, by rank, thread and start.
+    pub fn phases(&self) -> Vec<pmtrace_trace::phases::PhaseSpan> {
+        pmtrace_trace::phases::spans(self.trace, |at| {
+            Some((self.time(at, false), self.time(at, true)))
+        })
+    }
+
     pub fn records(&self, loc: Location) -> &'a Events {
         &self.trace.ranks[loc.rank as usize].threads[loc.slot].records
     }

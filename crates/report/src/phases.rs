@@ -13,102 +13,15 @@ use std::collections::BTreeMap;
 
 use pmtrace_format::Kind;
 use pmtrace_trace::read::Trace;
-use pmtrace_trace::Payload;
 use serde::Serialize;
 
 use crate::times::Times;
 
-/// One phase on one thread, in the report's time base.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct PhaseSpan {
-    pub name: String,
-    pub rank: u32,
-    pub thread: u32,
-    pub from_ns: u64,
-    pub to_ns: u64,
-    /// 0 for an outermost phase.
-    pub depth: u32,
-}
+pub use pmtrace_trace::phases::{PhaseSpan, PAUSED};
 
-/// The name of a pause's span.
-pub const PAUSED: &str = "paused";
-
-/// Every phase of `trace` (pauses as [`PAUSED`] spans), by rank, thread
-/// and start.
+/// Every phase of `trace` on the report's time base.
 pub fn spans(trace: &Trace, times: &Times) -> Vec<PhaseSpan> {
-    let mut out = Vec::new();
-    for rank in &trace.ranks {
-        for th in &rank.threads {
-            let last_end = (0..th.records.len())
-                .rev()
-                .find(|&p| th.records.is_call(p))
-                .and_then(|p| {
-                    times.of(pmtrace_trace::read::EventRef {
-                        rank: rank.rank,
-                        thread: th.index,
-                        index: p as u32,
-                    })
-                })
-                .map_or(0, |x| x.1);
-            let mut open: Vec<(String, u64)> = Vec::new();
-            let mut pcontrol: Option<(String, u64, u32)> = None;
-            let mut paused: Option<u64> = None;
-            let close =
-                |out: &mut Vec<PhaseSpan>, name: String, from: u64, to: u64, depth: usize| {
-                    out.push(PhaseSpan {
-                        name,
-                        rank: rank.rank,
-                        thread: th.index,
-                        from_ns: from,
-                        to_ns: to.max(from),
-                        depth: depth as u32,
-                    });
-                };
-            let calls = rank
-                .payload_calls_of(|k| matches!(k, Kind::Phase | Kind::Pcontrol))
-                .filter(|(at, _)| at.thread == th.index);
-            for (at, call) in calls {
-                let (a, b) = times.of(at).unwrap_or((call.t_start, call.t_end));
-                match call.payload {
-                    Payload::Phase { name: Some(name) } => open.push((name.to_owned(), b)),
-                    Payload::Phase { name: None } => {
-                        if let Some((name, from)) = open.pop() {
-                            close(&mut out, name, from, a, open.len());
-                        }
-                    }
-                    Payload::Pcontrol { level } => {
-                        if level == 0 {
-                            paused.get_or_insert(b);
-                            continue;
-                        }
-                        if let Some(from) = paused.take() {
-                            close(&mut out, PAUSED.to_owned(), from, a, 0);
-                        }
-                        if let Some((name, from, depth)) = pcontrol.take() {
-                            close(&mut out, name, from, a, depth as usize);
-                        }
-                        if level >= 2 {
-                            pcontrol = Some((format!("Pcontrol {level}"), b, open.len() as u32));
-                        }
-                    }
-                    _ => {}
-                }
-            }
-            if let Some((name, from, depth)) = pcontrol {
-                close(&mut out, name, from, last_end, depth as usize);
-            }
-            if let Some(from) = paused {
-                close(&mut out, PAUSED.to_owned(), from, last_end, 0);
-            }
-            while let Some((name, from)) = open.pop() {
-                close(&mut out, name, from, last_end, open.len());
-            }
-        }
-    }
-    out.sort_by(|x, y| {
-        (x.rank, x.thread, x.from_ns, x.depth).cmp(&(y.rank, y.thread, y.from_ns, y.depth))
-    });
-    out
+    pmtrace_trace::phases::spans(trace, |at| times.of(at))
 }
 
 /// One phase in the report: its time and calls on each rank's main thread.

@@ -15,6 +15,7 @@ pub mod comm;
 pub mod error;
 pub mod model;
 pub mod ops;
+pub mod phases;
 pub mod read;
 pub mod units;
 
