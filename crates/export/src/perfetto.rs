@@ -844,6 +844,7 @@ mod tests {
                 track_uuid: Some(track),
                 flow_ids: b.flows.to_vec(),
                 terminating_flow_ids: b.terminating.to_vec(),
+                name: None,
             },
             None => TrackEvent {
                 r#type: Some(TYPE_SLICE_END),
