@@ -401,3 +401,49 @@ fn check_window(trace: &Path, dir: &Path, rep: &serde_json::Value) {
         );
     }
 }
+
+#[test]
+fn the_timeline_shows_the_critical_path_phases_wait_states_and_parallelism() {
+    let dir = scratch("timeline-insight");
+    let run = mpirun(&dir, 4, &prog("phases"), &["40"], Mode::Preload, &[]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let html = dir.join("timeline.html");
+    let o = pmtrace(&[
+        "timeline",
+        run.trace.to_str().unwrap(),
+        "-o",
+        html.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let url = format!("file://{}", html.display());
+    let dom = chromium(&format!("{url}#mode=synced"), None);
+    // 6 phases (the pause included) on each of 4 ranks; the parallelism
+    // profile's 100 bins; waits: at least the 3 MPI_Allreduce of "solve"
+    // on the 3 ranks that wait for rank 2.
+    assert_eq!(body_attr(&dom, "phases"), 24);
+    assert_eq!(body_attr(&dom, "par"), 100);
+    assert!(
+        body_attr(&dom, "waits") >= 9,
+        "{}",
+        body_attr(&dom, "waits")
+    );
+    assert!(
+        body_attr(&dom, "path-drawn") > 0,
+        "the critical path is drawn"
+    );
+    for name in [
+        "critical path",
+        "waiting for a late rank",
+        "phase solve",
+        "parallelism",
+    ] {
+        assert!(dom.contains(name), "the legend names {name}");
+    }
+    // Raw time is not the report's base: nothing of it is drawn there.
+    let raw = chromium(&format!("{url}#mode=raw"), None);
+    assert_eq!(body_attr(&raw, "path-drawn"), 0);
+    let png = root().join("target/test-artifacts/timeline-insight.png");
+    std::fs::create_dir_all(png.parent().unwrap()).unwrap();
+    chromium(&format!("{url}#mode=synced"), Some(&png));
+    assert!(std::fs::metadata(&png).unwrap().len() > 10_000);
+}

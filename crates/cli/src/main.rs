@@ -575,9 +575,30 @@ fn timeline(args: TimelineArgs) -> Result<ExitCode> {
             ))
         }
     };
+    // What the page draws beside the calls: the report's critical path,
+    // wait states, phases and parallelism, on the same time base.
+    progress.phase("analysing");
+    let options = ReportOptions {
+        insight: true,
+        ..ReportOptions::default()
+    };
+    let mut report = Report::build_on(&trace, &messages, options, Some(&synced));
+    let mut insight = report.insight.take().unwrap_or_default();
+    if let Some(cp) = report.critical_path.as_mut() {
+        insight.path = std::mem::take(&mut cp.stretches);
+    }
+    let overlay = timeline::Overlay {
+        path: &insight.path,
+        waits: &insight.waits,
+        phases: &insight.phases,
+        parallelism: report
+            .metrics
+            .as_ref()
+            .map(|m| (m.from_ns, m.bin_ns, &m.parallelism[..])),
+    };
     let mut tick = progress.counted("writing", view.calls());
     let s = with_output(&args.output, |w| {
-        timeline::write(&view, &title, window, w, &mut tick)
+        timeline::write(&view, &title, window, Some(&overlay), w, &mut tick)
     })?;
     drop(progress);
     if args.output.as_os_str() != "-" {

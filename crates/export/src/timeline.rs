@@ -11,7 +11,12 @@
 //!           calls: [{f, s, e, ss, se, peer, tag, bytes, lc}],   columns, one object per lane;
 //!                                                    s/e recorded, ss/se synchronized
 //!           msgs:  {sl, sc, rl, rc, bytes, tag},     send lane and call, completing lane and call
-//!           stats: {calls, msgs, reversed_raw} }
+//!           stats: {calls, msgs, reversed_raw},
+//!           insight: {path: {l, s, e, c},            critical path stretches (c: computing)
+//!                     waits: {l, s, e},              the waiting part of calls
+//!                     phases: {l, s, e, d, n}, names,  user phases (n: index of names)
+//!                     par: {s, w, n, v}} }           parallelism: bins of w ns from s,
+//!                                                    v mean ranks computing (of n)
 //! ```
 //!
 //! Every `<` in the JSON is written `\u003c`, so no string can close the
@@ -107,6 +112,19 @@ fn column(w: &mut dyn Write, name: &str, vals: impl Iterator<Item = i64>) -> io:
     w.write_all(b"]")
 }
 
+/// What the page draws beside the calls (from the report, on the view's
+/// time base): the critical path, the waiting part of calls, the phases
+/// and the parallelism profile.
+pub struct Overlay<'a> {
+    /// (rank, from, to, computing) on the rank's main thread.
+    pub path: &'a [(u32, u64, u64, bool)],
+    /// (rank, thread, from, to).
+    pub waits: &'a [(u32, u32, u64, u64)],
+    pub phases: &'a [pmtrace_trace::phases::PhaseSpan],
+    /// (start, ns per bin, mean ranks computing per bin).
+    pub parallelism: Option<(u64, f64, &'a [f64])>,
+}
+
 /// Writes the timeline page of `view` (raw times beside synchronized ones
 /// when `view.synced` is set) to `w`. With `window` (start, end), in the
 /// view's times, only the calls that overlap it are drawn, and the
@@ -115,6 +133,7 @@ pub fn write(
     view: &View,
     title: &str,
     window: Option<(u64, u64)>,
+    overlay: Option<&Overlay>,
     w: &mut dyn Write,
     progress: &mut dyn FnMut(u64),
 ) -> io::Result<Summary> {
@@ -323,9 +342,102 @@ pub fn write(
     s.lanes = view.locations.len() as u64;
     write!(
         w,
-        "}},\"stats\":{{\"calls\":{},\"msgs\":{},\"reversed_raw\":{}}}}};",
+        "}},\"stats\":{{\"calls\":{},\"msgs\":{},\"reversed_raw\":{}}}",
         s.calls, s.messages, s.reversed_raw
     )?;
+    if let Some(o) = overlay {
+        let lane = |rank: u32, thread: u32| -> Option<i64> {
+            let r = view.trace.ranks.get(rank as usize)?;
+            let slot = r.threads.binary_search_by_key(&thread, |t| t.index).ok()?;
+            Some((lane_of[rank as usize] + slot) as i64)
+        };
+        let main = |rank: u32| {
+            view.trace
+                .ranks
+                .get(rank as usize)?
+                .threads
+                .first()
+                .map(|t| t.index)
+        };
+        let inside = |a: u64, b: u64| window.is_none_or(|(from, to)| b >= from && a <= to);
+        let path: Vec<(i64, u64, u64, bool)> = o
+            .path
+            .iter()
+            .filter(|p| inside(p.1, p.2))
+            .filter_map(|&(r, a, b, c)| Some((lane(r, main(r)?)?, a, b, c)))
+            .collect();
+        let waits: Vec<(i64, u64, u64)> = o
+            .waits
+            .iter()
+            .filter(|x| inside(x.2, x.3) && x.3 > x.2)
+            .filter_map(|&(r, t, a, b)| Some((lane(r, t)?, a, b)))
+            .collect();
+        let mut names: Vec<&str> = Vec::new();
+        let phases: Vec<(i64, u64, u64, u32, usize)> = o
+            .phases
+            .iter()
+            .filter(|p| inside(p.from_ns, p.to_ns))
+            .filter_map(|p| {
+                let n = match names.iter().position(|x| *x == p.name) {
+                    Some(n) => n,
+                    None => {
+                        names.push(&p.name);
+                        names.len() - 1
+                    }
+                };
+                Some((lane(p.rank, p.thread)?, p.from_ns, p.to_ns, p.depth, n))
+            })
+            .collect();
+        w.write_all(b",\"insight\":{\"path\":{")?;
+        column(w, "l", path.iter().map(|p| p.0))?;
+        w.write_all(b",")?;
+        column(w, "s", path.iter().map(|p| rel(p.1)))?;
+        w.write_all(b",")?;
+        column(w, "e", path.iter().map(|p| rel(p.2)))?;
+        w.write_all(b",")?;
+        column(w, "c", path.iter().map(|p| i64::from(p.3)))?;
+        w.write_all(b"},\"waits\":{")?;
+        column(w, "l", waits.iter().map(|x| x.0))?;
+        w.write_all(b",")?;
+        column(w, "s", waits.iter().map(|x| rel(x.1)))?;
+        w.write_all(b",")?;
+        column(w, "e", waits.iter().map(|x| rel(x.2)))?;
+        w.write_all(b"},\"phases\":{")?;
+        column(w, "l", phases.iter().map(|x| x.0))?;
+        w.write_all(b",")?;
+        column(w, "s", phases.iter().map(|x| rel(x.1)))?;
+        w.write_all(b",")?;
+        column(w, "e", phases.iter().map(|x| rel(x.2)))?;
+        w.write_all(b",")?;
+        column(w, "d", phases.iter().map(|x| i64::from(x.3)))?;
+        w.write_all(b",")?;
+        column(w, "n", phases.iter().map(|x| x.4 as i64))?;
+        w.write_all(b"},\"names\":[")?;
+        for (i, n) in names.iter().enumerate() {
+            if i > 0 {
+                w.write_all(b",")?;
+            }
+            w.write_all(js(n).as_bytes())?;
+        }
+        w.write_all(b"]")?;
+        if let Some((from, bin, v)) = o.parallelism {
+            write!(
+                w,
+                ",\"par\":{{\"s\":{},\"w\":{bin},\"n\":{},\"v\":[",
+                rel(from),
+                view.trace.ranks.len()
+            )?;
+            for (i, x) in v.iter().enumerate() {
+                if i > 0 {
+                    w.write_all(b",")?;
+                }
+                write!(w, "{:.3}", x)?;
+            }
+            w.write_all(b"]}")?;
+        }
+        w.write_all(b"}")?;
+    }
+    w.write_all(b"};")?;
     w.write_all(b"\n")?;
     w.write_all(tail.as_bytes())?;
     w.flush()?;

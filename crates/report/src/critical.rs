@@ -59,6 +59,10 @@ pub struct CriticalPath {
     /// Where the two paths differ, and why, in words.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub differences: Vec<String>,
+    /// The whole path, when kept (`ReportOptions::insight`): (rank, from,
+    /// to, computing), last first.
+    #[serde(skip)]
+    pub stretches: Vec<(u32, u64, u64, bool)>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -95,6 +99,7 @@ pub(crate) fn compute(
     waits: &mut [Wait],
     window: (u64, u64),
     phases: Option<&PhaseTimeline>,
+    keep: bool,
 ) -> CriticalPath {
     let (from, to) = window;
     let key = |at: EventRef| (at.rank, at.thread, at.index);
@@ -109,7 +114,7 @@ pub(crate) fn compute(
             .copied()
     };
     let func = |at: EventRef| times.func(at).unwrap_or(u32::MAX);
-    let mut acc = if phases.is_some() {
+    let mut acc = if phases.is_some() || keep {
         Walk::keeping(from, to)
     } else {
         Walk::new(from, to)
@@ -169,7 +174,7 @@ pub(crate) fn both(
     window: (u64, u64),
     phases: Option<&PhaseTimeline>,
 ) -> CriticalPath {
-    let mut plain = compute(trace, times, waits, window, phases);
+    let mut plain = compute(trace, times, waits, window, phases, false);
     let found = crate::weighted::compute(
         trace,
         times,
@@ -582,6 +587,11 @@ pub(crate) fn summarize(
         dropped_edges: None,
         weighted: None,
         differences: Vec::new(),
+        stretches: walk.all.as_ref().map_or_else(Vec::new, |all| {
+            all.iter()
+                .map(|s| (s.rank, s.from, s.to, s.activity == COMPUTING))
+                .collect()
+        }),
     }
 }
 

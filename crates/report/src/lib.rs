@@ -59,6 +59,19 @@ pub struct ReportOptions {
     /// Add the weighted critical path (`pmtrace critical-path` does): one
     /// more pass over every call.
     pub weighted: bool,
+    /// Keep what the timeline draws ([`Report::insight`]).
+    pub insight: bool,
+}
+
+/// What `pmtrace timeline` draws beside the calls, on the report's time
+/// base: the critical path, the time calls waited, the phases.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Insight {
+    /// (rank, from, to, computing), last first.
+    pub path: Vec<(u32, u64, u64, bool)>,
+    /// (rank, thread, from, to): the waiting part of a call.
+    pub waits: Vec<(u32, u32, u64, u64)>,
+    pub phases: Vec<phases::PhaseSpan>,
 }
 
 /// Calls, time and bytes of one function.
@@ -238,6 +251,9 @@ pub struct Report {
     /// Calls left out while `MPI_Pcontrol(0)` paused recording, by function.
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub paused_calls: BTreeMap<String, u64>,
+    /// Kept with `ReportOptions::insight`.
+    #[serde(skip)]
+    pub insight: Option<Insight>,
 }
 
 /// Messages per world rank, from the ranks of their sends or receives.
@@ -559,7 +575,19 @@ impl Report {
                     &mut found,
                     (metrics.from_ns, metrics.to_ns),
                     timeline,
+                    options.insight,
                 )
+            }),
+            insight: options.insight.then(|| Insight {
+                path: Vec::new(),
+                waits: found
+                    .iter()
+                    .filter_map(|w| {
+                        let (a, b) = times.of(w.at)?;
+                        Some((w.at.rank, w.at.thread, a, (a + w.ns).min(b)))
+                    })
+                    .collect(),
+                phases: spans.clone(),
             }),
             phases: phase_list,
             paused_calls: {
