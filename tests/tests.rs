@@ -2437,6 +2437,34 @@ fn phases_and_pauses_show_in_the_report_and_on_the_critical_path() {
         serde_json::Value::Object(seen),
         serde_json::Value::Object(want)
     );
+    // OTF2: each user phase is a region, entered and left once per rank,
+    // properly nested (otf2-print reads the archive).
+    let archive = run.trace.with_extension("otf2");
+    let out = pmtrace(&[
+        "export",
+        run.trace.to_str().unwrap(),
+        "--format",
+        "otf2",
+        "-o",
+        archive.to_str().unwrap(),
+    ]);
+    assert!(out.status.success());
+    let printed = std::process::Command::new("otf2-print")
+        .arg(archive.join("traces.otf2"))
+        .output()
+        .expect("otf2-print");
+    assert!(printed.status.success());
+    let text = String::from_utf8_lossy(&printed.stdout);
+    for phase in ["setup", "solve", "output", "write"] {
+        for ev in ["ENTER", "LEAVE"] {
+            let region = format!("Region: \"{phase}\" <");
+            let n = text
+                .lines()
+                .filter(|l| l.starts_with(ev) && l.contains(&region))
+                .count();
+            assert_eq!(n, 4, "{ev} {phase}");
+        }
+    }
     // The weighted path splits by phase too.
     let verb = pmtrace(&["critical-path", run.trace.to_str().unwrap(), "--json"]);
     let alone: serde_json::Value = serde_json::from_slice(&verb.stdout).unwrap();

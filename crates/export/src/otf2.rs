@@ -65,6 +65,8 @@ pub struct Summary {
     pub sends: u64,
     pub receives: u64,
     pub collectives: u64,
+    /// User phases written as regions (`pmtrace_phase_begin`/`_end`).
+    pub phases: u64,
     /// Sends or receives left out: their peer was not resolved.
     pub unresolved: u64,
     pub synced: bool,
@@ -185,6 +187,8 @@ fn region_role(kind: Kind, name: &str) -> ffi::OTF2_RegionRole {
                 }
             }
         }
+        // A user phase (the pseudo-calls that mark one are functions).
+        Kind::Phase if !name.starts_with("pmtrace_phase_") => ffi::OTF2_REGION_ROLE_CODE,
         _ => ffi::OTF2_REGION_ROLE_FUNCTION,
     }) as ffi::OTF2_RegionRole
 }
@@ -614,6 +618,25 @@ impl<'v, 'a> Writer<'v, 'a> {
                     }
                 }
             }
+        }
+        // User phases: a region entered after the call that began it and
+        // left after the call that ended it (inner phases first).
+        let mut phases: Vec<_> = self
+            .view
+            .phases()
+            .into_iter()
+            .filter(|p| p.user && p.rank == loc.rank && p.thread == loc.thread)
+            .collect();
+        phases.sort_by_key(|p| std::cmp::Reverse(p.depth));
+        for p in &phases {
+            let region = self.region(&p.name, Kind::Phase);
+            evs.push((p.from_ns, 4, p.from_index as usize, Ev::Enter(region)));
+            // After the end of the call that closed it.
+            let closed = view
+                .time(view.at(loc, p.to_index as usize), true)
+                .max(p.to_ns);
+            evs.push((closed, 4, p.to_index as usize, Ev::Leave(region, None)));
+            self.summary.phases += 1;
         }
         evs.sort_by_key(|&(t, order, i, _)| (t, i, order));
         // Calls on one thread do not overlap, but a Leave recorded a few ns

@@ -24,6 +24,13 @@ pub struct PhaseSpan {
     pub to_ns: u64,
     /// 0 for an outermost phase.
     pub depth: u32,
+    /// The records that opened and closed it (positions in the thread;
+    /// the thread's last call for a phase never closed).
+    pub from_index: u32,
+    pub to_index: u32,
+    /// Opened by `pmtrace_phase_begin` (nested properly); not a Pcontrol
+    /// phase or a pause, which may cross user phases.
+    pub user: bool,
 }
 
 /// The name of a pause's span.
@@ -35,9 +42,9 @@ pub fn spans(trace: &Trace, time: impl Fn(EventRef) -> Option<(u64, u64)>) -> Ve
     let mut out = Vec::new();
     for rank in &trace.ranks {
         for th in &rank.threads {
-            let last_end = (0..th.records.len())
-                .rev()
-                .find(|&p| th.records.is_call(p))
+            let last = (0..th.records.len()).rev().find(|&p| th.records.is_call(p));
+            let last_at = last.map_or(0, |p| p as u32);
+            let last_end = last
                 .and_then(|p| {
                     time(EventRef {
                         rank: rank.rank,
@@ -46,18 +53,22 @@ pub fn spans(trace: &Trace, time: impl Fn(EventRef) -> Option<(u64, u64)>) -> Ve
                     })
                 })
                 .map_or(0, |x| x.1);
-            let mut open: Vec<(String, u64)> = Vec::new();
-            let mut pcontrol: Option<(String, u64, u32)> = None;
-            let mut paused: Option<u64> = None;
-            let close =
-                |out: &mut Vec<PhaseSpan>, name: String, from: u64, to: u64, depth: usize| {
+            // Open spans: (name, start, record, depth).
+            let mut open: Vec<(String, u64, u32)> = Vec::new();
+            let mut pcontrol: Option<(String, u64, u32, u32)> = None;
+            let mut paused: Option<(u64, u32)> = None;
+            let mut close =
+                |name: String, from: (u64, u32), to: (u64, u32), depth: usize, user: bool| {
                     out.push(PhaseSpan {
                         name,
                         rank: rank.rank,
                         thread: th.index,
-                        from_ns: from,
-                        to_ns: to.max(from),
+                        from_ns: from.0,
+                        to_ns: to.0.max(from.0),
                         depth: depth as u32,
+                        from_index: from.1,
+                        to_index: to.1,
+                        user,
                     });
                 };
             let calls = rank
@@ -65,39 +76,42 @@ pub fn spans(trace: &Trace, time: impl Fn(EventRef) -> Option<(u64, u64)>) -> Ve
                 .filter(|(at, _)| at.thread == th.index);
             for (at, call) in calls {
                 let (a, b) = time(at).unwrap_or((call.t_start, call.t_end));
+                let here = at.index;
                 match call.payload {
-                    Payload::Phase { name: Some(name) } => open.push((name.to_owned(), b)),
+                    Payload::Phase { name: Some(name) } => open.push((name.to_owned(), b, here)),
                     Payload::Phase { name: None } => {
-                        if let Some((name, from)) = open.pop() {
-                            close(&mut out, name, from, a, open.len());
+                        if let Some((name, from, k)) = open.pop() {
+                            close(name, (from, k), (a, here), open.len(), true);
                         }
                     }
                     Payload::Pcontrol { level } => {
                         if level == 0 {
-                            paused.get_or_insert(b);
+                            paused.get_or_insert((b, here));
                             continue;
                         }
                         if let Some(from) = paused.take() {
-                            close(&mut out, PAUSED.to_owned(), from, a, 0);
+                            close(PAUSED.to_owned(), from, (a, here), 0, false);
                         }
-                        if let Some((name, from, depth)) = pcontrol.take() {
-                            close(&mut out, name, from, a, depth as usize);
+                        if let Some((name, from, k, depth)) = pcontrol.take() {
+                            close(name, (from, k), (a, here), depth as usize, false);
                         }
                         if level >= 2 {
-                            pcontrol = Some((format!("Pcontrol {level}"), b, open.len() as u32));
+                            pcontrol =
+                                Some((format!("Pcontrol {level}"), b, here, open.len() as u32));
                         }
                     }
                     _ => {}
                 }
             }
-            if let Some((name, from, depth)) = pcontrol {
-                close(&mut out, name, from, last_end, depth as usize);
+            let end = (last_end, last_at);
+            if let Some((name, from, k, depth)) = pcontrol {
+                close(name, (from, k), end, depth as usize, false);
             }
             if let Some(from) = paused {
-                close(&mut out, PAUSED.to_owned(), from, last_end, 0);
+                close(PAUSED.to_owned(), from, end, 0, false);
             }
-            while let Some((name, from)) = open.pop() {
-                close(&mut out, name, from, last_end, open.len());
+            while let Some((name, from, k)) = open.pop() {
+                close(name, (from, k), end, open.len(), true);
             }
         }
     }
