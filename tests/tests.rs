@@ -2470,3 +2470,50 @@ fn phases_and_pauses_show_in_the_report_and_on_the_critical_path() {
     let alone: serde_json::Value = serde_json::from_slice(&verb.stdout).unwrap();
     assert_eq!(alone["weighted"]["by_phase"][0]["name"], "solve", "{alone}");
 }
+
+#[test]
+fn a_wait_passed_on_by_a_rank_that_waited_itself_is_charged_to_its_root() {
+    let dir = scratch("waits-chain");
+    let run = mpirun(&dir, 4, &prog("waits"), &["chain"], Mode::Preload, &[]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert!(pmtrace(&["sync", run.trace.to_str().unwrap()])
+        .status
+        .success());
+    let ws = report(&run.trace)["wait_states"].clone();
+    let near =
+        |ns: &serde_json::Value, want: f64| (ns.as_f64().unwrap() - want).abs() <= 0.1 * want;
+    // Directly: rank 1 waited for rank 0's send, rank 2 for rank 1's (3 x 200 ms each).
+    let direct: Vec<(u64, &str)> = ws["causes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["kind"] == "late_sender")
+        .map(|c| (c["rank"].as_u64().unwrap(), c["function"].as_str().unwrap()))
+        .collect();
+    assert!(
+        direct.contains(&(0, "MPI_Send")) && direct.contains(&(1, "MPI_Send")),
+        "{ws}"
+    );
+    // At the root: rank 0's 200 ms before each send caused all of it:
+    // rank 1's 3 x 200 ms, rank 2's 3 x 200 ms (through rank 1's waits),
+    // and rank 3's 2 x 200 ms at the next rounds' barriers (through rank 2's
+    // and rank 1's): 1.6 s.
+    let root = &ws["root_causes"][0];
+    assert_eq!(
+        (&root["rank"], &root["function"]),
+        (&0.into(), &"MPI_Send".into()),
+        "{ws}"
+    );
+    assert!(near(&root["ns"], 1600e6), "{root}");
+    assert!(root["indirect"].as_u64().unwrap() >= 5, "{root}");
+    assert!(near(&root["delay_ns"], 600e6), "{root}");
+    // Charged directly, rank 1's sends hold rank 2's waits.
+    let by_rank1: f64 = ws["causes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["rank"] == 1 && c["kind"] == "late_sender")
+        .map(|c| c["ns"].as_f64().unwrap())
+        .sum();
+    assert!((by_rank1 - 600e6).abs() <= 60e6, "{by_rank1}");
+}

@@ -6,7 +6,11 @@
  *   late_receiver  rank 0 is in MPI_Ssend to rank 1, which sleeps, then MPI_Recv;
  *   barrier        the last rank sleeps, then MPI_Barrier;
  *   nxn            rank 1 sleeps, then MPI_Allreduce;
- *   bcast          the root, rank 0, sleeps, then MPI_Bcast.
+ *   bcast          the root, rank 0, sleeps, then MPI_Bcast;
+ *   chain          rank 0 sleeps, then MPI_Send to rank 1, which is in
+ *                  MPI_Recv and then sends to rank 2 at once: rank 2 waits
+ *                  for rank 1, which was late only because it waited for
+ *                  rank 0 (the root cause).
  * Rank 0 prints one line at the end, "waits: ok MODE np=N". */
 #include "expect.h"
 #include <stdio.h>
@@ -55,6 +59,16 @@ int main(int argc, char **argv)
             if (rank == 0)
                 late();
             C(MPI_Bcast, &x, 1, MPI_INT, 0, MPI_COMM_WORLD);
+        } else if (strcmp(mode, "chain") == 0) {
+            if (rank == 0) {
+                late();
+                C(MPI_Send, &x, 1, MPI_INT, 1, round, MPI_COMM_WORLD);
+            } else if (rank == 1) {
+                C(MPI_Recv, &y, 1, MPI_INT, 0, round, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+                C(MPI_Send, &x, 1, MPI_INT, 2, round, MPI_COMM_WORLD);
+            } else if (rank == 2) {
+                C(MPI_Recv, &y, 1, MPI_INT, 1, round, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+            }
         } else if (strcmp(mode, "nxn") == 0) {
             if (rank == 1)
                 late();

@@ -19,14 +19,14 @@ use serde::Serialize;
 use pmtrace_matching::collective::{Instance, MemberCalls};
 use pmtrace_matching::matching::Messages;
 
+use crate::path::{previous_call, Walk, COMPUTING};
 use crate::phases::PhaseTimeline;
 use crate::times::Times;
 use crate::waits::Wait;
 
 /// The activity name of time outside MPI.
 pub const COMPUTATION: &str = "computation";
-/// How many segments the report lists.
-pub const SEGMENTS_SHOWN: usize = 10;
+pub use crate::path::SEGMENTS_SHOWN;
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct CriticalPath {
@@ -278,134 +278,6 @@ fn differences(plain: &CriticalPath, weighted: &CriticalPath, n: usize) -> Vec<S
         }
     }
     out
-}
-
-/// Activity code of computation (else a function id of the rank).
-pub(crate) const COMPUTING: u32 = u32::MAX;
-
-/// A stretch of one activity on one rank, as the walk goes, with its weight
-/// (its length, on the plain path).
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Stretch {
-    pub rank: u32,
-    pub activity: u32,
-    pub from: u64,
-    pub to: u64,
-    pub weight: f64,
-}
-
-impl Stretch {
-    pub fn new(rank: u32, activity: u32, from: u64, to: u64) -> Stretch {
-        Stretch {
-            rank,
-            activity,
-            from,
-            to,
-            weight: (to - from) as f64,
-        }
-    }
-}
-
-/// What the walk adds up: time and weight per rank and per (rank,
-/// activity), and the heaviest stretches.
-pub(crate) struct Walk {
-    from: u64,
-    to: u64,
-    current: Option<Stretch>,
-    /// Every stretch, when kept (to split by phase).
-    all: Option<Vec<Stretch>>,
-    by_rank: HashMap<u32, (u64, f64)>,
-    by_activity: HashMap<(u32, u32), (u64, f64)>,
-    longest: Vec<Stretch>,
-}
-
-impl Walk {
-    pub fn new(from: u64, to: u64) -> Walk {
-        Walk {
-            from,
-            to,
-            current: None,
-            all: None,
-            by_rank: HashMap::default(),
-            by_activity: HashMap::default(),
-            longest: Vec::new(),
-        }
-    }
-
-    /// The same, keeping every stretch.
-    pub fn keeping(from: u64, to: u64) -> Walk {
-        Walk {
-            all: Some(Vec::new()),
-            ..Walk::new(from, to)
-        }
-    }
-
-    /// Time `a..b` on `rank` doing `activity`, before everything pushed so far.
-    fn push(&mut self, rank: u32, activity: u32, a: u64, b: u64) {
-        let (a, b) = (a.max(self.from), b.min(self.to));
-        if b > a {
-            self.push_weighted(rank, activity, a, b, (b - a) as f64);
-        }
-    }
-
-    /// The same with a weight of its own (`a..b` within the window).
-    pub fn push_weighted(&mut self, rank: u32, activity: u32, a: u64, b: u64, weight: f64) {
-        if b <= a {
-            return;
-        }
-        if let Some(c) = &mut self.current {
-            if c.rank == rank && c.activity == activity && c.from == b {
-                c.from = a;
-                c.weight += weight;
-                return;
-            }
-        }
-        self.flush();
-        self.current = Some(Stretch {
-            rank,
-            activity,
-            from: a,
-            to: b,
-            weight,
-        });
-    }
-
-    pub fn flush(&mut self) {
-        let Some(c) = self.current.take() else { return };
-        if let Some(all) = &mut self.all {
-            all.push(c);
-        }
-        let ns = c.to - c.from;
-        let r = self.by_rank.entry(c.rank).or_default();
-        r.0 += ns;
-        r.1 += c.weight;
-        let r = self.by_activity.entry((c.rank, c.activity)).or_default();
-        r.0 += ns;
-        r.1 += c.weight;
-        if self.longest.len() < SEGMENTS_SHOWN {
-            self.longest.push(c);
-        } else if let Some(min) = self
-            .longest
-            .iter_mut()
-            .min_by(|x, y| x.weight.total_cmp(&y.weight).then(y.from.cmp(&x.from)))
-        {
-            if c.weight > min.weight {
-                *min = c;
-            }
-        }
-    }
-}
-
-/// The call before `at` in its thread.
-pub(crate) fn previous_call(trace: &Trace, at: EventRef) -> Option<EventRef> {
-    let records = &trace.ranks[at.rank as usize].thread(at.thread)?.records;
-    (0..at.pos())
-        .rev()
-        .find(|&p| records.is_call(p))
-        .map(|p| EventRef {
-            index: p as u32,
-            ..at
-        })
 }
 
 /// The rank that entered `MPI_Finalize` last (at `to`), and `to`.

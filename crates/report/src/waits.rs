@@ -22,6 +22,15 @@
 //! it was late for: the sender and its send, the receiver and its posting
 //! call, the collective's last member (the root for a broadcast) and its
 //! call. What delayed that rank is its own work before that call.
+//!
+//! **Root causes** (after Scalasca's delay analysis). A late rank may be
+//! late only because it waited itself just before: its call before the
+//! late one was a wait caused by a third rank, longer than the computation
+//! between the two calls. Then the wait goes on to that rank's late call,
+//! and so on (at most 64 steps). Where it stops, the delay is the root
+//! rank's computation before its late call. `root_causes` charges every
+//! wait to its root (`indirect`: waits that reached it through another
+//! rank's wait).
 
 use std::collections::BTreeMap;
 
@@ -55,6 +64,23 @@ pub struct WaitStates {
     /// Who was late for which call, and how much waiting it caused: the
     /// largest first, at most [`CAUSES_SHOWN`].
     pub causes: Vec<Cause>,
+    /// The same waits charged to the computation that started them.
+    pub root_causes: Vec<RootCause>,
+}
+
+/// Waiting traced back to a rank's computation before a call.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct RootCause {
+    pub rank: u32,
+    /// The call the rank was late for.
+    pub function: String,
+    /// The waiting it caused, directly and through other ranks' waits.
+    pub ns: u64,
+    pub waits: u64,
+    /// Waits that reached it through another rank's wait.
+    pub indirect: u64,
+    /// The rank's computation right before those calls (each call once).
+    pub delay_ns: u64,
 }
 
 /// Wait time of one kind, for a rank, a function or a communicator.
@@ -90,6 +116,67 @@ pub const LATE_RECEIVER: &str = "late_receiver";
 pub const WAIT_AT_NXN: &str = "wait_at_nxn";
 pub const WAIT_AT_BARRIER: &str = "wait_at_barrier";
 pub const LATE_BROADCAST: &str = "late_broadcast";
+
+/// `root_causes`: each wait followed back through the waits of the late
+/// ranks (module docs).
+fn roots(trace: &Trace, times: &Times, waits: &[Wait]) -> Vec<RootCause> {
+    // The longest wait of each call.
+    let mut at: rustc_hash::FxHashMap<(u32, u32, u32), &Wait> = Default::default();
+    for w in waits {
+        let e = at.entry((w.at.rank, w.at.thread, w.at.index)).or_insert(w);
+        if w.ns > e.ns {
+            *e = w;
+        }
+    }
+    let gap_before = |call: EventRef| -> Option<(EventRef, u64)> {
+        let prev = crate::path::previous_call(trace, call)?;
+        let (a, _) = times.of(call)?;
+        let (_, b) = times.of(prev)?;
+        Some((prev, a.saturating_sub(b)))
+    };
+    let mut acc: BTreeMap<(u32, &str), (u64, u64, u64, u64)> = BTreeMap::new();
+    let mut counted: rustc_hash::FxHashSet<(u32, u32, u32)> = Default::default();
+    for w in waits {
+        let (mut cause, mut steps) = (w.cause, 0);
+        while steps < 64 {
+            let Some((prev, gap)) = gap_before(cause) else {
+                break;
+            };
+            let Some(wp) = at.get(&(prev.rank, prev.thread, prev.index)) else {
+                break;
+            };
+            if wp.cause.rank == cause.rank || wp.ns <= gap {
+                break;
+            }
+            cause = wp.cause;
+            steps += 1;
+        }
+        let delay = gap_before(cause).map_or(0, |x| x.1);
+        let e = acc.entry((cause.rank, times.name(cause))).or_default();
+        e.0 += w.ns;
+        e.1 += 1;
+        e.2 += u64::from(steps > 0);
+        if counted.insert((cause.rank, cause.thread, cause.index)) {
+            e.3 += delay;
+        }
+    }
+    let mut out: Vec<RootCause> = acc
+        .into_iter()
+        .map(
+            |((rank, function), (ns, waits, indirect, delay_ns))| RootCause {
+                rank,
+                function: function.to_owned(),
+                ns,
+                waits,
+                indirect,
+                delay_ns,
+            },
+        )
+        .collect();
+    out.sort_by(|a, b| b.ns.cmp(&a.ns).then(a.rank.cmp(&b.rank)));
+    out.truncate(CAUSES_SHOWN);
+    out
+}
 
 /// One wait: who waited where, how long, and who caused it.
 #[derive(Debug, Clone, Copy)]
@@ -285,6 +372,7 @@ fn summarize(trace: &Trace, times: &Times, waits: &[Wait]) -> WaitStates {
         .collect();
     causes.sort_by(|a, b| b.ns.cmp(&a.ns).then(a.rank.cmp(&b.rank)));
     causes.truncate(CAUSES_SHOWN);
+    let root_causes = roots(trace, times, waits);
     WaitStates {
         time_base: times.base(),
         mpi_ns,
@@ -316,6 +404,7 @@ fn summarize(trace: &Trace, times: &Times, waits: &[Wait]) -> WaitStates {
             })
             .collect(),
         causes,
+        root_causes,
     }
 }
 
@@ -369,6 +458,24 @@ impl WaitStates {
                 ms(c.ns),
                 c.kind,
                 c.waits
+            )?;
+        }
+        if !self.root_causes.is_empty() {
+            writeln!(
+                w,
+                "  root causes (through ranks that were late only because they waited):"
+            )?;
+        }
+        for r in self.root_causes.iter().take(10) {
+            writeln!(
+                w,
+                "    rank {:<5} computing {:>10.3} ms before {:<22} {:>12.3} ms in {} waits ({} through other ranks)",
+                r.rank,
+                ms(r.delay_ns),
+                r.function,
+                ms(r.ns),
+                r.waits,
+                r.indirect
             )?;
         }
         Ok(())

@@ -35,7 +35,7 @@ use pmtrace_matching::collective::{Instance, MemberCalls};
 use pmtrace_matching::matching::Messages;
 use pmtrace_trace::read::{EventRef, Trace};
 
-use crate::critical::{previous_call, Stretch, Walk, COMPUTING};
+use crate::path::{previous_call, Stretch, Walk, COMPUTING};
 use crate::times::Times;
 use crate::waits::Wait;
 
