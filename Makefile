@@ -86,6 +86,12 @@ $(1)/fcover08: tests/progs/fcover.F90 tests/progs/fexpect.f90 | deps
 	$(2) -O2 -Wall -DF08 -Itests/progs -J$(1)/fmod08 -o $$@ $$<
 endef
 
+# Phases from Fortran, linked with pmtrace (the phase API has no weak
+# reference in Fortran): tests/progs/fphase.f90.
+target/examples/fphase: tests/progs/fphase.f90 | deps build
+	@mkdir -p target/examples/fphmod
+	mpif90 -O2 -Wall -Jtarget/examples/fphmod -o $@ $< -Ltarget/release -lpmtrace -Wl,-rpath,$(CURDIR)/target/release
+
 # The PMPI tool the stacking test puts beside pmtrace (tests/progs/pmpicount.c):
 # a shared object to preload, and the coverage program with it linked in.
 TOOL_BIN := libpmpicount.so libpmpicount_dlsym.so coverage_pmpicount
@@ -104,7 +110,7 @@ target/examples/coverage_pmpicount: tests/progs/coverage.c tests/progs/pmpicount
 FORTRAN_BIN := fcover fcover08 fmix
 $(eval $(call fortran,target/examples,mpif90))
 
-examples: $(EX_BIN) $(addprefix target/examples/,$(TOOL_BIN) $(FORTRAN_BIN))
+examples: $(EX_BIN) $(addprefix target/examples/,$(TOOL_BIN) $(FORTRAN_BIN) fphase)
 
 # $(call progs,dir,mpicc): the rules that build the test programs of one
 # setup of the matrix into dir/examples.

@@ -2517,3 +2517,22 @@ fn a_wait_passed_on_by_a_rank_that_waited_itself_is_charged_to_its_root() {
         .sum();
     assert!((by_rank1 - 600e6).abs() <= 60e6, "{by_rank1}");
 }
+
+#[test]
+fn fortran_marks_phases_through_the_same_api() {
+    let dir = scratch("fphase");
+    let run = mpirun(&dir, 2, &prog("fphase"), &[], Mode::Linked, &[]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert!(run.stdout.contains("fphase: sum=3"), "{}", run.stdout);
+    let rep = report(&run.trace);
+    let names: Vec<(&str, u64)> = rep["phases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| (p["name"].as_str().unwrap(), p["spans"].as_u64().unwrap()))
+        .collect();
+    // The name's trailing blanks are dropped.
+    assert_eq!(names, [("reduce step", 2), ("solve", 2)]);
+    let reduce = rep["phases"][0]["functions"][0]["name"].clone();
+    assert_eq!(reduce, "MPI_Allreduce");
+}

@@ -118,46 +118,62 @@ pub const WAIT_AT_BARRIER: &str = "wait_at_barrier";
 pub const LATE_BROADCAST: &str = "late_broadcast";
 
 /// `root_causes`: each wait followed back through the waits of the late
-/// ranks (module docs).
+/// ranks (module docs). `waits` are sorted by the waiting call.
 fn roots(trace: &Trace, times: &Times, waits: &[Wait]) -> Vec<RootCause> {
-    // The longest wait of each call.
-    let mut at: rustc_hash::FxHashMap<(u32, u32, u32), &Wait> = Default::default();
-    for w in waits {
-        let e = at.entry((w.at.rank, w.at.thread, w.at.index)).or_insert(w);
-        if w.ns > e.ns {
-            *e = w;
-        }
-    }
+    let key = |at: EventRef| (at.rank, at.thread, at.index);
+    // The longest wait of a call.
+    let wait_at = |at: EventRef| -> Option<&Wait> {
+        let k = key(at);
+        let first = waits.partition_point(|w| key(w.at) < k);
+        waits[first..]
+            .iter()
+            .take_while(|w| key(w.at) == k)
+            .max_by_key(|w| w.ns)
+    };
     let gap_before = |call: EventRef| -> Option<(EventRef, u64)> {
         let prev = crate::path::previous_call(trace, call)?;
         let (a, _) = times.of(call)?;
         let (_, b) = times.of(prev)?;
         Some((prev, a.saturating_sub(b)))
     };
+    // The root of each late call, found once for every call on its chain.
+    let mut memo: rustc_hash::FxHashMap<(u32, u32, u32), EventRef> = Default::default();
+    let mut root_of = |start: EventRef| -> EventRef {
+        let mut chain: Vec<EventRef> = Vec::new();
+        let mut at = start;
+        let root = loop {
+            if let Some(&known) = memo.get(&key(at)) {
+                break known;
+            }
+            if chain.len() >= 64 {
+                break at;
+            }
+            let next = gap_before(at).and_then(|(prev, gap)| {
+                wait_at(prev)
+                    .filter(|wp| wp.cause.rank != at.rank && wp.ns > gap)
+                    .map(|wp| wp.cause)
+            });
+            chain.push(at);
+            match next {
+                Some(n) => at = n,
+                None => break at,
+            }
+        };
+        for c in chain {
+            memo.insert(key(c), root);
+        }
+        root
+    };
     let mut acc: BTreeMap<(u32, &str), (u64, u64, u64, u64)> = BTreeMap::new();
     let mut counted: rustc_hash::FxHashSet<(u32, u32, u32)> = Default::default();
     for w in waits {
-        let (mut cause, mut steps) = (w.cause, 0);
-        while steps < 64 {
-            let Some((prev, gap)) = gap_before(cause) else {
-                break;
-            };
-            let Some(wp) = at.get(&(prev.rank, prev.thread, prev.index)) else {
-                break;
-            };
-            if wp.cause.rank == cause.rank || wp.ns <= gap {
-                break;
-            }
-            cause = wp.cause;
-            steps += 1;
-        }
-        let delay = gap_before(cause).map_or(0, |x| x.1);
+        let cause = root_of(w.cause);
         let e = acc.entry((cause.rank, times.name(cause))).or_default();
         e.0 += w.ns;
         e.1 += 1;
-        e.2 += u64::from(steps > 0);
-        if counted.insert((cause.rank, cause.thread, cause.index)) {
-            e.3 += delay;
+        e.2 += u64::from(cause != w.cause);
+        if counted.insert(key(cause)) {
+            e.3 += gap_before(cause).map_or(0, |x| x.1);
         }
     }
     let mut out: Vec<RootCause> = acc
