@@ -2437,8 +2437,9 @@ fn phases_and_pauses_show_in_the_report_and_on_the_critical_path() {
         serde_json::Value::Object(seen),
         serde_json::Value::Object(want)
     );
-    // OTF2: each user phase is a region, entered and left once per rank,
-    // properly nested (otf2-print reads the archive).
+    // OTF2: each phase is a region, entered and left once per rank,
+    // properly nested (otf2-print reads the archive); the pause and the
+    // Pcontrol phase cross no user phase here, so they are regions too.
     let archive = run.trace.with_extension("otf2");
     let out = pmtrace(&[
         "export",
@@ -2455,7 +2456,7 @@ fn phases_and_pauses_show_in_the_report_and_on_the_critical_path() {
         .expect("otf2-print");
     assert!(printed.status.success());
     let text = String::from_utf8_lossy(&printed.stdout);
-    for phase in ["setup", "solve", "output", "write"] {
+    for phase in names {
         for ev in ["ENTER", "LEAVE"] {
             let region = format!("Region: \"{phase}\" <");
             let n = text

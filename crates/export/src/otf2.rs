@@ -619,23 +619,42 @@ impl<'v, 'a> Writer<'v, 'a> {
                 }
             }
         }
-        // User phases: a region entered after the call that began it and
-        // left after the call that ended it (inner phases first).
-        let mut phases: Vec<_> = self
+        // Phases: a region entered after the call that began it and left
+        // after the call that ended it. User phases nest by construction;
+        // a Pcontrol phase or a pause is written only where it crosses no
+        // other phase (OTF2 regions must nest).
+        let all: Vec<_> = self
             .view
             .phases()
             .into_iter()
-            .filter(|p| p.user && p.rank == loc.rank && p.thread == loc.thread)
+            .filter(|p| p.rank == loc.rank && p.thread == loc.thread)
             .collect();
+        let crosses = |a: &pmtrace_trace::phases::PhaseSpan,
+                       b: &pmtrace_trace::phases::PhaseSpan| {
+            let (a0, a1, b0, b1) = (a.from_index, a.to_index, b.from_index, b.to_index);
+            (a0 < b0 && b0 < a1 && a1 < b1) || (b0 < a0 && a0 < b1 && b1 < a1)
+        };
+        let checkable = all.len() <= 10_000;
+        let mut phases: Vec<&pmtrace_trace::phases::PhaseSpan> = all
+            .iter()
+            .filter(|p| {
+                p.user || (checkable && !all.iter().any(|o| !std::ptr::eq(*p, o) && crosses(p, o)))
+            })
+            .collect();
+        // Leaves first (inner ones first), then enters (outer ones first):
+        // at one record a phase ends before the next begins.
         phases.sort_by_key(|p| std::cmp::Reverse(p.depth));
         for p in &phases {
             let region = self.region(&p.name, Kind::Phase);
-            evs.push((p.from_ns, 4, p.from_index as usize, Ev::Enter(region)));
             // After the end of the call that closed it.
             let closed = view
                 .time(view.at(loc, p.to_index as usize), true)
                 .max(p.to_ns);
             evs.push((closed, 4, p.to_index as usize, Ev::Leave(region, None)));
+        }
+        for p in phases.iter().rev() {
+            let region = self.region(&p.name, Kind::Phase);
+            evs.push((p.from_ns, 4, p.from_index as usize, Ev::Enter(region)));
             self.summary.phases += 1;
         }
         evs.sort_by_key(|&(t, order, i, _)| (t, i, order));
