@@ -1343,12 +1343,6 @@ impl RaceClocks {
     pub fn recv(&self, i: usize) -> Option<u64> {
         self.recv.get(i).copied().filter(|&c| c != NO_CLOCK)
     }
-
-    /// Clocks set by hand, for tests of the rules: (send clocks, receive
-    /// clocks), `u64::MAX` for none.
-    pub fn by_hand(mode: &'static str, send: Vec<u64>, recv: Vec<u64>) -> RaceClocks {
-        RaceClocks { mode, send, recv }
-    }
 }
 
 /// Brute force: reachability over the event graph against vector order.

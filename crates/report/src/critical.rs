@@ -468,6 +468,43 @@ pub(crate) fn summarize(
 }
 
 impl CriticalPath {
+    /// The shares per rank, activity and phase, as text lines (`of`: what
+    /// the percentage is of, after it).
+    fn write_shares(&self, w: &mut dyn std::io::Write, of: &str) -> std::io::Result<()> {
+        let ms = |ns: u64| ns as f64 / 1e6;
+        for s in self.by_rank.iter().take(8) {
+            let label = format!("rank {}", s.rank.unwrap_or_default());
+            writeln!(
+                w,
+                "  {label:<22} {:>12.3} ms {:>5.1}%{of}",
+                ms(s.ns),
+                100.0 * s.share
+            )?;
+        }
+        for s in self.by_activity.iter().take(8) {
+            let label = s.name.as_deref().unwrap_or_default();
+            writeln!(
+                w,
+                "  {label:<22} {:>12.3} ms {:>5.1}%{of}",
+                ms(s.ns),
+                100.0 * s.share
+            )?;
+        }
+        for s in self.by_phase.iter().take(8) {
+            let label = match s.name.as_deref() {
+                Some("") | None => "(no phase)".to_owned(),
+                Some(n) => format!("phase {n}"),
+            };
+            writeln!(
+                w,
+                "  {label:<22} {:>12.3} ms {:>5.1}%{of}",
+                ms(s.ns),
+                100.0 * s.share
+            )?;
+        }
+        Ok(())
+    }
+
     /// The path as a person reads it.
     pub fn write_text(&self, w: &mut dyn std::io::Write) -> std::io::Result<()> {
         let ms = |ns: u64| ns as f64 / 1e6;
@@ -478,24 +515,7 @@ impl CriticalPath {
             ms(self.length_ns),
             self.hops
         )?;
-        for s in self.by_rank.iter().take(8) {
-            writeln!(
-                w,
-                "  rank {:<6} {:>12.3} ms {:>5.1}%",
-                s.rank.unwrap_or_default(),
-                ms(s.ns),
-                100.0 * s.share
-            )?;
-        }
-        for s in self.by_activity.iter().take(8) {
-            writeln!(
-                w,
-                "  {:<22} {:>12.3} ms {:>5.1}%",
-                s.name.as_deref().unwrap_or_default(),
-                ms(s.ns),
-                100.0 * s.share
-            )?;
-        }
+        self.write_shares(w, "")?;
         for s in self.segments.iter().take(5) {
             writeln!(
                 w,
@@ -514,24 +534,7 @@ impl CriticalPath {
                 ms(p.length_ns),
                 p.hops
             )?;
-            for s in p.by_rank.iter().take(8) {
-                writeln!(
-                    w,
-                    "  rank {:<6} {:>12.3} ms {:>5.1}% of the weight",
-                    s.rank.unwrap_or_default(),
-                    ms(s.ns),
-                    100.0 * s.share
-                )?;
-            }
-            for s in p.by_activity.iter().take(8) {
-                writeln!(
-                    w,
-                    "  {:<22} {:>12.3} ms {:>5.1}% of the weight",
-                    s.name.as_deref().unwrap_or_default(),
-                    ms(s.ns),
-                    100.0 * s.share
-                )?;
-            }
+            p.write_shares(w, " of the weight")?;
             for d in &self.differences {
                 writeln!(w, "  {d}")?;
             }
