@@ -42,7 +42,9 @@ pub struct ThreadEnds {
 /// The message ends of every thread (see the module docs).
 #[derive(Debug, Clone, Default)]
 pub struct Ends {
-    /// By world rank, then thread slot (position in `Rank::threads`).
+    /// World rank of `ranks[0]` (a block of a trace starts past 0).
+    first: u32,
+    /// By world rank less `first`, then thread slot (position in `Rank::threads`).
     ranks: Vec<Vec<ThreadEnds>>,
 }
 
@@ -72,7 +74,7 @@ impl Ends {
         let runs = |rank_of: &dyn Fn(usize) -> u32, n: usize| {
             let mut at = vec![0usize; trace.ranks.len() + 1];
             for i in 0..n {
-                at[rank_of(i) as usize + 1] += 1;
+                at[(rank_of(i) - trace.first) as usize + 1] += 1;
             }
             for r in 0..trace.ranks.len() {
                 at[r + 1] += at[r];
@@ -115,13 +117,16 @@ impl Ends {
                 threads
             })
             .collect();
-        Ends { ranks }
+        Ends {
+            first: trace.first,
+            ranks,
+        }
     }
 
     /// The ends of `rank`'s thread at `slot` (none for a thread unknown).
     pub fn thread(&self, rank: u32, slot: usize) -> &ThreadEnds {
-        self.ranks
-            .get(rank as usize)
+        rank.checked_sub(self.first)
+            .and_then(|r| self.ranks.get(r as usize))
             .and_then(|t| t.get(slot))
             .unwrap_or(&NO_ENDS)
     }

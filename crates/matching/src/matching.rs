@@ -155,6 +155,12 @@ pub struct Messages {
     /// For each receive, the send its piggybacked id names ([`NO_SEND`]:
     /// none); see [`Messages::send_by_id`].
     by_id: Vec<u32>,
+    /// The sends of each id, for the ranks whose sends these are.
+    ids: SendIds,
+    /// Sends of ranks outside a block that this block's receives may
+    /// take ([`Messages::add_sends`]): by (sender, id), for those that
+    /// carried one.
+    foreign_ids: HashMap<(u32, u64), u32>,
 }
 
 /// No send (in [`Messages`]' per-receive tables).
@@ -166,6 +172,14 @@ type Channel = (u32, u32, u64, i32);
 impl Messages {
     /// Collects and matches the messages of `trace`.
     pub fn build(trace: &Trace) -> Messages {
+        let mut m = Messages::collect(trace);
+        m.pair();
+        m
+    }
+
+    /// The sends and receives of `trace` (or of a block of it), with
+    /// their ends and message ids, not yet matched.
+    pub fn collect(trace: &Trace) -> Messages {
         // Each rank's scan appends to the lists alone (its own tail), so
         // ranks scan side by side and join in rank order.
         let parts: Vec<Messages> = trace
@@ -195,23 +209,72 @@ impl Messages {
                 (r.dst, done, (r.post, r.post_item))
             },
         );
-        let ids = SendIds::build(trace, &m.ends, m.sends.len());
-        m.send_ids = ids.of_send;
-        m.by_id = m
+        let mut ids = SendIds::build(trace, &m.ends, m.sends.len());
+        m.send_ids = std::mem::take(&mut ids.of_send);
+        m.ids = ids;
+        m
+    }
+
+    /// Adds sends made outside this block of the trace, each with the id
+    /// it carried (0: none), for [`Messages::pair`] to match with the
+    /// block's receives. They go after the block's own sends.
+    pub fn add_sends(&mut self, sends: impl IntoIterator<Item = (SendEvent, u64)>) {
+        for (s, id) in sends {
+            if id != 0 {
+                self.foreign_ids
+                    .insert((s.src, id), self.sends.len() as u32);
+            }
+            self.sends.push(s);
+            self.send_ids.push(id);
+        }
+    }
+
+    /// Matches the sends and receives: by piggybacked id where the
+    /// receive carried one, by the FIFO rule for the rest.
+    pub fn pair(&mut self) {
+        self.matched.clear();
+        self.unmatched_sends.clear();
+        self.unmatched_recvs.clear();
+        self.by_id = self
             .recvs
             .iter()
             .map(|r| match (r.src, r.pb) {
-                (Some(src), Some(pb)) => ids.by_rank[src as usize].send(pb.id),
+                (Some(src), Some(pb)) => match self.ids.of_rank(src) {
+                    Some(table) => table.send(pb.id),
+                    None => self
+                        .foreign_ids
+                        .get(&(src, pb.id))
+                        .copied()
+                        .unwrap_or(NO_SEND),
+                },
                 _ => NO_SEND,
             })
             .collect();
-        m.match_fifo(|_| true, |_| true);
-        m.fifo = vec![NO_SEND; m.recvs.len()];
-        for p in &m.matched {
-            m.fifo[p.recv] = p.send as u32;
+        self.match_fifo(|_| true, |_| true);
+        self.fifo = vec![NO_SEND; self.recvs.len()];
+        for p in &self.matched {
+            self.fifo[p.recv] = p.send as u32;
         }
-        m.match_ids();
-        m
+        self.match_ids();
+    }
+
+    /// Settles a block's matching after [`Messages::pair`]: `received`
+    /// are the receives made outside the block that took its sends (send
+    /// index, receive), added after its own receives; the unmatched sends
+    /// keep only the block's own (`own_sends` of them), since the sends of
+    /// other blocks are counted where they were made.
+    pub fn add_received(&mut self, received: Vec<(usize, RecvEvent)>, own_sends: usize) {
+        let taken: rustc_hash::FxHashSet<usize> = received.iter().map(|(s, _)| *s).collect();
+        for (send, recv) in received {
+            let r = self.recvs.len();
+            self.recvs.push(recv);
+            self.fifo.push(send as u32);
+            self.by_id.push(send as u32);
+            self.matched.push(Message { send, recv: r });
+        }
+        self.matched.sort_by_key(|m| m.send);
+        self.unmatched_sends
+            .retain(|&s| s < own_sends && !taken.contains(&s));
     }
 
     /// The send receive `recv` matches by the FIFO rule alone, if any.
@@ -357,16 +420,19 @@ pub fn send_inits(rank: &Rank) -> rustc_hash::FxHashSet<u64> {
 /// header is written before the call), so the count runs over calls that
 /// are not in `sends`: a send, an isend, a sendrecv, and each persistent
 /// send a start starts.
+#[derive(Debug, Clone, Default)]
 struct SendIds {
     /// The id each send carried (0: unknown).
     of_send: Vec<u64>,
-    /// By world rank: the send of each id.
+    /// World rank of `by_rank[0]`.
+    first: u32,
+    /// By world rank less `first`: the send of each id.
     by_rank: Vec<IdTable>,
 }
 
 /// One rank's sends by message id: per thread, the send of its n-th
 /// message at `n - 1` (a message that is no send: `NO_SEND`).
-#[derive(Default)]
+#[derive(Debug, Clone, Default)]
 struct IdTable {
     threads: Vec<(u32, Vec<u32>)>,
 }
@@ -387,6 +453,11 @@ impl IdTable {
 }
 
 impl SendIds {
+    /// The id table of world rank `rank`, if its sends are these.
+    fn of_rank(&self, rank: u32) -> Option<&IdTable> {
+        self.by_rank.get(rank.checked_sub(self.first)? as usize)
+    }
+
     fn build(trace: &Trace, ends: &Ends, sends: usize) -> SendIds {
         let per_rank: Vec<(IdTable, Vec<(u32, u64)>)> = trace
             .ranks
@@ -437,7 +508,11 @@ impl SendIds {
             }
             by_rank.push(table);
         }
-        SendIds { of_send, by_rank }
+        SendIds {
+            of_send,
+            first: trace.first,
+            by_rank,
+        }
     }
 }
 

@@ -23,6 +23,7 @@
 
 use std::collections::BTreeMap;
 use std::fs::File;
+use std::ops::Range;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
@@ -236,7 +237,10 @@ impl Rank {
 pub struct Trace {
     pub dir: PathBuf,
     pub world_size: u32,
-    /// Indexed by world rank.
+    /// World rank of `ranks[0]`: 0 for a whole trace; a block's first rank
+    /// for a block of it ([`Trace::open_block`]).
+    pub first: u32,
+    /// Indexed by world rank less `first`.
     pub ranks: Vec<Rank>,
     pub comms: Comms,
     /// Trace-wide problems that do not stop analysis (see also each
@@ -248,8 +252,52 @@ impl Trace {
     /// Reads every rank file of `dir`. Ranks `0..world_size` must all be
     /// present; a rank that never finalized is read as far as it got.
     pub fn open(dir: impl AsRef<Path>) -> Result<Trace, ReadError> {
-        let dir = dir.as_ref().to_path_buf();
-        let files = rank_files(&dir)?;
+        Trace::open_ranks(dir.as_ref(), None)
+    }
+
+    /// Reads the rank files of world ranks `block` only: one process's
+    /// share of a trace read in parallel. Every rank of the block (less
+    /// those past the world size) must be present. Communicators are
+    /// resolved from the block's definitions alone: a caller that needs
+    /// the member lists other ranks wrote resolves [`Trace::comms`] anew
+    /// from every rank's definitions.
+    pub fn open_block(dir: impl AsRef<Path>, block: Range<u32>) -> Result<Trace, ReadError> {
+        Trace::open_ranks(dir.as_ref(), Some(block))
+    }
+
+    fn open_ranks(dir: &Path, block: Option<Range<u32>>) -> Result<Trace, ReadError> {
+        let dir = dir.to_path_buf();
+        let mut files = rank_files(&dir)?;
+        let all = files.len() as u32;
+        if let Some(block) = &block {
+            // The world size is in every header: rank 0's decides.
+            let world_size = match files.get(&0) {
+                Some(path) => RankFile::open(path, 0)?.header()?.0.world_size,
+                None => all,
+            };
+            files.retain(|r, _| block.contains(r));
+            if let Some(missing) = block
+                .clone()
+                .find(|r| *r < world_size && !files.contains_key(r))
+            {
+                return Err(ReadError::MissingRank {
+                    dir,
+                    file: rank_file_name(missing),
+                    world_size,
+                });
+            }
+            if files.is_empty() {
+                return Ok(Trace {
+                    dir,
+                    world_size,
+                    first: block.start.min(world_size),
+                    ranks: Vec::new(),
+                    comms: Comms::resolve(world_size, [], &mut Vec::new()),
+                    warnings: Vec::new(),
+                });
+            }
+        }
+        let first = *files.keys().next().expect("some rank file");
         let mut headers = Vec::with_capacity(files.len());
         for (rank, path) in &files {
             let file = RankFile::open(path, *rank)?;
@@ -263,6 +311,13 @@ impl Trace {
             headers.push((file, header, first_chunk));
         }
         let world_size = headers[0].1.world_size;
+        if block.is_none() && first != 0 {
+            return Err(ReadError::MissingRank {
+                dir,
+                file: rank_file_name(0),
+                world_size,
+            });
+        }
         for (file, header, _) in &headers {
             if header.world_size != world_size {
                 return Err(ReadError::corrupt(
@@ -280,7 +335,10 @@ impl Trace {
                 ));
             }
         }
-        if let Some(missing) = (0..world_size).find(|r| !files.contains_key(r)) {
+        let wanted = block.clone().unwrap_or(0..world_size);
+        if let Some(missing) =
+            (wanted.start..wanted.end.min(world_size)).find(|r| !files.contains_key(r))
+        {
             return Err(ReadError::MissingRank {
                 dir,
                 file: rank_file_name(missing),
@@ -315,6 +373,7 @@ impl Trace {
         Ok(Trace {
             dir,
             world_size,
+            first,
             ranks,
             comms,
             warnings,
@@ -326,9 +385,19 @@ impl Trace {
         self.ranks[0].header.constants
     }
 
+    /// World rank `rank`, if this trace (or block) holds it.
+    pub fn rank(&self, rank: u32) -> Option<&Rank> {
+        self.ranks.get(rank.checked_sub(self.first)? as usize)
+    }
+
+    /// The world ranks this trace (or block) holds.
+    pub fn held(&self) -> Range<u32> {
+        self.first..self.first + self.ranks.len() as u32
+    }
+
     /// The communicator that world rank `rank` called `index` at time `t`.
     pub fn comm_at(&self, rank: u32, index: u32, t: u64) -> Option<&Comm> {
-        let def = self.ranks.get(rank as usize)?.comm_at(index, t)?;
+        let def = self.rank(rank)?.comm_at(index, t)?;
         self.comms.get(def.global_id)
     }
 
@@ -341,7 +410,7 @@ impl Trace {
     }
 
     pub fn record(&self, at: EventRef) -> Option<Record<'_>> {
-        let records = &self.ranks.get(at.rank as usize)?.thread(at.thread)?.records;
+        let records = &self.rank(at.rank)?.thread(at.thread)?.records;
         (at.pos() < records.len()).then(|| records.get(at.pos()))
     }
 
@@ -367,6 +436,21 @@ impl Trace {
         }
         out
     }
+}
+
+/// The world size of the trace in `dir`, from rank 0's file header.
+pub fn world_size(dir: impl AsRef<Path>) -> Result<u32, ReadError> {
+    let dir = dir.as_ref();
+    let path = dir.join(rank_file_name(0));
+    if !path.exists() {
+        rank_files(dir)?;
+        return Err(ReadError::MissingRank {
+            dir: dir.to_path_buf(),
+            file: rank_file_name(0),
+            world_size: 0,
+        });
+    }
+    Ok(RankFile::open(&path, 0)?.header()?.0.world_size)
 }
 
 /// The `rank-NNNNN.pmt` files of `dir`, by rank.

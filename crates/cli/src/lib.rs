@@ -1,0 +1,3 @@
+//! What `pmtrace` shares with `pmtrace-mpi`: the verbs' arguments.
+
+pub mod args;

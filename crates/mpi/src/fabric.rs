@@ -1,0 +1,129 @@
+//! [`Fabric`] on MPI, through rsmpi.
+
+use mpi::collective::SystemOperation;
+use mpi::datatype::{Partition, PartitionMut};
+use mpi::topology::SimpleCommunicator;
+use mpi::traits::*;
+use mpi::Count;
+
+use pmtrace_parallel::fabric::Fabric;
+
+/// The processes of `MPI_COMM_WORLD` (a duplicate of it).
+pub struct Mpi {
+    comm: SimpleCommunicator,
+    size: usize,
+    index: usize,
+}
+
+impl Mpi {
+    pub fn new(world: &SimpleCommunicator) -> Mpi {
+        let comm = world.duplicate();
+        Mpi {
+            size: comm.size() as usize,
+            index: comm.rank() as usize,
+            comm,
+        }
+    }
+
+    /// One round of the all-to-all, every count and displacement within
+    /// an MPI `int`.
+    fn round(&self, send: &[u8], counts: &[Count], recv_counts: &[Count]) -> Vec<u8> {
+        let displs = offsets(counts);
+        let recv_displs = offsets(recv_counts);
+        let total: usize = recv_counts.iter().map(|&c| c as usize).sum();
+        let mut recv = vec![0u8; total];
+        {
+            let sp = Partition::new(send, counts, &displs[..]);
+            let mut rp = PartitionMut::new(&mut recv[..], recv_counts, &recv_displs[..]);
+            self.comm.all_to_all_varcount_into(&sp, &mut rp);
+        }
+        recv
+    }
+}
+
+fn offsets(counts: &[Count]) -> Vec<Count> {
+    let mut at = 0;
+    counts
+        .iter()
+        .map(|&c| {
+            let a = at;
+            at += c;
+            a
+        })
+        .collect()
+}
+
+impl Fabric for Mpi {
+    fn size(&self) -> usize {
+        self.size
+    }
+
+    fn index(&self) -> usize {
+        self.index
+    }
+
+    fn exchange(&self, out: Vec<Vec<u8>>) -> Vec<Vec<u8>> {
+        assert_eq!(out.len(), self.size, "one buffer per process");
+        let lens: Vec<u64> = out.iter().map(|b| b.len() as u64).collect();
+        let mut recv_lens = vec![0u64; self.size];
+        self.comm.all_to_all_into(&lens[..], &mut recv_lens[..]);
+        // Each round moves at most `limit` bytes between two processes, so
+        // that what one process receives in a round fits in an int.
+        let limit = (i32::MAX as u64 / self.size as u64).max(1);
+        let mut rounds = [lens
+            .iter()
+            .chain(&recv_lens)
+            .map(|&l| l.div_ceil(limit))
+            .max()
+            .unwrap_or(0)];
+        let mut all_rounds = [0u64];
+        self.comm
+            .all_reduce_into(&rounds[..], &mut all_rounds[..], SystemOperation::max());
+        rounds[0] = all_rounds[0];
+        let mut got: Vec<Vec<u8>> = recv_lens
+            .iter()
+            .map(|&l| Vec::with_capacity(l as usize))
+            .collect();
+        for k in 0..rounds[0] {
+            let piece = |len: u64| {
+                let a = (k * limit).min(len);
+                (a, (a + limit).min(len))
+            };
+            let mut send = Vec::new();
+            let counts: Vec<Count> = out
+                .iter()
+                .map(|b| {
+                    let (a, z) = piece(b.len() as u64);
+                    send.extend_from_slice(&b[a as usize..z as usize]);
+                    (z - a) as Count
+                })
+                .collect();
+            let recv_counts: Vec<Count> = recv_lens
+                .iter()
+                .map(|&l| {
+                    let (a, z) = piece(l);
+                    (z - a) as Count
+                })
+                .collect();
+            let recv = self.round(&send, &counts, &recv_counts);
+            let mut at = 0;
+            for (g, &c) in got.iter_mut().zip(&recv_counts) {
+                g.extend_from_slice(&recv[at..at + c as usize]);
+                at += c as usize;
+            }
+        }
+        got
+    }
+
+    fn sum(&self, v: &mut [u64]) {
+        let mine = v.to_vec();
+        self.comm
+            .all_reduce_into(&mine[..], v, SystemOperation::sum());
+    }
+
+    fn max(&self, v: &mut [u64]) {
+        let mine = v.to_vec();
+        self.comm
+            .all_reduce_into(&mine[..], v, SystemOperation::max());
+    }
+}

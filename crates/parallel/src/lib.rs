@@ -1,0 +1,14 @@
+//! pmtrace's post-processing in parallel.
+//!
+//! Each process of a parallel run holds one contiguous block of rank files
+//! ([`block`]) and only its block's model. What crosses blocks (the other
+//! end of a message, a collective's members, the clock a replay carries
+//! to the next block) travels through a [`fabric::Fabric`]: MPI in the
+//! `pmtrace-mpi` binary, threads in tests. The results are those of the
+//! serial verbs, byte for byte.
+
+pub mod block;
+pub mod fabric;
+pub mod messages;
+pub mod verbs;
+pub mod wire;

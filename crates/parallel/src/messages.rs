@@ -1,0 +1,202 @@
+//! Matching across blocks.
+//!
+//! A message's channel (sender, receiver, communicator, tag) lies wholly
+//! in one block or crosses from the sender's to the receiver's, so each
+//! block matches its own channels as a whole trace's matching does, and
+//! for the others:
+//!
+//! 1. every send whose receiver is in another block goes there, with the
+//!    id it carried ([`Messages::add_sends`]); the receiver's block
+//!    matches it with its receives by id, then by the FIFO rule, exactly
+//!    as the serial matching would (a channel's sends all come from one
+//!    block, in their order);
+//! 2. each receive that took such a send goes back to the sender's block
+//!    ([`Messages::add_received`]).
+//!
+//! Then each block holds every message one of its ranks sent or received,
+//! with both ends. A message whose ends lie in two blocks is in both, and
+//! is counted by its receiver's; an unmatched send by its sender's.
+
+use pmtrace_analysis::matching::{RecvEvent, RecvHow, SendEvent};
+use pmtrace_analysis::read::EventRef;
+use pmtrace_analysis::Messages;
+use pmtrace_format::record::Pb;
+
+use crate::block::Block;
+use crate::fabric::Fabric;
+use crate::wire::{In, Out};
+
+/// A block's messages: its own sends and receives first, then the other
+/// blocks' ends of its messages.
+pub struct BlockMessages {
+    pub m: Messages,
+    /// `m.sends[..own_sends]` are the block's.
+    pub own_sends: usize,
+    /// `m.recvs[..own_recvs]` are the block's.
+    pub own_recvs: usize,
+}
+
+impl BlockMessages {
+    /// Whether the pair of send `s` and receive `r` is counted here (by
+    /// its receiver's block).
+    pub fn counts(&self, r: usize) -> bool {
+        r < self.own_recvs
+    }
+}
+
+/// Collects and matches the messages of this process's block.
+pub fn build<F: Fabric + ?Sized>(f: &F, b: &Block) -> BlockMessages {
+    let mut m = Messages::collect(&b.trace);
+    let (own_sends, own_recvs) = (m.sends.len(), m.recvs.len());
+    let me = f.index();
+    let mut out = vec![Out::default(); f.size()];
+    for (i, s) in m.sends.iter().enumerate() {
+        let Some(dst) = s.dst else { continue };
+        let to = b.blocks.owner(dst);
+        if to != me && dst < b.blocks.ranks {
+            out[to].u32(i as u32).u64(m.send_ids[i]);
+            put_send(&mut out[to], s);
+        }
+    }
+    let got = f.exchange(out.into_iter().map(|o| o.0).collect());
+    // Where each foreign send came from: (process, its index there).
+    let mut origin: Vec<(usize, u32)> = Vec::new();
+    let mut foreign = Vec::new();
+    for (from, bytes) in got.iter().enumerate() {
+        let mut i = In::new(bytes);
+        while !i.done() {
+            let index = i.u32();
+            let id = i.u64();
+            foreign.push((get_send(&mut i), id));
+            origin.push((from, index));
+        }
+    }
+    m.add_sends(foreign);
+    m.pair();
+    let mut back = vec![Out::default(); f.size()];
+    for p in &m.matched {
+        if p.send >= own_sends {
+            let (to, index) = origin[p.send - own_sends];
+            back[to].u32(index);
+            put_recv(&mut back[to], &m.recvs[p.recv]);
+        }
+    }
+    let got = f.exchange(back.into_iter().map(|o| o.0).collect());
+    let mut received = Vec::new();
+    for bytes in &got {
+        let mut i = In::new(bytes);
+        while !i.done() {
+            let send = i.u32() as usize;
+            received.push((send, get_recv(&mut i)));
+        }
+    }
+    m.add_received(received, own_sends);
+    BlockMessages {
+        m,
+        own_sends,
+        own_recvs,
+    }
+}
+
+fn put_at(o: &mut Out, at: EventRef) {
+    o.u32(at.rank).u32(at.thread).u32(at.index);
+}
+
+fn get_at(i: &mut In) -> EventRef {
+    EventRef {
+        rank: i.u32(),
+        thread: i.u32(),
+        index: i.u32(),
+    }
+}
+
+/// An optional rank as a u32 (`u32::MAX`: none).
+fn put_opt(o: &mut Out, x: Option<u32>) {
+    o.u32(x.unwrap_or(u32::MAX));
+}
+
+fn get_opt(i: &mut In) -> Option<u32> {
+    Some(i.u32()).filter(|&x| x != u32::MAX)
+}
+
+pub(crate) fn put_send(o: &mut Out, s: &SendEvent) {
+    o.u32(s.src);
+    put_opt(o, s.dst);
+    o.u64(s.comm).i32(s.tag).u64(s.bytes).u64(s.time);
+    put_at(o, s.call);
+    o.u32(s.item);
+}
+
+pub(crate) fn get_send(i: &mut In) -> SendEvent {
+    SendEvent {
+        src: i.u32(),
+        dst: get_opt(i),
+        comm: i.u64(),
+        tag: i.i32(),
+        bytes: i.u64(),
+        time: i.u64(),
+        call: get_at(i),
+        item: i.u32(),
+    }
+}
+
+pub(crate) fn put_recv(o: &mut Out, r: &RecvEvent) {
+    put_opt(o, r.src);
+    o.u32(r.dst)
+        .u64(r.comm)
+        .i32(r.tag)
+        .u64(r.bytes)
+        .u64(r.time)
+        .u64(r.posted_at);
+    put_at(o, r.post);
+    o.u32(r.post_item);
+    put_at(o, r.completion);
+    o.u32(r.completion_item);
+    o.u8(match r.how {
+        RecvHow::Blocking => 0,
+        RecvHow::Nonblocking => 1,
+        RecvHow::Probed => 2,
+    });
+    o.bool(r.wildcard).i32(r.posted_tag);
+    match r.pb {
+        None => {
+            o.u8(0);
+        }
+        Some(pb) => {
+            o.u8(1).u64(pb.id).u64(pb.lc).u64(pb.sent);
+            put_opt(o, pb.vc);
+        }
+    }
+}
+
+pub(crate) fn get_recv(i: &mut In) -> RecvEvent {
+    RecvEvent {
+        src: get_opt(i),
+        dst: i.u32(),
+        comm: i.u64(),
+        tag: i.i32(),
+        bytes: i.u64(),
+        time: i.u64(),
+        posted_at: i.u64(),
+        post: get_at(i),
+        post_item: i.u32(),
+        completion: get_at(i),
+        completion_item: i.u32(),
+        how: match i.u8() {
+            0 => RecvHow::Blocking,
+            1 => RecvHow::Nonblocking,
+            _ => RecvHow::Probed,
+        },
+        wildcard: i.bool(),
+        posted_tag: i.i32(),
+        pb: match i.u8() {
+            0 => None,
+            _ => Some(Pb {
+                id: i.u64(),
+                lc: i.u64(),
+                sent: i.u64(),
+                vc: get_opt(i),
+            }),
+        },
+    }
+}

@@ -1,0 +1,121 @@
+//! Records between processes: little-endian fields, written and read in
+//! the same order by the same code. A short buffer is a bug of ours, not
+//! of the trace, and panics.
+
+/// A buffer being written.
+#[derive(Debug, Default, Clone)]
+pub struct Out(pub Vec<u8>);
+
+impl Out {
+    pub fn u8(&mut self, x: u8) -> &mut Self {
+        self.0.push(x);
+        self
+    }
+    pub fn u32(&mut self, x: u32) -> &mut Self {
+        self.0.extend_from_slice(&x.to_le_bytes());
+        self
+    }
+    pub fn i32(&mut self, x: i32) -> &mut Self {
+        self.0.extend_from_slice(&x.to_le_bytes());
+        self
+    }
+    pub fn u64(&mut self, x: u64) -> &mut Self {
+        self.0.extend_from_slice(&x.to_le_bytes());
+        self
+    }
+    pub fn f64(&mut self, x: f64) -> &mut Self {
+        self.u64(x.to_bits())
+    }
+    pub fn bool(&mut self, x: bool) -> &mut Self {
+        self.u8(u8::from(x))
+    }
+    pub fn bytes(&mut self, b: &[u8]) -> &mut Self {
+        self.u64(b.len() as u64);
+        self.0.extend_from_slice(b);
+        self
+    }
+    pub fn str(&mut self, s: &str) -> &mut Self {
+        self.bytes(s.as_bytes())
+    }
+    pub fn u32s(&mut self, v: &[u32]) -> &mut Self {
+        self.u64(v.len() as u64);
+        for &x in v {
+            self.u32(x);
+        }
+        self
+    }
+}
+
+/// A buffer being read.
+#[derive(Debug, Clone)]
+pub struct In<'a> {
+    b: &'a [u8],
+    at: usize,
+}
+
+impl<'a> In<'a> {
+    pub fn new(b: &'a [u8]) -> In<'a> {
+        In { b, at: 0 }
+    }
+    pub fn done(&self) -> bool {
+        self.at >= self.b.len()
+    }
+    fn take(&mut self, n: usize) -> &'a [u8] {
+        let s = &self.b[self.at..self.at + n];
+        self.at += n;
+        s
+    }
+    pub fn u8(&mut self) -> u8 {
+        self.take(1)[0]
+    }
+    pub fn u32(&mut self) -> u32 {
+        u32::from_le_bytes(self.take(4).try_into().expect("4 bytes"))
+    }
+    pub fn i32(&mut self) -> i32 {
+        i32::from_le_bytes(self.take(4).try_into().expect("4 bytes"))
+    }
+    pub fn u64(&mut self) -> u64 {
+        u64::from_le_bytes(self.take(8).try_into().expect("8 bytes"))
+    }
+    pub fn f64(&mut self) -> f64 {
+        f64::from_bits(self.u64())
+    }
+    pub fn bool(&mut self) -> bool {
+        self.u8() != 0
+    }
+    pub fn bytes(&mut self) -> &'a [u8] {
+        let n = self.u64() as usize;
+        self.take(n)
+    }
+    pub fn str(&mut self) -> String {
+        String::from_utf8_lossy(self.bytes()).into_owned()
+    }
+    pub fn u32s(&mut self) -> Vec<u32> {
+        let n = self.u64() as usize;
+        (0..n).map(|_| self.u32()).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fields_come_back_in_order() {
+        let mut o = Out::default();
+        o.u8(7)
+            .u32(1 << 31)
+            .i32(-3)
+            .u64(u64::MAX)
+            .f64(1.5)
+            .bool(true);
+        o.str("ring").u32s(&[4, 5]);
+        let mut i = In::new(&o.0);
+        assert_eq!(
+            (i.u8(), i.u32(), i.i32(), i.u64(), i.f64(), i.bool()),
+            (7, 1 << 31, -3, u64::MAX, 1.5, true)
+        );
+        assert_eq!((i.str(), i.u32s()), ("ring".to_string(), vec![4, 5]));
+        assert!(i.done());
+    }
+}
