@@ -181,6 +181,43 @@ impl Instance<MemberCalls> {
 pub fn instances(trace: &Trace) -> Vec<Instance<MemberCalls>> {
     let mut insts: Vec<Instance<MemberCalls>> = Vec::new();
     let mut inst_of: HashMap<(u64, u64, u64), usize> = HashMap::default();
+    members(trace, |m| {
+        let ii = *inst_of.entry(m.key).or_insert_with(|| {
+            insts.push(Instance {
+                shape: m.shape,
+                flow: m.flow,
+                root: m.root,
+                comm: m.key.0,
+                members: vec![None; m.size],
+            });
+            insts.len() - 1
+        });
+        insts[ii].members[m.me] = Some(m.calls);
+    });
+    insts
+}
+
+/// One rank's part in a collective instance, as [`members`] finds it.
+#[derive(Debug, Clone, Copy)]
+pub struct MemberOf {
+    /// The instance: communicator's global id, sequence number, and which
+    /// start of a persistent collective (0 for others).
+    pub key: (u64, u64, u64),
+    /// The member's rank in the communicator (local group first for an
+    /// intercommunicator), of `size`.
+    pub me: usize,
+    pub size: usize,
+    /// The instance's shape, flow and root, as this member's call gives
+    /// them (an instance takes its first member's).
+    pub shape: Shape,
+    pub flow: Flow,
+    pub root: Option<u32>,
+    pub calls: MemberCalls,
+}
+
+/// Every member of every collective instance of `trace` (or of a block of
+/// it), rank by rank, each rank's in call order.
+pub fn members(trace: &Trace, mut each: impl FnMut(MemberOf)) {
     for rank in &trace.ranks {
         // Where each nonblocking collective completed.
         let done_at = rank.completions();
@@ -218,35 +255,25 @@ pub fn instances(trace: &Trace) -> Vec<Instance<MemberCalls>> {
                 _ => {}
             }
             for (call, start, enter, exit) in members {
-                add_member(
-                    trace,
-                    rank,
-                    &mut insts,
-                    &mut inst_of,
-                    &call,
-                    start,
-                    enter,
-                    exit,
-                );
+                if let Some(m) = member_of(trace, rank, &call, start, enter, exit) {
+                    each(m);
+                }
             }
         }
     }
-    insts
 }
 
-/// Enters `rank`'s part in the instance of a collective call (its
-/// `start`-th start for a persistent one).
-#[allow(clippy::too_many_arguments)]
-fn add_member(
+/// `rank`'s part in the instance of a collective call (its `start`-th
+/// start for a persistent one), unless the call failed or its
+/// communicator is unknown.
+fn member_of(
     trace: &Trace,
     rank: &Rank,
-    insts: &mut Vec<Instance<MemberCalls>>,
-    inst_of: &mut HashMap<(u64, u64, u64), usize>,
     c: &Call,
     start: u64,
     enter: EventRef,
     exit: Option<EventRef>,
-) {
+) -> Option<MemberOf> {
     let &Payload::Coll {
         comm,
         root,
@@ -256,52 +283,41 @@ fn add_member(
         ..
     } = &c.payload
     else {
-        return;
+        return None;
     };
     if c.rc != 0 {
-        return;
+        return None;
     }
-    let Some(def) = rank.comm_at(comm, c.t_start) else {
-        return;
-    };
-    let Some(cm) = trace.comms.get(def.global_id) else {
-        return;
-    };
+    let def = rank.comm_at(comm, c.t_start)?;
+    let cm = trace.comms.get(def.global_id)?;
     let size = cm.members.len() + cm.remote_members.len();
-    let Some(me) = cm
+    let me = cm
         .members
         .iter()
         .chain(&cm.remote_members)
-        .position(|&w| w == rank.rank)
-    else {
-        return;
-    };
-    let ii = *inst_of
-        .entry((def.global_id, seq, start))
-        .or_insert_with(|| {
-            let shape = shape_of(rank.function_name(c.func));
-            let rooted = matches!(shape, Shape::OneToN | Shape::NToOne);
-            let root = root
-                .filter(|_| rooted && !cm.inter)
-                .and_then(|r| u32::try_from(r).ok())
-                .filter(|&r| (r as usize) < size);
-            insts.push(Instance {
-                shape: if rooted && root.is_none() {
-                    Shape::NToN
-                } else {
-                    shape
-                },
-                flow: Flow::of(rank.function_name(c.func)),
-                root,
-                comm: def.global_id,
-                members: vec![None; size],
-            });
-            insts.len() - 1
-        });
-    insts[ii].members[me] = Some(MemberCalls {
-        enter,
-        exit,
-        sent,
-        recvd,
-    });
+        .position(|&w| w == rank.rank)?;
+    let shape = shape_of(rank.function_name(c.func));
+    let rooted = matches!(shape, Shape::OneToN | Shape::NToOne);
+    let root = root
+        .filter(|_| rooted && !cm.inter)
+        .and_then(|r| u32::try_from(r).ok())
+        .filter(|&r| (r as usize) < size);
+    Some(MemberOf {
+        key: (def.global_id, seq, start),
+        me,
+        size,
+        shape: if rooted && root.is_none() {
+            Shape::NToN
+        } else {
+            shape
+        },
+        flow: Flow::of(rank.function_name(c.func)),
+        root,
+        calls: MemberCalls {
+            enter,
+            exit,
+            sent,
+            recvd,
+        },
+    })
 }

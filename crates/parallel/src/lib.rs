@@ -8,7 +8,11 @@
 //! serial verbs, byte for byte.
 
 pub mod block;
+pub mod clc;
+pub mod colls;
 pub mod fabric;
+pub mod groups;
 pub mod messages;
+pub mod net;
 pub mod verbs;
 pub mod wire;

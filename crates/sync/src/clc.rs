@@ -105,9 +105,7 @@ pub fn forward(
             let base = if k == 0 {
                 cn
             } else {
-                let dc = cn.saturating_sub(before);
-                let paced = (dc as f64 * p.gamma) as u64;
-                cn.max(t[l][k - 1] + paced.max(dc.min(p.delta_ns)))
+                paced(p, cn, before, t[l][k - 1])
             };
             let need = g.deps(n).iter().map(|&d| g.dep_time(&t, n, d)).max();
             t[l][k] = match need {
@@ -122,8 +120,32 @@ pub fn forward(
     (t, jumps, forced)
 }
 
+/// A stamp's forward time before its receives: its input time `cn`, or
+/// its location's previous forward time `t_prev` plus its recorded
+/// interval from `c_prev` at the paced rate, whichever is later.
+#[inline]
+pub fn paced(p: &ClcParams, cn: u64, c_prev: u64, t_prev: u64) -> u64 {
+    let dc = cn.saturating_sub(c_prev);
+    let paced = (dc as f64 * p.gamma) as u64;
+    cn.max(t_prev + paced.max(dc.min(p.delta_ns)))
+}
+
 /// Backward amortization of the `jumps` of the forward pass, in place.
 pub fn backward(g: &Graph, t: &mut [Vec<u64>], jumps: &[Vec<(u32, u64)>], p: &ClcParams) {
+    backward_with(t, jumps, p, |t, n| {
+        (!g.outs(n).is_empty()).then(|| g.slack(t, n))
+    });
+}
+
+/// [`backward`] with the slack of each stamp given: `slack(t, n)` is
+/// `None` for a stamp that nothing receives from, else how far it may
+/// move later.
+pub fn backward_with(
+    t: &mut [Vec<u64>],
+    jumps: &[Vec<(u32, u64)>],
+    p: &ClcParams,
+    slack: impl Fn(&[Vec<u64>], Node) -> Option<u64>,
+) {
     let mut shifts: Vec<Vec<u64>> = Vec::with_capacity(t.len());
     for (l, js) in jumps.iter().enumerate() {
         let mut shift = vec![0u64; if js.is_empty() { 0 } else { t[l].len() }];
@@ -144,8 +166,8 @@ pub fn backward(g: &Graph, t: &mut [Vec<u64>], jumps: &[Vec<(u32, u64)>], p: &Cl
                     loc: l as u32,
                     k: j as u32,
                 };
-                if !g.outs(n).is_empty() {
-                    cap = cap.min(g.slack(t, n));
+                if let Some(room) = slack(t, n) {
+                    cap = cap.min(room);
                 }
                 let ramp = (u128::from(jump) * u128::from(tj - start) / u128::from(window)) as u64;
                 let s = ramp.min(cap);

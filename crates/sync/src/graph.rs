@@ -245,6 +245,8 @@ impl<T> Sparse<T> {
 /// recorded times are read from the trace's records, not copied.
 #[derive(Debug, Clone)]
 pub struct Graph<'t> {
+    /// World rank of the trace's first rank (a block's, in parallel).
+    pub first: u32,
     pub locs: Vec<Loc>,
     /// Each location's records.
     records: Vec<&'t Events>,
@@ -259,6 +261,10 @@ pub struct Graph<'t> {
     /// Minimum latency between clock groups on one host, and across hosts.
     pub mu_intra: u64,
     pub mu_inter: u64,
+    /// By world rank less `first`: (thread index, location) of each thread.
+    rank_locs: Vec<Vec<(u32, u32)>>,
+    /// Per location out of record order: each stamp position's node.
+    back: Vec<Option<Vec<u32>>>,
 }
 
 /// A thread's stamps in time order: `None` if that is their record order
@@ -295,7 +301,29 @@ impl<'t> Graph<'t> {
     /// `mu_inter` are the minimum latencies between clock groups.
     pub fn build(trace: &'t Trace, m: &Messages, mu_intra: u64, mu_inter: u64) -> Graph<'t> {
         let (groups, hosts) = clock_groups(trace);
+        Graph::build_with(trace, m, mu_intra, mu_inter, (&groups, &hosts), true)
+    }
+
+    /// The graph of one block of a trace: its locations, the messages
+    /// between them, and no collective instance (their members span
+    /// blocks). `groups` and `hosts` number the block's ranks' clock groups
+    /// and hosts across the whole trace (by world rank less `trace.first`).
+    pub fn build_block(trace: &'t Trace, m: &Messages, groups: &[u32], hosts: &[u32]) -> Graph<'t> {
+        Graph::build_with(trace, m, 0, 0, (groups, hosts), false)
+    }
+
+    fn build_with(
+        trace: &'t Trace,
+        m: &Messages,
+        mu_intra: u64,
+        mu_inter: u64,
+        (groups, hosts): (&[u32], &[u32]),
+        with_collectives: bool,
+    ) -> Graph<'t> {
         let mut g = Graph {
+            first: trace.first,
+            rank_locs: Vec::new(),
+            back: Vec::new(),
             locs: Vec::new(),
             records: Vec::new(),
             pos: Vec::new(),
@@ -308,6 +336,7 @@ impl<'t> Graph<'t> {
         };
         let mut inv: Vec<Option<Vec<u32>>> = Vec::new();
         let mut rank_locs: Vec<Vec<(u32, u32)>> = Vec::new();
+        let first = trace.first;
         // Each thread's stamps in time order, threads side by side.
         let threads: Vec<&Thread> = trace.ranks.iter().flat_map(|r| &r.threads).collect();
         let mut ordered = threads
@@ -324,8 +353,8 @@ impl<'t> Graph<'t> {
                     rank: rank.rank,
                     thread: th.index,
                     slot,
-                    group: groups[rank.rank as usize],
-                    host: hosts[rank.rank as usize],
+                    group: groups[(rank.rank - first) as usize],
+                    host: hosts[(rank.rank - first) as usize],
                 });
                 g.records.push(&th.records);
                 let (pos, back) = ordered.next().flatten().unzip();
@@ -334,30 +363,27 @@ impl<'t> Graph<'t> {
             }
             rank_locs.push(mine);
         }
-        let node = |at: EventRef, end: bool| -> Option<Node> {
-            let locs = rank_locs.get(at.rank as usize)?;
-            let &(_, loc) = locs.iter().find(|(t, _)| *t == at.thread)?;
-            let p = 2 * at.pos() + usize::from(end);
-            let k = match &inv[loc as usize] {
-                Some(back) => *back.get(p)?,
-                None if p < 2 * g.records[loc as usize].len() => p as u32,
-                None => return None,
-            };
-            Some(Node { loc, k })
-        };
+        g.rank_locs = rank_locs;
+        g.back = inv;
+        let node = |at: EventRef, end: bool| g.node_of(at, end);
         let mut deps: Vec<(Node, Dep)> = Vec::new();
         let mut outs: Vec<(Node, Out)> = Vec::new();
+        let mut msgs = Vec::new();
         for msg in &m.matched {
             let (s, r) = (&m.sends[msg.send], &m.recvs[msg.recv]);
             let (Some(sn), Some(rn)) = (node(s.call, false), node(r.completion, true)) else {
                 continue;
             };
-            g.msgs.push((sn, rn));
+            msgs.push((sn, rn));
             deps.push((rn, Dep::Msg(sn)));
             outs.push((sn, Out::Msg(rn)));
         }
-        g.insts = collectives(trace, &node);
-        for (ii, inst) in g.insts.iter().enumerate() {
+        let insts = if with_collectives {
+            collectives(trace, &node)
+        } else {
+            Vec::new()
+        };
+        for (ii, inst) in insts.iter().enumerate() {
             let mut is_sender = vec![false; inst.members.len()];
             for (i, mem) in inst.members.iter().enumerate() {
                 let Some(mem) = mem else { continue };
@@ -396,9 +422,27 @@ impl<'t> Graph<'t> {
                 }
             }
         }
+        g.insts = insts;
+        g.msgs = msgs;
         g.deps = csr(&g, deps);
         g.outs = csr(&g, outs);
         g
+    }
+
+    /// The node of a record's start (`end` false) or end, if the graph
+    /// holds its thread.
+    pub fn node_of(&self, at: EventRef, end: bool) -> Option<Node> {
+        let locs = self
+            .rank_locs
+            .get(at.rank.checked_sub(self.first)? as usize)?;
+        let &(_, loc) = locs.iter().find(|(t, _)| *t == at.thread)?;
+        let p = 2 * at.pos() + usize::from(end);
+        let k = match &self.back[loc as usize] {
+            Some(back) => *back.get(p)?,
+            None if p < 2 * self.records[loc as usize].len() => p as u32,
+            None => return None,
+        };
+        Some(Node { loc, k })
     }
 
     /// Number of nodes (stamps) of location `loc`.

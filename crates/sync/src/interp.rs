@@ -186,7 +186,7 @@ impl<'a, 't> Stepped<'a, 't> {
             .iter()
             .map(|loc| {
                 let corrects = correction.is_some_and(|c| c.corrects(loc.group));
-                (Line::new(lines[loc.rank as usize]), corrects)
+                (Line::new(lines[(loc.rank - g.first) as usize]), corrects)
             })
             .collect();
         Stepped {

@@ -119,7 +119,7 @@ pub fn sweep(
         .map(|l| {
             let loc = &g.locs[l as usize];
             let n = g.len(l) as u32;
-            let h = &trace.ranks[loc.rank as usize].header;
+            let h = &trace.rank(loc.rank).expect("the graph's rank").header;
             let mut errs = Vec::new();
             let (mut events, mut max, mut inversions) = (0, 0, 0);
             let (mut dev, mut sum) = (0u128, 0u128);
@@ -196,7 +196,7 @@ pub fn error(trace: &Trace, g: &Graph, t: &(impl Times + ?Sized)) -> Option<Erro
     }
     let mut errs: Vec<u64> = Vec::with_capacity(g.stamps());
     for (l, loc) in g.locs.iter().enumerate() {
-        let h = &trace.ranks[loc.rank as usize].header;
+        let h = &trace.rank(loc.rank).expect("the graph's rank").header;
         let l = l as u32;
         errs.extend((0..g.len(l) as u32).map(|k| h.true_time(g.raw(l, k)).abs_diff(t.at(l, k))));
     }
