@@ -31,12 +31,17 @@ impl Mpi {
         let displs = offsets(counts);
         let recv_displs = offsets(recv_counts);
         let total: usize = recv_counts.iter().map(|&c| c as usize).sum();
-        let mut recv = vec![0u8; total];
+        // Never an empty buffer: an empty slice's address is 1 for bytes,
+        // which is what Open MPI's MPI_IN_PLACE is.
+        let mut recv = vec![0u8; total.max(1)];
+        let one = [0u8; 1];
+        let send = if send.is_empty() { &one[..] } else { send };
         {
             let sp = Partition::new(send, counts, &displs[..]);
             let mut rp = PartitionMut::new(&mut recv[..], recv_counts, &recv_displs[..]);
             self.comm.all_to_all_varcount_into(&sp, &mut rp);
         }
+        recv.truncate(total);
         recv
     }
 }

@@ -14,5 +14,7 @@ pub mod fabric;
 pub mod groups;
 pub mod messages;
 pub mod net;
+pub mod select;
+pub mod sync;
 pub mod verbs;
 pub mod wire;

@@ -3,7 +3,12 @@
 
 use pmtrace_cli::args::{CriticalPathArgs, ExportArgs, RacesArgs, ReportArgs, SyncArgs};
 
+use std::io::Write;
+
+use pmtrace_analysis::sync::{ClcParams, SyncParams};
+
 use crate::fabric::Fabric;
+use crate::{block, messages};
 
 /// The verbs that do not run in parallel yet say so in one line.
 fn not_yet(verb: &str) -> Result<Vec<u8>, String> {
@@ -16,8 +21,38 @@ pub fn report<F: Fabric + ?Sized>(_f: &F, _a: &ReportArgs) -> Result<Vec<u8>, St
     not_yet("report")
 }
 
-pub fn sync<F: Fabric + ?Sized>(_f: &F, _a: &SyncArgs) -> Result<Vec<u8>, String> {
-    not_yet("sync")
+/// `pmtrace sync`: writes `DIR/sync.pmts`; prints the sync report.
+pub fn sync<F: Fabric + ?Sized>(f: &F, a: &SyncArgs) -> Result<Vec<u8>, String> {
+    let b = block::open(f, &a.dir)?;
+    let bm = messages::build(f, &b);
+    let params = SyncParams {
+        clc: ClcParams {
+            gamma: a.gamma,
+            delta_ns: a.delta_ns,
+            window_ns: a.window_ns,
+            ramp: a.ramp,
+        },
+        mu_intra_ns: a.mu_intra_ns,
+        mu_inter_ns: a.mu_inter_ns,
+        regression: !a.no_regression,
+    };
+    let synced = crate::sync::sync(f, &b, &bm, &params);
+    let path = crate::sync::write(f, &b, &synced)?;
+    let mut out = Vec::new();
+    if f.index() == 0 {
+        if a.json {
+            serde_json::to_writer_pretty(&mut out, &synced.report).map_err(|e| e.to_string())?;
+            out.push(b'\n');
+        } else {
+            synced
+                .report
+                .write_text(&mut out)
+                .map_err(|e| e.to_string())?;
+            writeln!(out, "\nsynced times written to {}", path.display())
+                .map_err(|e| e.to_string())?;
+        }
+    }
+    Ok(out)
 }
 
 pub fn critical_path<F: Fabric + ?Sized>(_f: &F, _a: &CriticalPathArgs) -> Result<Vec<u8>, String> {

@@ -69,20 +69,29 @@ pub fn violations(g: &Graph, t: &(impl Times + ?Sized)) -> SyncViolations {
 /// between different clock groups, on one host or across hosts; 0 if that
 /// is negative, `None` without such messages.
 pub fn latency_floor(g: &Graph, t: &(impl Times + ?Sized), same_host: bool) -> Option<u64> {
-    let mut lat: Vec<i64> = g
-        .msgs
+    floor(latencies(g, t, same_host))
+}
+
+/// The 1st percentile of `lat`, 0 if negative; `None` if empty.
+pub fn floor(mut lat: Vec<i64>) -> Option<u64> {
+    if lat.is_empty() {
+        return None;
+    }
+    let at = (lat.len() - 1) / 100;
+    Some((*lat.select_nth_unstable(at).1).max(0) as u64)
+}
+
+/// The latencies (receive − send) of the messages of `g` between
+/// different clock groups, on one host or across hosts.
+pub fn latencies(g: &Graph, t: &(impl Times + ?Sized), same_host: bool) -> Vec<i64> {
+    g.msgs
         .iter()
         .filter(|(s, r)| {
             let (a, b) = (&g.locs[s.loc as usize], &g.locs[r.loc as usize]);
             a.group != b.group && (a.host == b.host) == same_host
         })
         .map(|(s, r)| t.at(r.loc, r.k) as i64 - t.at(s.loc, s.k) as i64)
-        .collect();
-    if lat.is_empty() {
-        return None;
-    }
-    let at = (lat.len() - 1) / 100;
-    Some((*lat.select_nth_unstable(at).1).max(0) as u64)
+        .collect()
 }
 
 /// What one pass over every stamp tells of a step from `before` to `after`.
@@ -109,8 +118,57 @@ pub fn sweep(
     before: &(impl Times + ?Sized + Sync),
     after: &(impl Times + ?Sized + Sync),
 ) -> Sweep {
-    use rayon::prelude::*;
     let simulated = trace.ranks.iter().any(|r| r.header.clock_sim.is_some());
+    sweep_parts(trace, g, before, after, simulated).finish()
+}
+
+/// What a sweep adds up, before the error statistics: parts of several
+/// blocks of a trace add up to the whole's.
+#[derive(Debug, Clone, Default)]
+pub struct SweepParts {
+    pub events_moved: u64,
+    pub max_shift_ns: u64,
+    /// Σ|Δt' − Δt| and Σ|Δt|.
+    pub deviation: u128,
+    pub recorded: u128,
+    pub order_inversions: u64,
+    /// |after − true| of every stamp, if the run simulated clocks.
+    pub errors: Option<Vec<u64>>,
+}
+
+impl SweepParts {
+    /// The sweep, with the error statistics of `errors`.
+    pub fn finish(self) -> Sweep {
+        self.finish_with(error_stats)
+    }
+
+    /// The sweep, the error statistics given by `stats` (of the errors of
+    /// every block, where a block has only its own).
+    pub fn finish_with(self, stats: impl FnOnce(Vec<u64>) -> ErrorStats) -> Sweep {
+        Sweep {
+            events_moved: self.events_moved,
+            max_shift_ns: self.max_shift_ns,
+            interval_deviation: if self.recorded == 0 {
+                0.0
+            } else {
+                self.deviation as f64 / self.recorded as f64
+            },
+            order_inversions: self.order_inversions,
+            error_ns: self.errors.map(stats),
+        }
+    }
+}
+
+/// [`sweep`]'s sums; `simulated`: whether the trace simulated clocks (so
+/// errors against the true time are taken).
+pub fn sweep_parts(
+    trace: &Trace,
+    g: &Graph,
+    before: &(impl Times + ?Sized + Sync),
+    after: &(impl Times + ?Sized + Sync),
+    simulated: bool,
+) -> SweepParts {
+    use rayon::prelude::*;
     /// One location's part: moved events, largest move, deviation and
     /// recorded sums, inversions, errors.
     type Part = (u64, u64, u128, u128, u64, Vec<u64>);
@@ -176,16 +234,13 @@ pub fn sweep(
         inversions += i;
         errs.extend(errors);
     }
-    Sweep {
+    SweepParts {
         events_moved: events,
         max_shift_ns: max,
-        interval_deviation: if sum == 0 {
-            0.0
-        } else {
-            dev as f64 / sum as f64
-        },
+        deviation: dev,
+        recorded: sum,
         order_inversions: inversions,
-        error_ns: simulated.then(|| error_stats(errs)),
+        errors: simulated.then_some(errs),
     }
 }
 
@@ -194,17 +249,22 @@ pub fn error(trace: &Trace, g: &Graph, t: &(impl Times + ?Sized)) -> Option<Erro
     if trace.ranks.iter().all(|r| r.header.clock_sim.is_none()) {
         return None;
     }
+    Some(error_stats(errors(trace, g, t)))
+}
+
+/// |t − true| of every stamp of `g` (whose trace simulated clocks).
+pub fn errors(trace: &Trace, g: &Graph, t: &(impl Times + ?Sized)) -> Vec<u64> {
     let mut errs: Vec<u64> = Vec::with_capacity(g.stamps());
     for (l, loc) in g.locs.iter().enumerate() {
         let h = &trace.rank(loc.rank).expect("the graph's rank").header;
         let l = l as u32;
         errs.extend((0..g.len(l) as u32).map(|k| h.true_time(g.raw(l, k)).abs_diff(t.at(l, k))));
     }
-    Some(error_stats(errs))
+    errs
 }
 
 /// Median, 99th percentile and largest of `errs`.
-fn error_stats(mut errs: Vec<u64>) -> ErrorStats {
+pub fn error_stats(mut errs: Vec<u64>) -> ErrorStats {
     if errs.is_empty() {
         return ErrorStats::default();
     }

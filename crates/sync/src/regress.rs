@@ -146,7 +146,7 @@ impl Correction {
 }
 
 /// (time, bound) samples of one side of a corridor.
-type Samples = Vec<(f64, f64)>;
+pub type Samples = Vec<(f64, f64)>;
 
 /// Where step 1 was measured, per group: at `MPI_Init` and at
 /// `MPI_Finalize`, the time (in step 1's times) and the error bound of the
@@ -164,11 +164,7 @@ pub fn estimate(
     checks: &Checks,
 ) -> Correction {
     let groups = g.groups();
-    let origin = (0..g.locs.len() as u32)
-        .filter(|&l| g.len(l) > 0)
-        .map(|l| t.at(l, 0))
-        .min()
-        .unwrap_or(0);
+    let origin = origin(g, t);
     let at = |n: super::graph::Node| t.at(n.loc, n.k).saturating_sub(origin) as f64;
     // (upper, lower) samples per pair (a < b): (time, bound on e_a − e_b).
     let mut samples: BTreeMap<(u32, u32), (Samples, Samples)> = BTreeMap::new();
@@ -190,32 +186,76 @@ pub fn estimate(
     // step 1 times outside their corridor: step 1 cannot be better.
     let mut contradicted = vec![0.0f64; groups];
     for ((a, b), (up, low)) in samples {
-        let points = windows(up, low);
-        if a == reference || b == reference {
-            let other = if a == reference { b } else { a };
-            contradicted[other as usize] = outside(&points, |_| 0.0);
+        let (f, outside) = pair_fit(a, b, up, low, origin, reference, checks);
+        if let Some((other, x)) = outside {
+            contradicted[other as usize] = x;
         }
-        if let Some(f) = fit(&points) {
-            let d = shift(f.d, origin as f64);
-            let unpinned = (f.half_width + f.rms).max(contradiction(&d, checks, a, b));
-            // A pinned fit is only as good as the measurements it is
-            // pinned to, and no better than the corridor lets it be.
-            let (d, cost) = match pin(&d, checks, a, b) {
-                Some((pinned, bounds)) if bounds < unpinned => {
-                    let off = outside(&points, |t| pinned.eval(t + origin as f64));
-                    (pinned, (f.rms + bounds).max(off))
-                }
-                _ => (d, unpinned),
-            };
-            fits.push(PairFit {
-                a,
-                b,
-                d,
-                cost,
-                messages: true,
-            });
-        }
+        fits.extend(f);
     }
+    finish(groups, reference, fits, anchors, &contradicted)
+}
+
+/// The earliest of the times `t` at every location's first node: where
+/// [`estimate`] counts time from.
+pub fn origin(g: &Graph, t: &(impl Times + ?Sized)) -> u64 {
+    (0..g.locs.len() as u32)
+        .filter(|&l| g.len(l) > 0)
+        .map(|l| t.at(l, 0))
+        .min()
+        .unwrap_or(0)
+}
+
+/// The fit of one pair of groups `a < b` from its `up` and `low` samples
+/// (times from `origin`), and where one of them is the reference, how far
+/// the messages put the other's step 1 times outside their corridor.
+#[allow(clippy::type_complexity)]
+pub fn pair_fit(
+    a: u32,
+    b: u32,
+    up: Samples,
+    low: Samples,
+    origin: u64,
+    reference: u32,
+    checks: &Checks,
+) -> (Option<PairFit>, Option<(u32, f64)>) {
+    let points = windows(up, low);
+    let outside_ref = (a == reference || b == reference).then(|| {
+        let other = if a == reference { b } else { a };
+        (other, outside(&points, |_| 0.0))
+    });
+    let Some(f) = fit(&points) else {
+        return (None, outside_ref);
+    };
+    let d = shift(f.d, origin as f64);
+    let unpinned = (f.half_width + f.rms).max(contradiction(&d, checks, a, b));
+    // A pinned fit is only as good as the measurements it is
+    // pinned to, and no better than the corridor lets it be.
+    let (d, cost) = match pin(&d, checks, a, b) {
+        Some((pinned, bounds)) if bounds < unpinned => {
+            let off = outside(&points, |t| pinned.eval(t + origin as f64));
+            (pinned, (f.rms + bounds).max(off))
+        }
+        _ => (d, unpinned),
+    };
+    let fit = PairFit {
+        a,
+        b,
+        d,
+        cost,
+        messages: true,
+    };
+    (Some(fit), outside_ref)
+}
+
+/// The correction from the pairs' fits (in pair order), each group's step
+/// 1 anchor and how far messages contradicted it.
+pub fn finish(
+    groups: usize,
+    reference: u32,
+    mut fits: Vec<PairFit>,
+    anchors: &[Option<u64>],
+    contradicted: &[f64],
+) -> Correction {
     for (group, bound) in anchors.iter().enumerate() {
         if let (Some(bound), false) = (bound, group as u32 == reference) {
             fits.push(PairFit {

@@ -48,14 +48,50 @@ struct Meta {
 }
 
 /// What the times were computed for.
-#[derive(Debug, PartialEq, Eq, Serialize, Deserialize)]
-struct RankPrint {
-    file_bytes: u64,
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RankPrint {
+    pub file_bytes: u64,
     /// (thread index, records) per thread.
-    threads: Vec<(u32, u64)>,
+    pub threads: Vec<(u32, u64)>,
 }
 
-fn prints(trace: &Trace) -> Vec<RankPrint> {
+/// The start of a sync file: magic, the JSON's length, the JSON (the
+/// report and every rank's print).
+pub fn file_head(report: &SyncReport, ranks: Vec<RankPrint>) -> Vec<u8> {
+    let meta = Meta {
+        report: report.clone(),
+        ranks,
+    };
+    let json = serde_json::to_vec(&meta).expect("the report serializes");
+    let mut out = Vec::with_capacity(16 + json.len());
+    out.extend_from_slice(MAGIC);
+    out.extend_from_slice(&(json.len() as u32).to_le_bytes());
+    out.extend_from_slice(&json);
+    out
+}
+
+/// One thread's part of a sync file: each stamp's shift from its recorded
+/// time (`times` by stamp position), as the zigzag varint of its change.
+pub fn encode_shifts(records: &Events, times: &[u64]) -> Vec<u8> {
+    encode(times.len(), |p| times[p] as i64 - records.stamp(p) as i64)
+}
+
+fn encode(n: usize, shift: impl Fn(usize) -> i64) -> Vec<u8> {
+    let mut part = Vec::with_capacity(n + 16);
+    let mut buf = [0u8; MAX_VARINT];
+    let mut prev = 0i64;
+    for p in 0..n {
+        let shift = shift(p);
+        let mut k = 0;
+        put_i(&mut buf, &mut k, shift - prev);
+        part.extend_from_slice(&buf[..k]);
+        prev = shift;
+    }
+    part
+}
+
+/// The print of each rank of `trace` (or of a block of it).
+pub fn prints(trace: &Trace) -> Vec<RankPrint> {
     trace
         .ranks
         .iter()
@@ -166,15 +202,8 @@ impl Synced {
 
     /// Writes the times beside the trace's rank files; returns the path.
     pub fn write(&self, trace: &Trace) -> Result<PathBuf, ReadError> {
-        let meta = Meta {
-            report: self.report.clone(),
-            ranks: prints(trace),
-        };
-        let json = serde_json::to_vec(&meta).expect("the report serializes");
-        let mut out = Vec::with_capacity(16 + json.len() + self.stamps());
-        out.extend_from_slice(MAGIC);
-        out.extend_from_slice(&(json.len() as u32).to_le_bytes());
-        out.extend_from_slice(&json);
+        let mut out = file_head(&self.report, prints(trace));
+        out.reserve(self.stamps());
         // Each thread's shifts encode on their own, side by side.
         use rayon::prelude::*;
         let threads: Vec<(&Thread, &ThreadTimes)> = trace
@@ -185,19 +214,7 @@ impl Synced {
             .collect();
         let parts: Vec<Vec<u8>> = threads
             .par_iter()
-            .map(|&(th, ts)| {
-                let mut part = Vec::with_capacity(ts.len() + 16);
-                let mut buf = [0u8; MAX_VARINT];
-                let mut prev = 0i64;
-                for p in 0..ts.len() {
-                    let shift = ts.shift(p, th.records.stamp(p));
-                    let mut n = 0;
-                    put_i(&mut buf, &mut n, shift - prev);
-                    part.extend_from_slice(&buf[..n]);
-                    prev = shift;
-                }
-                part
-            })
+            .map(|&(th, ts)| encode(ts.len(), |p| ts.shift(p, th.records.stamp(p))))
             .collect();
         out.reserve(parts.iter().map(Vec::len).sum());
         for part in parts {
