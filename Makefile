@@ -144,7 +144,7 @@ MPICH_DIR := target/mpich
 mpich: mpich-lib $(addprefix $(MPICH_DIR)/examples/,$(MATRIX_PROGS) $(MPI4_PROGS) $(TOOL_BIN) $(FORTRAN_BIN))
 
 mpich-lib: deps
-	MPICC=mpicc.mpich CARGO_TARGET_DIR=$(MPICH_DIR) $(CARGO) build --release -p pmtrace-runtime
+	MPICC=mpicc.mpich CARGO_TARGET_DIR=$(MPICH_DIR) $(CARGO) build --release -p pmtrace-runtime -p pmtrace-mpi
 
 $(eval $(call progs,$(MPICH_DIR),mpicc.mpich))
 $(eval $(call fortran,$(MPICH_DIR)/examples,mpif90.mpich))

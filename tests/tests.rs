@@ -6,6 +6,7 @@ mod exports;
 mod golden;
 mod layout;
 mod matrix;
+mod parallel;
 mod support;
 
 use pmtrace_analysis::{Call, Payload, Trace};

@@ -17,7 +17,7 @@ use std::process::Command;
 
 use crate::support::{cli, root, scratch};
 
-fn cases() -> Vec<PathBuf> {
+pub(crate) fn cases() -> Vec<PathBuf> {
     let mut v: Vec<PathBuf> = std::fs::read_dir(root().join("tests/golden"))
         .unwrap()
         .filter_map(Result::ok)
@@ -28,7 +28,7 @@ fn cases() -> Vec<PathBuf> {
     v
 }
 
-fn pmtrace(args: &[&str]) -> Vec<u8> {
+pub(crate) fn pmtrace(args: &[&str]) -> Vec<u8> {
     let out = Command::new(cli()).args(args).output().expect("pmtrace");
     assert!(
         out.status.success(),
@@ -55,14 +55,14 @@ fn without_seconds(mut v: serde_json::Value) -> serde_json::Value {
     v
 }
 
-fn json_text(bytes: &[u8]) -> String {
+pub(crate) fn json_text(bytes: &[u8]) -> String {
     let v: serde_json::Value = serde_json::from_slice(bytes).expect("JSON");
     serde_json::to_string_pretty(&without_seconds(v)).unwrap() + "\n"
 }
 
 /// `sync.pmts` split into its report (JSON) and its times (the rest but
 /// the CRC, which covers the report's run time too).
-fn sync_parts(bytes: &[u8]) -> (String, Vec<u8>) {
+pub(crate) fn sync_parts(bytes: &[u8]) -> (String, Vec<u8>) {
     assert_eq!(&bytes[..8], b"PMTSYNC1");
     let n = u32::from_le_bytes(bytes[8..12].try_into().unwrap()) as usize;
     let json = json_text(&bytes[12..12 + n]);

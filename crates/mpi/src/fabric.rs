@@ -81,10 +81,7 @@ impl Fabric for Mpi {
             .map(|&l| l.div_ceil(limit))
             .max()
             .unwrap_or(0)];
-        let mut all_rounds = [0u64];
-        self.comm
-            .all_reduce_into(&rounds[..], &mut all_rounds[..], SystemOperation::max());
-        rounds[0] = all_rounds[0];
+        self.max(&mut rounds);
         let mut got: Vec<Vec<u8>> = recv_lens
             .iter()
             .map(|&l| Vec::with_capacity(l as usize))
@@ -120,15 +117,28 @@ impl Fabric for Mpi {
         got
     }
 
+    // As signed 64-bit integers: an MPI may compare unsigned ones as
+    // signed (MPICH 4.0's MPI_MAX on MPI_UINT64_T does). Sums of counts
+    // stay far below 2^63; maxima keep their order with the top bit
+    // flipped.
     fn sum(&self, v: &mut [u64]) {
-        let mine = v.to_vec();
+        let mine: Vec<i64> = v.iter().map(|&x| x as i64).collect();
+        let mut all = vec![0i64; v.len()];
         self.comm
-            .all_reduce_into(&mine[..], v, SystemOperation::sum());
+            .all_reduce_into(&mine[..], &mut all[..], SystemOperation::sum());
+        for (x, a) in v.iter_mut().zip(all) {
+            *x = a as u64;
+        }
     }
 
     fn max(&self, v: &mut [u64]) {
-        let mine = v.to_vec();
+        let flip = |x: u64| (x ^ (1 << 63)) as i64;
+        let mine: Vec<i64> = v.iter().map(|&x| flip(x)).collect();
+        let mut all = vec![0i64; v.len()];
         self.comm
-            .all_reduce_into(&mine[..], v, SystemOperation::max());
+            .all_reduce_into(&mine[..], &mut all[..], SystemOperation::max());
+        for (x, a) in v.iter_mut().zip(all) {
+            *x = (a as u64) ^ (1 << 63);
+        }
     }
 }

@@ -1,0 +1,164 @@
+//! `pmtrace-mpi`: the verbs run in parallel under MPI write exactly what
+//! `pmtrace` writes, on the golden traces, at several process counts
+//! (a count that does not divide the ranks among them), under Open MPI and
+//! MPICH; and the `pmtrace` binary links no MPI.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::Once;
+
+use crate::golden::{cases, json_text, pmtrace, sync_parts};
+use crate::support::{make_once, release, root, scratch, Mpi};
+
+static MPICH: Once = Once::new();
+
+/// `pmtrace-mpi` built for `mpi`'s family.
+fn binary(mpi: Mpi) -> PathBuf {
+    match mpi {
+        Mpi::Mpich => {
+            make_once(&MPICH, "mpich");
+            root().join("target/mpich/release/pmtrace-mpi")
+        }
+        _ => release("pmtrace-mpi"),
+    }
+}
+
+/// `mpirun -np np pmtrace-mpi args...` under `mpi`.
+fn pmtrace_mpi(mpi: Mpi, np: u32, args: &[&str]) -> Output {
+    let (launcher, ompi) = mpi.launcher();
+    let mut cmd = Command::new(launcher);
+    cmd.env_remove("LD_LIBRARY_PATH");
+    cmd.arg("-np").arg(np.to_string());
+    if ompi {
+        cmd.arg("--oversubscribe")
+            .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+            .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1");
+    }
+    cmd.arg(binary(mpi)).args(args).output().expect("mpirun")
+}
+
+/// The rank files of a golden case, copied to `dir`.
+fn copy_trace(case: &Path, dir: &Path) {
+    let _ = std::fs::remove_dir_all(dir);
+    std::fs::create_dir_all(dir).unwrap();
+    for e in std::fs::read_dir(case.join("trace")).unwrap() {
+        let e = e.unwrap();
+        std::fs::copy(e.path(), dir.join(e.file_name())).unwrap();
+    }
+}
+
+/// `pmtrace sync` and `pmtrace-mpi sync` at `nps` on every golden trace:
+/// the same printed report (JSON and text) and the same `sync.pmts` (but
+/// the seconds each took; its checksum checked by reading it back).
+fn sync_is_the_serial_one(mpi: Mpi, nps: &[u32]) {
+    let dir = scratch(&format!("parallel-sync-{}", mpi.tag()));
+    for case in cases() {
+        let name = case.file_name().unwrap().to_string_lossy().into_owned();
+        let serial = dir.join(format!("{name}-serial"));
+        copy_trace(&case, &serial);
+        let want = json_text(&pmtrace(&["sync", serial.to_str().unwrap(), "--json"]));
+        let want_file = sync_parts(&std::fs::read(serial.join("sync.pmts")).unwrap());
+        for &np in nps {
+            let par = dir.join(format!("{name}-np{np}"));
+            copy_trace(&case, &par);
+            let out = pmtrace_mpi(mpi, np, &["sync", par.to_str().unwrap(), "--json"]);
+            assert!(
+                out.status.success(),
+                "{name} at np = {np}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            assert_eq!(
+                json_text(&out.stdout),
+                want,
+                "{name} at np = {np}: the printed report"
+            );
+            let got = sync_parts(&std::fs::read(par.join("sync.pmts")).unwrap());
+            assert_eq!(
+                got.0, want_file.0,
+                "{name} at np = {np}: the report in sync.pmts"
+            );
+            assert!(
+                got.1 == want_file.1,
+                "{name} at np = {np}: the synced times"
+            );
+            // Whole, checksum included: the serial report reads it.
+            let report = pmtrace(&["report", par.to_str().unwrap(), "--json"]);
+            let report: serde_json::Value = serde_json::from_slice(&report).unwrap();
+            assert!(
+                report["violations_after_sync"].is_object(),
+                "{name} at np = {np}"
+            );
+        }
+        // The text form too, at one count.
+        let text_serial = pmtrace(&["sync", serial.to_str().unwrap()]);
+        let par = dir.join(format!("{name}-np{}", nps[nps.len() - 1]));
+        let out = pmtrace_mpi(mpi, nps[nps.len() - 1], &["sync", par.to_str().unwrap()]);
+        // Less the seconds each took, and the directory.
+        let strip = |b: &[u8], d: &Path| {
+            String::from_utf8_lossy(b)
+                .lines()
+                .map(|l| match (l.starts_with("Timestamp sync"), l.rfind(';')) {
+                    (true, Some(at)) => l[..at].to_string(),
+                    _ => l.replace(d.to_str().unwrap(), "DIR"),
+                })
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            strip(&out.stdout, &par),
+            strip(&text_serial, &serial),
+            "{name}: the text"
+        );
+    }
+}
+
+#[test]
+fn pmtrace_mpi_sync_writes_what_pmtrace_sync_writes_under_open_mpi() {
+    sync_is_the_serial_one(Mpi::OpenMpi, &[1, 2, 3, 4]);
+}
+
+#[test]
+fn pmtrace_mpi_sync_writes_what_pmtrace_sync_writes_under_mpich() {
+    sync_is_the_serial_one(Mpi::Mpich, &[1, 3]);
+}
+
+#[test]
+fn a_parallel_verb_on_a_bad_directory_is_one_line_and_exit_status_1() {
+    let dir = scratch("parallel-errors");
+    let out = pmtrace_mpi(
+        Mpi::OpenMpi,
+        2,
+        &["sync", dir.join("none").to_str().unwrap()],
+    );
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let ours: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.starts_with("pmtrace-mpi:"))
+        .collect();
+    assert_eq!(ours.len(), 1, "{stderr}");
+    assert!(ours[0].starts_with("pmtrace-mpi: error: "), "{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+}
+
+/// The libraries an ELF file asks for (`readelf -d`).
+fn needed(path: &Path) -> Vec<String> {
+    let out = Command::new("readelf")
+        .arg("-d")
+        .arg(path)
+        .output()
+        .expect("readelf");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| l.contains("(NEEDED)"))
+        .filter_map(|l| Some(l.split('[').nth(1)?.trim_end_matches(']').to_string()))
+        .collect()
+}
+
+#[test]
+fn the_pmtrace_binary_links_no_mpi_and_pmtrace_mpi_does() {
+    let cli = needed(&release("pmtrace"));
+    assert!(!cli.is_empty(), "readelf read the CLI");
+    assert!(cli.iter().all(|l| !l.contains("mpi")), "{cli:?}");
+    let par = needed(&release("pmtrace-mpi"));
+    assert!(par.iter().any(|l| l.starts_with("libmpi")), "{par:?}");
+}
