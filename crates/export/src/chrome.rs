@@ -146,11 +146,7 @@ pub fn write(view: &View, w: &mut dyn Write, progress: &mut dyn FnMut(u64)) -> i
             };
             sep(&mut buf)?;
             buf.extend_from_slice(b"{\"ph\":\"X\",\"cat\":\"mpi\",\"name\":\"");
-            buf.extend_from_slice(
-                view.trace.ranks[loc.rank as usize]
-                    .function_name(func)
-                    .as_bytes(),
-            );
+            buf.extend_from_slice(view.trace.held(loc.rank).function_name(func).as_bytes());
             buf.extend_from_slice(b"\",\"pid\":");
             put_u64(&mut buf, loc.rank.into());
             buf.extend_from_slice(b",\"tid\":");

@@ -52,7 +52,7 @@ pub fn write(trace: &Trace, m: &Messages, synced: &Synced, out: &mut dyn Write) 
                 return;
             }
             let loc = &g.locs[n.loc as usize];
-            let rank = &trace.ranks[loc.rank as usize];
+            let rank = &trace.held(loc.rank);
             let pos = g.pos(n.loc, n.k) as usize;
             let records = &rank.threads[loc.slot].records;
             let i = pos / 2;

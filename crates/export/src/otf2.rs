@@ -365,7 +365,7 @@ impl<'v, 'a> Writer<'v, 'a> {
         else {
             return None;
         };
-        let rank = &self.view.trace.ranks[at.rank as usize];
+        let rank = &self.view.trace.held(at.rank);
         let gid = rank.comm_at(comm, u64::MAX)?.global_id;
         let k = self.view.trace.constants();
         let root = match root {
@@ -429,7 +429,7 @@ impl<'v, 'a> Writer<'v, 'a> {
 
     /// Request ids of the rank's nonblocking operations.
     fn ops(&self, rank: u32) -> HashMap<u64, Op> {
-        let r = &self.view.trace.ranks[rank as usize];
+        let r = &self.view.trace.held(rank);
         let mut ops = HashMap::default();
         let mut persistent: HashMap<u64, Op> = HashMap::default();
         for (at, c) in r.payload_calls() {
@@ -487,7 +487,7 @@ impl<'v, 'a> Writer<'v, 'a> {
     ) -> Result<u64, ExportError> {
         let view = self.view;
         let ops = self.ops(loc.rank);
-        let rank = &view.trace.ranks[loc.rank as usize];
+        let rank = &view.trace.held(loc.rank);
         let mut evs: Vec<Pending> = Vec::with_capacity(view.records(loc).len() * 3);
         let times = view.times(loc);
         // The location's message ends and clocks, walked in record order.

@@ -439,7 +439,7 @@ impl Flows {
             first[r + 1] += first[r];
         }
         let loc_of = |at: EventRef| -> Option<usize> {
-            let rank = view.trace.ranks.get(at.rank as usize)?;
+            let rank = view.trace.rank(at.rank)?;
             let slot = rank
                 .threads
                 .binary_search_by_key(&at.thread, |t| t.index)

@@ -194,7 +194,7 @@ pub fn write(
         lane_of[r + 1] += lane_of[r];
     }
     let place = |at: EventRef| -> Option<(u32, u32)> {
-        let rank = view.trace.ranks.get(at.rank as usize)?;
+        let rank = view.trace.rank(at.rank)?;
         let slot = rank
             .threads
             .binary_search_by_key(&at.thread, |t| t.index)
@@ -229,7 +229,7 @@ pub fn write(
         if i > 0 {
             w.write_all(b",")?;
         }
-        let host = &view.trace.ranks[loc.rank as usize].header.hostname;
+        let host = &view.trace.held(loc.rank).header.hostname;
         let label = if loc.thread == 0 {
             format!("rank {}", loc.rank)
         } else {
@@ -250,7 +250,7 @@ pub fn write(
         if li > 0 {
             w.write_all(b",")?;
         }
-        let rank = &view.trace.ranks[loc.rank as usize];
+        let rank = &view.trace.held(loc.rank);
         let records = view.records(*loc);
         let times = view.times(*loc);
         let ats = || idx.iter().map(|&i| view.at(*loc, i as usize));
@@ -347,7 +347,7 @@ pub fn write(
     )?;
     if let Some(o) = overlay {
         let lane = |rank: u32, thread: u32| -> Option<i64> {
-            let r = view.trace.ranks.get(rank as usize)?;
+            let r = view.trace.rank(rank)?;
             let slot = r.threads.binary_search_by_key(&thread, |t| t.index).ok()?;
             Some((lane_of[rank as usize] + slot) as i64)
         };

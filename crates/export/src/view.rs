@@ -146,7 +146,7 @@ impl<'a> View<'a> {
     }
 
     pub fn records(&self, loc: Location) -> &'a Events {
-        &self.trace.ranks[loc.rank as usize].threads[loc.slot].records
+        &self.trace.held(loc.rank).threads[loc.slot].records
     }
 
     pub fn at(&self, loc: Location, index: usize) -> EventRef {
@@ -231,12 +231,12 @@ impl<'a> View<'a> {
     }
 
     pub fn function_name(&self, rank: u32, call: &Call) -> &'a str {
-        self.trace.ranks[rank as usize].function_name(call.func)
+        self.trace.held(rank).function_name(call.func)
     }
 
     /// The message ends of the call at `at` in one of its thread's lists.
     fn ends_at(&self, at: EventRef, list: fn(&'a ThreadEnds) -> &'a [End]) -> &'a [End] {
-        let Some(rank) = self.trace.ranks.get(at.rank as usize) else {
+        let Some(rank) = self.trace.rank(at.rank) else {
             return &[];
         };
         let Ok(slot) = rank.threads.binary_search_by_key(&at.thread, |t| t.index) else {
@@ -327,7 +327,7 @@ impl<'a> View<'a> {
     /// persistent sends that moved a message, nonblocking receives, and
     /// nonblocking collectives.
     pub fn in_flight(&self, rank: u32) -> Vec<InFlight> {
-        let r = &self.trace.ranks[rank as usize];
+        let r = &self.trace.held(rank);
         let m = self.messages;
         let done_at = r.completions();
         let mut out = Vec::new();

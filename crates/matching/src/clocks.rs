@@ -1231,7 +1231,7 @@ pub fn compute(trace: &Trace, m: &Messages) -> Clocks {
         let mut bad = wire.send_lc.get(si) != Some(pb.lc) || s.time != pb.sent;
         if vector {
             let got = pb.vc.and_then(|at| {
-                let th = trace.ranks[r.dst as usize].thread(r.completion.thread)?;
+                let th = trace.held(r.dst).thread(r.completion.thread)?;
                 let w = trace.world_size as usize;
                 th.vcs
                     .get(at as usize * w..(at as usize + 1) * w)

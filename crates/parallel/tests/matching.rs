@@ -81,7 +81,7 @@ fn parallel(case: &str, procs: usize) -> Outcome {
             let (s, r) = (&m.sends[p.send], &m.recvs[p.recv]);
             let pair = ((s.call, s.item), (r.completion, r.completion_item));
             // Both blocks of a crossing message hold it; the receiver's counts it.
-            assert!(b.trace.held().contains(&s.src) || b.trace.held().contains(&r.dst));
+            assert!(b.trace.block().contains(&s.src) || b.trace.block().contains(&r.dst));
             if bm.counts(p.recv) {
                 o.pairs.insert(pair);
             }

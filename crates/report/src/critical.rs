@@ -303,7 +303,7 @@ fn end_point(trace: &Trace, times: &Times, to: u64) -> Option<(u32, u64)> {
 
 /// The last call of `rank`'s main thread that starts before `t`.
 fn call_before(trace: &Trace, times: &Times, rank: u32, t: u64) -> Option<EventRef> {
-    let r = trace.ranks.get(rank as usize)?;
+    let r = trace.rank(rank)?;
     let th = r.threads.first()?;
     let records = &th.records;
     let at = |p: usize| EventRef {
@@ -341,7 +341,8 @@ pub(crate) fn summarize(
         if activity == COMPUTING {
             return COMPUTATION.to_owned();
         }
-        trace.ranks[rank as usize]
+        trace
+            .held(rank)
             .header
             .functions
             .get(activity as usize)

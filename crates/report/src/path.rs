@@ -126,7 +126,7 @@ impl Walk {
 
 /// The call before `at` in its thread.
 pub(crate) fn previous_call(trace: &Trace, at: EventRef) -> Option<EventRef> {
-    let records = &trace.ranks[at.rank as usize].thread(at.thread)?.records;
+    let records = &trace.held(at.rank).thread(at.thread)?.records;
     (0..at.pos())
         .rev()
         .find(|&p| records.is_call(p))

@@ -260,10 +260,11 @@ impl Races {
                 unresolved += 1;
                 continue;
             };
-            let function = trace.ranks[w.call.rank as usize]
+            let function = trace
+                .held(w.call.rank)
                 .thread(w.call.thread)
                 .and_then(|t| t.records.func(w.call.pos()))
-                .map_or("?", |f| trace.ranks[w.call.rank as usize].function_name(f))
+                .map_or("?", |f| trace.held(w.call.rank).function_name(f))
                 .to_owned();
             let site = sites
                 .entry((r.dst, function.clone(), r.comm, w.tag))
@@ -473,7 +474,7 @@ pub fn wildcards(trace: &Trace, messages: &Messages) -> Vec<Wild> {
             });
         } else if r.how == RecvHow::Probed {
             // Received by Mrecv/Imrecv: wildcard if its Mprobe was.
-            let rank = &trace.ranks[r.post.rank as usize];
+            let rank = &trace.held(r.post.rank);
             let probe = rank
                 .thread(r.post.thread)
                 .and_then(|t| t.records.call(r.post.pos()));

@@ -21,7 +21,7 @@ impl<'a> Times<'a> {
 
     /// Start and end of the record at `at`.
     pub fn of(&self, at: EventRef) -> Option<(u64, u64)> {
-        let rank = self.trace.ranks.get(at.rank as usize)?;
+        let rank = self.trace.rank(at.rank)?;
         let slot = rank
             .threads
             .binary_search_by_key(&at.thread, |t| t.index)
@@ -45,19 +45,14 @@ impl<'a> Times<'a> {
 
     /// The function of the record at `at`, if it is a call.
     pub fn func(&self, at: EventRef) -> Option<u32> {
-        let rank = self.trace.ranks.get(at.rank as usize)?;
+        let rank = self.trace.rank(at.rank)?;
         rank.thread(at.thread)?.records.func(at.pos())
     }
 
     /// The name of the function of the call at `at` ("" if it is none).
     pub fn name(&self, at: EventRef) -> &'a str {
         self.func(at)
-            .and_then(|f| {
-                self.trace.ranks[at.rank as usize]
-                    .header
-                    .functions
-                    .get(f as usize)
-            })
+            .and_then(|f| self.trace.held(at.rank).header.functions.get(f as usize))
             .map_or("", |f| f.name.as_str())
     }
 
@@ -68,7 +63,7 @@ impl<'a> Times<'a> {
         rank: u32,
         slot: usize,
     ) -> impl Iterator<Item = (u32, u32, u64, u64)> + 'a {
-        let thread = self.trace.ranks[rank as usize].threads.get(slot);
+        let thread = self.trace.held(rank).threads.get(slot);
         let synced = self.synced.and_then(|s| s.thread_times(rank, slot));
         let n = thread.map_or(0, |t| t.records.len());
         (0..n).filter_map(move |p| {
@@ -84,7 +79,7 @@ impl<'a> Times<'a> {
 
     /// The calls of rank `rank`'s thread at `slot`, in record order: (function, start, end).
     pub fn calls(&self, rank: u32, slot: usize) -> impl Iterator<Item = (u32, u64, u64)> + 'a {
-        let r = &self.trace.ranks[rank as usize];
+        let r = &self.trace.held(rank);
         let records = &r.threads[slot].records;
         let synced = self.synced.and_then(|s| s.thread_times(rank, slot));
         (0..records.len()).filter_map(move |p| {

@@ -219,11 +219,7 @@ pub(crate) fn find(
     times: &Times,
 ) -> Vec<Wait> {
     let name = |at: EventRef| times.name(at);
-    let kind_of = |at: EventRef| {
-        times
-            .func(at)
-            .map(|f| trace.ranks[at.rank as usize].kind(f))
-    };
+    let kind_of = |at: EventRef| times.func(at).map(|f| trace.held(at.rank).kind(f));
     let mut waits: Vec<Wait> = Vec::new();
 
     // Late senders: per completing call, the latest send it waited for.

@@ -243,10 +243,7 @@ pub(crate) fn compute(
     // waits), per rank by position.
     let mut waited: Vec<Vec<(u32, u64)>> = vec![Vec::new(); trace.ranks.len()];
     for w in waits {
-        let main = trace.ranks[w.at.rank as usize]
-            .threads
-            .first()
-            .map(|t| t.index);
+        let main = trace.held(w.at.rank).threads.first().map(|t| t.index);
         if Some(w.at.thread) == main {
             waited[w.at.rank as usize].push((w.at.index, w.ns));
         }
@@ -261,7 +258,7 @@ pub(crate) fn compute(
     let clip = |t: u64| t.clamp(from, to);
     let computing = Computing::new(trace, times, window);
     let weight = |a: u64, b: u64| n * (b - a) as f64 - c * (computing.f(b) - computing.f(a));
-    let main = |rank: u32| trace.ranks[rank as usize].threads.first().map(|t| t.index);
+    let main = |rank: u32| trace.held(rank).threads.first().map(|t| t.index);
     let mut streams: Vec<Stream<_>> = trace
         .ranks
         .iter()
@@ -494,7 +491,7 @@ pub(crate) fn compute(
                     // rank's call: the time is the receiving call's.
                     let src = EventRef {
                         rank: j.rank,
-                        thread: trace.ranks[j.rank as usize].threads[0].index,
+                        thread: trace.held(j.rank).threads[0].index,
                         index: j.pos,
                     };
                     let start = span(src).0;
@@ -547,7 +544,7 @@ pub(crate) fn compute(
 
 /// The last call of `rank`'s main thread.
 fn last_call(trace: &Trace, rank: u32) -> Option<EventRef> {
-    let th = trace.ranks.get(rank as usize)?.threads.first()?;
+    let th = trace.rank(rank)?.threads.first()?;
     (0..th.records.len())
         .rev()
         .find(|&p| th.records.is_call(p))

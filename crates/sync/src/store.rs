@@ -37,7 +37,9 @@ const MAGIC: &[u8; 8] = b"PMTSYNC1";
 #[derive(Debug, Clone)]
 pub struct Synced {
     pub report: SyncReport,
-    /// [rank][thread slot], by stamp position.
+    /// World rank of `times[0]` (a block's first rank, in parallel).
+    first: u32,
+    /// [rank − first][thread slot], by stamp position.
     times: Vec<Vec<ThreadTimes>>,
 }
 
@@ -164,27 +166,33 @@ impl Synced {
             .map(|r| vec![ThreadTimes::Shifts(Vec::new()); r.threads.len()])
             .collect();
         for (loc, by_pos) in g.locs.iter().zip(g.by_position(t)) {
-            let records = &trace.ranks[loc.rank as usize].threads[loc.slot].records;
+            let records = &trace.held(loc.rank).threads[loc.slot].records;
             times[loc.rank as usize][loc.slot] = ThreadTimes::new(records, by_pos);
         }
-        Synced { report, times }
+        Synced {
+            report,
+            first: 0,
+            times,
+        }
     }
 
     /// The synchronized start (or end) of the record at `at`.
     pub fn time(&self, trace: &Trace, at: EventRef, end: bool) -> Option<u64> {
-        let rank = trace.ranks.get(at.rank as usize)?;
+        let rank = trace.rank(at.rank)?;
         let slot = rank
             .threads
             .binary_search_by_key(&at.thread, |t| t.index)
             .ok()?;
-        self.times[at.rank as usize][slot]
+        self.times[(at.rank - self.first) as usize][slot]
             .get(&rank.threads[slot].records, 2 * at.pos() + usize::from(end))
     }
 
     /// The synchronized times of the records of rank `rank`'s thread at
     /// `slot` (two per record), if the sync covered it.
     pub fn thread_times(&self, rank: u32, slot: usize) -> Option<&ThreadTimes> {
-        self.times.get(rank as usize)?.get(slot)
+        self.times
+            .get(rank.checked_sub(self.first)? as usize)?
+            .get(slot)
     }
 
     /// The synchronized times in node order of `g`.
@@ -253,20 +261,31 @@ impl Synced {
         let n = u32::from_le_bytes(body[8..12].try_into().expect("4 bytes")) as usize;
         let json = body.get(12..12 + n).ok_or_else(|| bad("truncated"))?;
         let meta: Meta = serde_json::from_slice(json).map_err(|_| bad("unreadable header"))?;
-        if meta.ranks != prints(trace) {
+        // A block of the trace checks its own ranks, and skips the stamps
+        // of the ranks before it.
+        let first = trace.first as usize;
+        let mine = meta.ranks.get(first..first + trace.ranks.len());
+        if meta.ranks.len() != trace.world_size as usize || mine != Some(&prints(trace)[..]) {
             return Err(bad("made for other rank files"));
         }
+        let before: u64 = meta.ranks[..first]
+            .iter()
+            .flat_map(|r| &r.threads)
+            .map(|t| 2 * t.1)
+            .sum();
+        let start = skip_varints(body, 12 + n, before as usize).ok_or_else(|| bad("truncated"))?;
         // Each thread's shifts: found by counting the varints' last bytes
         // (below 0x80), then decoded side by side.
         let threads: Vec<&Thread> = trace.ranks.iter().flat_map(|r| &r.threads).collect();
-        let mut bounds = vec![12 + n];
+        let mut bounds = vec![start];
         for th in &threads {
             let at = *bounds.last().expect("a start");
             bounds.push(
                 skip_varints(body, at, th.records.len() * 2).ok_or_else(|| bad("truncated"))?,
             );
         }
-        if bounds.last() != Some(&body.len()) {
+        let last = first + trace.ranks.len() == meta.ranks.len();
+        if last && bounds.last() != Some(&body.len()) {
             return Err(bad("trailing bytes"));
         }
         use rayon::prelude::*;
@@ -286,6 +305,7 @@ impl Synced {
         }
         Ok(Some(Synced {
             report: meta.report,
+            first: trace.first,
             times,
         }))
     }
@@ -360,8 +380,8 @@ impl Times for NodeTimes<'_> {
     #[inline]
     fn at(&self, loc: u32, k: u32) -> u64 {
         let l = &self.g.locs[loc as usize];
-        let records = &self.trace.ranks[l.rank as usize].threads[l.slot].records;
-        self.synced.times[l.rank as usize][l.slot]
+        let records = &self.trace.held(l.rank).threads[l.slot].records;
+        self.synced.times[(l.rank - self.synced.first) as usize][l.slot]
             .get(records, self.g.pos(loc, k) as usize)
             .expect("a stamp of the graph")
     }

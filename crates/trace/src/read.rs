@@ -390,8 +390,13 @@ impl Trace {
         self.ranks.get(rank.checked_sub(self.first)? as usize)
     }
 
+    /// World rank `rank`, which this trace (or block) must hold.
+    pub fn held(&self, rank: u32) -> &Rank {
+        self.rank(rank).expect("a rank this trace holds")
+    }
+
     /// The world ranks this trace (or block) holds.
-    pub fn held(&self) -> Range<u32> {
+    pub fn block(&self) -> Range<u32> {
         self.first..self.first + self.ranks.len() as u32
     }
 
