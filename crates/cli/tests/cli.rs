@@ -378,3 +378,25 @@ fn synth_writes_a_trace_with_its_truth_and_one_summary_line() {
     let err = assert_one_error_line(&o);
     assert!(err.contains("imbalanced rank 9"), "{err}");
 }
+
+/// `Trace::open` kept every rank file open until all were decoded: a trace
+/// of 65,536 ranks failed with "Too many open files" under a limit of
+/// 20,000. Here 600 ranks under a limit of 256.
+#[test]
+fn report_reads_more_rank_files_than_the_process_may_open() {
+    let s = Scratch::new("nofile");
+    let dir = s.join("trace");
+    let o = pmtrace(&[&"synth", &dir, &"--ranks", &"600", &"--iterations", &"1"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o = Command::new("sh")
+        .arg("-c")
+        .arg("ulimit -n 256 && exec \"$0\" report \"$1\" --json")
+        .arg(env!("CARGO_BIN_EXE_pmtrace"))
+        .arg(&dir)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["ranks"], 600);
+    assert_eq!(v["messages"]["unmatched"], 0);
+}
