@@ -8,3 +8,4 @@ mod races;
 mod read;
 mod report;
 mod sync;
+mod synth;

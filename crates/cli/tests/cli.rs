@@ -218,7 +218,7 @@ fn usage_errors_exit_2() {
 
 #[test]
 fn every_verb_has_help_that_stands_on_its_own() {
-    for verb in ["report", "export", "run"] {
+    for verb in ["report", "export", "run", "synth"] {
         let o = pmtrace(&[&verb, &"--help"]);
         assert!(o.status.success());
         let help = stdout(&o);
@@ -229,7 +229,7 @@ fn every_verb_has_help_that_stands_on_its_own() {
         );
     }
     let top = stdout(&pmtrace(&[&"--help"]));
-    for verb in ["report", "export", "run"] {
+    for verb in ["report", "export", "run", "synth"] {
         assert!(top.contains(verb), "{top}");
     }
 }
@@ -329,4 +329,74 @@ fn run_without_a_library_says_where_it_looked() {
         err.contains("absent.so") && err.contains("does not exist"),
         "{err}"
     );
+}
+
+#[test]
+fn synth_writes_a_trace_with_its_truth_and_one_summary_line() {
+    let s = Scratch::new("synth");
+    let dir = s.join("trace");
+    let o = pmtrace(&[
+        &"synth",
+        &dir,
+        &"--ranks",
+        &"6",
+        &"--iterations",
+        &"4",
+        &"--imbalance",
+        &"1:3",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    assert_eq!(out.lines().count(), 1, "{out}");
+    assert!(
+        out.starts_with("synth: 6 ranks (2x3 grid, 1 host), 4 iterations, "),
+        "{out}"
+    );
+    let truth: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.join("truth.json")).unwrap()).unwrap();
+    assert_eq!(truth["imbalance"]["rank"], 1);
+    assert_eq!(truth["imbalance"]["factor"], 3.0);
+    let o = pmtrace(&[&"report", &dir, &"--json"]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["ranks"], 6);
+    assert_eq!(v["events"], truth["events"]);
+    assert_eq!(v["messages"]["matched"], truth["messages"]);
+    assert_eq!(v["messages"]["unmatched"], 0);
+    assert_eq!(v["clocks"]["lamport_violations"], 0);
+    // The directory holds a trace now: a second run refuses.
+    let o = pmtrace(&[&"synth", &dir, &"--ranks", &"6"]);
+    let err = assert_one_error_line(&o);
+    assert!(err.contains("already holds a trace"), "{err}");
+    let o = pmtrace(&[
+        &"synth",
+        &s.join("other"),
+        &"--ranks",
+        &"6",
+        &"--imbalance",
+        &"9",
+    ]);
+    let err = assert_one_error_line(&o);
+    assert!(err.contains("imbalanced rank 9"), "{err}");
+}
+
+/// `Trace::open` kept every rank file open until all were decoded: a trace
+/// of 65,536 ranks failed with "Too many open files" under a limit of
+/// 20,000. Here 600 ranks under a limit of 256.
+#[test]
+fn report_reads_more_rank_files_than_the_process_may_open() {
+    let s = Scratch::new("nofile");
+    let dir = s.join("trace");
+    let o = pmtrace(&[&"synth", &dir, &"--ranks", &"600", &"--iterations", &"1"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o = Command::new("sh")
+        .arg("-c")
+        .arg("ulimit -n 256 && exec \"$0\" report \"$1\" --json")
+        .arg(env!("CARGO_BIN_EXE_pmtrace"))
+        .arg(&dir)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["ranks"], 600);
+    assert_eq!(v["messages"]["unmatched"], 0);
 }

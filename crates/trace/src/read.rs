@@ -298,6 +298,9 @@ impl Trace {
             }
         }
         let first = *files.keys().next().expect("some rank file");
+        // Each file is closed once its header is read and opened again to
+        // decode it: a job has more ranks (65,536) than a process may have
+        // open files (often 1,024 to 20,000).
         let mut headers = Vec::with_capacity(files.len());
         for (rank, path) in &files {
             let file = RankFile::open(path, *rank)?;
@@ -308,9 +311,9 @@ impl Trace {
                     format!("header says rank {}", header.rank),
                 ));
             }
-            headers.push((file, header, first_chunk));
+            headers.push((file.name, path, header, first_chunk));
         }
-        let world_size = headers[0].1.world_size;
+        let world_size = headers[0].2.world_size;
         if block.is_none() && first != 0 {
             return Err(ReadError::MissingRank {
                 dir,
@@ -318,10 +321,10 @@ impl Trace {
                 world_size,
             });
         }
-        for (file, header, _) in &headers {
+        for (name, _, header, _) in &headers {
             if header.world_size != world_size {
                 return Err(ReadError::corrupt(
-                    &file.name,
+                    name,
                     format!(
                         "world size {} differs from rank 0's {world_size}",
                         header.world_size
@@ -330,7 +333,7 @@ impl Trace {
             }
             if header.rank >= world_size {
                 return Err(ReadError::corrupt(
-                    &file.name,
+                    name,
                     format!("rank beyond world size {world_size}"),
                 ));
             }
@@ -349,7 +352,9 @@ impl Trace {
         use rayon::prelude::*;
         let ranks = headers
             .into_par_iter()
-            .map(|(file, header, first_chunk)| file.read(header, first_chunk))
+            .map(|(_, path, header, first_chunk)| {
+                RankFile::open(path, header.rank)?.read(header, first_chunk)
+            })
             .collect::<Vec<_>>()
             .into_iter()
             .collect::<Result<Vec<Rank>, ReadError>>()?;

@@ -1,0 +1,72 @@
+//! The simulated traces of `pmtrace_fixture::synth` read, matched, checked
+//! and synchronized like recorded ones, against their known truth.
+
+use pmtrace_analysis::sync::SyncParams;
+use pmtrace_analysis::{Messages, Report, ReportOptions, Trace};
+use pmtrace_fixture::synth::{self, SynthSpec};
+
+use crate::util::Scratch;
+
+#[test]
+fn a_synthesized_trace_matches_keeps_its_clocks_and_syncs_without_violations() {
+    let dir = Scratch::new("synth16");
+    let spec = SynthSpec {
+        iterations: 8,
+        hosts: 2,
+        ..SynthSpec::new(16)
+    };
+    let truth = synth::write(dir.path(), &spec).unwrap();
+    let trace = Trace::open(dir.path()).unwrap();
+    assert!(trace.all_warnings().is_empty());
+    assert_eq!(trace.events(), truth.events);
+    let m = Messages::build(&trace);
+    let report = Report::build(&trace, &m, ReportOptions::default());
+    // 4×4 grid: 48 neighbour pairs (counted from each side) × 8 iterations;
+    // 2 wildcard rounds of 3 messages per row.
+    assert_eq!(truth.messages, 48 * 8 + 2 * 4 * 3);
+    assert_eq!(report.messages.matched, truth.messages);
+    assert_eq!(report.messages.unmatched, 0);
+    let clocks = report.clocks.as_ref().unwrap();
+    assert_eq!(clocks.mode, "lamport");
+    assert_eq!(clocks.matched_by_id, truth.messages);
+    assert_eq!(clocks.fifo_disagreements, 0);
+    assert_eq!(clocks.lamport_violations, 0);
+    assert_eq!(clocks.wire_checked, truth.messages);
+    assert_eq!(clocks.wire_mismatches, 0);
+    assert_eq!(clocks.decreasing, 0);
+    // The skewed clocks reverse messages as recorded; sync removes them all.
+    assert!(report.violations.reversed > 0);
+    let synced = pmtrace_analysis::sync::sync(&trace, &m, &SyncParams::default());
+    let after = Report::build_on(&trace, &m, ReportOptions::default(), Some(&synced))
+        .with_sync(&trace, &m, &synced);
+    let v = after.violations_after_sync.unwrap();
+    assert_eq!(
+        (
+            v.reversed,
+            v.clock_condition,
+            v.collective_reversed,
+            v.collective_clock_condition
+        ),
+        (0, 0, 0, 0)
+    );
+    // The true times are known: the error left is of the order of the
+    // offset measurements' (a few µs at most), not of the offsets (ms).
+    let err = synced.report.error_ns.unwrap();
+    assert!(err.median < 1_000 && err.max < 20_000, "{err:?}");
+    // The critical path runs through the imbalanced rank.
+    let path = after.critical_path.unwrap();
+    let im = truth.imbalance.unwrap();
+    assert_eq!(path.time_base, "synchronized");
+    assert_eq!(path.by_rank[0].rank, Some(im.rank));
+    assert!(path.by_rank[0].share > 0.9, "{:?}", path.by_rank);
+    // From the last end of MPI_Init to MPI_Finalize, which a final
+    // Allreduce makes everyone enter within a µs: the true window, to
+    // the sync's error.
+    assert!(truth.finalize_spread_ns < 1_000);
+    assert!(
+        path.length_ns.abs_diff(truth.window_ns) < 10_000,
+        "{} vs {}",
+        path.length_ns,
+        truth.window_ns
+    );
+}
