@@ -17,8 +17,8 @@ Rows:
   allreduce  ns per 8-byte MPI_Allreduce
 Ping-pong and Allreduce time blocks of 1000 iterations and take the median
 block, so that a moment the rank was descheduled does not move the figure.
-`bench.py overhead` prints these rows only, `bench.py sync` and
-`bench.py export` those sections only.
+`bench.py overhead` prints these rows only, `bench.py sync`,
+`bench.py export` and `bench.py scaling` those sections only.
 
 Then trace bytes per MPI call (cheap-call loop and examples), and peak RSS
 of a 10-million-event run with and without the library.
@@ -29,6 +29,12 @@ for 2 s), with a constant drift and with a drift change mid-run, after each
 step; and its throughput (events per second) and peak memory (bytes per
 event) on the largest of those traces (over 10 million events: syncbench's
 spin loop calls MPI_Wtime, and every call is traced).
+
+Last, parallel post-processing: `mpirun -np P pmtrace-mpi sync` on
+simulated traces of 64 to 65,536 ranks (`pmtrace synth`) at P = 1, 2, 4,
+8 (BENCH_SCALING_RANKS picks the ranks): wall time and the largest peak
+RSS of one process, with the violations left and the error against the
+true time.
 """
 import json
 import os
@@ -252,7 +258,7 @@ def main():
     scratch = tempfile.mkdtemp(prefix="pmtrace-bench-")
     only = {"export": export_section, "sync": sync_section,
             "instructions": instructions_section, "bandwidth": bandwidth_section,
-            "engine": engine_section}
+            "engine": engine_section, "scaling": scaling_section}
     if len(sys.argv) == 2 and sys.argv[1] in only:
         try:
             only[sys.argv[1]](scratch)
@@ -322,8 +328,71 @@ def main():
         export_section(scratch)
         print()
         engine_section(scratch)
+        print()
+        scaling_section(scratch)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+
+
+SCALING_RANKS = [int(x) for x in os.environ.get(
+    "BENCH_SCALING_RANKS", "64,1024,8192,16384,32768,65536").split(",")]
+SCALING_PROCS = [1, 2, 4, 8]
+
+
+def parallel_sync(trace, procs):
+    """`mpirun -np procs pmtrace-mpi sync trace --json`: (wall seconds, the
+    largest peak RSS of one process in bytes, the sync report)."""
+    import time
+    binary = os.path.join(ROOT, "target/release/pmtrace-mpi")
+    cmd = ["mpirun", "-np", str(procs), "--oversubscribe", "/usr/bin/time", "-f", "rss %M",
+           binary, "sync", trace, "--json"]
+    began = time.monotonic()
+    out = subprocess.run(cmd, env=ENV, capture_output=True, text=True)
+    wall = time.monotonic() - began
+    if out.returncode != 0:
+        sys.exit(f"bench: {' '.join(cmd)} failed: {out.stderr[-2000:]}")
+    rss = max(int(m) for m in re.findall(r"^rss (\d+)", out.stderr, re.M))
+    return wall, rss * 1024, json.loads(out.stdout)
+
+
+def scaling_section(scratch):
+    """Parallel sync (`pmtrace-mpi sync`) on simulated traces of N ranks
+    (`pmtrace synth`, 20 iterations of a 2-D halo exchange, a world
+    Allreduce every 2nd, simulated clocks on N/32 hosts and an imbalanced
+    rank) at P processes: wall time and the largest peak RSS of one
+    process. Rows with N/P fixed show whether memory per process stays
+    flat as N grows."""
+    cli = os.path.join(ROOT, "target/release/pmtrace")
+    print("Parallel post-processing: `mpirun -np P pmtrace-mpi sync` on `pmtrace synth` traces")
+    print("(this machine has 2 cores: P > 2 is oversubscribed, so the time shows the cost of the")
+    print("replay's rounds, not a speedup; memory per process is the figure that scales)")
+    print(f"{'ranks':>7}{'events':>12}  " + "".join(f"{'P=' + str(p):>16}" for p in SCALING_PROCS)
+          + "   after sync (largest P): violations, error median / p99 / max")
+    table = {}
+    for n in SCALING_RANKS:
+        trace = os.path.join(scratch, f"synth-{n}")
+        subprocess.run([cli, "synth", trace, "--ranks", str(n)], env=ENV, check=True,
+                       stdout=subprocess.DEVNULL)
+        events = json.load(open(os.path.join(trace, "truth.json")))["events"]
+        cells = []
+        last = None
+        for p in SCALING_PROCS:
+            wall, rss, rep = parallel_sync(trace, p)
+            table[(n, p)] = (wall, rss)
+            cells.append(f"{wall:>7.1f} s {rss / 2**20:>5.0f} M")
+            last = rep
+        steps = last["steps"][-1]
+        v = sum(steps["violations"].values())
+        e = steps["error_ns"] or {}
+        print(f"{n:>7}{events:>12}  " + "".join(f"{c:>16}" for c in cells)
+              + f"   {v}, {e.get('median')} / {e.get('p99')} / {e.get('max')} ns")
+        shutil.rmtree(trace, ignore_errors=True)
+    per = sorted({n // p for (n, p) in table if n % p == 0})
+    flat = [k for k in per if sum(1 for (n, p) in table if n == k * p) >= 3]
+    for k in flat[-2:]:
+        row = [(p, table[(k * p, p)]) for p in SCALING_PROCS if (k * p, p) in table]
+        print(f"  N/P = {k}: " + ", ".join(f"P={p} N={k * p}: {rss / 2**20:.0f} MiB, {wall:.1f} s"
+                                          for p, (wall, rss) in row))
 
 
 def traced_run(np, prog, args, scratch, extra_env):
