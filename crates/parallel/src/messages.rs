@@ -22,7 +22,7 @@ use pmtrace_analysis::read::EventRef;
 use pmtrace_analysis::Messages;
 use pmtrace_format::record::Pb;
 
-use crate::block::Block;
+use crate::block::{Block, Blocks};
 use crate::fabric::Fabric;
 use crate::wire::{In, Out};
 
@@ -34,6 +34,9 @@ pub struct BlockMessages {
     pub own_sends: usize,
     /// `m.recvs[..own_recvs]` are the block's.
     pub own_recvs: usize,
+    /// Each other block's send here: its process and its index there.
+    origin: Vec<(usize, u32)>,
+    me: usize,
 }
 
 impl BlockMessages {
@@ -41,6 +44,89 @@ impl BlockMessages {
     /// its receiver's block).
     pub fn counts(&self, r: usize) -> bool {
         r < self.own_recvs
+    }
+
+    /// Send `i`'s place in the whole trace's order of sends: (the process
+    /// that holds its rank, its index there).
+    pub fn send_key(&self, i: usize) -> (usize, u32) {
+        match i.checked_sub(self.own_sends) {
+            None => (self.me, i as u32),
+            Some(k) => self.origin[k],
+        }
+    }
+
+    /// The messages whose ends lie in this block and another, each list
+    /// in the order both blocks agree on (by peer process, then sending
+    /// call): (receives here of sends made there, sends here received
+    /// there), as indices into `m.matched`.
+    pub fn crossing(&self, blocks: &Blocks) -> Crossing {
+        let m = &self.m;
+        let mut ins: Vec<(u32, (EventRef, u32), usize)> = Vec::new();
+        let mut outs: Vec<(u32, (EventRef, u32), usize)> = Vec::new();
+        for (k, p) in m.matched.iter().enumerate() {
+            let (s, r) = (&m.sends[p.send], &m.recvs[p.recv]);
+            let key = (s.call, s.item);
+            if p.send < self.own_sends && p.recv >= self.own_recvs {
+                outs.push((blocks.owner(r.dst) as u32, key, k));
+            } else if p.send >= self.own_sends && p.recv < self.own_recvs {
+                ins.push((blocks.owner(s.src) as u32, key, k));
+            }
+        }
+        ins.sort_unstable();
+        outs.sort_unstable();
+        Crossing {
+            ins: ins.into_iter().map(|(p, _, k)| (p, k)).collect(),
+            outs: outs.into_iter().map(|(p, _, k)| (p, k)).collect(),
+        }
+    }
+}
+
+/// The crossing messages of a block (see [`BlockMessages::crossing`]):
+/// (peer process, index into `m.matched`).
+pub struct Crossing {
+    pub ins: Vec<(u32, usize)>,
+    pub outs: Vec<(u32, usize)>,
+}
+
+impl Crossing {
+    /// Something of each send here, to the block of its receive: `put`
+    /// writes it for a sent message, `get` reads it for a received one
+    /// (both given the index into `m.matched`).
+    pub fn to_receivers<F: Fabric + ?Sized>(
+        &self,
+        f: &F,
+        put: impl Fn(usize, &mut Out),
+        mut get: impl FnMut(usize, &mut In),
+    ) {
+        flow(f, &self.outs, &self.ins, put, &mut get)
+    }
+
+    /// Something of each receive here, to the block of its send.
+    pub fn to_senders<F: Fabric + ?Sized>(
+        &self,
+        f: &F,
+        put: impl Fn(usize, &mut Out),
+        mut get: impl FnMut(usize, &mut In),
+    ) {
+        flow(f, &self.ins, &self.outs, put, &mut get)
+    }
+}
+
+fn flow<F: Fabric + ?Sized>(
+    f: &F,
+    from: &[(u32, usize)],
+    to: &[(u32, usize)],
+    put: impl Fn(usize, &mut Out),
+    get: &mut impl FnMut(usize, &mut In),
+) {
+    let mut out = vec![Out::default(); f.size()];
+    for &(p, k) in from {
+        put(k, &mut out[p as usize]);
+    }
+    let got = f.exchange(out.into_iter().map(|o| o.0).collect());
+    let mut readers: Vec<In> = got.iter().map(|b| In::new(b)).collect();
+    for &(p, k) in to {
+        get(k, &mut readers[p as usize]);
     }
 }
 
@@ -95,6 +181,8 @@ pub fn build<F: Fabric + ?Sized>(f: &F, b: &Block) -> BlockMessages {
         m,
         own_sends,
         own_recvs,
+        origin,
+        me,
     }
 }
 

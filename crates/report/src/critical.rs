@@ -103,7 +103,7 @@ pub(crate) fn compute(
 ) -> CriticalPath {
     let (from, to) = window;
     let key = |at: EventRef| (at.rank, at.thread, at.index);
-    waits.sort_unstable_by_key(|w| key(w.at));
+    waits.sort_by_key(|w| key(w.at));
     // The largest wait of the call at `at`.
     let waited = |at: EventRef| -> Option<Wait> {
         let first = waits.partition_point(|w| key(w.at) < key(at));

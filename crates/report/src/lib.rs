@@ -43,7 +43,7 @@ mod path;
 pub mod phases;
 pub mod races;
 pub mod requests;
-mod times;
+pub mod times;
 pub mod waits;
 mod weighted;
 use critical::CriticalPath;
@@ -487,7 +487,7 @@ impl Report {
         let (pending_requests, pending_first) = requests::pending(trace);
         let mut found = waits::find(trace, messages, &instances, &times);
         // By the waiting call: root causes and the critical path look waits up.
-        found.sort_unstable_by_key(|w| (w.at.rank, w.at.thread, w.at.index));
+        found.sort_by_key(|w| (w.at.rank, w.at.thread, w.at.index));
         let metrics = metrics::compute(trace, &times);
         let spans = phases::spans(trace, &times);
         let phase_list = phases::summarize(trace, &times, &spans);

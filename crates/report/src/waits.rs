@@ -196,7 +196,7 @@ fn roots(trace: &Trace, times: &Times, waits: &[Wait]) -> Vec<RootCause> {
 
 /// One wait: who waited where, how long, and who caused it.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct Wait {
+pub struct Wait {
     pub kind: &'static str,
     /// The call that waited.
     pub at: EventRef,
@@ -207,12 +207,14 @@ pub(crate) struct Wait {
 }
 
 /// The wait states of the waits [`find`] found.
-pub(crate) fn states(trace: &Trace, times: &Times, waits: &[Wait]) -> WaitStates {
+pub fn states(trace: &Trace, times: &Times, waits: &[Wait]) -> WaitStates {
     summarize(trace, times, waits)
 }
 
-/// Every wait of `trace`, in no particular order.
-pub(crate) fn find(
+/// Every wait of `trace`: late receivers (in send order), late senders
+/// (by completing call), then the waits in collectives (instance by
+/// instance).
+pub fn find(
     trace: &Trace,
     messages: &Messages,
     instances: &[Instance<MemberCalls>],
@@ -274,54 +276,67 @@ pub(crate) fn find(
 
     // Blocking collectives.
     for inst in instances {
-        let kind = match (inst.flow, inst.shape) {
-            (Flow::Barrier, _) => WAIT_AT_BARRIER,
-            (Flow::Data, Shape::NToN) => WAIT_AT_NXN,
-            (Flow::Data, Shape::OneToN) => LATE_BROADCAST,
-            _ => continue,
-        };
-        let members: Vec<(u32, EventRef, u64, u64)> = inst
-            .members
-            .iter()
-            .enumerate()
-            .filter_map(|(i, m)| {
-                let m = m.as_ref()?;
-                (m.exit == Some(m.enter)).then_some(())?;
-                let (t0, t1) = times.of(m.enter)?;
-                Some((i as u32, m.enter, t0, t1))
-            })
-            .collect();
-        if members.len() < 2 {
-            continue;
-        }
-        // The member the others wait for: the last to enter, or the root.
-        let late = if kind == LATE_BROADCAST {
-            let Some(root) = inst.root else { continue };
-            match members.iter().find(|m| m.0 == root) {
-                Some(m) => *m,
-                None => continue,
-            }
-        } else {
-            *members
-                .iter()
-                .max_by_key(|m| (m.2, m.0))
-                .expect("two members")
-        };
-        for &(i, at, t0, t1) in &members {
-            if i == late.0 || late.2 <= t0 {
-                continue;
-            }
-            waits.push(Wait {
-                kind,
-                at,
-                comm: inst.comm,
-                ns: late.2.min(t1) - t0,
-                cause: late.1,
-            });
-        }
+        waits.extend(in_collective(inst, |at| times.of(at)));
     }
 
     waits
+}
+
+/// The waits in one blocking collective instance (none for another kind),
+/// with each member's enter call's times from `times_of`.
+pub fn in_collective(
+    inst: &Instance<MemberCalls>,
+    times_of: impl Fn(EventRef) -> Option<(u64, u64)>,
+) -> Vec<Wait> {
+    let mut out = Vec::new();
+    let kind = match (inst.flow, inst.shape) {
+        (Flow::Barrier, _) => WAIT_AT_BARRIER,
+        (Flow::Data, Shape::NToN) => WAIT_AT_NXN,
+        (Flow::Data, Shape::OneToN) => LATE_BROADCAST,
+        _ => return Vec::new(),
+    };
+    let members: Vec<(u32, EventRef, u64, u64)> = inst
+        .members
+        .iter()
+        .enumerate()
+        .filter_map(|(i, m)| {
+            let m = m.as_ref()?;
+            (m.exit == Some(m.enter)).then_some(())?;
+            let (t0, t1) = times_of(m.enter)?;
+            Some((i as u32, m.enter, t0, t1))
+        })
+        .collect();
+    if members.len() < 2 {
+        return Vec::new();
+    }
+    // The member the others wait for: the last to enter, or the root.
+    let late = if kind == LATE_BROADCAST {
+        let Some(root) = inst.root else {
+            return Vec::new();
+        };
+        match members.iter().find(|m| m.0 == root) {
+            Some(m) => *m,
+            None => return Vec::new(),
+        }
+    } else {
+        *members
+            .iter()
+            .max_by_key(|m| (m.2, m.0))
+            .expect("two members")
+    };
+    for &(i, at, t0, t1) in &members {
+        if i == late.0 || late.2 <= t0 {
+            continue;
+        }
+        out.push(Wait {
+            kind,
+            at,
+            comm: inst.comm,
+            ns: late.2.min(t1) - t0,
+            cause: late.1,
+        });
+    }
+    out
 }
 
 fn summarize(trace: &Trace, times: &Times, waits: &[Wait]) -> WaitStates {

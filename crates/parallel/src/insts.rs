@@ -1,0 +1,198 @@
+//! Collective instances whose members span blocks, each assembled whole
+//! at one process, its owner (by a hash of its key), as the serial
+//! [`collective::instances`] assembles it: the report's analyses of an
+//! instance then run there unchanged.
+
+use rustc_hash::FxHashMap as HashMap;
+
+use pmtrace_analysis::clocks::Shape;
+use pmtrace_analysis::collective::{self, Flow, Instance, MemberCalls};
+use pmtrace_analysis::read::EventRef;
+use pmtrace_analysis::Trace;
+
+use crate::fabric::Fabric;
+use crate::wire::{In, Out};
+
+/// A member held here.
+#[derive(Debug, Clone, Copy)]
+pub struct Member {
+    pub owner: u32,
+    pub calls: MemberCalls,
+    /// Its rank in the communicator.
+    pub me: u32,
+}
+
+/// An instance owned here.
+#[derive(Debug, Clone)]
+pub struct Owned {
+    pub inst: Instance<MemberCalls>,
+    /// Where it first appears, rank by rank: (world rank, the member's
+    /// place among that rank's members); the serial order of instances.
+    pub first: (u32, u32),
+    /// Per member: (communicator rank, process, slot there), by process.
+    pub from: Vec<(u32, u32, u32)>,
+}
+
+/// The members held here and the instances owned here.
+pub struct Insts {
+    pub members: Vec<Member>,
+    /// In the serial order of instances.
+    pub owned: Vec<Owned>,
+}
+
+/// The owner of the instance `key` among `procs` processes.
+pub fn owner_of(key: (u64, u64, u64), procs: usize) -> usize {
+    let mut h = key.0 ^ key.1.rotate_left(21) ^ key.2.rotate_left(42);
+    h ^= h >> 33;
+    h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
+    h ^= h >> 33;
+    (h % procs as u64) as usize
+}
+
+fn put_at(o: &mut Out, at: EventRef) {
+    o.u32(at.rank).u32(at.thread).u32(at.index);
+}
+
+fn get_at(i: &mut In) -> EventRef {
+    EventRef {
+        rank: i.u32(),
+        thread: i.u32(),
+        index: i.u32(),
+    }
+}
+
+fn shape_code(s: Shape) -> u8 {
+    match s {
+        Shape::OneToN => 0,
+        Shape::NToOne => 1,
+        Shape::NToN => 2,
+        Shape::Scan => 3,
+        Shape::Exscan => 4,
+    }
+}
+
+fn flow_code(f: Flow) -> u8 {
+    match f {
+        Flow::Data => 0,
+        Flow::Barrier => 1,
+        Flow::Unordered => 2,
+    }
+}
+
+/// Sends every member of the block to its instance's owner.
+pub fn gather<F: Fabric + ?Sized>(f: &F, trace: &Trace) -> Insts {
+    let procs = f.size();
+    let mut members = Vec::new();
+    let mut out = vec![Out::default(); procs];
+    let mut seen: HashMap<u32, u32> = HashMap::default();
+    collective::members(trace, |m| {
+        let owner = owner_of(m.key, procs);
+        let rank = m.calls.enter.rank;
+        let place = seen.entry(rank).or_insert(0);
+        let o = &mut out[owner];
+        o.u64(m.key.0).u64(m.key.1).u64(m.key.2);
+        o.u32(m.me as u32).u32(m.size as u32);
+        o.u8(shape_code(m.shape))
+            .u8(flow_code(m.flow))
+            .u32(m.root.unwrap_or(u32::MAX));
+        put_at(o, m.calls.enter);
+        match m.calls.exit {
+            Some(x) => {
+                o.u8(1);
+                put_at(o, x);
+            }
+            None => {
+                o.u8(0);
+            }
+        }
+        o.u64(m.calls.sent).u64(m.calls.recvd);
+        o.u32(rank).u32(*place).u32(members.len() as u32);
+        *place += 1;
+        members.push(Member {
+            owner: owner as u32,
+            calls: m.calls,
+            me: m.me as u32,
+        });
+    });
+    let got = f.exchange(out.into_iter().map(|o| o.0).collect());
+    let mut index: HashMap<(u64, u64, u64), usize> = HashMap::default();
+    let mut owned: Vec<Owned> = Vec::new();
+    for (proc, bytes) in got.iter().enumerate() {
+        let mut i = In::new(bytes);
+        while !i.done() {
+            let key = (i.u64(), i.u64(), i.u64());
+            let (me, size) = (i.u32(), i.u32() as usize);
+            let shape = [
+                Shape::OneToN,
+                Shape::NToOne,
+                Shape::NToN,
+                Shape::Scan,
+                Shape::Exscan,
+            ][i.u8() as usize];
+            let flow = [Flow::Data, Flow::Barrier, Flow::Unordered][i.u8() as usize];
+            let root = Some(i.u32()).filter(|&r| r != u32::MAX);
+            let enter = get_at(&mut i);
+            let exit = (i.u8() == 1).then(|| get_at(&mut i));
+            let (sent, recvd) = (i.u64(), i.u64());
+            let (rank, place, slot) = (i.u32(), i.u32(), i.u32());
+            let ii = *index.entry(key).or_insert_with(|| {
+                owned.push(Owned {
+                    inst: Instance {
+                        shape,
+                        flow,
+                        root,
+                        comm: key.0,
+                        members: vec![None; size],
+                    },
+                    first: (rank, place),
+                    from: Vec::new(),
+                });
+                owned.len() - 1
+            });
+            let o = &mut owned[ii];
+            // Members come by process, each's in rank order: the first
+            // seen here is the first in the whole trace.
+            o.first = o.first.min((rank, place));
+            o.inst.members[me as usize] = Some(MemberCalls {
+                enter,
+                exit,
+                sent,
+                recvd,
+            });
+            o.from.push((me, proc as u32, slot));
+        }
+    }
+    owned.sort_by_key(|o| o.first);
+    Insts { members, owned }
+}
+
+impl Insts {
+    /// Something of each member held here, to its instance's owner: `put`
+    /// writes it (given the member's slot), `get` reads it (given the
+    /// owned instance and the communicator rank).
+    pub fn to_owners<F: Fabric + ?Sized>(
+        &self,
+        f: &F,
+        put: impl Fn(usize, &mut Out),
+        mut get: impl FnMut(usize, u32, &mut In),
+    ) {
+        let mut out = vec![Out::default(); f.size()];
+        for (slot, m) in self.members.iter().enumerate() {
+            put(slot, &mut out[m.owner as usize]);
+        }
+        let got = f.exchange(out.into_iter().map(|o| o.0).collect());
+        let mut readers: Vec<In> = got.iter().map(|b| In::new(b)).collect();
+        // Each process's members came in its slot order; the owned
+        // instances list them by process in that order too.
+        let mut order: Vec<(u32, u32, usize, u32)> = Vec::new();
+        for (ii, o) in self.owned.iter().enumerate() {
+            for &(me, proc, slot) in &o.from {
+                order.push((proc, slot, ii, me));
+            }
+        }
+        order.sort_unstable();
+        for (proc, _, ii, me) in order {
+            get(ii, me, &mut readers[proc as usize]);
+        }
+    }
+}

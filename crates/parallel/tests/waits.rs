@@ -1,0 +1,94 @@
+//! Wait states over blocks of the golden traces at P = 1..4 on threads, on
+//! recorded and on synchronized time: each block holds the serial waits
+//! of its calls, in the serial order.
+
+use std::path::PathBuf;
+
+use pmtrace_analysis::collective;
+use pmtrace_analysis::report::times::Times;
+use pmtrace_analysis::report::waits;
+use pmtrace_analysis::sync::{self, SyncParams, Synced};
+use pmtrace_analysis::{Messages, Trace};
+use pmtrace_parallel::fabric::Threads;
+use pmtrace_parallel::{block, insts, messages};
+
+const CASES: &[&str] = &[
+    "ring",
+    "master_worker",
+    "master_worker_skewed",
+    "collectives",
+    "coverage",
+    "halo2d_vector",
+    "halo2d_skewed",
+    "threads",
+    "zerocoll",
+    "mpi4_ompi5",
+    "halo2d_np4",
+    "collectives_np8",
+    "aborted",
+];
+
+/// A copy of the rank files of `case`, synced by the serial sync.
+fn synced_copy(case: &str) -> PathBuf {
+    let from = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../tests/golden")
+        .join(case)
+        .join("trace");
+    let dir = std::env::temp_dir().join(format!("pmtrace-pwaits-{}-{case}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        std::fs::copy(e.path(), dir.join(e.file_name())).unwrap();
+    }
+    let trace = Trace::open(&dir).unwrap();
+    let m = Messages::build(&trace);
+    sync::sync(&trace, &m, &SyncParams::default())
+        .write(&trace)
+        .unwrap();
+    dir
+}
+
+type Row = (&'static str, (u32, u32, u32), u64, u64, (u32, u32, u32));
+
+fn rows(w: &[waits::Wait]) -> Vec<Row> {
+    let key = |at: pmtrace_analysis::read::EventRef| (at.rank, at.thread, at.index);
+    w.iter()
+        .map(|w| (w.kind, key(w.at), w.comm, w.ns, key(w.cause)))
+        .collect()
+}
+
+#[test]
+fn blocks_hold_the_serial_waits_of_their_calls() {
+    for case in CASES {
+        let dir = synced_copy(case);
+        for on_sync in [false, true] {
+            let trace = Trace::open(&dir).unwrap();
+            let m = Messages::build(&trace);
+            let synced = on_sync.then(|| Synced::load(&trace).unwrap().unwrap());
+            let times = Times {
+                trace: &trace,
+                synced: synced.as_ref(),
+            };
+            let mut want = waits::find(&trace, &m, &collective::instances(&trace), &times);
+            want.sort_by_key(|w| (w.at.rank, w.at.thread, w.at.index));
+            let want = rows(&want);
+            for procs in 1..=4 {
+                let parts = Threads::run(procs, |f| {
+                    let b = block::open(f, &dir).unwrap();
+                    let bm = messages::build(f, &b);
+                    let is = insts::gather(f, &b.trace);
+                    let synced = on_sync.then(|| Synced::load(&b.trace).unwrap().unwrap());
+                    let times = Times {
+                        trace: &b.trace,
+                        synced: synced.as_ref(),
+                    };
+                    rows(&pmtrace_parallel::waits::find(f, &b, &bm, &is, &times))
+                });
+                let got: Vec<Row> = parts.into_iter().flatten().collect();
+                assert_eq!(got, want, "{case} (synced: {on_sync}) at P = {procs}");
+            }
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
