@@ -23,6 +23,17 @@ pub trait Fabric {
     fn all_gather(&self, mine: Vec<u8>) -> Vec<Vec<u8>> {
         self.exchange(vec![mine; self.size()])
     }
+    /// Every process's buffer, by process, on process 0 (empty elsewhere).
+    fn gather(&self, mine: Vec<u8>) -> Vec<Vec<u8>> {
+        let mut out = vec![Vec::new(); self.size()];
+        out[0] = mine;
+        let got = self.exchange(out);
+        if self.index() == 0 {
+            got
+        } else {
+            Vec::new()
+        }
+    }
     /// Element-wise sums over every process, on every process.
     fn sum(&self, v: &mut [u64]) {
         reduce(self, v, |a, b| a.wrapping_add(b))

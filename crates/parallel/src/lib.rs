@@ -14,6 +14,7 @@ pub mod fabric;
 pub mod groups;
 pub mod insts;
 pub mod messages;
+pub mod metrics;
 pub mod net;
 pub mod select;
 pub mod sync;

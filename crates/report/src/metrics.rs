@@ -14,7 +14,7 @@
 //!   bins of the window the mean number of ranks computing.
 
 use pmtrace_format::Kind;
-use pmtrace_trace::read::{EventRef, Trace};
+use pmtrace_trace::read::{EventRef, Rank, Trace};
 use rayon::prelude::*;
 use serde::Serialize;
 
@@ -52,45 +52,59 @@ pub struct RankMetrics {
 
 /// The metrics of `trace` on `times`.
 pub fn compute(trace: &Trace, times: &Times) -> Metrics {
-    let (from, to) = window(trace, times);
-    let total = to.saturating_sub(from);
-    let width = total as f64 / BINS as f64;
-    // Per rank, in parallel: its MPI time in the window and its share of
-    // the profile, from its MPI intervals merged in time order.
-    let per_rank: Vec<(RankMetrics, Vec<f64>)> = trace
+    let window = window(trace, times);
+    let parts: Vec<(RankMetrics, Vec<f64>)> = trace
         .ranks
         .par_iter()
-        .map(|rank| {
-            let mut acc = Sweep {
-                from,
-                to,
-                width,
-                at: from,
-                mpi: 0,
-                parallel: vec![0f64; BINS],
-            };
-            if rank.threads.len() == 1 {
-                merged(
-                    times.calls(rank.rank, 0).map(|(_, a, b)| (a, b.max(a))),
-                    &mut acc,
-                );
-            } else {
-                let mut v: Vec<(u64, u64)> = (0..rank.threads.len())
-                    .flat_map(|slot| times.calls(rank.rank, slot))
-                    .map(|(_, a, b)| (a, b.max(a)))
-                    .collect();
-                v.sort_unstable();
-                merged(v.into_iter(), &mut acc);
-            }
-            acc.finish();
-            let m = RankMetrics {
-                rank: rank.rank,
-                computation_ns: total.saturating_sub(acc.mpi),
-                mpi_ns: acc.mpi,
-            };
-            (m, acc.parallel)
-        })
+        .map(|rank| rank_part(rank, times, window))
         .collect();
+    assemble(times.base(), window, parts)
+}
+
+/// One rank's computation and MPI time in the window `(from, to)`, and its
+/// share of the parallelism profile, from its MPI intervals merged in
+/// time order.
+pub fn rank_part(rank: &Rank, times: &Times, (from, to): (u64, u64)) -> (RankMetrics, Vec<f64>) {
+    let total = to.saturating_sub(from);
+    let mut acc = Sweep {
+        from,
+        to,
+        width: total as f64 / BINS as f64,
+        at: from,
+        mpi: 0,
+        parallel: vec![0f64; BINS],
+    };
+    if rank.threads.len() == 1 {
+        merged(
+            times.calls(rank.rank, 0).map(|(_, a, b)| (a, b.max(a))),
+            &mut acc,
+        );
+    } else {
+        let mut v: Vec<(u64, u64)> = (0..rank.threads.len())
+            .flat_map(|slot| times.calls(rank.rank, slot))
+            .map(|(_, a, b)| (a, b.max(a)))
+            .collect();
+        v.sort_unstable();
+        merged(v.into_iter(), &mut acc);
+    }
+    acc.finish();
+    let m = RankMetrics {
+        rank: rank.rank,
+        computation_ns: total.saturating_sub(acc.mpi),
+        mpi_ns: acc.mpi,
+    };
+    (m, acc.parallel)
+}
+
+/// The metrics from every rank's part, in rank order (the profile's sums
+/// taken in that order).
+pub fn assemble(
+    time_base: &'static str,
+    (from, to): (u64, u64),
+    per_rank: Vec<(RankMetrics, Vec<f64>)>,
+) -> Metrics {
+    let total = to.saturating_sub(from);
+    let width = total as f64 / BINS as f64;
     let mut parallel = vec![0f64; BINS];
     for (_, p) in &per_rank {
         for (sum, v) in parallel.iter_mut().zip(p) {
@@ -105,7 +119,7 @@ pub fn compute(trace: &Trace, times: &Times) -> Metrics {
     let mean = computation as f64 / n;
     let max = per_rank.iter().map(|r| r.computation_ns).max().unwrap_or(0);
     Metrics {
-        time_base: times.base(),
+        time_base,
         from_ns: from,
         to_ns: to,
         total_ns: total,
@@ -125,7 +139,6 @@ pub fn compute(trace: &Trace, times: &Times) -> Metrics {
     }
 }
 
-/// One rank's sweep over its MPI intervals in the window.
 struct Sweep {
     from: u64,
     to: u64,
@@ -196,7 +209,15 @@ fn merged(intervals: impl Iterator<Item = (u64, u64)>, sweep: &mut Sweep) {
 /// From the last end of an init call to the first start of `MPI_Finalize`
 /// over all ranks; from the first call's start to the last call's end
 /// where a trace has not both, or they leave no gap.
-fn window(trace: &Trace, times: &Times) -> (u64, u64) {
+/// The window of `trace`'s work (see the module docs).
+pub fn window(trace: &Trace, times: &Times) -> (u64, u64) {
+    window_of(window_parts(trace, times))
+}
+
+/// What the window is made of, over the ranks of `trace` (or of a block):
+/// the last end of `MPI_Init`, the first start of `MPI_Finalize`, the
+/// first and last times of any call.
+pub fn window_parts(trace: &Trace, times: &Times) -> (Option<u64>, Option<u64>, u64, u64) {
     let mut init_end: Option<u64> = None;
     let mut fin_start: Option<u64> = None;
     let (mut lo, mut hi) = (u64::MAX, 0u64);
@@ -241,6 +262,13 @@ fn window(trace: &Trace, times: &Times) -> (u64, u64) {
             }
         }
     }
+    (init_end, fin_start, lo, hi)
+}
+
+/// The window from its parts (several blocks' combined).
+pub fn window_of(
+    (init_end, fin_start, lo, hi): (Option<u64>, Option<u64>, u64, u64),
+) -> (u64, u64) {
     match (init_end, fin_start) {
         (Some(a), Some(b)) if a < b => (a, b),
         _ if lo <= hi => (lo, hi),

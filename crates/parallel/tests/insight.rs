@@ -1,6 +1,7 @@
-//! Wait states over blocks of the golden traces at P = 1..4 on threads, on
-//! recorded and on synchronized time: each block holds the serial waits
-//! of its calls, in the serial order.
+//! Wait states and metrics over blocks of the golden traces at P = 1..4 on
+//! threads, on recorded and on synchronized time: each block holds the
+//! serial waits of its calls, in the serial order, and process 0 the
+//! serial metrics.
 
 use std::path::PathBuf;
 
@@ -29,12 +30,12 @@ const CASES: &[&str] = &[
 ];
 
 /// A copy of the rank files of `case`, synced by the serial sync.
-fn synced_copy(case: &str) -> PathBuf {
+fn synced_copy(case: &str, tag: &str) -> PathBuf {
     let from = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("../../tests/golden")
         .join(case)
         .join("trace");
-    let dir = std::env::temp_dir().join(format!("pmtrace-pwaits-{}-{case}", std::process::id()));
+    let dir = std::env::temp_dir().join(format!("pmtrace-p{tag}-{}-{case}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     for e in std::fs::read_dir(from).unwrap() {
@@ -61,7 +62,7 @@ fn rows(w: &[waits::Wait]) -> Vec<Row> {
 #[test]
 fn blocks_hold_the_serial_waits_of_their_calls() {
     for case in CASES {
-        let dir = synced_copy(case);
+        let dir = synced_copy(case, "waits");
         for on_sync in [false, true] {
             let trace = Trace::open(&dir).unwrap();
             let m = Messages::build(&trace);
@@ -87,6 +88,42 @@ fn blocks_hold_the_serial_waits_of_their_calls() {
                 });
                 let got: Vec<Row> = parts.into_iter().flatten().collect();
                 assert_eq!(got, want, "{case} (synced: {on_sync}) at P = {procs}");
+            }
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
+
+#[test]
+fn process_zero_assembles_the_serial_metrics() {
+    use pmtrace_analysis::report::metrics;
+    for case in CASES {
+        let dir = synced_copy(case, "metrics");
+        for on_sync in [false, true] {
+            let trace = Trace::open(&dir).unwrap();
+            let synced = on_sync.then(|| Synced::load(&trace).unwrap().unwrap());
+            let times = Times {
+                trace: &trace,
+                synced: synced.as_ref(),
+            };
+            let want = serde_json::to_value(metrics::compute(&trace, &times)).unwrap();
+            for procs in 1..=4 {
+                let parts = Threads::run(procs, |f| {
+                    let b = block::open(f, &dir).unwrap();
+                    let synced = on_sync.then(|| Synced::load(&b.trace).unwrap().unwrap());
+                    let times = Times {
+                        trace: &b.trace,
+                        synced: synced.as_ref(),
+                    };
+                    pmtrace_parallel::metrics::compute(f, &b, &times)
+                        .map(|m| serde_json::to_value(m).unwrap())
+                });
+                assert_eq!(
+                    parts[0].as_ref(),
+                    Some(&want),
+                    "{case} (synced: {on_sync}) at P = {procs}"
+                );
+                assert!(parts[1..].iter().all(Option::is_none));
             }
         }
         std::fs::remove_dir_all(&dir).unwrap();
