@@ -10,6 +10,7 @@
 pub mod block;
 pub mod clc;
 pub mod colls;
+pub mod critical;
 pub mod fabric;
 pub mod groups;
 pub mod insts;

@@ -129,3 +129,48 @@ fn process_zero_assembles_the_serial_metrics() {
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }
+
+#[test]
+fn the_walk_over_blocks_finds_the_serial_critical_path() {
+    use pmtrace_analysis::report::{critical, metrics};
+    for case in CASES {
+        let dir = synced_copy(case, "critical");
+        for on_sync in [false, true] {
+            let trace = Trace::open(&dir).unwrap();
+            let m = Messages::build(&trace);
+            let synced = on_sync.then(|| Synced::load(&trace).unwrap().unwrap());
+            let times = Times {
+                trace: &trace,
+                synced: synced.as_ref(),
+            };
+            let mut found = waits::find(&trace, &m, &collective::instances(&trace), &times);
+            found.sort_by_key(|w| (w.at.rank, w.at.thread, w.at.index));
+            let window = metrics::window(&trace, &times);
+            let path = critical::compute(&trace, &times, &mut found, window, None, false);
+            assert!(path.length_ns > 0, "{case}");
+            let want = serde_json::to_value(&path).unwrap();
+            for procs in 1..=4 {
+                let parts = Threads::run(procs, |f| {
+                    let b = block::open(f, &dir).unwrap();
+                    let bm = messages::build(f, &b);
+                    let is = insts::gather(f, &b.trace);
+                    let synced = on_sync.then(|| Synced::load(&b.trace).unwrap().unwrap());
+                    let times = Times {
+                        trace: &b.trace,
+                        synced: synced.as_ref(),
+                    };
+                    let w = pmtrace_parallel::waits::find(f, &b, &bm, &is, &times);
+                    let window = pmtrace_parallel::metrics::window(f, &b, &times);
+                    pmtrace_parallel::critical::compute(f, &b, &times, &w, window)
+                        .map(|p| serde_json::to_value(p).unwrap())
+                });
+                assert_eq!(
+                    parts[0].as_ref(),
+                    Some(&want),
+                    "{case} (synced: {on_sync}) at P = {procs}"
+                );
+            }
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

@@ -93,7 +93,7 @@ pub struct Segment {
 
 /// The critical path of `trace` over the window `(from, to)`, given its
 /// wait states (sorted here by the waiting call).
-pub(crate) fn compute(
+pub fn compute(
     trace: &Trace,
     times: &Times,
     waits: &mut [Wait],
@@ -113,7 +113,6 @@ pub(crate) fn compute(
             .max_by_key(|w| w.ns)
             .copied()
     };
-    let func = |at: EventRef| times.func(at).unwrap_or(u32::MAX);
     let mut acc = if phases.is_some() || keep {
         Walk::keeping(from, to)
     } else {
@@ -121,43 +120,21 @@ pub(crate) fn compute(
     };
     let mut hops = 0u64;
     if let Some((rank, t)) = end_point(trace, times, to) {
-        let (mut rank, mut t) = (rank, t);
-        // The next call to look at on `rank`: found by a search after a
-        // hop, else the one before the last.
-        let mut next = call_before(trace, times, rank, t);
-        let mut guard = 0usize;
         let limit = trace.events() as usize * 2 + 16;
-        while t > from && guard < limit {
-            guard += 1;
-            let Some(call) = next else {
-                acc.push(rank, COMPUTING, from, t);
-                break;
-            };
-            let (a, b) = times.of(call).expect("a call of the trace");
-            if b < t {
-                acc.push(rank, COMPUTING, b, t);
-            }
-            let end = b.min(t);
-            match waited(call) {
-                Some(w) if w.cause.rank != rank || w.cause.thread != call.thread => {
-                    // The call waited until a + ns for the late rank.
-                    let resumed = (a + w.ns).min(end);
-                    acc.push(rank, func(call), resumed, end);
-                    let Some((c0, _)) = times.of(w.cause) else {
+        let mut c = Cursor::start(trace, times, rank, t);
+        let mut push = |rank, activity, a, b| acc.push(rank, activity, a, b);
+        loop {
+            match c.step(trace, times, from, limit, &waited, &mut push) {
+                Step::Go => {}
+                Step::Done => break,
+                Step::Hop { cause, resumed } => {
+                    if !c.land(trace, times, cause, resumed) {
                         break;
-                    };
-                    hops += 1;
-                    rank = w.cause.rank;
-                    t = c0.min(resumed);
-                    next = call_before(trace, times, rank, t);
-                }
-                _ => {
-                    acc.push(rank, func(call), a, end);
-                    t = a;
-                    next = previous_call(trace, call);
+                    }
                 }
             }
         }
+        hops = c.hops;
     }
     acc.flush();
     summarize(trace, times, acc, hops, (from, to), false, phases)
@@ -165,6 +142,104 @@ pub(crate) fn compute(
 
 /// The critical path and, beside it, the weighted one with the words on
 /// where they differ.
+/// Where the backward walk is: on `rank` at time `t`, the call to look at
+/// next, steps taken and hops between ranks. A walk over blocks carries it
+/// from block to block.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Cursor {
+    pub rank: u32,
+    pub t: u64,
+    pub next: Option<EventRef>,
+    pub guard: usize,
+    pub hops: u64,
+}
+
+/// What one step of the walk did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Step {
+    /// It goes on from the same rank.
+    Go,
+    /// It leaves for the rank that was late: its call `cause`, which the
+    /// waiting call waited for until `resumed`.
+    Hop {
+        cause: EventRef,
+        resumed: u64,
+    },
+    Done,
+}
+
+impl Cursor {
+    /// The walk's start: rank `rank` at time `t`.
+    pub fn start(trace: &Trace, times: &Times, rank: u32, t: u64) -> Cursor {
+        Cursor {
+            rank,
+            t,
+            next: call_before(trace, times, rank, t),
+            guard: 0,
+            hops: 0,
+        }
+    }
+
+    /// One step back on `self.rank` (held by `trace`), pushing what it
+    /// passed as (rank, activity, from, to); `waited` gives the largest
+    /// wait of a call.
+    pub fn step(
+        &mut self,
+        trace: &Trace,
+        times: &Times,
+        from: u64,
+        limit: usize,
+        waited: &dyn Fn(EventRef) -> Option<Wait>,
+        push: &mut dyn FnMut(u32, u32, u64, u64),
+    ) -> Step {
+        if self.t <= from || self.guard >= limit {
+            return Step::Done;
+        }
+        self.guard += 1;
+        let (rank, t) = (self.rank, self.t);
+        let Some(call) = self.next else {
+            push(rank, COMPUTING, from, t);
+            return Step::Done;
+        };
+        let func = times.func(call).unwrap_or(u32::MAX);
+        let (a, b) = times.of(call).expect("a call of the trace");
+        if b < t {
+            push(rank, COMPUTING, b, t);
+        }
+        let end = b.min(t);
+        match waited(call) {
+            Some(w) if w.cause.rank != rank || w.cause.thread != call.thread => {
+                // The call waited until a + ns for the late rank.
+                let resumed = (a + w.ns).min(end);
+                push(rank, func, resumed, end);
+                Step::Hop {
+                    cause: w.cause,
+                    resumed,
+                }
+            }
+            _ => {
+                push(rank, func, a, end);
+                self.t = a;
+                self.next = previous_call(trace, call);
+                Step::Go
+            }
+        }
+    }
+
+    /// Lands a hop at the late call `cause` (whose rank `trace` holds);
+    /// false where the call has no times (the walk ends).
+    pub fn land(&mut self, trace: &Trace, times: &Times, cause: EventRef, resumed: u64) -> bool {
+        let Some((c0, _)) = times.of(cause) else {
+            return false;
+        };
+        self.hops += 1;
+        self.rank = cause.rank;
+        self.t = c0.min(resumed);
+        self.next = call_before(trace, times, self.rank, self.t);
+        true
+    }
+}
+
 pub(crate) fn both(
     trace: &Trace,
     times: &Times,
@@ -281,7 +356,9 @@ fn differences(plain: &CriticalPath, weighted: &CriticalPath, n: usize) -> Vec<S
 }
 
 /// The rank that entered `MPI_Finalize` last (at `to`), and `to`.
-fn end_point(trace: &Trace, times: &Times, to: u64) -> Option<(u32, u64)> {
+/// Where the walk starts: the rank whose main thread's last call starts
+/// last (the first such rank), at that start (at most `to`).
+pub fn end_point(trace: &Trace, times: &Times, to: u64) -> Option<(u32, u64)> {
     let mut best: Option<(u64, u32)> = None;
     for rank in &trace.ranks {
         let th = rank.threads.first()?;
@@ -338,9 +415,6 @@ pub(crate) fn summarize(
     phases: Option<&PhaseTimeline>,
 ) -> CriticalPath {
     let name = |rank: u32, activity: u32| -> String {
-        if activity == COMPUTING {
-            return COMPUTATION.to_owned();
-        }
         trace
             .held(rank)
             .header
@@ -348,6 +422,26 @@ pub(crate) fn summarize(
             .get(activity as usize)
             .map(|f| f.name.clone())
             .unwrap_or_default()
+    };
+    summarize_with(times.base(), &name, walk, hops, window, weighted, phases)
+}
+
+/// [`summarize`] with the time base given and each MPI function's name
+/// from `function(rank, function id)`.
+pub fn summarize_with(
+    time_base: &'static str,
+    function: &dyn Fn(u32, u32) -> String,
+    walk: Walk,
+    hops: u64,
+    window: (u64, u64),
+    weighted: bool,
+    phases: Option<&PhaseTimeline>,
+) -> CriticalPath {
+    let name = |rank: u32, activity: u32| -> String {
+        if activity == COMPUTING {
+            return COMPUTATION.to_owned();
+        }
+        function(rank, activity)
     };
     let length: u64 = walk.by_rank.values().map(|v| v.0).sum();
     let total: f64 = walk.by_rank.values().map(|v| v.1).sum();
@@ -447,7 +541,7 @@ pub(crate) fn summarize(
         by_phase.sort_by(|a, b| order(a, b).then(a.name.cmp(&b.name)));
     }
     CriticalPath {
-        time_base: times.base(),
+        time_base,
         from_ns: window.0,
         to_ns: window.1,
         length_ns: length,

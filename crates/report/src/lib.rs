@@ -39,7 +39,7 @@ use pmtrace_trace::read::{EventRef, Rank, Trace};
 
 pub mod critical;
 pub mod metrics;
-mod path;
+pub mod path;
 pub mod phases;
 pub mod races;
 pub mod requests;

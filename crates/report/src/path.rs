@@ -9,12 +9,12 @@ use rustc_hash::FxHashMap as HashMap;
 pub const SEGMENTS_SHOWN: usize = 10;
 
 /// Activity code of computation (else a function id of the rank).
-pub(crate) const COMPUTING: u32 = u32::MAX;
+pub const COMPUTING: u32 = u32::MAX;
 
 /// A stretch of one activity on one rank, as the walk goes, with its weight
 /// (its length, on the plain path).
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct Stretch {
+pub struct Stretch {
     pub rank: u32,
     pub activity: u32,
     pub from: u64,
@@ -36,7 +36,7 @@ impl Stretch {
 
 /// What the walk adds up: time and weight per rank and per (rank,
 /// activity), and the heaviest stretches.
-pub(crate) struct Walk {
+pub struct Walk {
     from: u64,
     to: u64,
     current: Option<Stretch>,
@@ -125,7 +125,7 @@ impl Walk {
 }
 
 /// The call before `at` in its thread.
-pub(crate) fn previous_call(trace: &Trace, at: EventRef) -> Option<EventRef> {
+pub fn previous_call(trace: &Trace, at: EventRef) -> Option<EventRef> {
     let records = &trace.held(at.rank).thread(at.thread)?.records;
     (0..at.pos())
         .rev()
