@@ -143,7 +143,12 @@ fn head<I: Iterator<Item = (u32, u32, u64, u64)>>(
 /// F(t) = ∫ from the window's start to t of C, the number of ranks whose
 /// main thread is outside MPI, from bins: exact where a bin is 1 ns (a
 /// window of up to 4 M ns), else linear within each bin of the window.
-struct Computing {
+///
+/// Each rank's share of a bin is kept as an integer, in units of 1/span of
+/// a bin (a bin is span/bins ns, so a time's place in bins is
+/// (t − from)·bins/span): sums of integers are the same in any order, so
+/// blocks of ranks add their parts up to the whole trace's exactly.
+pub struct Computing {
     from: u64,
     /// ns per bin, and bins per ns.
     width: f64,
@@ -154,27 +159,42 @@ struct Computing {
     c: Vec<f64>,
 }
 
-impl Computing {
-    fn new(trace: &Trace, times: &Times, (from, to): (u64, u64)) -> Computing {
+/// What ranks add to [`Computing`]: per bin, the computing ranks' partial
+/// shares (in 1/span of a bin) and the changes in the count of those that
+/// compute through whole bins.
+pub struct ComputingParts {
+    pub from: u64,
+    pub span: u64,
+    pub part: Vec<u64>,
+    pub diff: Vec<i64>,
+}
+
+impl ComputingParts {
+    /// The parts of the ranks of `trace` (or of a block) in the window.
+    pub fn new(trace: &Trace, times: &Times, (from, to): (u64, u64)) -> ComputingParts {
         let span = to.saturating_sub(from).max(1);
-        let bins = span.min(1 << 22) as usize;
-        let width = span as f64 / bins as f64;
-        let mut part = vec![0f64; bins + 1];
-        let mut diff = vec![0f64; bins + 2];
+        let bins = span.min(1 << 22);
+        let mut p = ComputingParts {
+            from,
+            span,
+            part: vec![0; bins as usize + 1],
+            diff: vec![0; bins as usize + 2],
+        };
+        let place = |t: u64| u128::from(t - from) * u128::from(bins);
+        let s = u128::from(span);
         let mut add = |x: u64, y: u64| {
             if y <= x {
                 return;
             }
-            let fx = (x - from) as f64 / width;
-            let fy = (y - from) as f64 / width;
-            let (bx, by) = (fx.floor() as usize, (fy.floor() as usize).min(bins));
+            let (ux, uy) = (place(x), place(y));
+            let (bx, by) = ((ux / s) as usize, ((uy / s) as usize).min(bins as usize));
             if bx >= by {
-                part[bx.min(bins)] += fy - fx;
+                p.part[bx.min(bins as usize)] += (uy - ux) as u64;
             } else {
-                part[bx] += (bx + 1) as f64 - fx;
-                part[by] += fy - by as f64;
-                diff[bx + 1] += 1.0;
-                diff[by] -= 1.0;
+                p.part[bx] += ((bx as u128 + 1) * s - ux) as u64;
+                p.part[by] += (uy - by as u128 * s) as u64;
+                p.diff[bx + 1] += 1;
+                p.diff[by] -= 1;
             }
         };
         for rank in &trace.ranks {
@@ -187,18 +207,31 @@ impl Computing {
             }
             add(at, to);
         }
+        p
+    }
+}
+
+impl Computing {
+    fn new(trace: &Trace, times: &Times, window: (u64, u64)) -> Computing {
+        Computing::of(ComputingParts::new(trace, times, window))
+    }
+
+    /// F from every rank's parts.
+    pub fn of(p: ComputingParts) -> Computing {
+        let bins = p.part.len() - 1;
+        let width = p.span as f64 / bins as f64;
         let mut c = vec![0f64; bins];
-        let mut run = 0.0;
+        let mut run = 0i64;
         for k in 0..bins {
-            run += diff[k];
-            c[k] = run + part[k];
+            run += p.diff[k];
+            c[k] = run as f64 + p.part[k] as f64 / p.span as f64;
         }
         let mut at_edge = vec![0f64; bins + 1];
         for k in 0..bins {
             at_edge[k + 1] = at_edge[k] + c[k] * width;
         }
         Computing {
-            from,
+            from: p.from,
             width,
             per_ns: 1.0 / width,
             at_edge,
