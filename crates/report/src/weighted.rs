@@ -220,12 +220,14 @@ impl Computing {
     pub fn of(p: ComputingParts) -> Computing {
         let bins = p.part.len() - 1;
         let width = p.span as f64 / bins as f64;
-        let mut c = vec![0f64; bins];
         let mut run = 0i64;
-        for k in 0..bins {
-            run += p.diff[k];
-            c[k] = run as f64 + p.part[k] as f64 / p.span as f64;
-        }
+        let c: Vec<f64> = (p.diff.iter().zip(&p.part))
+            .take(bins)
+            .map(|(&d, &part)| {
+                run += d;
+                run as f64 + part as f64 / p.span as f64
+            })
+            .collect();
         let mut at_edge = vec![0f64; bins + 1];
         for k in 0..bins {
             at_edge[k + 1] = at_edge[k] + c[k] * width;
