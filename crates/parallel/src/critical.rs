@@ -68,18 +68,10 @@ fn put_cursor(o: &mut Out, c: &Cursor, pending: Option<(EventRef, u64)>, seq: u6
     };
 }
 
-fn get_at(i: &mut In) -> EventRef {
-    EventRef {
-        rank: i.u32(),
-        thread: i.u32(),
-        index: i.u32(),
-    }
-}
-
 fn get_cursor(i: &mut In) -> (Cursor, Option<(EventRef, u64)>, u64) {
     let (rank, t, guard, hops, seq) = (i.u32(), i.u64(), i.u64() as usize, i.u64(), i.u64());
-    let next = (i.u8() == 1).then(|| get_at(i));
-    let pending = (i.u8() == 1).then(|| (get_at(i), i.u64()));
+    let next = (i.u8() == 1).then(|| i.at());
+    let pending = (i.u8() == 1).then(|| (i.at(), i.u64()));
     (
         Cursor {
             rank,

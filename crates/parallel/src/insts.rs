@@ -7,7 +7,6 @@ use rustc_hash::FxHashMap as HashMap;
 
 use pmtrace_analysis::clocks::Shape;
 use pmtrace_analysis::collective::{self, Flow, Instance, MemberCalls};
-use pmtrace_analysis::read::EventRef;
 use pmtrace_analysis::Trace;
 
 use crate::fabric::Fabric;
@@ -49,19 +48,7 @@ pub fn owner_of(key: (u64, u64, u64), procs: usize) -> usize {
     (h % procs as u64) as usize
 }
 
-fn put_at(o: &mut Out, at: EventRef) {
-    o.u32(at.rank).u32(at.thread).u32(at.index);
-}
-
-fn get_at(i: &mut In) -> EventRef {
-    EventRef {
-        rank: i.u32(),
-        thread: i.u32(),
-        index: i.u32(),
-    }
-}
-
-fn shape_code(s: Shape) -> u8 {
+pub(crate) fn shape_code(s: Shape) -> u8 {
     match s {
         Shape::OneToN => 0,
         Shape::NToOne => 1,
@@ -71,12 +58,26 @@ fn shape_code(s: Shape) -> u8 {
     }
 }
 
-fn flow_code(f: Flow) -> u8 {
+pub(crate) fn flow_code(f: Flow) -> u8 {
     match f {
         Flow::Data => 0,
         Flow::Barrier => 1,
         Flow::Unordered => 2,
     }
+}
+
+pub(crate) fn shape_of_code(c: u8) -> Shape {
+    [
+        Shape::OneToN,
+        Shape::NToOne,
+        Shape::NToN,
+        Shape::Scan,
+        Shape::Exscan,
+    ][c as usize]
+}
+
+pub(crate) fn flow_of_code(c: u8) -> Flow {
+    [Flow::Data, Flow::Barrier, Flow::Unordered][c as usize]
 }
 
 /// Sends every member of the block to its instance's owner.
@@ -95,11 +96,11 @@ pub fn gather<F: Fabric + ?Sized>(f: &F, trace: &Trace) -> Insts {
         o.u8(shape_code(m.shape))
             .u8(flow_code(m.flow))
             .u32(m.root.unwrap_or(u32::MAX));
-        put_at(o, m.calls.enter);
+        o.at(m.calls.enter);
         match m.calls.exit {
             Some(x) => {
                 o.u8(1);
-                put_at(o, x);
+                o.at(x);
             }
             None => {
                 o.u8(0);
@@ -131,8 +132,8 @@ pub fn gather<F: Fabric + ?Sized>(f: &F, trace: &Trace) -> Insts {
             ][i.u8() as usize];
             let flow = [Flow::Data, Flow::Barrier, Flow::Unordered][i.u8() as usize];
             let root = Some(i.u32()).filter(|&r| r != u32::MAX);
-            let enter = get_at(&mut i);
-            let exit = (i.u8() == 1).then(|| get_at(&mut i));
+            let enter = i.at();
+            let exit = (i.u8() == 1).then(|| i.at());
             let (sent, recvd) = (i.u64(), i.u64());
             let (rank, place, slot) = (i.u32(), i.u32(), i.u32());
             let ii = *index.entry(key).or_insert_with(|| {

@@ -186,18 +186,6 @@ pub fn build<F: Fabric + ?Sized>(f: &F, b: &Block) -> BlockMessages {
     }
 }
 
-fn put_at(o: &mut Out, at: EventRef) {
-    o.u32(at.rank).u32(at.thread).u32(at.index);
-}
-
-fn get_at(i: &mut In) -> EventRef {
-    EventRef {
-        rank: i.u32(),
-        thread: i.u32(),
-        index: i.u32(),
-    }
-}
-
 /// An optional rank as a u32 (`u32::MAX`: none).
 fn put_opt(o: &mut Out, x: Option<u32>) {
     o.u32(x.unwrap_or(u32::MAX));
@@ -211,7 +199,7 @@ pub(crate) fn put_send(o: &mut Out, s: &SendEvent) {
     o.u32(s.src);
     put_opt(o, s.dst);
     o.u64(s.comm).i32(s.tag).u64(s.bytes).u64(s.time);
-    put_at(o, s.call);
+    o.at(s.call);
     o.u32(s.item);
 }
 
@@ -223,7 +211,7 @@ pub(crate) fn get_send(i: &mut In) -> SendEvent {
         tag: i.i32(),
         bytes: i.u64(),
         time: i.u64(),
-        call: get_at(i),
+        call: i.at(),
         item: i.u32(),
     }
 }
@@ -236,9 +224,9 @@ pub(crate) fn put_recv(o: &mut Out, r: &RecvEvent) {
         .u64(r.bytes)
         .u64(r.time)
         .u64(r.posted_at);
-    put_at(o, r.post);
+    o.at(r.post);
     o.u32(r.post_item);
-    put_at(o, r.completion);
+    o.at(r.completion);
     o.u32(r.completion_item);
     o.u8(match r.how {
         RecvHow::Blocking => 0,
@@ -266,9 +254,9 @@ pub(crate) fn get_recv(i: &mut In) -> RecvEvent {
         bytes: i.u64(),
         time: i.u64(),
         posted_at: i.u64(),
-        post: get_at(i),
+        post: i.at(),
         post_item: i.u32(),
-        completion: get_at(i),
+        completion: i.at(),
         completion_item: i.u32(),
         how: match i.u8() {
             0 => RecvHow::Blocking,

@@ -17,8 +17,7 @@
 
 use rustc_hash::FxHashMap as HashMap;
 
-use pmtrace_analysis::clocks::Shape;
-use pmtrace_analysis::collective::{self, Flow};
+use pmtrace_analysis::collective;
 use pmtrace_analysis::read::EventRef;
 use pmtrace_analysis::sync::graph::{Graph, Node};
 
@@ -26,6 +25,7 @@ use crate::block::{Block, Blocks};
 use crate::colls::{Inst, Mu, Part};
 use crate::fabric::Fabric;
 use crate::groups::Groups;
+use crate::insts::{flow_code, flow_of_code, owner_of, shape_code, shape_of_code};
 use crate::messages::BlockMessages;
 use crate::wire::{In, Out};
 
@@ -98,47 +98,6 @@ pub struct Net<'t> {
     pub rdeps: Vec<Vec<(u32, RemoteDep)>>,
     /// Per location: (node, who waits for it), by node.
     pub routs: Vec<Vec<(u32, RemoteOut)>>,
-}
-
-/// The process that owns the instance `key`.
-fn owner_of(key: (u64, u64, u64), procs: usize) -> usize {
-    let mut h = key.0 ^ key.1.rotate_left(21) ^ key.2.rotate_left(42);
-    h ^= h >> 33;
-    h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
-    h ^= h >> 33;
-    (h % procs as u64) as usize
-}
-
-fn shape_code(s: Shape) -> u8 {
-    match s {
-        Shape::OneToN => 0,
-        Shape::NToOne => 1,
-        Shape::NToN => 2,
-        Shape::Scan => 3,
-        Shape::Exscan => 4,
-    }
-}
-
-fn shape_of_code(c: u8) -> Shape {
-    [
-        Shape::OneToN,
-        Shape::NToOne,
-        Shape::NToN,
-        Shape::Scan,
-        Shape::Exscan,
-    ][c as usize]
-}
-
-fn flow_code(f: Flow) -> u8 {
-    match f {
-        Flow::Data => 0,
-        Flow::Barrier => 1,
-        Flow::Unordered => 2,
-    }
-}
-
-fn flow_of_code(c: u8) -> Flow {
-    [Flow::Data, Flow::Barrier, Flow::Unordered][c as usize]
 }
 
 impl<'t> Net<'t> {

@@ -34,18 +34,6 @@ fn get_times(i: &mut In) -> Option<(u64, u64)> {
     (i.u8() == 1).then(|| (i.u64(), i.u64()))
 }
 
-fn put_at(o: &mut Out, at: EventRef) {
-    o.u32(at.rank).u32(at.thread).u32(at.index);
-}
-
-fn get_at(i: &mut In) -> EventRef {
-    EventRef {
-        rank: i.u32(),
-        thread: i.u32(),
-        index: i.u32(),
-    }
-}
-
 const KINDS: [&str; 5] = [
     waits::LATE_SENDER,
     waits::LATE_RECEIVER,
@@ -190,9 +178,9 @@ pub fn find<F: Fabric + ?Sized>(
             let x = &mut out[to];
             x.u32(o.first.0).u32(o.first.1).u32(j as u32);
             x.u8(KINDS.iter().position(|k| *k == w.kind).expect("a kind") as u8);
-            put_at(x, w.at);
+            x.at(w.at);
             x.u64(w.comm).u64(w.ns);
-            put_at(x, w.cause);
+            x.at(w.cause);
         }
     }
     let mut coll: Vec<((u32, u32, u32), Wait)> = Vec::new();
@@ -201,9 +189,9 @@ pub fn find<F: Fabric + ?Sized>(
         while !i.done() {
             let order = (i.u32(), i.u32(), i.u32());
             let kind = KINDS[i.u8() as usize];
-            let at = get_at(&mut i);
+            let at = i.at();
             let (comm, ns) = (i.u64(), i.u64());
-            let cause = get_at(&mut i);
+            let cause = i.at();
             coll.push((
                 order,
                 Wait {

@@ -2,6 +2,8 @@
 //! the same order by the same code. A short buffer is a bug of ours, not
 //! of the trace, and panics.
 
+use pmtrace_analysis::read::EventRef;
+
 /// A buffer being written.
 #[derive(Debug, Default, Clone)]
 pub struct Out(pub Vec<u8>);
@@ -43,6 +45,10 @@ impl Out {
             self.u32(x);
         }
         self
+    }
+    /// A record's place: rank, thread, index.
+    pub fn at(&mut self, at: EventRef) -> &mut Self {
+        self.u32(at.rank).u32(at.thread).u32(at.index)
     }
 }
 
@@ -93,6 +99,13 @@ impl<'a> In<'a> {
     pub fn u32s(&mut self) -> Vec<u32> {
         let n = self.u64() as usize;
         (0..n).map(|_| self.u32()).collect()
+    }
+    pub fn at(&mut self) -> EventRef {
+        EventRef {
+            rank: self.u32(),
+            thread: self.u32(),
+            index: self.u32(),
+        }
     }
 }
 

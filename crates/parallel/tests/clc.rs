@@ -1,8 +1,10 @@
 //! The controlled logical clock over blocks of the golden traces, at
 //! P = 1..4 on threads, against the serial one on the whole trace.
 
+mod common;
+use common::*;
+
 use std::collections::BTreeMap;
-use std::path::PathBuf;
 
 use pmtrace_analysis::sync::clc::{self, ClcParams};
 use pmtrace_analysis::sync::graph::{Graph, Times as GraphTimes};
@@ -10,29 +12,6 @@ use pmtrace_analysis::{Messages, Trace};
 use pmtrace_parallel::fabric::{Fabric, Threads};
 use pmtrace_parallel::net::Net;
 use pmtrace_parallel::{block, groups, messages};
-
-fn golden(case: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../tests/golden")
-        .join(case)
-        .join("trace")
-}
-
-const CASES: &[&str] = &[
-    "ring",
-    "master_worker",
-    "master_worker_skewed",
-    "collectives",
-    "coverage",
-    "halo2d_vector",
-    "halo2d_skewed",
-    "threads",
-    "zerocoll",
-    "mpi4_ompi5",
-    "halo2d_np4",
-    "collectives_np8",
-    "aborted",
-];
 
 type Times = BTreeMap<(u32, usize), Vec<u64>>;
 

@@ -3,6 +3,9 @@
 //! serial waits of its calls, in the serial order, and process 0 the
 //! serial metrics.
 
+mod common;
+use common::*;
+
 use std::path::PathBuf;
 
 use pmtrace_analysis::collective;
@@ -13,35 +16,9 @@ use pmtrace_analysis::{Messages, Trace};
 use pmtrace_parallel::fabric::Threads;
 use pmtrace_parallel::{block, insts, messages};
 
-const CASES: &[&str] = &[
-    "ring",
-    "master_worker",
-    "master_worker_skewed",
-    "collectives",
-    "coverage",
-    "halo2d_vector",
-    "halo2d_skewed",
-    "threads",
-    "zerocoll",
-    "mpi4_ompi5",
-    "halo2d_np4",
-    "collectives_np8",
-    "aborted",
-];
-
 /// A copy of the rank files of `case`, synced by the serial sync.
 fn synced_copy(case: &str, tag: &str) -> PathBuf {
-    let from = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../tests/golden")
-        .join(case)
-        .join("trace");
-    let dir = std::env::temp_dir().join(format!("pmtrace-p{tag}-{}-{case}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    for e in std::fs::read_dir(from).unwrap() {
-        let e = e.unwrap();
-        std::fs::copy(e.path(), dir.join(e.file_name())).unwrap();
-    }
+    let dir = copy(case, tag);
     let trace = Trace::open(&dir).unwrap();
     let m = Messages::build(&trace);
     sync::sync(&trace, &m, &SyncParams::default())

@@ -1,37 +1,16 @@
 //! Blocks of the recorded golden traces, read and matched at P = 1..4 on
 //! threads, against the whole trace's matching.
 
+mod common;
+use common::*;
+
 use std::collections::BTreeSet;
-use std::path::PathBuf;
 
 use pmtrace_analysis::read::EventRef;
 use pmtrace_analysis::{Messages, Trace};
 use pmtrace_parallel::block;
 use pmtrace_parallel::fabric::{Fabric, Threads};
 use pmtrace_parallel::messages;
-
-fn golden(case: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../tests/golden")
-        .join(case)
-        .join("trace")
-}
-
-const CASES: &[&str] = &[
-    "ring",
-    "master_worker",
-    "master_worker_skewed",
-    "collectives",
-    "coverage",
-    "halo2d_vector",
-    "halo2d_skewed",
-    "threads",
-    "zerocoll",
-    "mpi4_ompi5",
-    "halo2d_np4",
-    "collectives_np8",
-    "aborted",
-];
 
 type Pair = ((EventRef, u32), (EventRef, u32));
 

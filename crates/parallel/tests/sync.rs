@@ -2,50 +2,15 @@
 //! the same report and the same `sync.pmts` as the serial sync (but the
 //! seconds it took).
 
-use std::path::{Path, PathBuf};
+mod common;
+use common::*;
+
+use std::path::Path;
 
 use pmtrace_analysis::sync::{self, SyncParams, Synced};
 use pmtrace_analysis::{Messages, Trace};
 use pmtrace_parallel::fabric::Threads;
 use pmtrace_parallel::{block, messages};
-
-fn golden(case: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../tests/golden")
-        .join(case)
-        .join("trace")
-}
-
-const CASES: &[&str] = &[
-    "ring",
-    "master_worker",
-    "master_worker_skewed",
-    "collectives",
-    "coverage",
-    "halo2d_vector",
-    "halo2d_skewed",
-    "threads",
-    "zerocoll",
-    "mpi4_ompi5",
-    "halo2d_np4",
-    "collectives_np8",
-    "aborted",
-];
-
-/// A copy of the rank files of `case` in a directory of its own.
-fn copy(case: &str, tag: &str) -> PathBuf {
-    let dir =
-        std::env::temp_dir().join(format!("pmtrace-psync-{}-{case}-{tag}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    for e in std::fs::read_dir(golden(case)).unwrap() {
-        let e = e.unwrap();
-        if e.file_name().to_string_lossy().ends_with(".pmt") {
-            std::fs::copy(e.path(), dir.join(e.file_name())).unwrap();
-        }
-    }
-    dir
-}
 
 /// The sync file's JSON (its seconds zeroed) and its times.
 fn parts(dir: &Path) -> (serde_json::Value, Vec<u8>) {
