@@ -100,16 +100,7 @@ pub fn compute<F: Fabric + ?Sized>(
 ) -> Option<CriticalPath> {
     let trace = &b.trace;
     let me = f.index();
-    let key = |at: EventRef| (at.rank, at.thread, at.index);
-    // The largest wait of a call (the last of equals, as serially).
-    let waited = |at: EventRef| -> Option<Wait> {
-        let first = waits.partition_point(|w| key(w.at) < key(at));
-        waits[first..]
-            .iter()
-            .take_while(|w| w.at == at)
-            .max_by_key(|w| w.ns)
-            .copied()
-    };
+    let waited = |at: EventRef| critical::largest_wait(waits, at);
     let limit = sum_of(f, trace.events()) as usize * 2 + 16;
     let start = end_point(f, b, times, to);
     let mut token = start

@@ -102,17 +102,9 @@ pub fn compute(
     keep: bool,
 ) -> CriticalPath {
     let (from, to) = window;
-    let key = |at: EventRef| (at.rank, at.thread, at.index);
-    waits.sort_by_key(|w| key(w.at));
-    // The largest wait of the call at `at`.
-    let waited = |at: EventRef| -> Option<Wait> {
-        let first = waits.partition_point(|w| key(w.at) < key(at));
-        waits[first..]
-            .iter()
-            .take_while(|w| w.at == at)
-            .max_by_key(|w| w.ns)
-            .copied()
-    };
+    waits.sort_by_key(|w| (w.at.rank, w.at.thread, w.at.index));
+    let waits: &[Wait] = waits;
+    let waited = |at: EventRef| largest_wait(waits, at);
     let mut acc = if phases.is_some() || keep {
         Walk::keeping(from, to)
     } else {
@@ -142,6 +134,18 @@ pub fn compute(
 
 /// The critical path and, beside it, the weighted one with the words on
 /// where they differ.
+/// The largest wait of the call at `at` (the last of equals) in `waits`,
+/// sorted by call.
+pub fn largest_wait(waits: &[Wait], at: EventRef) -> Option<Wait> {
+    let key = |at: EventRef| (at.rank, at.thread, at.index);
+    let first = waits.partition_point(|w| key(w.at) < key(at));
+    waits[first..]
+        .iter()
+        .take_while(|w| w.at == at)
+        .max_by_key(|w| w.ns)
+        .copied()
+}
+
 /// Where the backward walk is: on `rank` at time `t`, the call to look at
 /// next, steps taken and hops between ranks. A walk over blocks carries it
 /// from block to block.
