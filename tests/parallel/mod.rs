@@ -49,18 +49,35 @@ fn copy_trace(case: &Path, dir: &Path) {
 
 /// `pmtrace sync` and `pmtrace-mpi sync` at `nps` on every golden trace:
 /// the same printed report (JSON and text) and the same `sync.pmts` (but
-/// the seconds each took; its checksum checked by reading it back).
+/// the seconds each took; its checksum checked by reading it back); and
+/// the same critical paths, on recorded and on synchronized time.
 fn sync_is_the_serial_one(mpi: Mpi, nps: &[u32]) {
     let dir = scratch(&format!("parallel-sync-{}", mpi.tag()));
     for case in cases() {
         let name = case.file_name().unwrap().to_string_lossy().into_owned();
         let serial = dir.join(format!("{name}-serial"));
         copy_trace(&case, &serial);
+        let path_recorded = critical_path(&serial);
         let want = json_text(&pmtrace(&["sync", serial.to_str().unwrap(), "--json"]));
         let want_file = sync_parts(&std::fs::read(serial.join("sync.pmts")).unwrap());
+        let path_synced = critical_path(&serial);
         for &np in nps {
             let par = dir.join(format!("{name}-np{np}"));
             copy_trace(&case, &par);
+            let path = |what: &[u8]| {
+                let out = pmtrace_mpi(mpi, np, &["critical-path", par.to_str().unwrap(), "--json"]);
+                assert!(
+                    out.status.success(),
+                    "{name} at np = {np}: {}",
+                    String::from_utf8_lossy(&out.stderr)
+                );
+                assert_eq!(
+                    String::from_utf8_lossy(&out.stdout),
+                    String::from_utf8_lossy(what),
+                    "{name} at np = {np}: the critical path"
+                );
+            };
+            path(&path_recorded);
             let out = pmtrace_mpi(mpi, np, &["sync", par.to_str().unwrap(), "--json"]);
             assert!(
                 out.status.success(),
@@ -81,6 +98,7 @@ fn sync_is_the_serial_one(mpi: Mpi, nps: &[u32]) {
                 got.1 == want_file.1,
                 "{name} at np = {np}: the synced times"
             );
+            path(&path_synced);
             // Whole, checksum included: the serial report reads it.
             let report = pmtrace(&["report", par.to_str().unwrap(), "--json"]);
             let report: serde_json::Value = serde_json::from_slice(&report).unwrap();
@@ -108,16 +126,31 @@ fn sync_is_the_serial_one(mpi: Mpi, nps: &[u32]) {
             strip(&text_serial, &serial),
             "{name}: the text"
         );
+        let out = pmtrace_mpi(
+            mpi,
+            nps[nps.len() - 1],
+            &["critical-path", par.to_str().unwrap()],
+        );
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&pmtrace(&["critical-path", serial.to_str().unwrap()])),
+            "{name}: the critical path's text"
+        );
     }
 }
 
+/// What `pmtrace critical-path DIR --json` prints.
+fn critical_path(dir: &Path) -> Vec<u8> {
+    pmtrace(&["critical-path", dir.to_str().unwrap(), "--json"])
+}
+
 #[test]
-fn pmtrace_mpi_sync_writes_what_pmtrace_sync_writes_under_open_mpi() {
+fn pmtrace_mpi_sync_and_critical_path_write_what_pmtrace_writes_under_open_mpi() {
     sync_is_the_serial_one(Mpi::OpenMpi, &[1, 2, 3, 4]);
 }
 
 #[test]
-fn pmtrace_mpi_sync_writes_what_pmtrace_sync_writes_under_mpich() {
+fn pmtrace_mpi_sync_and_critical_path_write_what_pmtrace_writes_under_mpich() {
     sync_is_the_serial_one(Mpi::Mpich, &[1, 3]);
 }
 
@@ -161,4 +194,30 @@ fn the_pmtrace_binary_links_no_mpi_and_pmtrace_mpi_does() {
     assert!(cli.iter().all(|l| !l.contains("mpi")), "{cli:?}");
     let par = needed(&release("pmtrace-mpi"));
     assert!(par.iter().any(|l| l.starts_with("libmpi")), "{par:?}");
+}
+
+#[test]
+fn pmtrace_mpi_critical_path_splits_by_phase_as_pmtrace_does() {
+    use crate::support::{mpirun, prog, Mode};
+    let dir = scratch("parallel-phases");
+    // 4 ranks over 3 processes: blocks of 1, 1 and 2 ranks.
+    let run = mpirun(&dir, 4, &prog("phases"), &["40"], Mode::Preload, &[]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let trace = run.trace.to_str().unwrap();
+    for synced in [false, true] {
+        if synced {
+            pmtrace(&["sync", trace]);
+        }
+        let want = critical_path(&run.trace);
+        assert!(
+            String::from_utf8_lossy(&want).contains("\"by_phase\""),
+            "the path has phases"
+        );
+        let out = pmtrace_mpi(Mpi::OpenMpi, 3, &["critical-path", trace, "--json"]);
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&want),
+            "synced: {synced}"
+        );
+    }
 }

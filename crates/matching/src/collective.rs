@@ -106,25 +106,37 @@ impl<P: Part> Instance<P> {
     /// Whether the exit of member `i` depends on the enter of member `k`
     /// (one logical message `k` → `i`), in constant time.
     pub fn sends(&self, k: u32, i: u32) -> bool {
-        let member = |x: u32| self.members.get(x as usize).and_then(Option::as_ref);
-        let (Some(m), Some(me)) = (member(k), member(i)) else {
+        k != i && self.may_send(k) && self.may_recv(i) && (!self.ordered() || k < i)
+    }
+
+    /// Whether member `k` sends to the members that may receive (but
+    /// itself, and for a scan those before it).
+    pub fn may_send(&self, k: u32) -> bool {
+        let Some(m) = self.members.get(k as usize).and_then(Option::as_ref) else {
             return false;
         };
-        k != i
-            && match self.flow {
-                Flow::Unordered => false,
-                Flow::Barrier => true,
-                Flow::Data => {
-                    m.sent() > 0
-                        && me.recvd() > 0
-                        && match self.shape {
-                            Shape::NToN => true,
-                            Shape::OneToN => Some(k) == self.root,
-                            Shape::NToOne => Some(i) == self.root,
-                            Shape::Scan | Shape::Exscan => k < i,
-                        }
-                }
-            }
+        match self.flow {
+            Flow::Unordered => false,
+            Flow::Barrier => true,
+            Flow::Data => m.sent() > 0 && (self.shape != Shape::OneToN || Some(k) == self.root),
+        }
+    }
+
+    /// Whether member `i` receives from the members that may send.
+    pub fn may_recv(&self, i: u32) -> bool {
+        let Some(m) = self.members.get(i as usize).and_then(Option::as_ref) else {
+            return false;
+        };
+        match self.flow {
+            Flow::Unordered => false,
+            Flow::Barrier => true,
+            Flow::Data => m.recvd() > 0 && (self.shape != Shape::NToOne || Some(i) == self.root),
+        }
+    }
+
+    /// Whether a member sends only to the members after it (a scan).
+    pub fn ordered(&self) -> bool {
+        self.flow == Flow::Data && matches!(self.shape, Shape::Scan | Shape::Exscan)
     }
 
     /// Whether every member's exit depends on every other member's enter

@@ -5,16 +5,20 @@
 //! next all-to-all. Each block logs what the walk passed, numbered, and
 //! process 0 adds the logs up in that order, as the serial walk does.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use pmtrace_analysis::read::EventRef;
 use pmtrace_analysis::report::critical::{self, CriticalPath, Cursor, Step};
 use pmtrace_analysis::report::path::{Walk, COMPUTING};
+use pmtrace_analysis::report::phases::{self, PhaseTimeline};
 use pmtrace_analysis::report::times::Times;
 use pmtrace_analysis::report::waits::Wait;
 
 use crate::block::Block;
 use crate::fabric::{sum_of, Fabric};
+use crate::insts::Insts;
+use crate::messages::BlockMessages;
+use crate::weighted;
 use crate::wire::{In, Out};
 
 /// Where the walk starts, over every block (as [`critical::end_point`]).
@@ -96,8 +100,168 @@ pub fn compute<F: Fabric + ?Sized>(
     b: &Block,
     times: &Times,
     waits: &[Wait],
-    (from, to): (u64, u64),
+    window: (u64, u64),
 ) -> Option<CriticalPath> {
+    let (walk, hops, mine) = plain(f, b, times, waits, window, false);
+    let names = names_at_zero(f, b, &mine);
+    let walk = walk?;
+    let function =
+        |rank: u32, activity: u32| names.get(&(rank, activity)).cloned().unwrap_or_default();
+    Some(critical::summarize_with(
+        times.base(),
+        &function,
+        walk,
+        hops,
+        window,
+        false,
+        None,
+    ))
+}
+
+/// The critical path and the weighted one beside it, split by phase
+/// where the trace has phases, as `pmtrace critical-path` gives them: on
+/// process 0 (`None` elsewhere).
+pub fn both<F: Fabric + ?Sized>(
+    f: &F,
+    b: &Block,
+    bm: &BlockMessages,
+    insts: &Insts,
+    times: &Times,
+    waits: &[Wait],
+    window: (u64, u64),
+) -> Option<CriticalPath> {
+    let spans = phases::spans(&b.trace, times);
+    let mut any = [u64::from(!PhaseTimeline::new(&b.trace, &spans).is_empty())];
+    f.max(&mut any);
+    let keep = any[0] == 1;
+    let (walk, hops, mut mine) = plain(f, b, times, waits, window, keep);
+    let found = weighted::compute(f, b, bm, insts, times, waits, window, keep);
+    mine.extend(&found.names);
+    let names = names_at_zero(f, b, &mine);
+    let timeline = keep.then(|| {
+        let on_path: BTreeSet<u32> = [&walk, &found.walk]
+            .into_iter()
+            .flatten()
+            .flat_map(|w| w.all.iter().flatten().map(|s| s.rank))
+            .collect();
+        timeline_at_zero(f, b, times, &on_path)
+    });
+    let ranks = sum_of(f, b.trace.ranks.len() as u64) as usize;
+    let (walk, weighted) = (walk?, found.walk?);
+    let function =
+        |rank: u32, activity: u32| names.get(&(rank, activity)).cloned().unwrap_or_default();
+    let summary = |walk, hops, is_weighted| {
+        critical::summarize_with(
+            times.base(),
+            &function,
+            walk,
+            hops,
+            window,
+            is_weighted,
+            timeline.as_ref().and_then(Option::as_ref),
+        )
+    };
+    let plain = summary(walk, hops, false);
+    let weighted = summary(weighted, found.hops, true);
+    Some(critical::with_weighted(
+        plain,
+        weighted,
+        found.dropped_edges,
+        ranks,
+    ))
+}
+
+/// The phase changes of the ranks `on_path` (known at process 0) from
+/// the blocks that hold them, as one timeline at process 0.
+fn timeline_at_zero<F: Fabric + ?Sized>(
+    f: &F,
+    b: &Block,
+    times: &Times,
+    on_path: &BTreeSet<u32>,
+) -> Option<PhaseTimeline> {
+    let mut o = Out::default();
+    if f.index() == 0 {
+        for &r in on_path {
+            o.u32(r);
+        }
+    }
+    let asked = f.all_gather(o.0).swap_remove(0);
+    let mut wanted = Vec::new();
+    let mut i = In::new(&asked);
+    while !i.done() {
+        let r = i.u32();
+        if b.trace.rank(r).is_some() {
+            wanted.push(r);
+        }
+    }
+    let spans = phases::spans(&b.trace, times);
+    let mine = PhaseTimeline::new(&b.trace, &spans);
+    let mut o = Out::default();
+    for r in wanted {
+        let ch = mine.changes_of(r);
+        o.u32(r).u64(ch.len() as u64);
+        for (t, name) in ch {
+            o.u64(t);
+            match name {
+                Some(n) => o.u8(1).str(n),
+                None => o.u8(0),
+            };
+        }
+    }
+    let got = f.gather(o.0);
+    (f.index() == 0).then(|| {
+        let mut ranks = Vec::new();
+        for bytes in &got {
+            let mut i = In::new(bytes);
+            while !i.done() {
+                let r = i.u32();
+                let n = i.u64();
+                let ch = (0..n)
+                    .map(|_| (i.u64(), (i.u8() == 1).then(|| i.str())))
+                    .collect();
+                ranks.push((r, ch));
+            }
+        }
+        PhaseTimeline::of_changes(ranks)
+    })
+}
+
+/// The names of the functions (rank, function id) that blocks name, at
+/// process 0 (empty elsewhere).
+fn names_at_zero<F: Fabric + ?Sized>(
+    f: &F,
+    b: &Block,
+    mine: &BTreeSet<(u32, u32)>,
+) -> BTreeMap<(u32, u32), String> {
+    let mut o = Out::default();
+    for &(rank, activity) in mine {
+        let name = (b.trace.held(rank).header.functions.get(activity as usize))
+            .map(|f| f.name.clone())
+            .unwrap_or_default();
+        o.u32(rank).u32(activity).str(&name);
+    }
+    let mut names = BTreeMap::new();
+    for bytes in f.gather(o.0) {
+        let mut i = In::new(&bytes);
+        while !i.done() {
+            let k = (i.u32(), i.u32());
+            names.insert(k, i.str());
+        }
+    }
+    names
+}
+
+/// The plain walk over the window: at process 0 the walk (every stretch
+/// kept if `keep`), the hops, and the (rank, function) pairs this block
+/// passed on its ranks.
+fn plain<F: Fabric + ?Sized>(
+    f: &F,
+    b: &Block,
+    times: &Times,
+    waits: &[Wait],
+    (from, to): (u64, u64),
+    keep: bool,
+) -> (Option<Walk>, u64, BTreeSet<(u32, u32)>) {
     let trace = &b.trace;
     let me = f.index();
     let waited = |at: EventRef| critical::largest_wait(waits, at);
@@ -160,62 +324,35 @@ pub fn compute<F: Fabric + ?Sized>(
             }
         }
     }
-    // Process 0 adds the logs up in the walk's order, with the functions'
-    // names from the blocks that hold them.
-    let mut names: BTreeMap<(u32, u32), String> = BTreeMap::new();
-    for &(_, rank, activity, _, _) in &log {
-        if activity != COMPUTING {
-            names.entry((rank, activity)).or_insert_with(|| {
-                trace
-                    .held(rank)
-                    .header
-                    .functions
-                    .get(activity as usize)
-                    .map(|f| f.name.clone())
-                    .unwrap_or_default()
-            });
-        }
-    }
+    let names = (log.iter())
+        .filter(|e| e.2 != COMPUTING)
+        .map(|e| (e.1, e.2))
+        .collect();
+    // Process 0 adds the logs up in the walk's order.
     let mut o = Out::default();
-    o.u64(log.len() as u64);
     for &(seq, rank, activity, a, b) in &log {
         o.u64(seq).u32(rank).u32(activity).u64(a).u64(b);
     }
-    for ((rank, activity), name) in &names {
-        o.u32(*rank).u32(*activity).str(name);
-    }
     let got = f.gather(o.0);
     if me != 0 {
-        return None;
+        return (None, hops, names);
     }
     let mut all: Vec<(u64, u32, u32, u64, u64)> = Vec::new();
-    let mut names: BTreeMap<(u32, u32), String> = BTreeMap::new();
     for bytes in &got {
         let mut i = In::new(bytes);
-        let n = i.u64();
-        for _ in 0..n {
-            all.push((i.u64(), i.u32(), i.u32(), i.u64(), i.u64()));
-        }
         while !i.done() {
-            let k = (i.u32(), i.u32());
-            names.insert(k, i.str());
+            all.push((i.u64(), i.u32(), i.u32(), i.u64(), i.u64()));
         }
     }
     all.sort_unstable_by_key(|e| e.0);
-    let mut walk = Walk::new(from, to);
+    let mut walk = if keep {
+        Walk::keeping(from, to)
+    } else {
+        Walk::new(from, to)
+    };
     for (_, rank, activity, a, b) in all {
         walk.push(rank, activity, a, b);
     }
     walk.flush();
-    let function =
-        |rank: u32, activity: u32| names.get(&(rank, activity)).cloned().unwrap_or_default();
-    Some(critical::summarize_with(
-        times.base(),
-        &function,
-        walk,
-        hops,
-        (from, to),
-        false,
-        None,
-    ))
+    (Some(walk), hops, names)
 }

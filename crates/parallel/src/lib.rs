@@ -21,4 +21,5 @@ pub mod select;
 pub mod sync;
 pub mod verbs;
 pub mod waits;
+pub mod weighted;
 pub mod wire;

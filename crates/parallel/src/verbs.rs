@@ -7,8 +7,11 @@ use std::io::Write;
 
 use pmtrace_analysis::sync::{ClcParams, SyncParams};
 
-use crate::fabric::Fabric;
-use crate::{block, messages};
+use pmtrace_analysis::report::times::Times;
+use pmtrace_analysis::sync::Synced;
+
+use crate::fabric::{agree, Fabric};
+use crate::{block, critical, insts, messages, metrics, waits};
 
 /// The verbs that do not run in parallel yet say so in one line.
 fn not_yet(verb: &str) -> Result<Vec<u8>, String> {
@@ -55,8 +58,30 @@ pub fn sync<F: Fabric + ?Sized>(f: &F, a: &SyncArgs) -> Result<Vec<u8>, String> 
     Ok(out)
 }
 
-pub fn critical_path<F: Fabric + ?Sized>(_f: &F, _a: &CriticalPathArgs) -> Result<Vec<u8>, String> {
-    not_yet("critical-path")
+/// `pmtrace critical-path`: the plain and the weighted critical path, on
+/// synchronized time where `pmtrace sync` ran.
+pub fn critical_path<F: Fabric + ?Sized>(f: &F, a: &CriticalPathArgs) -> Result<Vec<u8>, String> {
+    let b = block::open(f, &a.dir)?;
+    let bm = messages::build(f, &b);
+    let is = insts::gather(f, &b.trace);
+    let synced = agree(f, Synced::load(&b.trace).map_err(|e| e.to_string()))?;
+    let times = Times {
+        trace: &b.trace,
+        synced: synced.as_ref(),
+    };
+    let found = waits::find(f, &b, &bm, &is, &times);
+    let window = metrics::window(f, &b, &times);
+    let path = critical::both(f, &b, &bm, &is, &times, &found, window);
+    let mut out = Vec::new();
+    if let Some(path) = path {
+        if a.json {
+            serde_json::to_writer_pretty(&mut out, &path).map_err(|e| e.to_string())?;
+            out.push(b'\n');
+        } else {
+            path.write_text(&mut out).map_err(|e| e.to_string())?;
+        }
+    }
+    Ok(out)
 }
 
 pub fn races<F: Fabric + ?Sized>(_f: &F, _a: &RacesArgs) -> Result<Vec<u8>, String> {

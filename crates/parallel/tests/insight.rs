@@ -151,3 +151,44 @@ fn the_walk_over_blocks_finds_the_serial_critical_path() {
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }
+
+#[test]
+fn the_sweep_over_blocks_finds_the_serial_weighted_path() {
+    use pmtrace_analysis::report::{Report, ReportOptions};
+    for case in CASES {
+        let dir = synced_copy(case, "weighted");
+        for on_sync in [false, true] {
+            let trace = Trace::open(&dir).unwrap();
+            let m = Messages::build(&trace);
+            let synced = on_sync.then(|| Synced::load(&trace).unwrap().unwrap());
+            let options = ReportOptions {
+                weighted: true,
+                ..ReportOptions::default()
+            };
+            let report = Report::build_on(&trace, &m, options, synced.as_ref());
+            let want = serde_json::to_value(report.critical_path.unwrap()).unwrap();
+            for procs in 1..=4 {
+                let parts = Threads::run(procs, |f| {
+                    let b = block::open(f, &dir).unwrap();
+                    let bm = messages::build(f, &b);
+                    let is = insts::gather(f, &b.trace);
+                    let synced = on_sync.then(|| Synced::load(&b.trace).unwrap().unwrap());
+                    let times = Times {
+                        trace: &b.trace,
+                        synced: synced.as_ref(),
+                    };
+                    let w = pmtrace_parallel::waits::find(f, &b, &bm, &is, &times);
+                    let window = pmtrace_parallel::metrics::window(f, &b, &times);
+                    pmtrace_parallel::critical::both(f, &b, &bm, &is, &times, &w, window)
+                        .map(|p| serde_json::to_value(p).unwrap())
+                });
+                assert_eq!(
+                    parts[0].as_ref(),
+                    Some(&want),
+                    "{case} (synced: {on_sync}) at P = {procs}"
+                );
+            }
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

@@ -253,7 +253,7 @@ pub(crate) fn both(
     window: (u64, u64),
     phases: Option<&PhaseTimeline>,
 ) -> CriticalPath {
-    let mut plain = compute(trace, times, waits, window, phases, false);
+    let plain = compute(trace, times, waits, window, phases, false);
     let found = crate::weighted::compute(
         trace,
         times,
@@ -263,7 +263,7 @@ pub(crate) fn both(
         window,
         phases.is_some(),
     );
-    let mut weighted = summarize(trace, times, found.walk, found.hops, window, true, phases);
+    let weighted = summarize(trace, times, found.walk, found.hops, window, true, phases);
     // The stretches followed back weigh what the sweep found.
     debug_assert!(
         (weighted.weight_ns.unwrap_or(0.0) - found.weight).abs() <= 1e-6 * found.weight.max(1.0),
@@ -271,8 +271,19 @@ pub(crate) fn both(
         weighted.weight_ns,
         found.weight
     );
-    weighted.dropped_edges = Some(found.dropped_edges);
-    plain.differences = differences(&plain, &weighted, trace.ranks.len());
+    with_weighted(plain, weighted, found.dropped_edges, trace.ranks.len())
+}
+
+/// The plain path with the weighted one beside it (`dropped` edges left
+/// out of its sweep, `n` ranks), and the words on where they differ.
+pub fn with_weighted(
+    mut plain: CriticalPath,
+    mut weighted: CriticalPath,
+    dropped: u64,
+    n: usize,
+) -> CriticalPath {
+    weighted.dropped_edges = Some(dropped);
+    plain.differences = differences(&plain, &weighted, n);
     plain.weighted = Some(Box::new(weighted));
     plain
 }

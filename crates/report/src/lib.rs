@@ -45,7 +45,7 @@ pub mod races;
 pub mod requests;
 pub mod times;
 pub mod waits;
-mod weighted;
+pub mod weighted;
 use critical::CriticalPath;
 use metrics::Metrics;
 use rayon::prelude::*;

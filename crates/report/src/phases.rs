@@ -11,6 +11,8 @@
 
 use std::collections::BTreeMap;
 
+use rustc_hash::FxHashMap as HashMap;
+
 use pmtrace_format::Kind;
 use pmtrace_trace::read::Trace;
 use serde::Serialize;
@@ -137,13 +139,17 @@ pub fn summarize(trace: &Trace, times: &Times, spans: &[PhaseSpan]) -> Vec<Phase
         .collect()
 }
 
+/// Where a rank's innermost phase changes: (time, its name from then on,
+/// or None outside every phase).
+pub type Changes = Vec<(u64, Option<String>)>;
+
 /// Each rank's innermost phase over time (main threads, pauses left out),
 /// to split stretches of time by phase.
 pub struct PhaseTimeline {
     pub names: Vec<String>,
     /// Per rank: (time, phase from then on: an index of `names`, or
     /// `NONE`), in time order.
-    changes: Vec<Vec<(u64, u32)>>,
+    changes: HashMap<u32, Vec<(u64, u32)>>,
 }
 
 const NONE: u32 = u32::MAX;
@@ -160,7 +166,7 @@ impl PhaseTimeline {
                 }
             }
         };
-        let mut changes: Vec<Vec<(u64, u32)>> = vec![Vec::new(); trace.ranks.len()];
+        let mut changes: HashMap<u32, Vec<(u64, u32)>> = HashMap::default();
         for rank in &trace.ranks {
             let Some(main) = rank.threads.first() else {
                 continue;
@@ -180,7 +186,7 @@ impl PhaseTimeline {
                 (t, begin, if begin { depth } else { u32::MAX - depth })
             });
             let mut open: Vec<(u32, u32)> = Vec::new();
-            let out = &mut changes[rank.rank as usize];
+            let out = changes.entry(rank.rank).or_default();
             for (t, begin, depth, n) in ev {
                 if begin {
                     open.push((depth, n));
@@ -201,10 +207,43 @@ impl PhaseTimeline {
         self.names.is_empty()
     }
 
+    /// Where `rank`'s innermost phase changes: (time, the phase's name
+    /// from then on, or None).
+    pub fn changes_of(&self, rank: u32) -> Vec<(u64, Option<&str>)> {
+        let name = |n: u32| (n != NONE).then(|| self.names[n as usize].as_str());
+        self.changes
+            .get(&rank)
+            .map_or_else(Vec::new, |v| v.iter().map(|&(t, n)| (t, name(n))).collect())
+    }
+
+    /// The timeline of ranks' changes as [`PhaseTimeline::changes_of`]
+    /// gives them.
+    pub fn of_changes(ranks: Vec<(u32, Changes)>) -> PhaseTimeline {
+        let mut names: Vec<String> = Vec::new();
+        let mut changes: HashMap<u32, Vec<(u64, u32)>> = HashMap::default();
+        for (rank, v) in ranks {
+            let ids = v
+                .into_iter()
+                .map(|(t, n)| {
+                    let id = n.map_or(NONE, |n| match names.iter().position(|x| *x == n) {
+                        Some(i) => i as u32,
+                        None => {
+                            names.push(n);
+                            (names.len() - 1) as u32
+                        }
+                    });
+                    (t, id)
+                })
+                .collect();
+            changes.insert(rank, ids);
+        }
+        PhaseTimeline { names, changes }
+    }
+
     /// `a..b` on `rank` split where its innermost phase changes: (phase
     /// name, or None outside every phase; ns).
     pub fn split(&self, rank: u32, a: u64, b: u64, mut f: impl FnMut(Option<&str>, u64)) {
-        let Some(ch) = self.changes.get(rank as usize) else {
+        let Some(ch) = self.changes.get(&rank) else {
             f(None, b - a);
             return;
         };

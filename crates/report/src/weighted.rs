@@ -41,32 +41,77 @@ use crate::waits::Wait;
 
 /// Where a node's heaviest incoming edge came from, if not its own rank.
 #[derive(Debug, Clone, Copy)]
-struct Jump {
+pub struct Jump {
     /// The exit it arrived at (record position in the main thread).
-    at: u32,
+    pub at: u32,
     /// The enter it left: rank, record position.
-    rank: u32,
-    pos: u32,
+    pub rank: u32,
+    pub pos: u32,
     /// The activity of the edge (the receiving call's function).
-    activity: u32,
+    pub activity: u32,
 }
 
 /// A source node (an enter) when swept: the weight of the heaviest path
 /// to it, and where it is. `best` is NaN until swept.
 #[derive(Debug, Clone, Copy)]
-struct Mark {
-    best: f64,
-    rank: u32,
-    pos: u32,
+pub struct Mark {
+    pub best: f64,
+    pub rank: u32,
+    pub pos: u32,
 }
 
-const UNSWEPT: Mark = Mark {
-    best: f64::NAN,
-    rank: 0,
-    pos: 0,
-};
+impl Mark {
+    pub const UNSWEPT: Mark = Mark {
+        best: f64::NAN,
+        rank: 0,
+        pos: 0,
+    };
 
-/// What arrives at an exit.
+    /// Whether `self` wins over `other` as an exit's heaviest edge: the
+    /// heavier, and of equals the earlier node (lowest rank, then
+    /// position), so that the winner does not depend on the order the
+    /// edges are looked at.
+    pub fn beats(&self, other: &Mark) -> bool {
+        self.best > other.best
+            || (self.best == other.best && (self.rank, self.pos) < (other.rank, other.pos))
+    }
+}
+
+/// What arrived at an exit over its edges: the winning mark, and how many
+/// edges came from enters not yet swept.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Arrivals {
+    pub won: Option<Mark>,
+    pub missing: u64,
+}
+
+impl Arrivals {
+    /// One edge from an enter with mark `m`.
+    pub fn take(&mut self, m: Mark) {
+        if m.best.is_nan() {
+            self.missing += 1;
+        } else if self.won.is_none_or(|w| m.beats(&w)) {
+            self.won = Some(m);
+        }
+    }
+
+    /// What arrived over other edges.
+    pub fn join(&mut self, other: Arrivals) {
+        self.missing += other.missing;
+        if let Some(m) = other.won {
+            self.take(m);
+        }
+    }
+}
+
+/// How a sweep finds the marks of an exit's edges (`E`), and tells a
+/// source's mark (`S`) to the exits that need it.
+pub trait Edges<E, S> {
+    fn arrive(&self, edge: E, into: &mut Arrivals);
+    fn publish(&mut self, source: S, mark: Mark);
+}
+
+/// What arrives at an exit of the whole trace.
 #[derive(Debug, Clone, Copy)]
 enum From {
     Send(usize),
@@ -83,9 +128,58 @@ enum Side {
     Exit,
 }
 
-/// One rank's main thread, as the sweep walks its nodes.
-struct Stream<I: Iterator<Item = (u32, u32, u64, u64)>> {
-    calls: I,
+/// The weights of the sweep: n·Δt less (n − 1)/n of the computing done
+/// meanwhile, over the window `from..to`.
+pub struct Weigh {
+    pub n: f64,
+    pub c: f64,
+    pub computing: Computing,
+    pub from: u64,
+    pub to: u64,
+}
+
+impl Weigh {
+    /// `ranks` in the whole trace.
+    pub fn new(ranks: usize, computing: Computing, (from, to): (u64, u64)) -> Weigh {
+        let n = ranks.max(1) as f64;
+        Weigh {
+            n,
+            c: (n - 1.0) / n,
+            computing,
+            from,
+            to,
+        }
+    }
+
+    /// The weight of work over `a..b`.
+    pub fn of(&self, a: u64, b: u64) -> f64 {
+        self.n * (b - a) as f64 - self.c * (self.computing.f(b) - self.computing.f(a))
+    }
+
+    fn clip(&self, t: u64) -> u64 {
+        t.clamp(self.from, self.to)
+    }
+}
+
+/// How long each call of a main thread waited (the longest of its waits),
+/// by position, from the waits of one rank's calls (any order).
+pub fn waited_by_call(main: Option<u32>, waits: impl Iterator<Item = Wait>) -> Vec<(u32, u64)> {
+    let mut v: Vec<(u32, u64)> = waits
+        .filter(|w| Some(w.at.thread) == main)
+        .map(|w| (w.at.index, w.ns))
+        .collect();
+    // The longest wait of a call first, then one entry per call.
+    v.sort_unstable_by(|a, b| a.0.cmp(&b.0).then(b.1.cmp(&a.1)));
+    v.dedup_by_key(|w| w.0);
+    v
+}
+
+/// One rank's main thread, as the sweep walks its nodes: its calls
+/// (position, function, start, end), the incoming edges of its exits and
+/// the sources at its enters, each by position.
+pub struct Stream<'a, E, S> {
+    pub rank: u32,
+    calls: Box<dyn Iterator<Item = (u32, u32, u64, u64)> + 'a>,
     /// The current call: position, function, start, end (clipped).
     call: Option<(u32, u32, u64, u64)>,
     /// Its resume time, if it waited.
@@ -95,15 +189,180 @@ struct Stream<I: Iterator<Item = (u32, u32, u64, u64)>> {
     /// The next node of `call`.
     side: Side,
     /// The last node swept: path weight, time, F(time).
-    best: f64,
+    pub best: f64,
     t: u64,
     f: f64,
-    /// Incoming edges by exit position, and sources by enter position.
-    incoming: Vec<(u32, From)>,
+    pub incoming: Vec<(u32, E)>,
     next_in: usize,
-    sources: Vec<(u32, From)>,
+    pub sources: Vec<(u32, S)>,
     next_src: usize,
-    jumps: Vec<Jump>,
+    pub jumps: Vec<Jump>,
+    /// How long its calls waited (see [`waited_by_call`]).
+    pub waited: Vec<(u32, u64)>,
+}
+
+/// Where a stream stopped: at its end, or blocked at an exit at this time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stop {
+    End,
+    Blocked(u64),
+}
+
+impl<'a, E: Copy, S: Copy> Stream<'a, E, S> {
+    /// The stream of `rank`'s main thread on the times `calls` gives
+    /// (clipped to the window here).
+    pub fn new(
+        rank: u32,
+        calls: impl Iterator<Item = (u32, u32, u64, u64)> + 'a,
+        waited: Vec<(u32, u64)>,
+        w: &Weigh,
+    ) -> Stream<'a, E, S> {
+        let (from, to) = (w.from, w.to);
+        let clip = move |t: u64| t.clamp(from, to);
+        Stream {
+            rank,
+            calls: Box::new(calls.map(move |(p, f, a, b)| (p, f, clip(a), clip(b.max(a))))),
+            call: None,
+            resumed: None,
+            next_wait: 0,
+            side: Side::Enter,
+            best: 0.0,
+            t: from,
+            f: 0.0,
+            incoming: Vec::new(),
+            next_in: 0,
+            sources: Vec::new(),
+            next_src: 0,
+            jumps: Vec::new(),
+            waited,
+        }
+    }
+
+    /// Sorts the edges and sources by position, after they were added.
+    pub fn sort(&mut self) {
+        self.sources.sort_unstable_by_key(|x| x.0);
+        self.incoming.sort_unstable_by_key(|x| x.0);
+    }
+
+    /// The time and side of the next node.
+    fn head(&mut self) -> Option<(u64, Side)> {
+        if self.call.is_none() {
+            self.call = self.calls.next();
+            self.side = Side::Enter;
+            self.resumed = match self.call {
+                Some((p, _, a, b)) => resume_at(&self.waited, &mut self.next_wait, p, a, b),
+                None => None,
+            };
+        }
+        let (_, _, a, b) = self.call?;
+        Some(match self.side {
+            Side::Enter => (a, Side::Enter),
+            Side::Resume => (self.resumed.unwrap_or(a), Side::Resume),
+            Side::Exit => (b, Side::Exit),
+        })
+    }
+
+    /// The incoming edges of the exit at `pos`.
+    pub fn edges_at(&mut self, pos: u32) -> impl Iterator<Item = E> + '_ {
+        while self.incoming.get(self.next_in).is_some_and(|x| x.0 < pos) {
+            self.next_in += 1;
+        }
+        self.incoming[self.next_in..]
+            .iter()
+            .take_while(move |x| x.0 == pos)
+            .map(|x| x.1)
+    }
+
+    /// The position of the exit the stream is blocked at, if it is.
+    pub fn blocked_exit(&self) -> Option<u32> {
+        match (self.call, self.side) {
+            (Some((pos, ..)), Side::Exit) => Some(pos),
+            _ => None,
+        }
+    }
+
+    /// Sweeps the nodes as far as their edges allow; the first exit goes
+    /// on without its missing edges when `forced`. Adds the edges left out
+    /// (inside the window) to `dropped`; returns whether a node was swept,
+    /// and where the stream stopped.
+    pub fn advance(
+        &mut self,
+        w: &Weigh,
+        edges: &mut impl Edges<E, S>,
+        mut forced: bool,
+        dropped: &mut u64,
+    ) -> (bool, Stop) {
+        let mut progress = false;
+        loop {
+            let Some((t, side)) = self.head() else {
+                return (progress, Stop::End);
+            };
+            let (pos, func, _, _) = self.call.expect("a call at the head");
+            let f_t = w.computing.f(t);
+            let mut best = if side == Side::Resume {
+                // Waiting weighs nothing.
+                self.best
+            } else {
+                self.best + w.n * (t - self.t) as f64 - w.c * (f_t - self.f)
+            };
+            if side == Side::Exit {
+                let mut came = Arrivals::default();
+                let mut edges_n = 0;
+                for e in self.edges_at(pos) {
+                    edges_n += 1;
+                    edges.arrive(e, &mut came);
+                }
+                if came.missing > 0 && !forced {
+                    return (progress, Stop::Blocked(t));
+                }
+                // At the window's edges every node is clipped to one
+                // time; nothing there weighs anything.
+                if w.from < t && t < w.to {
+                    *dropped += came.missing;
+                }
+                self.next_in += edges_n;
+                // An edge only carries the dependency.
+                if let Some(m) = came.won.filter(|m| m.best > best) {
+                    best = m.best;
+                    self.jumps.push(Jump {
+                        at: pos,
+                        rank: m.rank,
+                        pos: m.pos,
+                        activity: func,
+                    });
+                }
+            } else if side == Side::Enter {
+                while self.sources.get(self.next_src).is_some_and(|x| x.0 < pos) {
+                    self.next_src += 1;
+                }
+                let mark = Mark {
+                    best,
+                    rank: self.rank,
+                    pos,
+                };
+                while let Some(&(p, src)) = self.sources.get(self.next_src) {
+                    if p != pos {
+                        break;
+                    }
+                    self.next_src += 1;
+                    edges.publish(src, mark);
+                }
+            }
+            forced = false;
+            self.best = best;
+            self.t = t;
+            self.f = f_t;
+            self.side = match side {
+                Side::Enter if self.resumed.is_some() => Side::Resume,
+                Side::Enter | Side::Resume => Side::Exit,
+                Side::Exit => {
+                    self.call = None;
+                    Side::Enter
+                }
+            };
+            progress = true;
+        }
+    }
 }
 
 /// When the call at `pos` of a rank's main thread (clipped to `a..b`)
@@ -117,27 +376,6 @@ fn resume_at(waited: &[(u32, u64)], next: &mut usize, pos: u32, a: u64, b: u64) 
         .get(*next)
         .filter(|w| w.0 == pos)
         .map(|&(_, ns)| a.saturating_add(ns).clamp(a, b))
-}
-
-/// The time and side of the next node of `s`.
-fn head<I: Iterator<Item = (u32, u32, u64, u64)>>(
-    s: &mut Stream<I>,
-    waited: &[(u32, u64)],
-) -> Option<(u64, Side)> {
-    if s.call.is_none() {
-        s.call = s.calls.next();
-        s.side = Side::Enter;
-        s.resumed = match s.call {
-            Some((p, _, a, b)) => resume_at(waited, &mut s.next_wait, p, a, b),
-            None => None,
-        };
-    }
-    let (_, _, a, b) = s.call?;
-    Some(match s.side {
-        Side::Enter => (a, Side::Enter),
-        Side::Resume => (s.resumed.unwrap_or(a), Side::Resume),
-        Side::Exit => (b, Side::Exit),
-    })
 }
 
 /// F(t) = ∫ from the window's start to t of C, the number of ranks whose
@@ -212,7 +450,7 @@ impl ComputingParts {
 }
 
 impl Computing {
-    fn new(trace: &Trace, times: &Times, window: (u64, u64)) -> Computing {
+    pub fn new(trace: &Trace, times: &Times, window: (u64, u64)) -> Computing {
         Computing::of(ComputingParts::new(trace, times, window))
     }
 
@@ -242,7 +480,7 @@ impl Computing {
     }
 
     #[inline]
-    fn f(&self, t: u64) -> f64 {
+    pub fn f(&self, t: u64) -> f64 {
         let x = t.saturating_sub(self.from) as f64 * self.per_ns;
         // x ≥ 0: the cast truncates as floor would.
         let k = (x as usize).min(self.c.len());
@@ -264,6 +502,37 @@ pub(crate) struct Found {
     pub dropped_edges: u64,
 }
 
+/// The marks of the whole trace's sources.
+struct Marks<'i> {
+    instances: &'i [Instance<MemberCalls>],
+    on_main: Vec<Vec<bool>>,
+    first: Vec<usize>,
+    send_mark: Vec<Mark>,
+    enter_mark: Vec<Mark>,
+}
+
+impl Edges<From, From> for Marks<'_> {
+    fn arrive(&self, e: From, into: &mut Arrivals) {
+        match e {
+            From::Send(si) => into.take(self.send_mark[si]),
+            From::Coll(ii, i) => {
+                for k in self.instances[ii].senders(i) {
+                    if self.on_main[ii][k as usize] {
+                        into.take(self.enter_mark[self.first[ii] + k as usize]);
+                    }
+                }
+            }
+        }
+    }
+
+    fn publish(&mut self, src: From, mark: Mark) {
+        match src {
+            From::Send(si) => self.send_mark[si] = mark,
+            From::Coll(ii, k) => self.enter_mark[self.first[ii] + k as usize] = mark,
+        }
+    }
+}
+
 pub(crate) fn compute(
     trace: &Trace,
     times: &Times,
@@ -274,49 +543,26 @@ pub(crate) fn compute(
     keep: bool,
 ) -> Found {
     let (from, to) = window;
-    // How long each call of a main thread waited (the longest of its
-    // waits), per rank by position.
-    let mut waited: Vec<Vec<(u32, u64)>> = vec![Vec::new(); trace.ranks.len()];
-    for w in waits {
-        let main = trace.held(w.at.rank).threads.first().map(|t| t.index);
-        if Some(w.at.thread) == main {
-            waited[w.at.rank as usize].push((w.at.index, w.ns));
-        }
-    }
-    for v in &mut waited {
-        // The longest wait of a call first, then one entry per call.
-        v.sort_unstable_by(|a, b| a.0.cmp(&b.0).then(b.1.cmp(&a.1)));
-        v.dedup_by_key(|w| w.0);
-    }
-    let n = trace.ranks.len().max(1) as f64;
-    let c = (n - 1.0) / n;
-    let clip = |t: u64| t.clamp(from, to);
-    let computing = Computing::new(trace, times, window);
-    let weight = |a: u64, b: u64| n * (b - a) as f64 - c * (computing.f(b) - computing.f(a));
+    let w = Weigh::new(
+        trace.ranks.len(),
+        Computing::new(trace, times, window),
+        window,
+    );
     let main = |rank: u32| trace.held(rank).threads.first().map(|t| t.index);
-    let mut streams: Vec<Stream<_>> = trace
+    let mut by_rank: Vec<Vec<Wait>> = vec![Vec::new(); trace.ranks.len()];
+    for x in waits {
+        by_rank[x.at.rank as usize].push(*x);
+    }
+    let mut streams: Vec<Stream<From, From>> = trace
         .ranks
         .iter()
-        .map(|r| Stream {
-            calls: times
-                .calls_at(r.rank, 0)
-                .map(move |(p, f, a, b)| (p, f, clip(a), clip(b.max(a)))),
-            call: None,
-            resumed: None,
-            next_wait: 0,
-            side: Side::Enter,
-            best: 0.0,
-            t: from,
-            f: 0.0,
-            incoming: Vec::new(),
-            next_in: 0,
-            sources: Vec::new(),
-            next_src: 0,
-            jumps: Vec::new(),
+        .zip(by_rank)
+        .map(|(r, mine)| {
+            let waited = waited_by_call(main(r.rank), mine.into_iter());
+            Stream::new(r.rank, times.calls_at(r.rank, 0), waited, &w)
         })
         .collect();
     // Sources and incoming edges, between main threads only.
-    let mut send_mark: Vec<Mark> = vec![UNSWEPT; messages.sends.len()];
     for (si, s) in messages.sends.iter().enumerate() {
         if Some(s.call.thread) == main(s.call.rank) {
             streams[s.call.rank as usize]
@@ -339,23 +585,27 @@ pub(crate) fn compute(
         first.push(total);
         total += inst.members.len();
     }
-    let mut enter_mark: Vec<Mark> = vec![UNSWEPT; total];
-    let on_main = |m: &Option<MemberCalls>| {
-        m.as_ref()
-            .is_some_and(|m| Some(m.enter.thread) == main(m.enter.rank))
-    };
+    let on_main: Vec<Vec<bool>> = instances
+        .iter()
+        .map(|inst| {
+            (inst.members.iter())
+                .map(|m| {
+                    m.as_ref()
+                        .is_some_and(|m| Some(m.enter.thread) == main(m.enter.rank))
+                })
+                .collect()
+        })
+        .collect();
     for (ii, inst) in instances.iter().enumerate() {
         for (k, m) in inst.members.iter().enumerate() {
             let Some(m) = m else { continue };
-            if Some(m.enter.thread) == main(m.enter.rank) {
+            if on_main[ii][k] {
                 streams[m.enter.rank as usize]
                     .sources
                     .push((m.enter.index, From::Coll(ii, k as u32)));
             }
             let Some(exit) = m.exit else { continue };
-            let from_main = inst
-                .senders(k as u32)
-                .any(|s| on_main(&inst.members[s as usize]));
+            let from_main = inst.senders(k as u32).any(|s| on_main[ii][s as usize]);
             if Some(exit.thread) == main(exit.rank) && from_main {
                 streams[exit.rank as usize]
                     .incoming
@@ -364,126 +614,34 @@ pub(crate) fn compute(
         }
     }
     for s in &mut streams {
-        s.sources.sort_unstable_by_key(|x| x.0);
-        s.incoming.sort_unstable_by_key(|x| x.0);
+        s.sort();
     }
+    let mut marks = Marks {
+        instances,
+        on_main,
+        first,
+        send_mark: vec![Mark::UNSWEPT; messages.sends.len()],
+        enter_mark: vec![Mark::UNSWEPT; total],
+    };
     let mut dropped = 0u64;
     // The sweep: each rank's nodes in order; an exit waits until the
     // enters its edges come from were swept (a DAG in time, so some rank
     // can always go on), unless nothing can: then the earliest blocked
     // exit goes on without the missing edges (they went back in time).
-    let heads: Vec<_> = (0..streams.len()).collect();
     let mut force: Option<usize> = None;
     loop {
         let mut progress = false;
         let mut blocked: Option<(u64, usize)> = None;
-        for &r in &heads {
-            loop {
-                let s = &mut streams[r];
-                let Some((t, side)) = head(s, &waited[r]) else {
-                    break;
-                };
-                let (pos, func, _, _) = s.call.expect("a call at the head");
-                let forced = force == Some(r);
-                let f_t = computing.f(t);
-                let mut best = if side == Side::Resume {
-                    // Waiting weighs nothing.
-                    s.best
-                } else {
-                    s.best + n * (t - s.t) as f64 - c * (f_t - s.f)
-                };
-                if side == Side::Exit {
-                    while s.incoming.get(s.next_in).is_some_and(|x| x.0 < pos) {
-                        s.next_in += 1;
-                    }
-                    let edges = s.incoming[s.next_in..]
-                        .iter()
-                        .take_while(|x| x.0 == pos)
-                        .map(|x| x.1);
-                    // The marks of the enters its edges come from.
-                    let mut missing = 0u64;
-                    let mut won: Option<Mark> = None;
-                    let mut edges_n = 0;
-                    for e in edges {
-                        edges_n += 1;
-                        let mut take = |m: Mark| {
-                            if m.best.is_nan() {
-                                missing += 1;
-                            } else if m.best > best {
-                                // An edge only carries the dependency.
-                                best = m.best;
-                                won = Some(m);
-                            }
-                        };
-                        match e {
-                            From::Send(si) => take(send_mark[si]),
-                            From::Coll(ii, i) => {
-                                let inst = &instances[ii];
-                                for k in inst.senders(i) {
-                                    if on_main(&inst.members[k as usize]) {
-                                        take(enter_mark[first[ii] + k as usize]);
-                                    }
-                                }
-                            }
-                        }
-                    }
-                    if missing > 0 && !forced {
-                        if blocked.is_none_or(|b| t < b.0) {
-                            blocked = Some((t, r));
-                        }
-                        break;
-                    }
-                    // At the window's edges every node is clipped to one
-                    // time; nothing there weighs anything.
-                    if from < t && t < to {
-                        dropped += missing;
-                    }
-                    s.next_in += edges_n;
-                    if let Some(m) = won {
-                        s.jumps.push(Jump {
-                            at: pos,
-                            rank: m.rank,
-                            pos: m.pos,
-                            activity: func,
-                        });
-                    }
-                } else if side == Side::Enter {
-                    while s.sources.get(s.next_src).is_some_and(|x| x.0 < pos) {
-                        s.next_src += 1;
-                    }
-                    let mark = Mark {
-                        best,
-                        rank: r as u32,
-                        pos,
-                    };
-                    while let Some(&(p, src)) = s.sources.get(s.next_src) {
-                        if p != pos {
-                            break;
-                        }
-                        s.next_src += 1;
-                        match src {
-                            From::Send(si) => send_mark[si] = mark,
-                            From::Coll(ii, k) => enter_mark[first[ii] + k as usize] = mark,
-                        }
-                    }
+        for (r, s) in streams.iter_mut().enumerate() {
+            let (went, stop) = s.advance(&w, &mut marks, force == Some(r), &mut dropped);
+            progress |= went;
+            if let Stop::Blocked(t) = stop {
+                if blocked.is_none_or(|b| t < b.0) {
+                    blocked = Some((t, r));
                 }
-                if forced {
-                    force = None;
-                }
-                s.best = best;
-                s.t = t;
-                s.f = f_t;
-                s.side = match side {
-                    Side::Enter if s.resumed.is_some() => Side::Resume,
-                    Side::Enter | Side::Resume => Side::Exit,
-                    Side::Exit => {
-                        s.call = None;
-                        Side::Enter
-                    }
-                };
-                progress = true;
             }
         }
+        force = None;
         match blocked {
             None => break,
             Some(_) if progress => {}
@@ -495,78 +653,31 @@ pub(crate) fn compute(
     let total = end.map_or(0.0, |e| streams[e].best);
     // Stretches last first, each with where its weighed part starts.
     let mut path: Vec<(Stretch, u64)> = Vec::new();
-    let mut hops = 0u64;
-    if let Some(last) = end.and_then(|e| last_call(trace, e as u32)) {
-        let span = |at: EventRef| {
-            let (a, b) = times.of(at).unwrap_or((from, from));
-            (clip(a), clip(b.max(a)))
-        };
-        let mut at = last;
-        let mut on_exit = true;
-        let mut t = span(at).1;
-        let mut guard = 0usize;
+    let mut push = |rank, activity, a: u64, b: u64, weighed: u64| {
+        if b > a {
+            path.push((Stretch::new(rank, activity, a, b), weighed.clamp(a, b)));
+        }
+    };
+    let mut hops = 0;
+    if let Some(mut back) = end.and_then(|e| Back::start(trace, times, &w, e as u32)) {
         let limit = 4 * trace.events() as usize + 16;
-        let push =
-            |path: &mut Vec<(Stretch, u64)>, rank, activity, a: u64, b: u64, weighed: u64| {
-                if b > a {
-                    path.push((Stretch::new(rank, activity, a, b), weighed.clamp(a, b)));
-                }
-            };
-        while t > from && guard < limit {
-            guard += 1;
-            let a = span(at).0;
-            if on_exit {
-                let jumps = &streams[at.rank as usize].jumps;
-                let jump = jumps
-                    .binary_search_by_key(&at.index, |j| j.at)
-                    .ok()
-                    .map(|i| jumps[i]);
-                if let Some(j) = jump {
-                    // A message or collective edge from the enter of another
-                    // rank's call: the time is the receiving call's.
-                    let src = EventRef {
-                        rank: j.rank,
-                        thread: trace.held(j.rank).threads[0].index,
-                        index: j.pos,
-                    };
-                    let start = span(src).0;
-                    push(&mut path, at.rank, j.activity, start, t, t);
-                    hops += u64::from(j.rank != at.rank);
-                    at = src;
-                    t = start;
-                } else {
-                    let w = &waited[at.rank as usize];
-                    let mut k = w.partition_point(|x| x.0 < at.index);
-                    let resumed = resume_at(w, &mut k, at.index, a, t);
-                    let func = times.func(at).unwrap_or(COMPUTING);
-                    push(&mut path, at.rank, func, a, t, resumed.unwrap_or(a));
-                    t = a;
-                }
-                on_exit = false;
-            } else {
-                match previous_call(trace, at) {
-                    Some(prev) => {
-                        let b_prev = span(prev).1.min(t);
-                        push(&mut path, at.rank, COMPUTING, b_prev, t, b_prev);
-                        at = prev;
-                        t = b_prev;
-                        on_exit = true;
-                    }
-                    None => {
-                        push(&mut path, at.rank, COMPUTING, from, t, from);
-                        break;
-                    }
-                }
+        loop {
+            let s = &streams[back.at.rank as usize];
+            match back.step(trace, times, &w, s, limit, &mut push) {
+                BackStep::Go => {}
+                BackStep::Done => break,
+                BackStep::Hop(j) => back.land(trace, times, &w, j, &mut push),
             }
         }
+        hops = back.hops;
     }
     let mut walk = if keep {
         Walk::keeping(from, to)
     } else {
         Walk::new(from, to)
     };
-    for (s, w) in &path {
-        walk.push_weighted(s.rank, s.activity, s.from, s.to, weight(*w, s.to));
+    for (s, a) in &path {
+        walk.push_weighted(s.rank, s.activity, s.from, s.to, w.of(*a, s.to));
     }
     walk.flush();
     Found {
@@ -574,6 +685,117 @@ pub(crate) fn compute(
         weight: total,
         hops,
         dropped_edges: dropped,
+    }
+}
+
+/// The walk back from the heaviest end of the sweep, through the edges
+/// that won: at each exit the jump that arrived there, else the call and
+/// the computation before it.
+#[derive(Debug, Clone, Copy)]
+pub struct Back {
+    pub at: EventRef,
+    pub on_exit: bool,
+    pub t: u64,
+    pub guard: usize,
+    pub hops: u64,
+}
+
+/// What one step of [`Back`] did.
+pub enum BackStep {
+    Go,
+    Done,
+    /// Over a jump to the enter of another call (maybe of another rank:
+    /// [`Back::land`] there).
+    Hop(Jump),
+}
+
+fn span(times: &Times, w: &Weigh, at: EventRef) -> (u64, u64) {
+    let (a, b) = times.of(at).unwrap_or((w.from, w.from));
+    (w.clip(a), w.clip(b.max(a)))
+}
+
+impl Back {
+    /// At the last call of `rank`'s main thread, if it has one.
+    pub fn start(trace: &Trace, times: &Times, w: &Weigh, rank: u32) -> Option<Back> {
+        let at = last_call(trace, rank)?;
+        Some(Back {
+            at,
+            on_exit: true,
+            t: span(times, w, at).1,
+            guard: 0,
+            hops: 0,
+        })
+    }
+
+    /// One step back on `at`'s rank, whose stream is `s`; `push(rank,
+    /// activity, a, b, weighed from)` takes each stretch, last first.
+    pub fn step<E: Copy, S: Copy>(
+        &mut self,
+        trace: &Trace,
+        times: &Times,
+        w: &Weigh,
+        s: &Stream<E, S>,
+        limit: usize,
+        push: &mut impl FnMut(u32, u32, u64, u64, u64),
+    ) -> BackStep {
+        if self.t <= w.from || self.guard >= limit {
+            return BackStep::Done;
+        }
+        self.guard += 1;
+        let at = self.at;
+        let a = span(times, w, at).0;
+        if self.on_exit {
+            let jump = (s.jumps.binary_search_by_key(&at.index, |j| j.at).ok()).map(|i| s.jumps[i]);
+            if let Some(j) = jump {
+                return BackStep::Hop(j);
+            }
+            let mut k = s.waited.partition_point(|x| x.0 < at.index);
+            let resumed = resume_at(&s.waited, &mut k, at.index, a, self.t);
+            let func = times.func(at).unwrap_or(COMPUTING);
+            push(at.rank, func, a, self.t, resumed.unwrap_or(a));
+            self.t = a;
+            self.on_exit = false;
+            return BackStep::Go;
+        }
+        match previous_call(trace, at) {
+            Some(prev) => {
+                let b_prev = span(times, w, prev).1.min(self.t);
+                push(at.rank, COMPUTING, b_prev, self.t, b_prev);
+                self.at = prev;
+                self.t = b_prev;
+                self.on_exit = true;
+                BackStep::Go
+            }
+            None => {
+                push(at.rank, COMPUTING, w.from, self.t, w.from);
+                BackStep::Done
+            }
+        }
+    }
+
+    /// Arrives over jump `j` at the enter it left, on the block that holds
+    /// `j.rank`: the receiving call's stretch is pushed from there.
+    pub fn land(
+        &mut self,
+        trace: &Trace,
+        times: &Times,
+        w: &Weigh,
+        j: Jump,
+        push: &mut impl FnMut(u32, u32, u64, u64, u64),
+    ) {
+        let src = EventRef {
+            rank: j.rank,
+            thread: trace.held(j.rank).threads[0].index,
+            index: j.pos,
+        };
+        // A message or collective edge from the enter of another rank's
+        // call: the time is the receiving call's.
+        let start = span(times, w, src).0;
+        push(self.at.rank, j.activity, start, self.t, self.t);
+        self.hops += u64::from(j.rank != self.at.rank);
+        self.at = src;
+        self.t = start;
+        self.on_exit = false;
     }
 }
 
