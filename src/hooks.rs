@@ -13,7 +13,7 @@ use crate::guard::Guard;
 use crate::piggyback::{self, Got};
 use crate::recorder::{Recorder, RecvSlot, Writer};
 use crate::requests::{key, Op, OpKind, MESSAGES, REQUESTS};
-use core::cell::RefCell;
+use core::cell::{Cell, RefCell};
 use core::ffi::{c_int, c_void};
 use pmtrace_format::pending::PendingRecv;
 use pmtrace_format::record::{
@@ -311,8 +311,10 @@ pub fn issue(
         let mut w = call.begin();
         if call.ok() {
             let id = w.as_mut().map_or(0, |r| r.take_op());
+            let recv = matches!(kind, OpKind::Recv { .. });
             register(request, id, kind, persistent, pb);
-            if !persistent {
+            // (A send's slot never joins the pending receives.)
+            if !persistent && recv {
                 piggyback::posted_recv(pb, true);
             }
         } else {
@@ -750,7 +752,7 @@ fn complete_op(
     handle: MPI_Request,
     slot: usize,
     status: *const MPI_Status,
-    out: &mut SmallVec<[Completed; 8]>,
+    out: &mut Vec<Completed>,
 ) {
     if ffi::is_request_null(handle) {
         return;
@@ -798,13 +800,13 @@ fn completed_set(
     requests: &[MPI_Request],
     slots: *const MPI_Request,
     done: &Done,
-) -> SmallVec<[Completed; 8]> {
+    mut out: Vec<Completed>,
+) -> Vec<Completed> {
     let at = |i: usize| slot_at(slots, i);
     let c = ffi::consts();
-    let mut out = SmallVec::new();
     // Requests looked at below, each once: the final scan skips them.
     let mut seen = Seen::new(requests.len());
-    let mut visit = |i: usize, st: *const MPI_Status, out: &mut SmallVec<[Completed; 8]>| {
+    let mut visit = |i: usize, st: *const MPI_Status, out: &mut Vec<Completed>| {
         if seen.set(i) {
             complete_op(requests[i], at(i), st, out);
         }
@@ -912,45 +914,59 @@ impl Seen {
     }
 }
 
+thread_local! {
+    /// The list `complete` fills, kept for the thread's next completion.
+    static COMPLETED: Cell<Vec<Completed>> = const { Cell::new(Vec::new()) };
+}
+
 pub fn complete(call: Call, requests: &[MPI_Request], slots: *const MPI_Request, done: Done) {
     guarded(|| {
-        let set = completed_set(&call, requests, slots, &done);
-        // Communicators from completed MPI_Comm_idup are defined before the
-        // record that completes them.
-        for c in &set {
-            if let OpKind::Idup {
-                newcomm,
-                parent_gid,
-                nth,
-            } = c.kind
-            {
-                let comm = crate::requests::comm_of_idup(newcomm);
-                comms::define_idup(comm, parent_gid, nth, call.rec(), call.t0);
-            }
+        let list = COMPLETED.try_with(Cell::take).unwrap_or_default();
+        let mut set = completed_set(&call, requests, slots, &done, list);
+        complete_set(&call, &set);
+        set.clear();
+        let _ = COMPLETED.try_with(|c| c.set(set));
+    })
+}
+
+/// Records the operations a completion call completed.
+#[inline(always)]
+fn complete_set(call: &Call, set: &[Completed]) {
+    // Communicators from completed MPI_Comm_idup are defined before the
+    // record that completes them.
+    for c in set {
+        if let OpKind::Idup {
+            newcomm,
+            parent_gid,
+            nth,
+        } = c.kind
+        {
+            let comm = crate::requests::comm_of_idup(newcomm);
+            comms::define_idup(comm, parent_gid, nth, call.rec(), call.t0);
         }
-        if set.is_empty() && leave_out(&call) {
-            return;
-        }
-        let mut batches = set.chunks(list_batch());
-        let first = batches.next().unwrap_or(&[]);
-        let Some(mut w) = call.begin_list(first.len()) else {
+    }
+    if set.is_empty() && leave_out(call) {
+        return;
+    }
+    let mut batches = set.chunks(list_batch());
+    let first = batches.next().unwrap_or(&[]);
+    let Some(mut w) = call.begin_list(first.len()) else {
+        return;
+    };
+    w.put_u(first.len() as u64);
+    completion_items(&mut w, first);
+    w.commit();
+    for batch in batches {
+        let Some(mut w) = call
+            .rec()
+            .begin_continuation(32 + batch.len() * item_room())
+        else {
             return;
         };
-        w.put_u(first.len() as u64);
-        completion_items(&mut w, first);
-        w.commit();
-        for batch in batches {
-            let Some(mut w) = call
-                .rec()
-                .begin_continuation(32 + batch.len() * item_room())
-            else {
-                return;
-            };
-            w.put_u(batch.len() as u64);
-            completion_items(&mut w, batch);
-            w.commit_part();
-        }
-    })
+        w.put_u(batch.len() as u64);
+        completion_items(&mut w, batch);
+        w.commit_part();
+    }
 }
 
 fn completion_items(r: &mut Writer, batch: &[Completed]) {

@@ -195,7 +195,7 @@ impl Requests {
             let op = ops.get_mut(i)?;
             let r = f(op);
             if remove {
-                ops.remove(i);
+                drop_at(ops, i);
             }
             Some(r)
         })
@@ -212,7 +212,7 @@ impl Requests {
             };
             let op = *ops.get(i)?;
             if gone(&op) {
-                ops.remove(i);
+                drop_at(ops, i);
             }
             Some(op)
         })
@@ -224,6 +224,17 @@ impl Requests {
 
     pub fn remove(&self, key: u64, slot: usize) -> Option<Op> {
         self.with_op(key, slot, true, |op| *op)
+    }
+}
+
+/// Drops the i-th operation of a handle, keeping the others in age order;
+/// the last one (the only one, nearly always) without a move.
+#[inline(always)]
+fn drop_at(ops: &mut SmallVec<[Op; 1]>, i: usize) {
+    if i + 1 == ops.len() {
+        ops.pop();
+    } else {
+        ops.remove(i);
     }
 }
 
