@@ -13,7 +13,7 @@ use crate::guard::Guard;
 use crate::piggyback::{self, Got};
 use crate::recorder::{Recorder, RecvSlot, Writer};
 use crate::requests::{key, Op, OpKind, MESSAGES, REQUESTS};
-use core::cell::RefCell;
+use core::cell::{Cell, RefCell};
 use core::ffi::{c_int, c_void};
 use pmtrace_format::pending::PendingRecv;
 use pmtrace_format::record::{
@@ -311,8 +311,10 @@ pub fn issue(
         let mut w = call.begin();
         if call.ok() {
             let id = w.as_mut().map_or(0, |r| r.take_op());
+            let recv = matches!(kind, OpKind::Recv { .. });
             register(request, id, kind, persistent, pb);
-            if !persistent {
+            // (A send's slot never joins the pending receives.)
+            if !persistent && recv {
                 piggyback::posted_recv(pb, true);
             }
         } else {
@@ -739,7 +741,6 @@ struct Completed {
     cancelled: bool,
     /// Null when MPI freed the request without reporting it (an error).
     status: *const MPI_Status,
-    slot: usize,
     /// What the received message's piggyback said.
     got: Option<Got>,
 }
@@ -751,9 +752,9 @@ fn complete_op(
     handle: MPI_Request,
     slot: usize,
     status: *const MPI_Status,
-    out: &mut SmallVec<[Completed; 8]>,
+    out: &mut Vec<Completed>,
 ) {
-    if ffi::is_request_null(handle) || out.iter().any(|c| c.slot == slot) {
+    if ffi::is_request_null(handle) {
         return;
     }
     let k = key(handle);
@@ -790,7 +791,6 @@ fn complete_op(
         kind: op.kind,
         cancelled: op.cancelled,
         status,
-        slot,
         got,
     });
 }
@@ -800,10 +800,17 @@ fn completed_set(
     requests: &[MPI_Request],
     slots: *const MPI_Request,
     done: &Done,
-) -> SmallVec<[Completed; 8]> {
+    mut out: Vec<Completed>,
+) -> Vec<Completed> {
     let at = |i: usize| slot_at(slots, i);
     let c = ffi::consts();
-    let mut out = SmallVec::new();
+    // Requests looked at below, each once: the final scan skips them.
+    let mut seen = Seen::new(requests.len());
+    let mut visit = |i: usize, st: *const MPI_Status, out: &mut Vec<Completed>| {
+        if seen.set(i) {
+            complete_op(requests[i], at(i), st, out);
+        }
+    };
     let ok = call.rc == 0;
     let in_status = call.rc == c.err_in_status;
     // SAFETY (all reads below): MPI filled the flag, index, outcount,
@@ -811,31 +818,29 @@ fn completed_set(
     // when ignored, so they are always readable.
     unsafe {
         match *done {
-            Done::One(st) if ok => complete_op(requests[0], at(0), st, &mut out),
-            Done::IfFlag(flag, st) if ok && *flag != 0 => {
-                complete_op(requests[0], at(0), st, &mut out)
-            }
+            Done::One(st) if ok => visit(0, st, &mut out),
+            Done::IfFlag(flag, st) if ok && *flag != 0 => visit(0, st, &mut out),
             Done::Index(index, st) if ok && *index != c.undefined && *index >= 0 => {
-                complete_op(requests[*index as usize], at(*index as usize), st, &mut out)
+                visit(*index as usize, st, &mut out)
             }
             Done::IndexIfFlag(index, flag, st)
                 if ok && *flag != 0 && *index != c.undefined && *index >= 0 =>
             {
-                complete_op(requests[*index as usize], at(*index as usize), st, &mut out)
+                visit(*index as usize, st, &mut out)
             }
             Done::All(sts) if ok || in_status => {
-                for (i, &h) in requests.iter().enumerate() {
+                for i in 0..requests.len() {
                     let st = sts.add(i);
                     if ok || (*st).MPI_ERROR != c.err_pending {
-                        complete_op(h, at(i), st, &mut out);
+                        visit(i, st, &mut out);
                     }
                 }
             }
             Done::AllIfFlag(flag, sts) if (ok && *flag != 0) || in_status => {
-                for (i, &h) in requests.iter().enumerate() {
+                for i in 0..requests.len() {
                     let st = sts.add(i);
                     if ok || (*st).MPI_ERROR != c.err_pending {
-                        complete_op(h, at(i), st, &mut out);
+                        visit(i, st, &mut out);
                     }
                 }
             }
@@ -845,7 +850,7 @@ fn completed_set(
                     for k in 0..n as usize {
                         let i = *indices.add(k) as usize;
                         if i < requests.len() {
-                            complete_op(requests[i], at(i), sts.add(k), &mut out);
+                            visit(i, sts.add(k), &mut out);
                         }
                     }
                 }
@@ -855,53 +860,113 @@ fn completed_set(
     }
     // A nonpersistent request MPI freed without reporting it complete (a
     // failed call, in libraries that free failed requests) is over too.
-    for (i, &h) in requests.iter().enumerate() {
-        if !ffi::is_request_null(h) {
-            complete_op(h, at(i), core::ptr::null(), &mut out);
+    // Only a handle MPI set to MPI_REQUEST_NULL can be (`complete_op`
+    // without a status does nothing for the others).
+    if !seen.all() {
+        for (i, &h) in requests.iter().enumerate() {
+            // SAFETY: the application's handle array, valid for the call.
+            let freed = || ffi::is_request_null(unsafe { *(at(i) as *const MPI_Request) });
+            if !seen.has(i) && !ffi::is_request_null(h) && freed() {
+                complete_op(h, at(i), core::ptr::null(), &mut out);
+            }
         }
     }
     out
 }
 
+/// Which requests of a completion call were looked at: a bit each.
+struct Seen {
+    bits: SmallVec<[u64; 2]>,
+    n: usize,
+    count: usize,
+}
+
+impl Seen {
+    #[inline(always)]
+    fn new(n: usize) -> Seen {
+        Seen {
+            bits: smallvec::smallvec![0; n.div_ceil(64)],
+            n,
+            count: 0,
+        }
+    }
+
+    /// Marks request `i`; false if it was marked already.
+    #[inline(always)]
+    fn set(&mut self, i: usize) -> bool {
+        let (w, b) = (i / 64, 1u64 << (i % 64));
+        if self.bits[w] & b != 0 {
+            return false;
+        }
+        self.bits[w] |= b;
+        self.count += 1;
+        true
+    }
+
+    #[inline(always)]
+    fn has(&self, i: usize) -> bool {
+        self.bits[i / 64] & (1u64 << (i % 64)) != 0
+    }
+
+    #[inline(always)]
+    fn all(&self) -> bool {
+        self.count == self.n
+    }
+}
+
+thread_local! {
+    /// The list `complete` fills, kept for the thread's next completion.
+    static COMPLETED: Cell<Vec<Completed>> = const { Cell::new(Vec::new()) };
+}
+
 pub fn complete(call: Call, requests: &[MPI_Request], slots: *const MPI_Request, done: Done) {
     guarded(|| {
-        let set = completed_set(&call, requests, slots, &done);
-        // Communicators from completed MPI_Comm_idup are defined before the
-        // record that completes them.
-        for c in &set {
-            if let OpKind::Idup {
-                newcomm,
-                parent_gid,
-                nth,
-            } = c.kind
-            {
-                let comm = crate::requests::comm_of_idup(newcomm);
-                comms::define_idup(comm, parent_gid, nth, call.rec(), call.t0);
-            }
+        let list = COMPLETED.try_with(Cell::take).unwrap_or_default();
+        let mut set = completed_set(&call, requests, slots, &done, list);
+        complete_set(&call, &set);
+        set.clear();
+        let _ = COMPLETED.try_with(|c| c.set(set));
+    })
+}
+
+/// Records the operations a completion call completed.
+#[inline(always)]
+fn complete_set(call: &Call, set: &[Completed]) {
+    // Communicators from completed MPI_Comm_idup are defined before the
+    // record that completes them.
+    for c in set {
+        if let OpKind::Idup {
+            newcomm,
+            parent_gid,
+            nth,
+        } = c.kind
+        {
+            let comm = crate::requests::comm_of_idup(newcomm);
+            comms::define_idup(comm, parent_gid, nth, call.rec(), call.t0);
         }
-        if set.is_empty() && leave_out(&call) {
-            return;
-        }
-        let mut batches = set.chunks(list_batch());
-        let first = batches.next().unwrap_or(&[]);
-        let Some(mut w) = call.begin_list(first.len()) else {
+    }
+    if set.is_empty() && leave_out(call) {
+        return;
+    }
+    let mut batches = set.chunks(list_batch());
+    let first = batches.next().unwrap_or(&[]);
+    let Some(mut w) = call.begin_list(first.len()) else {
+        return;
+    };
+    w.put_u(first.len() as u64);
+    completion_items(&mut w, first);
+    w.commit();
+    for batch in batches {
+        let Some(mut w) = call
+            .rec()
+            .begin_continuation(32 + batch.len() * item_room())
+        else {
             return;
         };
-        w.put_u(first.len() as u64);
-        completion_items(&mut w, first);
-        w.commit();
-        for batch in batches {
-            let Some(mut w) = call
-                .rec()
-                .begin_continuation(32 + batch.len() * item_room())
-            else {
-                return;
-            };
-            w.put_u(batch.len() as u64);
-            completion_items(&mut w, batch);
-            w.commit_part();
-        }
-    })
+        w.put_u(batch.len() as u64);
+        completion_items(&mut w, batch);
+        w.commit_part();
+    }
 }
 
 fn completion_items(r: &mut Writer, batch: &[Completed]) {

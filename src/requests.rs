@@ -11,6 +11,7 @@
 use crate::ffi::{self, MPI_Comm};
 use parking_lot::Mutex;
 use smallvec::SmallVec;
+use std::collections::hash_map::Entry;
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 
@@ -95,21 +96,43 @@ impl<V> Table<V> {
     }
 }
 
-impl<V: Default> Table<V> {
-    /// Runs `f` on the entry for `key` (created empty if absent); an entry
-    /// left equal to the default is removed.
-    pub fn with<R>(&self, key: u64, f: impl FnOnce(&mut V) -> R) -> R
-    where
-        V: PartialEq,
-    {
+/// A table value that can stand for "no entry": the table keeps no
+/// empty values.
+pub trait Vacant: Default {
+    fn is_vacant(&self) -> bool;
+}
+
+impl<A: smallvec::Array> Vacant for SmallVec<A> {
+    #[inline(always)]
+    fn is_vacant(&self) -> bool {
+        self.is_empty()
+    }
+}
+
+impl<V: Vacant> Table<V> {
+    /// Runs `f` on the entry for `key` (empty if absent); an entry left
+    /// empty is not kept. One probe of the map either way.
+    #[inline]
+    pub fn with<R>(&self, key: u64, f: impl FnOnce(&mut V) -> R) -> R {
         let mut shard = self.shard(key).lock();
         let map = shard.get_or_insert_with(Map::default);
-        let entry = map.entry(key).or_default();
-        let r = f(entry);
-        if *entry == V::default() {
-            map.remove(&key);
+        match map.entry(key) {
+            Entry::Occupied(mut e) => {
+                let r = f(e.get_mut());
+                if e.get().is_vacant() {
+                    e.remove();
+                }
+                r
+            }
+            Entry::Vacant(e) => {
+                let mut v = V::default();
+                let r = f(&mut v);
+                if !v.is_vacant() {
+                    e.insert(v);
+                }
+                r
+            }
         }
-        r
     }
 }
 
@@ -172,7 +195,7 @@ impl Requests {
             let op = ops.get_mut(i)?;
             let r = f(op);
             if remove {
-                ops.remove(i);
+                drop_at(ops, i);
             }
             Some(r)
         })
@@ -189,7 +212,7 @@ impl Requests {
             };
             let op = *ops.get(i)?;
             if gone(&op) {
-                ops.remove(i);
+                drop_at(ops, i);
             }
             Some(op)
         })
@@ -201,6 +224,17 @@ impl Requests {
 
     pub fn remove(&self, key: u64, slot: usize) -> Option<Op> {
         self.with_op(key, slot, true, |op| *op)
+    }
+}
+
+/// Drops the i-th operation of a handle, keeping the others in age order;
+/// the last one (the only one, nearly always) without a move.
+#[inline(always)]
+fn drop_at(ops: &mut SmallVec<[Op; 1]>, i: usize) {
+    if i + 1 == ops.len() {
+        ops.pop();
+    } else {
+        ops.remove(i);
     }
 }
 
