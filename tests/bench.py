@@ -339,13 +339,13 @@ SCALING_RANKS = [int(x) for x in os.environ.get(
 SCALING_PROCS = [1, 2, 4, 8]
 
 
-def parallel_sync(trace, procs):
-    """`mpirun -np procs pmtrace-mpi sync trace --json`: (wall seconds, the
-    largest peak RSS of one process in bytes, the sync report)."""
+def parallel_run(trace, procs, verb):
+    """`mpirun -np procs pmtrace-mpi VERB trace --json`: (wall seconds, the
+    largest peak RSS of one process in bytes, what it printed)."""
     import time
     binary = os.path.join(ROOT, "target/release/pmtrace-mpi")
     cmd = ["mpirun", "-np", str(procs), "--oversubscribe", "/usr/bin/time", "-f", "rss %M",
-           binary, "sync", trace, "--json"]
+           binary, verb, trace, "--json"]
     began = time.monotonic()
     out = subprocess.run(cmd, env=ENV, capture_output=True, text=True)
     wall = time.monotonic() - began
@@ -356,43 +356,58 @@ def parallel_sync(trace, procs):
 
 
 def scaling_section(scratch):
-    """Parallel sync (`pmtrace-mpi sync`) on simulated traces of N ranks
-    (`pmtrace synth`, 20 iterations of a 2-D halo exchange, a world
+    """Parallel sync and critical path (`pmtrace-mpi sync`, then
+    `pmtrace-mpi critical-path` on the synced times) on simulated traces of
+    N ranks (`pmtrace synth`, 20 iterations of a 2-D halo exchange, a world
     Allreduce every 2nd, simulated clocks on N/32 hosts and an imbalanced
     rank) at P processes: wall time and the largest peak RSS of one
     process. Rows with N/P fixed show whether memory per process stays
     flat as N grows."""
     cli = os.path.join(ROOT, "target/release/pmtrace")
-    print("Parallel post-processing: `mpirun -np P pmtrace-mpi sync` on `pmtrace synth` traces")
-    print("(this machine has 2 cores: P > 2 is oversubscribed, so the time shows the cost of the")
-    print("replay's rounds, not a speedup; memory per process is the figure that scales)")
-    print(f"{'ranks':>7}{'events':>12}  " + "".join(f"{'P=' + str(p):>16}" for p in SCALING_PROCS)
-          + "   after sync (largest P): violations, error median / p99 / max")
-    table = {}
+    print("Parallel post-processing: `mpirun -np P pmtrace-mpi sync`, then `critical-path`, on")
+    print("`pmtrace synth` traces (this machine has 2 cores: P > 2 is oversubscribed, so the time")
+    print("shows the cost of the replay's rounds, not a speedup; memory per process is the figure")
+    print("that scales)")
+    tables = {"sync": {}, "critical-path": {}}
+    notes = {}
     for n in SCALING_RANKS:
         trace = os.path.join(scratch, f"synth-{n}")
         subprocess.run([cli, "synth", trace, "--ranks", str(n)], env=ENV, check=True,
                        stdout=subprocess.DEVNULL)
-        events = json.load(open(os.path.join(trace, "truth.json")))["events"]
-        cells = []
-        last = None
+        truth = json.load(open(os.path.join(trace, "truth.json")))
+        last = {}
         for p in SCALING_PROCS:
-            wall, rss, rep = parallel_sync(trace, p)
-            table[(n, p)] = (wall, rss)
-            cells.append(f"{wall:>7.1f} s {rss / 2**20:>5.0f} M")
-            last = rep
-        steps = last["steps"][-1]
-        v = sum(steps["violations"].values())
+            for verb in tables:
+                wall, rss, out = parallel_run(trace, p, verb)
+                tables[verb][(n, p)] = (wall, rss)
+                last[verb] = out
+        steps = last["sync"]["steps"][-1]
         e = steps["error_ns"] or {}
-        print(f"{n:>7}{events:>12}  " + "".join(f"{c:>16}" for c in cells)
-              + f"   {v}, {e.get('median')} / {e.get('p99')} / {e.get('max')} ns")
+        path = last["critical-path"]
+        top = path["by_rank"][0] if path["by_rank"] else {}
+        wtop = (path.get("weighted") or {}).get("by_rank", [{}])[0]
+        imb = (truth.get("imbalance") or {}).get("rank")
+        notes[n] = (truth["events"], sum(steps["violations"].values()), e,
+                    imb, top.get("rank"), top.get("share", 0), wtop.get("rank"), wtop.get("share", 0))
         shutil.rmtree(trace, ignore_errors=True)
-    per = sorted({n // p for (n, p) in table if n % p == 0})
-    flat = [k for k in per if sum(1 for (n, p) in table if n == k * p) >= 3]
-    for k in flat[-2:]:
-        row = [(p, table[(k * p, p)]) for p in SCALING_PROCS if (k * p, p) in table]
-        print(f"  N/P = {k}: " + ", ".join(f"P={p} N={k * p}: {rss / 2**20:.0f} MiB, {wall:.1f} s"
-                                          for p, (wall, rss) in row))
+    for verb, table in tables.items():
+        print(f"\n  {verb}")
+        print(f"{'ranks':>7}{'events':>12}  " + "".join(f"{'P=' + str(p):>16}" for p in SCALING_PROCS)
+              + ("   after sync (largest P): violations, error median / p99 / max" if verb == "sync"
+                 else "   imbalanced rank; path's first rank (share), weighted"))
+        for n in SCALING_RANKS:
+            events, v, e, imb, r, share, wr, wshare = notes[n]
+            cells = [f"{table[(n, p)][0]:>7.1f} s {table[(n, p)][1] / 2**20:>5.0f} M"
+                     for p in SCALING_PROCS]
+            tail = (f"   {v}, {e.get('median')} / {e.get('p99')} / {e.get('max')} ns" if verb == "sync"
+                    else f"   {imb}; {r} ({100 * share:.1f}%), {wr} ({100 * wshare:.1f}%)")
+            print(f"{n:>7}{events:>12}  " + "".join(f"{c:>16}" for c in cells) + tail)
+        per = sorted({n // p for (n, p) in table if n % p == 0})
+        flat = [k for k in per if sum(1 for (n, p) in table if n == k * p) >= 3]
+        for k in flat[-2:]:
+            row = [(p, table[(k * p, p)]) for p in SCALING_PROCS if (k * p, p) in table]
+            print(f"  N/P = {k}: " + ", ".join(f"P={p} N={k * p}: {rss / 2**20:.0f} MiB, {wall:.1f} s"
+                                              for p, (wall, rss) in row))
 
 
 def traced_run(np, prog, args, scratch, extra_env):

@@ -122,23 +122,31 @@ impl Fabric for Mpi {
     // stay far below 2^63; maxima keep their order with the top bit
     // flipped.
     fn sum(&self, v: &mut [u64]) {
-        let mine: Vec<i64> = v.iter().map(|&x| x as i64).collect();
-        let mut all = vec![0i64; v.len()];
-        self.comm
-            .all_reduce_into(&mine[..], &mut all[..], SystemOperation::sum());
-        for (x, a) in v.iter_mut().zip(all) {
-            *x = a as u64;
+        for part in v.chunks_mut(REDUCE_CHUNK) {
+            let mine: Vec<i64> = part.iter().map(|&x| x as i64).collect();
+            let mut all = vec![0i64; part.len()];
+            self.comm
+                .all_reduce_into(&mine[..], &mut all[..], SystemOperation::sum());
+            for (x, a) in part.iter_mut().zip(all) {
+                *x = a as u64;
+            }
         }
     }
 
     fn max(&self, v: &mut [u64]) {
         let flip = |x: u64| (x ^ (1 << 63)) as i64;
-        let mine: Vec<i64> = v.iter().map(|&x| flip(x)).collect();
-        let mut all = vec![0i64; v.len()];
-        self.comm
-            .all_reduce_into(&mine[..], &mut all[..], SystemOperation::max());
-        for (x, a) in v.iter_mut().zip(all) {
-            *x = (a as u64) ^ (1 << 63);
+        for part in v.chunks_mut(REDUCE_CHUNK) {
+            let mine: Vec<i64> = part.iter().map(|&x| flip(x)).collect();
+            let mut all = vec![0i64; part.len()];
+            self.comm
+                .all_reduce_into(&mine[..], &mut all[..], SystemOperation::max());
+            for (x, a) in part.iter_mut().zip(all) {
+                *x = (a as u64) ^ (1 << 63);
+            }
         }
     }
 }
+
+/// Elements reduced at a time: the copies a reduction makes stay at 16 MiB
+/// however long the vector (the weighted path's F has 4 M bins).
+const REDUCE_CHUNK: usize = 1 << 20;
