@@ -184,6 +184,30 @@ impl Instance<MemberCalls> {
                 .is_some_and(|m| m.exit.is_some())
         })
     }
+
+    /// How many of [`Instance::completed_messages`] there are, in linear
+    /// time.
+    pub fn completed_count(&self) -> u64 {
+        let n = self.members.len() as u32;
+        let senders = (0..n).filter(|&k| self.may_send(k)).count() as u64;
+        let mut before = 0u64;
+        let mut count = 0u64;
+        for i in 0..n {
+            let exited = self.members[i as usize]
+                .as_ref()
+                .is_some_and(|m| m.exit.is_some());
+            let sends = u64::from(self.may_send(i));
+            if exited && self.may_recv(i) {
+                count += if self.ordered() {
+                    before
+                } else {
+                    senders - sends
+                };
+            }
+            before += sends;
+        }
+        count
+    }
 }
 
 /// Every collective instance of `trace` that completed without error on
@@ -332,4 +356,61 @@ fn member_of(
             recvd,
         },
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(rank: u32, index: u32) -> EventRef {
+        EventRef {
+            rank,
+            thread: 0,
+            index,
+        }
+    }
+
+    #[test]
+    fn completed_count_counts_the_completed_messages_in_linear_time() {
+        // Members: sent/received bytes, exited or not, absent (every 5th).
+        let member = |k: u32| {
+            (k % 5 != 4).then(|| MemberCalls {
+                enter: at(k, 1),
+                exit: (k % 3 != 2).then(|| at(k, 2)),
+                sent: u64::from(k % 4 != 1) * 8,
+                recvd: u64::from(k % 6 != 3) * 8,
+            })
+        };
+        let shapes = [
+            Shape::OneToN,
+            Shape::NToOne,
+            Shape::NToN,
+            Shape::Scan,
+            Shape::Exscan,
+        ];
+        let mut checked = 0;
+        for flow in [Flow::Data, Flow::Barrier, Flow::Unordered] {
+            for shape in shapes {
+                for n in [0u32, 1, 2, 7, 30] {
+                    for root in [None, Some(0), Some(n / 2)] {
+                        let inst = Instance {
+                            shape,
+                            flow,
+                            root,
+                            comm: 1,
+                            members: (0..n).map(member).collect(),
+                        };
+                        let want = inst.completed_messages().count() as u64;
+                        assert_eq!(
+                            inst.completed_count(),
+                            want,
+                            "{flow:?} {shape:?} n={n} root={root:?}"
+                        );
+                        checked += u64::from(want > 0);
+                    }
+                }
+            }
+        }
+        assert!(checked > 20, "{checked} instances with messages");
+    }
 }

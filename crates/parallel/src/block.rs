@@ -82,7 +82,7 @@ pub fn open<F: Fabric + ?Sized>(f: &F, dir: &Path) -> Result<Block, String> {
             )),
         );
     }
-    let constants = constants_warnings(f, &trace);
+    let constants = constants_warnings(f, &trace, blocks.owner(0));
     let (comms, comm_warnings) = resolve_comms(f, &trace);
     trace.comms = comms;
     // Process 0 keeps the trace's warnings, as a whole trace's reader
@@ -94,14 +94,14 @@ pub fn open<F: Fabric + ?Sized>(f: &F, dir: &Path) -> Result<Block, String> {
     Ok(Block { trace, blocks })
 }
 
-/// The ranks whose MPI constants differ from rank 0's, one line each, in
-/// rank order, on every process.
-fn constants_warnings<F: Fabric + ?Sized>(f: &F, trace: &Trace) -> Vec<String> {
+/// The ranks whose MPI constants differ from rank 0's (held by process
+/// `zero`), one line each, in rank order, on every process.
+fn constants_warnings<F: Fabric + ?Sized>(f: &F, trace: &Trace, zero: usize) -> Vec<String> {
     let rank0 = match trace.rank(0) {
         Some(r) => serde_json::to_vec(&r.header.constants).expect("constants serialize"),
         None => Vec::new(),
     };
-    let rank0 = f.all_gather(rank0).swap_remove(0);
+    let rank0 = f.all_gather(rank0).swap_remove(zero);
     let mut out = Out::default();
     for r in &trace.ranks {
         if serde_json::to_vec(&r.header.constants).expect("constants serialize") != rank0 {

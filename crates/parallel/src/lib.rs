@@ -17,6 +17,7 @@ pub mod insts;
 pub mod messages;
 pub mod metrics;
 pub mod net;
+pub mod report;
 pub mod select;
 pub mod sync;
 pub mod verbs;

@@ -92,7 +92,7 @@ impl FunctionStats {
     }
 
     /// Adds `other` in, and sets the mean of the sum.
-    fn merge(&mut self, other: &FunctionStats) {
+    pub fn merge(&mut self, other: &FunctionStats) {
         self.calls += other.calls;
         self.total_ns += other.total_ns;
         self.bytes += other.bytes;
@@ -166,10 +166,7 @@ impl CollectiveCounts {
     pub fn of(insts: &[Instance<MemberCalls>]) -> CollectiveCounts {
         CollectiveCounts {
             instances: insts.len() as u64,
-            logical_messages: insts
-                .iter()
-                .map(|i| i.completed_messages().count() as u64)
-                .sum(),
+            logical_messages: insts.iter().map(Instance::completed_count).sum(),
         }
     }
 }
@@ -277,7 +274,7 @@ fn count_by_rank(trace: &Trace, ranks: impl Iterator<Item = u32>) -> Vec<u64> {
 }
 
 /// One rank's profile.
-fn profile(rank: &Rank, messages: &Messages, sent: &[u64], received: &[u64]) -> RankSummary {
+pub fn profile(rank: &Rank, messages: &Messages, sent: &[u64], received: &[u64]) -> RankSummary {
     // By function index first: a name lookup per call is slow.
     let mut by_func = vec![FunctionStats::default(); rank.header.functions.len() + 1];
     let unknown = by_func.len() - 1;

@@ -1,0 +1,476 @@
+//! The report over blocks ([`pmtrace_analysis::report::Report`]): what
+//! adds up over ranks is counted where each rank, message or instance is
+//! held, and process 0 assembles it in the serial order.
+//!
+//! - Each rank's profile is made in its block and gathered in rank order;
+//!   process 0 merges the functions from them as the serial report does.
+//! - A message is counted once: matched and unmatched receives by the
+//!   receiver's block, sends and unmatched sends by the sender's. The
+//!   first unmatched sends and receives of each block come to process 0 in
+//!   block order, which is the whole trace's order of sends and receives.
+//! - Collective instances are counted by their owners; the completed
+//!   logical messages in linear time.
+//! - Warnings: process 0's block holds the trace's own, every block its
+//!   ranks'; in block order they are the serial list.
+
+use std::collections::BTreeMap;
+
+use pmtrace_analysis::matching::Violations;
+use pmtrace_analysis::read::EventRef;
+use pmtrace_analysis::report::requests::{self, PendingRequest};
+use pmtrace_analysis::report::times::Times;
+use pmtrace_analysis::report::{
+    profile, CollectiveCounts, FunctionStats, MatrixCell, MessageCounts, RankSummary, RunSummary,
+    UnmatchedMessage, UNMATCHED_SHOWN,
+};
+
+use crate::block::Block;
+use crate::fabric::{sum_of, Fabric};
+use crate::insts::Insts;
+use crate::messages::BlockMessages;
+use crate::wire::{In, Out};
+
+/// The report's plain parts, on process 0.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Plain {
+    pub events: u64,
+    pub messages: MessageCounts,
+    pub violations: Violations,
+    pub collectives: CollectiveCounts,
+    pub functions: BTreeMap<String, FunctionStats>,
+    pub per_rank: Vec<RankSummary>,
+    pub matrix: Vec<MatrixCell>,
+    pub bytes_total: u64,
+    pub bytes_payload: u64,
+    pub incomplete_ranks: Vec<u32>,
+    pub excluded_calls: BTreeMap<String, u64>,
+    pub paused_calls: BTreeMap<String, u64>,
+    pub run: Option<RunSummary>,
+    pub warnings: Vec<String>,
+}
+
+fn put_rank(o: &mut Out, r: &RankSummary) {
+    o.u32(r.rank)
+        .str(&r.host)
+        .bool(r.complete)
+        .u64(r.events)
+        .u64(r.messages_sent)
+        .u64(r.messages_received)
+        .u64(r.threads)
+        .u64(r.span_ns)
+        .u64(r.mpi_ns)
+        .u64(r.file_bytes)
+        .u64(r.dropped_events)
+        .u64(r.buffer_waits)
+        .u64(r.functions.len() as u64);
+    for (name, f) in &r.functions {
+        o.str(name)
+            .u64(f.calls)
+            .u64(f.total_ns)
+            .f64(f.mean_ns)
+            .u64(f.bytes);
+    }
+}
+
+fn get_rank(i: &mut In) -> RankSummary {
+    let mut r = RankSummary {
+        rank: i.u32(),
+        host: i.str(),
+        complete: i.bool(),
+        events: i.u64(),
+        messages_sent: i.u64(),
+        messages_received: i.u64(),
+        threads: i.u64(),
+        span_ns: i.u64(),
+        mpi_ns: i.u64(),
+        file_bytes: i.u64(),
+        dropped_events: i.u64(),
+        buffer_waits: i.u64(),
+        functions: BTreeMap::new(),
+    };
+    for _ in 0..i.u64() {
+        let name = i.str();
+        let f = FunctionStats {
+            calls: i.u64(),
+            total_ns: i.u64(),
+            mean_ns: i.f64(),
+            bytes: i.u64(),
+        };
+        r.functions.insert(name, f);
+    }
+    r
+}
+
+fn put_unmatched(o: &mut Out, u: &UnmatchedMessage) {
+    let opt = |x: Option<u32>| x.unwrap_or(u32::MAX);
+    o.bool(u.side == "send")
+        .u32(opt(u.src))
+        .u32(opt(u.dst))
+        .u64(u.comm)
+        .i32(u.tag)
+        .u64(u.bytes)
+        .u64(u.time_ns)
+        .u32(u.rank)
+        .u32(u.thread)
+        .str(&u.function)
+        .u32(u.position);
+}
+
+fn get_unmatched(i: &mut In) -> UnmatchedMessage {
+    let opt = |x: u32| (x != u32::MAX).then_some(x);
+    UnmatchedMessage {
+        side: if i.bool() { "send" } else { "receive" },
+        src: opt(i.u32()),
+        dst: opt(i.u32()),
+        comm: i.u64(),
+        tag: i.i32(),
+        bytes: i.u64(),
+        time_ns: i.u64(),
+        rank: i.u32(),
+        thread: i.u32(),
+        function: i.str(),
+        position: i.u32(),
+    }
+}
+
+fn put_pending(o: &mut Out, p: &PendingRequest) {
+    o.u32(p.rank)
+        .u32(p.thread)
+        .str(&p.function)
+        .u32(p.position)
+        .u64(p.time_ns)
+        .str(p.kind);
+    match p.peer {
+        Some(x) => o.u8(1).i32(x),
+        None => o.u8(0),
+    };
+    match p.peer_world {
+        Some(x) => o.u8(1).u32(x),
+        None => o.u8(0),
+    };
+    match p.tag {
+        Some(x) => o.u8(1).i32(x),
+        None => o.u8(0),
+    };
+    match p.comm {
+        Some(x) => o.u8(1).u64(x),
+        None => o.u8(0),
+    };
+}
+
+fn get_pending(i: &mut In) -> PendingRequest {
+    let (rank, thread, function, position, time_ns) = (i.u32(), i.u32(), i.str(), i.u32(), i.u64());
+    let kind = match i.str().as_str() {
+        "send" => "send",
+        "receive" => "receive",
+        _ => "collective",
+    };
+    PendingRequest {
+        rank,
+        thread,
+        function,
+        position,
+        time_ns,
+        kind,
+        peer: (i.u8() == 1).then(|| i.i32()),
+        peer_world: (i.u8() == 1).then(|| i.u32()),
+        tag: (i.u8() == 1).then(|| i.i32()),
+        comm: (i.u8() == 1).then(|| i.u64()),
+    }
+}
+
+fn put_counts(o: &mut Out, m: &BTreeMap<String, u64>) {
+    o.u64(m.len() as u64);
+    for (k, v) in m {
+        o.str(k).u64(*v);
+    }
+}
+
+fn add_counts(i: &mut In, into: &mut BTreeMap<String, u64>) {
+    for _ in 0..i.u64() {
+        let k = i.str();
+        *into.entry(k).or_default() += i.u64();
+    }
+}
+
+/// The report's plain parts over blocks, on process 0 (`None` elsewhere).
+pub fn plain<F: Fabric + ?Sized>(
+    f: &F,
+    b: &Block,
+    bm: &BlockMessages,
+    insts: &Insts,
+    times: &Times,
+    mu_ns: u64,
+) -> Option<Plain> {
+    let trace = &b.trace;
+    let m = &bm.m;
+    let (own_sends, own_recvs) = (&m.sends[..bm.own_sends], &m.recvs[..bm.own_recvs]);
+    // Messages each rank of the block sent and received.
+    let top = trace
+        .ranks
+        .iter()
+        .map(|r| r.rank as usize + 1)
+        .max()
+        .unwrap_or(0);
+    let mut sent = vec![0u64; top];
+    let mut received = vec![0u64; top];
+    for s in own_sends {
+        sent[s.src as usize] += 1;
+    }
+    for r in own_recvs {
+        received[r.dst as usize] += 1;
+    }
+    let mut o = Out::default();
+    for rank in &trace.ranks {
+        put_rank(&mut o, &profile(rank, m, &sent, &received));
+    }
+    let profiles = f.gather(o.0);
+
+    // Counts that add up.
+    let matched: Vec<_> = m.matched.iter().filter(|p| bm.counts(p.recv)).collect();
+    let unmatched_sends: Vec<usize> = (m.unmatched_sends.iter().copied())
+        .filter(|&i| i < bm.own_sends)
+        .collect();
+    let unmatched_recvs: Vec<usize> = (m.unmatched_recvs.iter().copied())
+        .filter(|&i| i < bm.own_recvs)
+        .collect();
+    let mut v = Violations {
+        mu_ns,
+        ..Violations::default()
+    };
+    for p in &matched {
+        let (s, r) = (&m.sends[p.send], &m.recvs[p.recv]);
+        v.reversed += u64::from(r.time < s.time);
+        v.clock_condition += u64::from(r.time < s.time.saturating_add(mu_ns));
+    }
+    let (pending_requests, pending_first) = requests::pending(trace);
+    let mut sums = [
+        trace.events(),
+        own_sends.len() as u64,
+        own_recvs.len() as u64,
+        matched.len() as u64,
+        unmatched_sends.len() as u64,
+        unmatched_recvs.len() as u64,
+        m.pending_receives,
+        (own_sends.iter().filter(|s| s.dst.is_none()).count()
+            + own_recvs.iter().filter(|r| r.src.is_none()).count()) as u64,
+        own_sends.iter().map(|s| s.bytes).sum(),
+        pending_requests,
+        v.reversed,
+        v.clock_condition,
+        insts.owned.len() as u64,
+        insts.owned.iter().map(|o| o.inst.completed_count()).sum(),
+        trace.ranks.iter().map(|r| r.file_bytes).sum(),
+        trace.ranks.iter().map(|r| r.payload_bytes).sum(),
+    ];
+    f.sum(&mut sums);
+
+    // Lists, in block order.
+    let site = |at: EventRef| (at.rank, at.thread, times.name(at).to_owned(), at.index);
+    let mut o = Out::default();
+    let firsts = unmatched_sends.iter().take(UNMATCHED_SHOWN).map(|&i| {
+        let s = &m.sends[i];
+        let (rank, thread, function, position) = site(s.call);
+        UnmatchedMessage {
+            side: "send",
+            src: Some(s.src),
+            dst: s.dst,
+            comm: s.comm,
+            tag: s.tag,
+            bytes: s.bytes,
+            time_ns: s.time,
+            rank,
+            thread,
+            function,
+            position,
+        }
+    });
+    let firsts: Vec<UnmatchedMessage> = firsts
+        .chain(unmatched_recvs.iter().take(UNMATCHED_SHOWN).map(|&i| {
+            let r = &m.recvs[i];
+            let (rank, thread, function, position) = site(r.post);
+            UnmatchedMessage {
+                side: "receive",
+                src: r.src,
+                dst: Some(r.dst),
+                comm: r.comm,
+                tag: r.tag,
+                bytes: r.bytes,
+                time_ns: r.time,
+                rank,
+                thread,
+                function,
+                position,
+            }
+        }))
+        .collect();
+    o.u64(firsts.len() as u64);
+    for u in &firsts {
+        put_unmatched(&mut o, u);
+    }
+    o.u64(pending_first.len() as u64);
+    for p in &pending_first {
+        put_pending(&mut o, p);
+    }
+    let mut cells: BTreeMap<(u32, u32), (u64, u64)> = BTreeMap::new();
+    for s in own_sends {
+        if let Some(dst) = s.dst {
+            let cell = cells.entry((s.src, dst)).or_default();
+            cell.0 += 1;
+            cell.1 += s.bytes;
+        }
+    }
+    o.u64(cells.len() as u64);
+    for ((src, dst), (count, bytes)) in &cells {
+        o.u32(*src).u32(*dst).u64(*count).u64(*bytes);
+    }
+    let incomplete = trace.incomplete_ranks();
+    o.u32s(&incomplete);
+    let (mut excluded, mut paused) = (BTreeMap::new(), BTreeMap::new());
+    for t in trace.ranks.iter().filter_map(|r| r.trailer.as_ref()) {
+        for (k, n) in &t.excluded {
+            *excluded.entry(k.clone()).or_default() += n;
+        }
+        for (k, n) in &t.paused {
+            *paused.entry(k.clone()).or_default() += n;
+        }
+    }
+    put_counts(&mut o, &excluded);
+    put_counts(&mut o, &paused);
+    match trace
+        .ranks
+        .first()
+        .and_then(|r| Some((r, r.header.run.as_ref()?)))
+    {
+        Some((r, run)) => {
+            o.u8(2).u64(run.command_line.len() as u64);
+            for a in &run.command_line {
+                o.str(a);
+            }
+            o.str(&r.header.mpi_library).str(&r.header.library_version);
+        }
+        None if !trace.ranks.is_empty() => {
+            o.u8(1);
+        }
+        None => {
+            o.u8(0);
+        }
+    };
+    let warnings = trace.all_warnings();
+    o.u64(warnings.len() as u64);
+    for w in &warnings {
+        o.str(w);
+    }
+    let lists = f.gather(o.0);
+    let ranks = sum_of(f, trace.ranks.len() as u64);
+    if f.index() != 0 {
+        return None;
+    }
+
+    let mut per_rank = Vec::with_capacity(ranks as usize);
+    for bytes in &profiles {
+        let mut i = In::new(bytes);
+        while !i.done() {
+            per_rank.push(get_rank(&mut i));
+        }
+    }
+    let mut functions: BTreeMap<String, FunctionStats> = BTreeMap::new();
+    for summary in &per_rank {
+        for (name, stats) in &summary.functions {
+            functions.entry(name.clone()).or_default().merge(stats);
+        }
+    }
+    let (mut sends_first, mut recvs_first, mut pending_first) =
+        (Vec::new(), Vec::new(), Vec::new());
+    let mut matrix = Vec::new();
+    let mut incomplete_ranks = Vec::new();
+    let (mut excluded_calls, mut paused_calls) = (BTreeMap::new(), BTreeMap::new());
+    let mut run: Option<Option<RunSummary>> = None;
+    let mut warnings = Vec::new();
+    for bytes in &lists {
+        let mut i = In::new(bytes);
+        for _ in 0..i.u64() {
+            let u = get_unmatched(&mut i);
+            if u.side == "send" {
+                sends_first.push(u);
+            } else {
+                recvs_first.push(u);
+            }
+        }
+        for _ in 0..i.u64() {
+            pending_first.push(get_pending(&mut i));
+        }
+        for _ in 0..i.u64() {
+            matrix.push(MatrixCell {
+                src: i.u32(),
+                dst: i.u32(),
+                count: i.u64(),
+                bytes: i.u64(),
+            });
+        }
+        incomplete_ranks.extend(i.u32s());
+        add_counts(&mut i, &mut excluded_calls);
+        add_counts(&mut i, &mut paused_calls);
+        match i.u8() {
+            2 => {
+                let command_line = (0..i.u64()).map(|_| i.str()).collect();
+                let summary = RunSummary {
+                    command_line,
+                    mpi_library: i.str(),
+                    library_version: i.str(),
+                };
+                run.get_or_insert(Some(summary));
+            }
+            1 => {
+                run.get_or_insert(None);
+            }
+            _ => {}
+        }
+        for _ in 0..i.u64() {
+            warnings.push(i.str());
+        }
+    }
+    matrix.sort_by_key(|c| (c.src, c.dst));
+    pending_first.truncate(requests::PENDING_SHOWN);
+    let unmatched = sums[4] + sums[5];
+    Some(Plain {
+        events: sums[0],
+        messages: MessageCounts {
+            sent: sums[1],
+            received: sums[2],
+            matched: sums[3],
+            unmatched,
+            unmatched_sends: sums[4],
+            unmatched_receives: sums[5],
+            pending_receives: sums[6],
+            unresolved: sums[7],
+            bytes: sums[8],
+            unmatched_first: sends_first
+                .into_iter()
+                .chain(recvs_first)
+                .take(UNMATCHED_SHOWN)
+                .collect(),
+            pending_requests: sums[9],
+            pending_first,
+        },
+        violations: Violations {
+            reversed: sums[10],
+            clock_condition: sums[11],
+            mu_ns,
+        },
+        collectives: CollectiveCounts {
+            instances: sums[12],
+            logical_messages: sums[13],
+        },
+        functions,
+        per_rank,
+        matrix,
+        bytes_total: sums[14],
+        bytes_payload: sums[15],
+        incomplete_ranks,
+        excluded_calls,
+        paused_calls,
+        run: run.flatten(),
+        warnings,
+    })
+}

@@ -1,0 +1,76 @@
+//! The report's plain parts over blocks of the golden traces at P = 1..4
+//! on threads: process 0 assembles the serial profile, messages, matrix,
+//! counts and lists.
+
+mod common;
+use common::*;
+
+use pmtrace_analysis::report::times::Times;
+use pmtrace_analysis::report::{Report, ReportOptions};
+use pmtrace_analysis::{Messages, Trace};
+use pmtrace_parallel::fabric::Threads;
+use pmtrace_parallel::{block, insts, messages};
+use serde_json::json;
+
+#[test]
+fn process_zero_assembles_the_serial_plain_parts() {
+    for case in CASES {
+        let dir = copy(case, "report");
+        let trace = Trace::open(&dir).unwrap();
+        let m = Messages::build(&trace);
+        let mu_ns = 250;
+        let options = ReportOptions {
+            mu_ns,
+            ..ReportOptions::default()
+        };
+        let r = Report::build(&trace, &m, options);
+        let want = json!({
+            "events": r.events,
+            "messages": r.messages,
+            "violations": r.violations,
+            "collectives": r.collectives,
+            "functions": r.functions,
+            "per_rank": r.per_rank,
+            "matrix": r.matrix,
+            "bytes_total": r.bytes_total,
+            "bytes_payload": r.bytes_payload,
+            "incomplete_ranks": r.incomplete_ranks,
+            "excluded_calls": r.excluded_calls,
+            "paused_calls": r.paused_calls,
+            "run": r.run,
+            "warnings": r.warnings,
+        });
+        for procs in 1..=4 {
+            let parts = Threads::run(procs, |f| {
+                let b = block::open(f, &dir).unwrap();
+                let bm = messages::build(f, &b);
+                let is = insts::gather(f, &b.trace);
+                let times = Times {
+                    trace: &b.trace,
+                    synced: None,
+                };
+                pmtrace_parallel::report::plain(f, &b, &bm, &is, &times, mu_ns).map(|p| {
+                    json!({
+                        "events": p.events,
+                        "messages": p.messages,
+                        "violations": p.violations,
+                        "collectives": p.collectives,
+                        "functions": p.functions,
+                        "per_rank": p.per_rank,
+                        "matrix": p.matrix,
+                        "bytes_total": p.bytes_total,
+                        "bytes_payload": p.bytes_payload,
+                        "incomplete_ranks": p.incomplete_ranks,
+                        "excluded_calls": p.excluded_calls,
+                        "paused_calls": p.paused_calls,
+                        "run": p.run,
+                        "warnings": p.warnings,
+                    })
+                })
+            });
+            assert_eq!(parts[0].as_ref(), Some(&want), "{case} at P = {procs}");
+            assert!(parts[1..].iter().all(Option::is_none));
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
