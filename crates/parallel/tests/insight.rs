@@ -192,3 +192,46 @@ fn the_sweep_over_blocks_finds_the_serial_weighted_path() {
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }
+
+#[test]
+fn process_zero_assembles_the_serial_wait_states() {
+    let mut with_roots = 0;
+    for case in CASES {
+        let dir = synced_copy(case, "states");
+        for on_sync in [false, true] {
+            let trace = Trace::open(&dir).unwrap();
+            let m = Messages::build(&trace);
+            let synced = on_sync.then(|| Synced::load(&trace).unwrap().unwrap());
+            let times = Times {
+                trace: &trace,
+                synced: synced.as_ref(),
+            };
+            let mut found = waits::find(&trace, &m, &collective::instances(&trace), &times);
+            found.sort_by_key(|w| (w.at.rank, w.at.thread, w.at.index));
+            let want = serde_json::to_value(waits::states(&trace, &times, &found)).unwrap();
+            with_roots += usize::from(!want["root_causes"].as_array().unwrap().is_empty());
+            for procs in 1..=4 {
+                let parts = Threads::run(procs, |f| {
+                    let b = block::open(f, &dir).unwrap();
+                    let bm = messages::build(f, &b);
+                    let is = insts::gather(f, &b.trace);
+                    let synced = on_sync.then(|| Synced::load(&b.trace).unwrap().unwrap());
+                    let times = Times {
+                        trace: &b.trace,
+                        synced: synced.as_ref(),
+                    };
+                    let w = pmtrace_parallel::waits::find(f, &b, &bm, &is, &times);
+                    pmtrace_parallel::waits::states(f, &b, &times, &w)
+                        .map(|s| serde_json::to_value(s).unwrap())
+                });
+                assert_eq!(
+                    parts[0].as_ref(),
+                    Some(&want),
+                    "{case} (synced: {on_sync}) at P = {procs}"
+                );
+            }
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+    assert!(with_roots >= 10, "{with_roots} cases with root causes");
+}

@@ -117,50 +117,76 @@ pub const WAIT_AT_NXN: &str = "wait_at_nxn";
 pub const WAIT_AT_BARRIER: &str = "wait_at_barrier";
 pub const LATE_BROADCAST: &str = "late_broadcast";
 
+/// The most steps a root cause's chain takes (module docs).
+pub const CHAIN_STEPS: usize = 64;
+
+/// A call and the computation before it: the call before it in its
+/// thread, and the time from that call's end to its start.
+pub fn gap_before(trace: &Trace, times: &Times, call: EventRef) -> Option<(EventRef, u64)> {
+    let prev = crate::path::previous_call(trace, call)?;
+    let (a, _) = times.of(call)?;
+    let (_, b) = times.of(prev)?;
+    Some((prev, a.saturating_sub(b)))
+}
+
+/// The next late call of a root cause's chain from the late call `at`
+/// (whose gap before is `gap`): the cause of the call before it, when that
+/// call waited for another rank longer than the computation between.
+pub fn chain_next(
+    at: EventRef,
+    gap: Option<(EventRef, u64)>,
+    wait_at: impl Fn(EventRef) -> Option<Wait>,
+) -> Option<EventRef> {
+    let (prev, gap) = gap?;
+    wait_at(prev)
+        .filter(|wp| wp.cause.rank != at.rank && wp.ns > gap)
+        .map(|wp| wp.cause)
+}
+
 /// `root_causes`: each wait followed back through the waits of the late
-/// ranks (module docs). `waits` are sorted by the waiting call.
+/// ranks (module docs). `waits` are sorted by the waiting call. A chain's
+/// root is where it ends, or its call after [`CHAIN_STEPS`] steps: which
+/// chain ran first does not change it.
 fn roots(trace: &Trace, times: &Times, waits: &[Wait]) -> Vec<RootCause> {
     let key = |at: EventRef| (at.rank, at.thread, at.index);
     // The longest wait of a call.
-    let wait_at = |at: EventRef| -> Option<&Wait> {
+    let wait_at = |at: EventRef| -> Option<Wait> {
         let k = key(at);
         let first = waits.partition_point(|w| key(w.at) < k);
         waits[first..]
             .iter()
             .take_while(|w| key(w.at) == k)
             .max_by_key(|w| w.ns)
+            .copied()
     };
-    let gap_before = |call: EventRef| -> Option<(EventRef, u64)> {
-        let prev = crate::path::previous_call(trace, call)?;
-        let (a, _) = times.of(call)?;
-        let (_, b) = times.of(prev)?;
-        Some((prev, a.saturating_sub(b)))
-    };
-    // The root of each late call, found once for every call on its chain.
-    let mut memo: rustc_hash::FxHashMap<(u32, u32, u32), EventRef> = Default::default();
+    let gap_before = |call: EventRef| gap_before(trace, times, call);
+    let next = |at: EventRef| chain_next(at, gap_before(at), wait_at);
+    // The end of each chain that ended within the limit, and how many
+    // steps from each call on it: a later chain that meets one of them
+    // takes its end if it is near enough.
+    let mut memo: rustc_hash::FxHashMap<(u32, u32, u32), (EventRef, usize)> = Default::default();
     let mut root_of = |start: EventRef| -> EventRef {
         let mut chain: Vec<EventRef> = Vec::new();
         let mut at = start;
-        let root = loop {
-            if let Some(&known) = memo.get(&key(at)) {
-                break known;
+        let (root, ended) = loop {
+            if let Some(&(end, d)) = memo.get(&key(at)) {
+                if chain.len() + d < CHAIN_STEPS {
+                    break (end, Some(chain.len() + d));
+                }
             }
-            if chain.len() >= 64 {
-                break at;
+            if chain.len() >= CHAIN_STEPS {
+                break (at, None);
             }
-            let next = gap_before(at).and_then(|(prev, gap)| {
-                wait_at(prev)
-                    .filter(|wp| wp.cause.rank != at.rank && wp.ns > gap)
-                    .map(|wp| wp.cause)
-            });
             chain.push(at);
-            match next {
+            match next(at) {
                 Some(n) => at = n,
-                None => break at,
+                None => break (at, Some(chain.len() - 1)),
             }
         };
-        for c in chain {
-            memo.insert(key(c), root);
+        if let Some(last) = ended {
+            for (i, c) in chain.into_iter().enumerate() {
+                memo.insert(key(c), (root, last - i));
+            }
         }
         root
     };
