@@ -17,6 +17,7 @@ use std::collections::BTreeMap;
 
 use pmtrace_analysis::matching::Violations;
 use pmtrace_analysis::read::EventRef;
+use pmtrace_analysis::report::phases;
 use pmtrace_analysis::report::requests::{self, PendingRequest};
 use pmtrace_analysis::report::times::Times;
 use pmtrace_analysis::report::{
@@ -24,10 +25,14 @@ use pmtrace_analysis::report::{
     UnmatchedMessage, UNMATCHED_SHOWN,
 };
 
+use pmtrace_analysis::sync::{SyncViolations, Synced};
+
 use crate::block::Block;
 use crate::fabric::{sum_of, Fabric};
+use crate::groups;
 use crate::insts::Insts;
 use crate::messages::BlockMessages;
+use crate::net::Net;
 use crate::wire::{In, Out};
 
 /// The report's plain parts, on process 0.
@@ -473,4 +478,66 @@ pub fn plain<F: Fabric + ?Sized>(
         run: run.flatten(),
         warnings,
     })
+}
+
+/// The report's phases over blocks, on process 0 (`None` elsewhere): each
+/// block's tallies added up ([`phases::tally`], [`phases::finish`]).
+pub fn phases<F: Fabric + ?Sized>(f: &F, b: &Block, times: &Times) -> Option<Vec<phases::Phase>> {
+    let spans = phases::spans(&b.trace, times);
+    let mut o = Out::default();
+    for (name, (n, ranks, funcs)) in phases::tally(&b.trace, times, &spans) {
+        o.str(&name).u64(n).u64(ranks.len() as u64);
+        for r in ranks.values() {
+            o.u32(r.rank).u64(r.ns).u64(r.computation_ns).u64(r.mpi_ns);
+        }
+        o.u64(funcs.len() as u64);
+        for (func, (calls, ns)) in &funcs {
+            o.str(func).u64(*calls).u64(*ns);
+        }
+    }
+    let got = f.gather(o.0);
+    if f.index() != 0 {
+        return None;
+    }
+    let mut all: BTreeMap<String, phases::Tally> = BTreeMap::new();
+    for bytes in &got {
+        let mut i = In::new(bytes);
+        while !i.done() {
+            let (name, n) = (i.str(), i.u64());
+            let (count, ranks, funcs) = all.entry(name).or_default();
+            *count += n;
+            for _ in 0..i.u64() {
+                let r = phases::PhaseRank {
+                    rank: i.u32(),
+                    ns: i.u64(),
+                    computation_ns: i.u64(),
+                    mpi_ns: i.u64(),
+                };
+                ranks.insert(r.rank, r);
+            }
+            for _ in 0..i.u64() {
+                let func = i.str();
+                let e = funcs.entry(func).or_default();
+                e.0 += i.u64();
+                e.1 += i.u64();
+            }
+        }
+    }
+    Some(phases::finish(all))
+}
+
+/// The violations left in the times `pmtrace sync` wrote, with the μ it
+/// used, over every block (as the serial report's `with_sync`).
+pub fn after_sync<F: Fabric + ?Sized>(
+    f: &F,
+    b: &Block,
+    bm: &BlockMessages,
+    synced: &Synced,
+) -> SyncViolations {
+    let gs = groups::compute(f, &b.trace);
+    let mut net = Net::build(f, b, bm, gs);
+    let p = synced.report.params;
+    net.g.mu_intra = p.mu_intra_ns;
+    net.g.mu_inter = p.mu_inter_ns;
+    crate::sync::violations(f, &net, &synced.node_times(&b.trace, &net.g))
 }

@@ -74,3 +74,40 @@ fn process_zero_assembles_the_serial_plain_parts() {
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }
+
+#[test]
+fn the_violations_left_after_sync_are_the_serial_ones() {
+    use pmtrace_analysis::sync::{self, SyncParams, Synced};
+    let mut counted = 0;
+    for case in CASES {
+        let dir = copy(case, "after-sync");
+        let trace = Trace::open(&dir).unwrap();
+        let m = Messages::build(&trace);
+        sync::sync(&trace, &m, &SyncParams::default())
+            .write(&trace)
+            .unwrap();
+        // A μ far above the sync's, so that the clock condition counts.
+        let wide = |mut s: Synced| {
+            s.report.params.mu_intra_ns = 20_000;
+            s.report.params.mu_inter_ns = 20_000;
+            s
+        };
+        let synced = wide(Synced::load(&trace).unwrap().unwrap());
+        let want = Report::build(&trace, &m, ReportOptions::default())
+            .with_sync(&trace, &m, &synced)
+            .violations_after_sync
+            .unwrap();
+        for procs in 1..=4 {
+            let got = Threads::run(procs, |f| {
+                let b = block::open(f, &dir).unwrap();
+                let bm = messages::build(f, &b);
+                let synced = wide(Synced::load(&b.trace).unwrap().unwrap());
+                pmtrace_parallel::report::after_sync(f, &b, &bm, &synced)
+            });
+            assert!(got.iter().all(|v| *v == want), "{case} at P = {procs}");
+        }
+        counted += u64::from(want.clock_condition > 0 || want.collective_clock_condition > 0);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+    assert!(counted >= 2, "{counted} cases with clock conditions broken");
+}

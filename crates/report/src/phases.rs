@@ -59,7 +59,7 @@ pub struct PhaseFunction {
 }
 
 /// A phase's spans, per rank, and (calls, ns) per function.
-type Tally = (u64, BTreeMap<u32, PhaseRank>, BTreeMap<String, (u64, u64)>);
+pub type Tally = (u64, BTreeMap<u32, PhaseRank>, BTreeMap<String, (u64, u64)>);
 
 /// How many functions a phase lists.
 pub const FUNCTIONS_SHOWN: usize = 10;
@@ -67,10 +67,15 @@ pub const FUNCTIONS_SHOWN: usize = 10;
 /// The report's phases: per phase name (pauses left out), the time of
 /// each rank's main thread in it, split into MPI calls and computation.
 pub fn summarize(trace: &Trace, times: &Times, spans: &[PhaseSpan]) -> Vec<Phase> {
-    let mut names: BTreeMap<&str, Tally> = BTreeMap::new();
+    finish(tally(trace, times, spans))
+}
+
+/// What the ranks of `trace` (or of a block) add to each phase.
+pub fn tally(trace: &Trace, times: &Times, spans: &[PhaseSpan]) -> BTreeMap<String, Tally> {
+    let mut names: BTreeMap<String, Tally> = BTreeMap::new();
     for s in spans {
         if s.name != PAUSED {
-            names.entry(&s.name).or_default().0 += 1;
+            names.entry(s.name.clone()).or_default().0 += 1;
         }
     }
     for rank in &trace.ranks {
@@ -113,6 +118,11 @@ pub fn summarize(trace: &Trace, times: &Times, spans: &[PhaseSpan]) -> Vec<Phase
         }
     }
     names
+}
+
+/// The phases from the whole trace's tallies.
+pub fn finish(names: BTreeMap<String, Tally>) -> Vec<Phase> {
+    names
         .into_iter()
         .map(|(name, (n, ranks, funcs))| {
             let per_rank: Vec<PhaseRank> = ranks.into_values().collect();
@@ -126,7 +136,7 @@ pub fn summarize(trace: &Trace, times: &Times, spans: &[PhaseSpan]) -> Vec<Phase
             functions.sort_by(|a, b| b.ns.cmp(&a.ns).then(a.name.cmp(&b.name)));
             functions.truncate(FUNCTIONS_SHOWN);
             Phase {
-                name: name.to_owned(),
+                name,
                 spans: n,
                 ns: per_rank.iter().map(|r| r.ns).sum(),
                 computation_ns: comp.iter().sum(),
