@@ -130,16 +130,33 @@ pub fn both<F: Fabric + ?Sized>(
     waits: &[Wait],
     window: (u64, u64),
 ) -> Option<CriticalPath> {
+    paths(f, b, Some((bm, insts)), times, waits, window)
+}
+
+/// The critical path split by phase where the trace has phases, as
+/// `pmtrace report` gives it, with the weighted one beside it when the
+/// block's messages and instances are given.
+pub fn paths<F: Fabric + ?Sized>(
+    f: &F,
+    b: &Block,
+    weighted: Option<(&BlockMessages, &Insts)>,
+    times: &Times,
+    waits: &[Wait],
+    window: (u64, u64),
+) -> Option<CriticalPath> {
     let spans = phases::spans(&b.trace, times);
     let mut any = [u64::from(!PhaseTimeline::new(&b.trace, &spans).is_empty())];
     f.max(&mut any);
     let keep = any[0] == 1;
     let (walk, hops, mut mine) = plain(f, b, times, waits, window, keep);
-    let found = weighted::compute(f, b, bm, insts, times, waits, window, keep);
-    mine.extend(&found.names);
+    let found =
+        weighted.map(|(bm, insts)| weighted::compute(f, b, bm, insts, times, waits, window, keep));
+    if let Some(found) = &found {
+        mine.extend(&found.names);
+    }
     let names = names_at_zero(f, b, &mine);
     let timeline = keep.then(|| {
-        let on_path: BTreeSet<u32> = [&walk, &found.walk]
+        let on_path: BTreeSet<u32> = [walk.as_ref(), found.as_ref().and_then(|x| x.walk.as_ref())]
             .into_iter()
             .flatten()
             .flat_map(|w| w.all.iter().flatten().map(|s| s.rank))
@@ -147,7 +164,7 @@ pub fn both<F: Fabric + ?Sized>(
         timeline_at_zero(f, b, times, &on_path)
     });
     let ranks = sum_of(f, b.trace.ranks.len() as u64) as usize;
-    let (walk, weighted) = (walk?, found.walk?);
+    let walk = walk?;
     let function =
         |rank: u32, activity: u32| names.get(&(rank, activity)).cloned().unwrap_or_default();
     let summary = |walk, hops, is_weighted| {
@@ -162,13 +179,13 @@ pub fn both<F: Fabric + ?Sized>(
         )
     };
     let plain = summary(walk, hops, false);
-    let weighted = summary(weighted, found.hops, true);
-    Some(critical::with_weighted(
-        plain,
-        weighted,
-        found.dropped_edges,
-        ranks,
-    ))
+    Some(match found {
+        Some(found) => {
+            let weighted = summary(found.walk?, found.hops, true);
+            critical::with_weighted(plain, weighted, found.dropped_edges, ranks)
+        }
+        None => plain,
+    })
 }
 
 /// The phase changes of the ranks `on_path` (known at process 0) from

@@ -153,7 +153,7 @@ fn the_walk_over_blocks_finds_the_serial_critical_path() {
 }
 
 #[test]
-fn the_sweep_over_blocks_finds_the_serial_weighted_path() {
+fn the_report_and_critical_path_verb_find_the_serial_paths() {
     use pmtrace_analysis::report::{Report, ReportOptions};
     for case in CASES {
         let dir = synced_copy(case, "weighted");
@@ -161,32 +161,35 @@ fn the_sweep_over_blocks_finds_the_serial_weighted_path() {
             let trace = Trace::open(&dir).unwrap();
             let m = Messages::build(&trace);
             let synced = on_sync.then(|| Synced::load(&trace).unwrap().unwrap());
-            let options = ReportOptions {
-                weighted: true,
-                ..ReportOptions::default()
-            };
-            let report = Report::build_on(&trace, &m, options, synced.as_ref());
-            let want = serde_json::to_value(report.critical_path.unwrap()).unwrap();
-            for procs in 1..=4 {
-                let parts = Threads::run(procs, |f| {
-                    let b = block::open(f, &dir).unwrap();
-                    let bm = messages::build(f, &b);
-                    let is = insts::gather(f, &b.trace);
-                    let synced = on_sync.then(|| Synced::load(&b.trace).unwrap().unwrap());
-                    let times = Times {
-                        trace: &b.trace,
-                        synced: synced.as_ref(),
-                    };
-                    let w = pmtrace_parallel::waits::find(f, &b, &bm, &is, &times);
-                    let window = pmtrace_parallel::metrics::window(f, &b, &times);
-                    pmtrace_parallel::critical::both(f, &b, &bm, &is, &times, &w, window)
-                        .map(|p| serde_json::to_value(p).unwrap())
-                });
-                assert_eq!(
-                    parts[0].as_ref(),
-                    Some(&want),
-                    "{case} (synced: {on_sync}) at P = {procs}"
-                );
+            for weighted in [false, true] {
+                let options = ReportOptions {
+                    weighted,
+                    ..ReportOptions::default()
+                };
+                let report = Report::build_on(&trace, &m, options, synced.as_ref());
+                let want = serde_json::to_value(report.critical_path.unwrap()).unwrap();
+                for procs in 1..=4 {
+                    let parts = Threads::run(procs, |f| {
+                        let b = block::open(f, &dir).unwrap();
+                        let bm = messages::build(f, &b);
+                        let is = insts::gather(f, &b.trace);
+                        let synced = on_sync.then(|| Synced::load(&b.trace).unwrap().unwrap());
+                        let times = Times {
+                            trace: &b.trace,
+                            synced: synced.as_ref(),
+                        };
+                        let w = pmtrace_parallel::waits::find(f, &b, &bm, &is, &times);
+                        let window = pmtrace_parallel::metrics::window(f, &b, &times);
+                        let extra = weighted.then_some((&bm, &is));
+                        pmtrace_parallel::critical::paths(f, &b, extra, &times, &w, window)
+                            .map(|p| serde_json::to_value(p).unwrap())
+                    });
+                    assert_eq!(
+                        parts[0].as_ref(),
+                        Some(&want),
+                        "{case} (synced: {on_sync}, weighted: {weighted}) at P = {procs}"
+                    );
+                }
             }
         }
         std::fs::remove_dir_all(&dir).unwrap();
