@@ -16,7 +16,6 @@
 use std::collections::BTreeMap;
 
 use pmtrace_analysis::matching::Violations;
-use pmtrace_analysis::read::EventRef;
 use pmtrace_analysis::report::phases;
 use pmtrace_analysis::report::requests::{self, PendingRequest};
 use pmtrace_analysis::report::times::Times;
@@ -271,43 +270,13 @@ pub fn plain<F: Fabric + ?Sized>(
     f.sum(&mut sums);
 
     // Lists, in block order.
-    let site = |at: EventRef| (at.rank, at.thread, times.name(at).to_owned(), at.index);
     let mut o = Out::default();
-    let firsts = unmatched_sends.iter().take(UNMATCHED_SHOWN).map(|&i| {
-        let s = &m.sends[i];
-        let (rank, thread, function, position) = site(s.call);
-        UnmatchedMessage {
-            side: "send",
-            src: Some(s.src),
-            dst: s.dst,
-            comm: s.comm,
-            tag: s.tag,
-            bytes: s.bytes,
-            time_ns: s.time,
-            rank,
-            thread,
-            function,
-            position,
-        }
-    });
-    let firsts: Vec<UnmatchedMessage> = firsts
-        .chain(unmatched_recvs.iter().take(UNMATCHED_SHOWN).map(|&i| {
-            let r = &m.recvs[i];
-            let (rank, thread, function, position) = site(r.post);
-            UnmatchedMessage {
-                side: "receive",
-                src: r.src,
-                dst: Some(r.dst),
-                comm: r.comm,
-                tag: r.tag,
-                bytes: r.bytes,
-                time_ns: r.time,
-                rank,
-                thread,
-                function,
-                position,
-            }
-        }))
+    let firsts: Vec<UnmatchedMessage> = (unmatched_sends.iter().take(UNMATCHED_SHOWN))
+        .map(|&i| UnmatchedMessage::send(m, i, times))
+        .chain(
+            (unmatched_recvs.iter().take(UNMATCHED_SHOWN))
+                .map(|&i| UnmatchedMessage::receive(m, i, times)),
+        )
         .collect();
     o.u64(firsts.len() as u64);
     for u in &firsts {

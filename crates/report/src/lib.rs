@@ -35,7 +35,7 @@ use pmtrace_matching::collective::{self, Instance, MemberCalls};
 use pmtrace_matching::ends::Cursor;
 use pmtrace_matching::matching::{Messages, Violations};
 use pmtrace_sync::{quality, Graph, SyncReport, SyncViolations, Synced};
-use pmtrace_trace::read::{EventRef, Rank, Trace};
+use pmtrace_trace::read::{Rank, Trace};
 
 pub mod critical;
 pub mod metrics;
@@ -143,6 +143,44 @@ pub struct UnmatchedMessage {
     pub thread: u32,
     pub function: String,
     pub position: u32,
+}
+
+impl UnmatchedMessage {
+    /// Send `i` of `m`, unmatched.
+    pub fn send(m: &Messages, i: usize, times: &times::Times) -> UnmatchedMessage {
+        let s = &m.sends[i];
+        UnmatchedMessage {
+            side: "send",
+            src: Some(s.src),
+            dst: s.dst,
+            comm: s.comm,
+            tag: s.tag,
+            bytes: s.bytes,
+            time_ns: s.time,
+            rank: s.call.rank,
+            thread: s.call.thread,
+            function: times.name(s.call).to_owned(),
+            position: s.call.index,
+        }
+    }
+
+    /// Receive `i` of `m`, unmatched.
+    pub fn receive(m: &Messages, i: usize, times: &times::Times) -> UnmatchedMessage {
+        let r = &m.recvs[i];
+        UnmatchedMessage {
+            side: "receive",
+            src: r.src,
+            dst: Some(r.dst),
+            comm: r.comm,
+            tag: r.tag,
+            bytes: r.bytes,
+            time_ns: r.time,
+            rank: r.post.rank,
+            thread: r.post.thread,
+            function: times.name(r.post).to_owned(),
+            position: r.post.index,
+        }
+    }
 }
 
 /// Messages and bytes from one world rank to another.
@@ -446,41 +484,10 @@ impl Report {
             }
         }
         let times = times::Times { trace, synced };
-        let site = |at: EventRef| (at.rank, at.thread, times.name(at).to_owned(), at.index);
-        let unmatched_sends = messages.unmatched_sends.iter().map(|&i| {
-            let s = &messages.sends[i];
-            let (rank, thread, function, position) = site(s.call);
-            UnmatchedMessage {
-                side: "send",
-                src: Some(s.src),
-                dst: s.dst,
-                comm: s.comm,
-                tag: s.tag,
-                bytes: s.bytes,
-                time_ns: s.time,
-                rank,
-                thread,
-                function,
-                position,
-            }
-        });
-        let unmatched_recvs = messages.unmatched_recvs.iter().map(|&i| {
-            let r = &messages.recvs[i];
-            let (rank, thread, function, position) = site(r.post);
-            UnmatchedMessage {
-                side: "receive",
-                src: r.src,
-                dst: Some(r.dst),
-                comm: r.comm,
-                tag: r.tag,
-                bytes: r.bytes,
-                time_ns: r.time,
-                rank,
-                thread,
-                function,
-                position,
-            }
-        });
+        let unmatched_sends =
+            (messages.unmatched_sends.iter()).map(|&i| UnmatchedMessage::send(messages, i, &times));
+        let unmatched_recvs = (messages.unmatched_recvs.iter())
+            .map(|&i| UnmatchedMessage::receive(messages, i, &times));
         let (pending_requests, pending_first) = requests::pending(trace);
         let mut found = waits::find(trace, messages, &instances, &times);
         // By the waiting call: root causes and the critical path look waits up.
