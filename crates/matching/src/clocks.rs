@@ -42,7 +42,7 @@ use pmtrace_trace::{Call, Payload};
 use serde::Serialize;
 
 use crate::ends::{Cursor, End};
-use crate::matching::{Messages, RecvHow};
+use crate::matching::{Messages, RecvEvent, RecvHow};
 use pmtrace_trace::read::{EventRef, Rank, Trace};
 
 /// Largest number of events for the brute-force happens-before check.
@@ -1245,20 +1245,7 @@ pub fn compute(trace: &Trace, m: &Messages) -> Clocks {
     }
     drop(wire);
     // Clocks carried by one sender never decrease with its message ids.
-    let mut by_sender: Vec<(u32, u64, u64)> = m
-        .recvs
-        .iter()
-        .filter_map(|r| Some((r.src?, r.pb?.id, r.pb?.lc)))
-        .collect();
-    by_sender.sort_unstable();
-    for w in by_sender.windows(2) {
-        let same_thread = w[0].0 == w[1].0
-            && w[0].1 >> pmtrace_format::record::MSG_THREAD_SHIFT
-                == w[1].1 >> pmtrace_format::record::MSG_THREAD_SHIFT;
-        if same_thread && w[1].2 < w[0].2 {
-            report.decreasing += 1;
-        }
-    }
+    report.decreasing += decreasing_by_sender(by_sender(m.recvs.iter()));
     // The full clocks, collectives merged.
     let small = m.sends.len() + m.recvs.len() <= HB_MAX_EVENTS && p.single.iter().all(|&s| s);
     let full = pass(trace, m, &p, true, vectors, vector && small, None);
@@ -1293,6 +1280,29 @@ pub fn compute(trace: &Trace, m: &Messages) -> Clocks {
         after_call: full.after_call,
         recv_lc: full.recv_lc,
     }
+}
+
+/// (sender, message id, clock) of each receive that carried a piggyback.
+pub fn by_sender<'a>(recvs: impl Iterator<Item = &'a RecvEvent>) -> Vec<(u32, u64, u64)> {
+    recvs
+        .filter_map(|r| Some((r.src?, r.pb?.id, r.pb?.lc)))
+        .collect()
+}
+
+/// Places where the clock one sender's thread piggybacked decreased with
+/// its message ids, in `by_sender` (every receive of those senders).
+pub fn decreasing_by_sender(mut by_sender: Vec<(u32, u64, u64)>) -> u64 {
+    by_sender.sort_unstable();
+    let mut n = 0;
+    for w in by_sender.windows(2) {
+        let same_thread = w[0].0 == w[1].0
+            && w[0].1 >> pmtrace_format::record::MSG_THREAD_SHIFT
+                == w[1].1 >> pmtrace_format::record::MSG_THREAD_SHIFT;
+        if same_thread && w[1].2 < w[0].2 {
+            n += 1;
+        }
+    }
+    n
 }
 
 /// What the race rules compare, per message and per receive, for one

@@ -9,6 +9,7 @@
 
 pub mod block;
 pub mod clc;
+pub mod clocks;
 pub mod colls;
 pub mod critical;
 pub mod fabric;

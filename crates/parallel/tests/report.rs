@@ -111,3 +111,43 @@ fn the_violations_left_after_sync_are_the_serial_ones() {
     }
     assert!(counted >= 2, "{counted} cases with clock conditions broken");
 }
+
+#[test]
+fn receives_matched_by_id_and_senders_clocks_are_counted_as_serially() {
+    use pmtrace_analysis::clocks;
+    let mut with_ids = 0;
+    for case in CASES {
+        let dir = copy(case, "ids");
+        let trace = Trace::open(&dir).unwrap();
+        let m = Messages::build(&trace);
+        let report = clocks::compute(&trace, &m).report;
+        let decreasing = clocks::decreasing_by_sender(clocks::by_sender(m.recvs.iter()));
+        for procs in 1..=4 {
+            let got = Threads::run(procs, |f| {
+                let b = block::open(f, &dir).unwrap();
+                let bm = messages::build(f, &b);
+                pmtrace_parallel::clocks::ids(f, &b, &bm)
+            });
+            for ids in got {
+                if report.mode != "none" {
+                    assert_eq!(
+                        ids.matched_by_id, report.matched_by_id,
+                        "{case} at P = {procs}"
+                    );
+                    assert_eq!(ids.unmatched_by_id, report.unmatched_by_id, "{case}");
+                    assert_eq!(ids.fifo_disagreements, report.fifo_disagreements, "{case}");
+                }
+                assert_eq!(
+                    ids.decreasing_by_sender, decreasing,
+                    "{case} at P = {procs}"
+                );
+            }
+        }
+        with_ids += u64::from(report.matched_by_id > 0 && report.unmatched_by_id > 0);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+    assert!(
+        with_ids >= 1,
+        "a case with receives matched by id and without"
+    );
+}
