@@ -380,33 +380,8 @@ pub fn states<F: Fabric + ?Sized>(
         share_of_mpi: share(ns, mpi_ns),
     };
     let wait_ns = by_kind.values().map(|v| v.0).sum();
-    let mut causes: Vec<waits::Cause> = causes
-        .into_iter()
-        .map(|((rank, function, kind), (ns, waits))| waits::Cause {
-            kind,
-            rank,
-            function,
-            ns,
-            waits,
-        })
-        .collect();
-    causes.sort_by(|a, b| b.ns.cmp(&a.ns).then(a.rank.cmp(&b.rank)));
-    causes.truncate(waits::CAUSES_SHOWN);
-    let mut root_causes: Vec<waits::RootCause> = roots
-        .into_iter()
-        .map(
-            |((rank, function), (ns, waits, indirect, delay_ns))| waits::RootCause {
-                rank,
-                function,
-                ns,
-                waits,
-                indirect,
-                delay_ns,
-            },
-        )
-        .collect();
-    root_causes.sort_by(|a, b| b.ns.cmp(&a.ns).then(a.rank.cmp(&b.rank)));
-    root_causes.truncate(waits::CAUSES_SHOWN);
+    let causes = waits::top_causes(causes);
+    let root_causes = waits::top_roots(roots);
     Some(waits::WaitStates {
         time_base: times.base(),
         mpi_ns,

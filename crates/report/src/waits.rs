@@ -202,12 +202,19 @@ fn roots(trace: &Trace, times: &Times, waits: &[Wait]) -> Vec<RootCause> {
             e.3 += gap_before(cause).map_or(0, |x| x.1);
         }
     }
+    top_roots(acc)
+}
+
+/// Root causes from their tallies by (rank, function): (ns, waits,
+/// indirect, delay); the largest first (of equals the lowest rank), at
+/// most [`CAUSES_SHOWN`].
+pub fn top_roots<S: AsRef<str>>(acc: BTreeMap<(u32, S), (u64, u64, u64, u64)>) -> Vec<RootCause> {
     let mut out: Vec<RootCause> = acc
         .into_iter()
         .map(
             |((rank, function), (ns, waits, indirect, delay_ns))| RootCause {
                 rank,
-                function: function.to_owned(),
+                function: function.as_ref().to_owned(),
                 ns,
                 waits,
                 indirect,
@@ -218,6 +225,24 @@ fn roots(trace: &Trace, times: &Times, waits: &[Wait]) -> Vec<RootCause> {
     out.sort_by(|a, b| b.ns.cmp(&a.ns).then(a.rank.cmp(&b.rank)));
     out.truncate(CAUSES_SHOWN);
     out
+}
+
+/// Causes from their tallies by (rank, function, kind): (ns, waits); the
+/// largest first (of equals the lowest rank), at most [`CAUSES_SHOWN`].
+pub fn top_causes<S: AsRef<str>>(t: BTreeMap<(u32, S, &'static str), (u64, u64)>) -> Vec<Cause> {
+    let mut causes: Vec<Cause> = t
+        .into_iter()
+        .map(|((rank, function, kind), (ns, waits))| Cause {
+            kind,
+            rank,
+            function: function.as_ref().to_owned(),
+            ns,
+            waits,
+        })
+        .collect();
+    causes.sort_by(|a, b| b.ns.cmp(&a.ns).then(a.rank.cmp(&b.rank)));
+    causes.truncate(CAUSES_SHOWN);
+    causes
 }
 
 /// One wait: who waited where, how long, and who caused it.
@@ -413,18 +438,7 @@ fn summarize(trace: &Trace, times: &Times, waits: &[Wait]) -> WaitStates {
         count,
         share_of_mpi: share(ns, of),
     };
-    let mut causes: Vec<Cause> = causes
-        .into_iter()
-        .map(|((rank, function, kind), (ns, waits))| Cause {
-            kind,
-            rank,
-            function: function.to_owned(),
-            ns,
-            waits,
-        })
-        .collect();
-    causes.sort_by(|a, b| b.ns.cmp(&a.ns).then(a.rank.cmp(&b.rank)));
-    causes.truncate(CAUSES_SHOWN);
+    let causes = top_causes(causes);
     let root_causes = roots(trace, times, waits);
     WaitStates {
         time_base: times.base(),
