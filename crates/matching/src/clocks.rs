@@ -379,8 +379,11 @@ struct Plan {
     instances: Vec<Instance>,
     /// For each instance, comm ranks by world rank.
     comm_rank: Vec<HashMap<u32, u32>>,
-    /// Single-threaded ranks (the replay is exact there).
-    single: Vec<bool>,
+    /// (communicator, sequence number, start) of each instance.
+    keys: Vec<(u64, u64, u64)>,
+    /// World ranks with more than one thread, sorted (the replay is exact
+    /// on the others).
+    multi: Vec<u32>,
     /// Per rank, per thread: its calls' time order is not their record
     /// order, so each call gets a clock of its own (`CallClocks`).
     dense: Vec<Vec<bool>>,
@@ -452,9 +455,11 @@ fn plan(trace: &Trace, m: &Messages) -> Plan {
     let mut stream_rank = Vec::new();
     let mut stream_at = Vec::new();
     let mut dense = Vec::with_capacity(n);
-    let mut single = vec![true; n];
+    let mut multi = Vec::new();
     for (ri, rank) in trace.ranks.iter().enumerate() {
-        single[ri] = rank.threads.len() <= 1;
+        if rank.threads.len() > 1 {
+            multi.push(rank.rank);
+        }
         // Threads are separate streams: their order is not MPI's to know.
         let mut stream_of: HashMap<u32, usize> = HashMap::default();
         for th in &rank.threads {
@@ -594,14 +599,20 @@ fn plan(trace: &Trace, m: &Messages) -> Plan {
     let Found {
         instances,
         comm_rank,
-        ..
+        of,
     } = found;
+    let mut keys = vec![(0, 0, 0); instances.len()];
+    for (key, i) in of {
+        keys[i] = key;
+    }
+    multi.sort_unstable();
     Plan {
         events,
         stream_rank,
         instances,
         comm_rank,
-        single,
+        keys,
+        multi,
         dense,
         stream_at,
     }
@@ -713,11 +724,36 @@ fn pass(
     keep_nodes: bool,
     races: Option<&[bool]>,
 ) -> Pass {
+    let mut run = Part {
+        w: walker(trace, m, p, collectives, vectors, keep_nodes, races),
+        cur: vec![0; p.events.len()],
+    };
+    loop {
+        let stepped = run.advance();
+        let Some(r) = run.blocked() else { break };
+        if stepped == 0 {
+            // A dependency that never comes (lost events): go on without it.
+            run.force(r, None);
+        }
+    }
+    run.w.out
+}
+
+/// A walker at the start of the trace.
+fn walker<'a>(
+    trace: &'a Trace,
+    m: &'a Messages,
+    p: &'a Plan,
+    collectives: bool,
+    vectors: Vectors,
+    keep_nodes: bool,
+    races: Option<&'a [bool]>,
+) -> Walker<'a> {
     let n = p.events.len();
     let world = trace.world_size as usize;
     let vector = vectors != Vectors::None;
     let lazy = vectors == Vectors::Lazy;
-    let mut w = Walker {
+    Walker {
         trace,
         m,
         p,
@@ -784,34 +820,8 @@ fn pass(
         enter_node: vec![Vec::new(); p.instances.len()],
         last_node: vec![None; n],
         insts: p.instances.clone(),
-    };
-    let mut cur = vec![0usize; n];
-    loop {
-        let mut progress = false;
-        let mut blocked: Option<usize> = None;
-        for (r, at) in cur.iter_mut().enumerate() {
-            while let Some(&ev) = p.events[r].get(*at) {
-                if !w.ready(r, ev) {
-                    blocked.get_or_insert(r);
-                    break;
-                }
-                w.step(r, ev, true);
-                *at += 1;
-                progress = true;
-            }
-        }
-        if (0..n).all(|r| cur[r] >= p.events[r].len()) {
-            break;
-        }
-        if !progress {
-            // A dependency that never comes (lost events): go on without it.
-            let r = blocked.unwrap_or(0);
-            w.out.forced += 1;
-            w.step(r, p.events[r][cur[r]], false);
-            cur[r] += 1;
-        }
+        part: None,
     }
-    w.out
 }
 
 /// The state of one pass over the streams.
@@ -841,9 +851,30 @@ struct Walker<'a> {
     enter_node: Vec<Vec<(u32, usize)>>,
     last_node: Vec<Option<usize>>,
     insts: Vec<Instance>,
+    /// Over a block of ranks ([`Part`]): what crosses blocks.
+    part: Option<PartIo>,
+}
+
+/// What a [`Part`]'s walker exchanges with the other blocks.
+#[derive(Default)]
+struct PartIo {
+    /// What each member's exit merges, from the instance's owner:
+    /// (instance, member) to (clock, vector clock).
+    answers: HashMap<(u32, u32), (u64, Vec<u64>)>,
+    /// Enters stepped since they were last taken: (instance, member,
+    /// clock, vector clock).
+    enters: Vec<(u32, u32, u64, Vec<u64>)>,
+    /// Sends stepped since they were last taken.
+    sends: Vec<u32>,
 }
 
 impl Walker<'_> {
+    /// Stream `r`'s rank in instance `i`'s communicator.
+    fn member(&self, r: usize, i: usize) -> u32 {
+        let me = self.trace.ranks[self.p.stream_rank[r]].rank;
+        self.p.comm_rank[i].get(&me).copied().unwrap_or(0)
+    }
+
     /// The send whose clock receive `ri` merges.
     fn send_for(&self, ri: usize) -> Option<usize> {
         if self.races.is_some() {
@@ -875,7 +906,11 @@ impl Walker<'_> {
             Ev::Recv(ri) => sent(ri as usize),
             Ev::Exit(i) => {
                 let i = i as usize;
-                !self.collectives || self.insts[i].enters.len() >= self.insts[i].size
+                !self.collectives
+                    || match &self.part {
+                        Some(io) => io.answers.contains_key(&(i as u32, self.member(r, i))),
+                        None => self.insts[i].enters.len() >= self.insts[i].size,
+                    }
             }
             _ => true,
         }
@@ -902,6 +937,7 @@ impl Walker<'_> {
             enter_node,
             last_node,
             insts,
+            part,
             ..
         } = self;
         let (m, p, collectives, vector, lazy, keep_nodes, any_tag) =
@@ -945,6 +981,9 @@ impl Walker<'_> {
                 out.send_lc.set(si, s.lc);
                 if vector {
                     out.send_vc[si] = Some(s.vc.clone());
+                }
+                if let Some(io) = part {
+                    io.sends.push(si as u32);
                 }
                 if lazy {
                     if let Some(d) = m.sends[si].dst {
@@ -1071,7 +1110,10 @@ impl Walker<'_> {
                     s.vc[me] += 1;
                 }
                 let cr = p.comm_rank[i].get(&(me as u32)).copied().unwrap_or(0);
-                insts[i].enters.push((cr, s.lc, s.vc.clone()));
+                match part {
+                    Some(io) => io.enters.push((i as u32, cr, s.lc, s.vc.clone())),
+                    None => insts[i].enters.push((cr, s.lc, s.vc.clone())),
+                }
                 let vc = s.vc.clone();
                 if let Some(nid) = node(out, &vc, Vec::new()) {
                     enter_node[i].push((cr, nid));
@@ -1085,32 +1127,23 @@ impl Walker<'_> {
                 let inst = &insts[i];
                 let mine = p.comm_rank[i].get(&(me as u32)).copied().unwrap_or(0);
                 let root_cr = inst.root.and_then(|w| p.comm_rank[i].get(&w).copied());
-                let depends = |k: u32| -> bool {
-                    match inst.shape {
-                        Shape::NToN => true,
-                        Shape::OneToN => Some(k) == root_cr,
-                        Shape::NToOne => Some(mine) == root_cr,
-                        Shape::Scan => k <= mine,
-                        Shape::Exscan => k < mine,
-                    }
+                let (lc, vc) = match part {
+                    Some(io) => io
+                        .answers
+                        .get(&(i as u32, mine))
+                        .cloned()
+                        .unwrap_or_default(),
+                    None => merge_for(inst.shape, root_cr, &inst.enters, mine),
                 };
-                let mut from = Vec::new();
-                for (k, lc, vc) in &inst.enters {
-                    if !depends(*k) || *k == mine {
-                        continue;
-                    }
-                    s.lc = s.lc.max(*lc);
-                    if vector {
-                        for (a, b) in s.vc.iter_mut().zip(vc) {
-                            *a = (*a).max(*b);
-                        }
-                    }
+                s.lc = s.lc.max(lc);
+                for (a, b) in s.vc.iter_mut().zip(&vc) {
+                    *a = (*a).max(*b);
                 }
-                for &(k, nid) in &enter_node[i] {
-                    if depends(k) && k != mine {
-                        from.push(nid);
-                    }
-                }
+                let from = enter_node[i]
+                    .iter()
+                    .filter(|&&(k, _)| k != mine && depends(inst.shape, root_cr, mine, k))
+                    .map(|&(_, nid)| nid)
+                    .collect();
                 if eager {
                     s.vc[me] += 1;
                 }
@@ -1176,6 +1209,403 @@ fn vc_less(a: &[u64], b: &[u64]) -> bool {
     a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x <= y) && a != b
 }
 
+/// Whether a member's exit (`mine`) depends on member `k`'s enter.
+fn depends(shape: Shape, root: Option<u32>, mine: u32, k: u32) -> bool {
+    match shape {
+        Shape::NToN => true,
+        Shape::OneToN => Some(k) == root,
+        Shape::NToOne => Some(mine) == root,
+        Shape::Scan => k <= mine,
+        Shape::Exscan => k < mine,
+    }
+}
+
+/// What member `mine`'s exit merges from the enters that came, (member,
+/// clock, vector clock): the largest clock and the entrywise largest vector
+/// of the enters it depends on but its own.
+pub fn merge_for(
+    shape: Shape,
+    root: Option<u32>,
+    enters: &[(u32, u64, Vec<u64>)],
+    mine: u32,
+) -> (u64, Vec<u64>) {
+    let mut lc = 0;
+    let mut vc: Vec<u64> = Vec::new();
+    for (k, c, v) in enters {
+        if *k == mine || !depends(shape, root, mine, *k) {
+            continue;
+        }
+        lc = lc.max(*c);
+        if vc.len() < v.len() {
+            vc.resize(v.len(), 0);
+        }
+        for (a, b) in vc.iter_mut().zip(v) {
+            *a = (*a).max(*b);
+        }
+    }
+    (lc, vc)
+}
+
+/// [`merge_for`] of every member that entered, in member order: the
+/// clocks in linear time (the largest two of distinct members, or a
+/// scan's prefix); vectors, which only small runs have, one by one.
+pub fn merges(
+    shape: Shape,
+    root: Option<u32>,
+    enters: &[(u32, u64, Vec<u64>)],
+) -> Vec<(u32, u64, Vec<u64>)> {
+    let mut members: Vec<u32> = enters.iter().map(|e| e.0).collect();
+    members.sort_unstable();
+    members.dedup();
+    if enters.iter().any(|e| !e.2.is_empty()) {
+        return members
+            .into_iter()
+            .map(|k| {
+                let (lc, vc) = merge_for(shape, root, enters, k);
+                (k, lc, vc)
+            })
+            .collect();
+    }
+    // The largest clock of members that `mine`'s exit depends on.
+    let of = |keep: &dyn Fn(u32) -> bool| {
+        enters
+            .iter()
+            .filter(|e| keep(e.0))
+            .map(|e| e.1)
+            .max()
+            .unwrap_or(0)
+    };
+    let lcs: Vec<u64> = match shape {
+        Shape::OneToN => {
+            let at_root = of(&|k| Some(k) == root);
+            members
+                .iter()
+                .map(|&k| if Some(k) == root { 0 } else { at_root })
+                .collect()
+        }
+        Shape::NToOne => {
+            let but_root = of(&|k| Some(k) != root);
+            members
+                .iter()
+                .map(|&k| if Some(k) == root { but_root } else { 0 })
+                .collect()
+        }
+        Shape::NToN => {
+            // The largest clock, and the largest of the other members.
+            let best = enters.iter().max_by_key(|e| e.1).map(|e| (e.0, e.1));
+            let second = best.map(|(b, _)| of(&|k| k != b));
+            members
+                .iter()
+                .map(|&k| match best {
+                    Some((b, c)) if b != k => c,
+                    _ => second.unwrap_or(0),
+                })
+                .collect()
+        }
+        Shape::Scan | Shape::Exscan => {
+            // Members before each one, by member order.
+            let mut by: Vec<(u32, u64)> = enters.iter().map(|e| (e.0, e.1)).collect();
+            by.sort_unstable();
+            let mut at = 0;
+            let mut before = 0;
+            members
+                .iter()
+                .map(|&k| {
+                    while at < by.len() && by[at].0 < k {
+                        before = before.max(by[at].1);
+                        at += 1;
+                    }
+                    before
+                })
+                .collect()
+        }
+    };
+    members
+        .into_iter()
+        .zip(lcs)
+        .map(|(k, lc)| (k, lc, Vec::new()))
+        .collect()
+}
+
+/// Which vector clocks a [`Part`] keeps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PartVectors {
+    None,
+    /// The runtime's vector mode.
+    HappensBefore,
+    /// LVCP's, for races.
+    Lazy,
+}
+
+/// The walk's plan for a block of ranks ([`Part`]).
+pub struct PartPlan(Plan);
+
+impl PartPlan {
+    pub fn new(trace: &Trace, m: &Messages) -> PartPlan {
+        PartPlan(plan(trace, m))
+    }
+
+    /// Instance `i` of the block's collective calls: (its key
+    /// (communicator, sequence number, start), its shape, the root's rank
+    /// in the communicator, its size).
+    pub fn instance(&self, i: usize) -> ((u64, u64, u64), Shape, Option<u32>, usize) {
+        let (p, inst) = (&self.0, &self.0.instances[i]);
+        let root = inst.root.and_then(|w| p.comm_rank[i].get(&w).copied());
+        (p.keys[i], inst.shape, root, inst.size)
+    }
+
+    /// The block's instances by key.
+    pub fn instances(&self) -> HashMap<(u64, u64, u64), u32> {
+        (self.0.keys.iter().enumerate())
+            .map(|(i, &k)| (k, i as u32))
+            .collect()
+    }
+
+    /// The block's ranks with more than one thread.
+    pub fn multi_threaded(&self) -> &[u32] {
+        &self.0.multi
+    }
+}
+
+/// The clock rules over the streams of some ranks, the whole trace's
+/// (`pass`) or a block's (`pmtrace-mpi`): each stream steps while what its
+/// next event depends on is known. In a block, the clocks of other blocks'
+/// sends and what each collective exit merges come in from outside
+/// ([`Part::set_send`], [`Part::answer`]), and the block's sends and
+/// enters go out ([`Part::take_sends`], [`Part::take_enters`]).
+pub struct Part<'a> {
+    w: Walker<'a>,
+    /// Each stream's next event.
+    cur: Vec<usize>,
+}
+
+impl<'a> Part<'a> {
+    /// The rules over a block: `collectives` merged at exits or not,
+    /// `races` as in [`RaceClocks::compute`].
+    pub fn new(
+        trace: &'a Trace,
+        m: &'a Messages,
+        plan: &'a PartPlan,
+        collectives: bool,
+        vectors: PartVectors,
+        races: Option<&'a [bool]>,
+    ) -> Part<'a> {
+        let vectors = match vectors {
+            PartVectors::None => Vectors::None,
+            PartVectors::HappensBefore => Vectors::Eager,
+            PartVectors::Lazy => Vectors::Lazy,
+        };
+        let mut w = walker(trace, m, &plan.0, collectives, vectors, false, races);
+        w.part = Some(PartIo::default());
+        Part {
+            w,
+            cur: vec![0; plan.0.events.len()],
+        }
+    }
+
+    /// Steps every stream as far as it can, once round; the events stepped.
+    pub fn advance(&mut self) -> u64 {
+        let mut stepped = 0;
+        let p = self.w.p;
+        let w = &mut self.w;
+        for (r, at) in self.cur.iter_mut().enumerate() {
+            while let Some(&ev) = p.events[r].get(*at) {
+                if !w.ready(r, ev) {
+                    break;
+                }
+                w.step(r, ev, true);
+                *at += 1;
+                stepped += 1;
+            }
+        }
+        stepped
+    }
+
+    /// The first stream not at its end.
+    pub fn blocked(&self) -> Option<usize> {
+        (0..self.cur.len()).find(|&r| self.cur[r] < self.w.p.events[r].len())
+    }
+
+    /// The collective exit stream `r` waits at: (instance, member).
+    pub fn waiting_exit(&self, r: usize) -> Option<(usize, u32)> {
+        match self.w.p.events[r].get(self.cur[r]) {
+            Some(&Ev::Exit(i)) if self.w.collectives => {
+                Some((i as usize, self.w.member(r, i as usize)))
+            }
+            _ => None,
+        }
+    }
+
+    /// Steps stream `r` past what never came; an exit merges `partial`,
+    /// what its owner had (the whole trace's walk has the enters itself).
+    pub fn force(&mut self, r: usize, partial: Option<(u64, Vec<u64>)>) {
+        let ev = self.w.p.events[r][self.cur[r]];
+        let waits = self.waiting_exit(r);
+        if let (Some(io), Some((i, mine)), Some(x)) = (&mut self.w.part, waits, partial) {
+            io.answers.insert((i as u32, mine), x);
+        }
+        self.w.out.forced += 1;
+        self.w.step(r, ev, false);
+        self.cur[r] += 1;
+    }
+
+    /// The sends stepped since the last call.
+    pub fn take_sends(&mut self) -> Vec<u32> {
+        self.w
+            .part
+            .as_mut()
+            .map(|io| std::mem::take(&mut io.sends))
+            .unwrap_or_default()
+    }
+
+    /// Send `i`'s clock and vector clock.
+    pub fn send(&self, i: usize) -> (Option<u64>, Option<&[u64]>) {
+        let vc = self.w.out.send_vc.get(i).and_then(|v| v.as_deref());
+        (self.w.out.send_lc.get(i), vc)
+    }
+
+    /// The clock (and vector) of send `i`, made in another block.
+    pub fn set_send(&mut self, i: usize, lc: u64, vc: Option<Vec<u64>>) {
+        let out = &mut self.w.out;
+        out.send_lc.set(i, lc);
+        if let Some(v) = vc {
+            if self.w.lazy {
+                if let Some(d) = self.w.m.sends[i].dst {
+                    out.send_own[i] = v.get(d as usize).copied().unwrap_or(NO_CLOCK);
+                }
+            }
+            if let Some(slot) = out.send_vc.get_mut(i) {
+                *slot = Some(v);
+            }
+        }
+    }
+
+    /// The enters stepped since the last call: (instance, member, clock,
+    /// vector clock).
+    pub fn take_enters(&mut self) -> Vec<(u32, u32, u64, Vec<u64>)> {
+        self.w
+            .part
+            .as_mut()
+            .map(|io| std::mem::take(&mut io.enters))
+            .unwrap_or_default()
+    }
+
+    /// What member `member`'s exit of instance `i` merges.
+    pub fn answer(&mut self, i: u32, member: u32, lc: u64, vc: Vec<u64>) {
+        if let Some(io) = &mut self.w.part {
+            io.answers.insert((i, member), (lc, vc));
+        }
+    }
+
+    /// The clocks computed, for the checks.
+    pub fn finish(self) -> PartClocks {
+        PartClocks(self.w.out)
+    }
+}
+
+/// What a [`Part`] computed.
+pub struct PartClocks(Pass);
+
+impl PartClocks {
+    /// Events stepped past what they depend on.
+    pub fn forced(&self) -> u64 {
+        self.0.forced
+    }
+
+    /// The clocks after each call.
+    pub fn after_call(self) -> CallClocks {
+        self.0.after_call
+    }
+
+    /// The piggybacks of `recvs` checked against the clocks of a walk
+    /// without collectives, when both ends are single-threaded (`multi`:
+    /// the ranks that are not): (checked, mismatches).
+    pub fn wire(
+        &self,
+        trace: &Trace,
+        m: &Messages,
+        multi: &[u32],
+        recvs: std::ops::Range<usize>,
+    ) -> (u64, u64) {
+        wire_check(trace, m, &self.0, multi, recvs)
+    }
+
+    /// Matched pairs of `recvs` whose clocks are not ordered: (Lamport,
+    /// vector, in vector mode).
+    pub fn violations(&self, m: &Messages, recvs: std::ops::Range<usize>) -> (u64, u64) {
+        violations(m, &self.0, recvs)
+    }
+
+    /// Places where a thread's clock decreased, call by call.
+    pub fn decreasing(&self) -> u64 {
+        self.0.after_call.decreasing()
+    }
+
+    /// What the race rules compare ([`RaceClocks`]).
+    pub fn races(self, vector: bool) -> RaceClocks {
+        race_clocks(self.0, vector)
+    }
+}
+
+/// Piggybacks checked against the walk without collectives (see
+/// [`PartClocks::wire`]).
+fn wire_check(
+    trace: &Trace,
+    m: &Messages,
+    wire: &Pass,
+    multi: &[u32],
+    recvs: std::ops::Range<usize>,
+) -> (u64, u64) {
+    let single = |rank: u32| multi.binary_search(&rank).is_err();
+    let vector = !wire.send_vc.is_empty();
+    let (mut checked, mut mismatches) = (0, 0);
+    for ri in recvs {
+        let r = &m.recvs[ri];
+        let (Some(pb), Some(si)) = (r.pb, m.send_by_id(ri)) else {
+            continue;
+        };
+        let s = &m.sends[si];
+        if !(single(s.src) && single(r.dst)) {
+            continue;
+        }
+        checked += 1;
+        let mut bad = wire.send_lc.get(si) != Some(pb.lc) || s.time != pb.sent;
+        if vector {
+            let got = pb.vc.and_then(|at| {
+                let th = trace.held(r.dst).thread(r.completion.thread)?;
+                let w = trace.world_size as usize;
+                th.vcs
+                    .get(at as usize * w..(at as usize + 1) * w)
+                    .map(|v| v.to_vec())
+            });
+            bad |= got.as_deref() != wire.send_vc[si].as_deref();
+        }
+        if bad {
+            mismatches += 1;
+        }
+    }
+    (checked, mismatches)
+}
+
+/// Matched pairs of `recvs` with send ≥ receive: (Lamport, vector).
+fn violations(m: &Messages, full: &Pass, recvs: std::ops::Range<usize>) -> (u64, u64) {
+    let (mut lamport, mut vector) = (0, 0);
+    for ri in recvs {
+        let Some(si) = m.send_by_id(ri) else { continue };
+        if let (Some(s), Some((_, after))) = (full.send_lc.get(si), full.recv_lc.get(ri)) {
+            if s >= after {
+                lamport += 1;
+            }
+        }
+        if let (Some(Some(a)), Some(Some(b))) = (full.send_vc.get(si), full.recv_vc.get(ri)) {
+            if !vc_less(a, b) {
+                vector += 1;
+            }
+        }
+    }
+    (lamport, vector)
+}
+
 /// Rebuilds the clocks of `trace` and checks them.
 pub fn compute(trace: &Trace, m: &Messages) -> Clocks {
     let mode = trace
@@ -1219,56 +1649,19 @@ pub fn compute(trace: &Trace, m: &Messages) -> Clocks {
         Vectors::None
     };
     let wire = pass(trace, m, &p, false, vectors, false, None);
-    for (ri, r) in m.recvs.iter().enumerate() {
-        let (Some(pb), Some(si)) = (r.pb, m.send_by_id(ri)) else {
-            continue;
-        };
-        let s = &m.sends[si];
-        if !(p.single[s.src as usize] && p.single[r.dst as usize]) {
-            continue;
-        }
-        report.wire_checked += 1;
-        let mut bad = wire.send_lc.get(si) != Some(pb.lc) || s.time != pb.sent;
-        if vector {
-            let got = pb.vc.and_then(|at| {
-                let th = trace.held(r.dst).thread(r.completion.thread)?;
-                let w = trace.world_size as usize;
-                th.vcs
-                    .get(at as usize * w..(at as usize + 1) * w)
-                    .map(|v| v.to_vec())
-            });
-            bad |= got.as_deref() != wire.send_vc[si].as_deref();
-        }
-        if bad {
-            report.wire_mismatches += 1;
-        }
-    }
+    (report.wire_checked, report.wire_mismatches) =
+        wire_check(trace, m, &wire, &p.multi, 0..m.recvs.len());
     drop(wire);
     // Clocks carried by one sender never decrease with its message ids.
     report.decreasing += decreasing_by_sender(by_sender(m.recvs.iter()));
     // The full clocks, collectives merged.
-    let small = m.sends.len() + m.recvs.len() <= HB_MAX_EVENTS && p.single.iter().all(|&s| s);
+    let small = m.sends.len() + m.recvs.len() <= HB_MAX_EVENTS && p.multi.is_empty();
     let full = pass(trace, m, &p, true, vectors, vector && small, None);
     report.forced = full.forced;
-    for ri in 0..m.recvs.len() {
-        let Some(si) = m.send_by_id(ri) else { continue };
-        if let (Some(s), Some((_, after))) = (full.send_lc.get(si), full.recv_lc.get(ri)) {
-            if s >= after {
-                report.lamport_violations += 1;
-            }
-        }
-    }
+    let (lamport, vector_bad) = violations(m, &full, 0..m.recvs.len());
+    report.lamport_violations = lamport;
     if vector {
-        let mut bad = 0;
-        for ri in 0..m.recvs.len() {
-            let Some(si) = m.send_by_id(ri) else { continue };
-            if let (Some(a), Some(b)) = (&full.send_vc[si], &full.recv_vc[ri]) {
-                if !vc_less(a, b) {
-                    bad += 1;
-                }
-            }
-        }
-        report.vector_violations = Some(bad);
+        report.vector_violations = Some(vector_bad);
         if small {
             report.happens_before = Some(hb_check(&full.nodes));
         }
@@ -1329,19 +1722,7 @@ impl RaceClocks {
         let p = plan(trace, m);
         let vectors = if vector { Vectors::Lazy } else { Vectors::None };
         let full = pass(trace, m, &p, true, vectors, false, Some(probed));
-        if vector {
-            RaceClocks {
-                mode: "vector",
-                send: full.send_own,
-                recv: full.recv_own,
-            }
-        } else {
-            RaceClocks {
-                mode: "lamport",
-                send: full.send_lc.0,
-                recv: full.recv_lc.0.iter().map(|&(matched, _)| matched).collect(),
-            }
-        }
+        race_clocks(full, vector)
     }
 
     /// Send `i`'s clock as its destination sees it.
@@ -1352,6 +1733,23 @@ impl RaceClocks {
     /// Receive `i`'s clock when it matched.
     pub fn recv(&self, i: usize) -> Option<u64> {
         self.recv.get(i).copied().filter(|&c| c != NO_CLOCK)
+    }
+}
+
+/// The race rules' clocks out of a walk with `races`.
+fn race_clocks(full: Pass, vector: bool) -> RaceClocks {
+    if vector {
+        RaceClocks {
+            mode: "vector",
+            send: full.send_own,
+            recv: full.recv_own,
+        }
+    } else {
+        RaceClocks {
+            mode: "lamport",
+            send: full.send_lc.0,
+            recv: full.recv_lc.0.iter().map(|&(matched, _)| matched).collect(),
+        }
     }
 }
 
@@ -1449,5 +1847,69 @@ mod tests {
         c.set(0, 4, 3, 8);
         // 7 then 5 on thread 3; 9 then 8 on thread 4.
         assert_eq!(c.decreasing(), 2);
+    }
+
+    #[test]
+    fn every_exit_merges_in_linear_time_what_it_merges_one_by_one() {
+        let shapes = [
+            Shape::OneToN,
+            Shape::NToOne,
+            Shape::NToN,
+            Shape::Scan,
+            Shape::Exscan,
+        ];
+        let mut x: u64 = 7;
+        let mut next = |n: u64| {
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (x >> 33) % n
+        };
+        for round in 0..400 {
+            let shape = shapes[round % shapes.len()];
+            let size = 1 + next(6) as u32;
+            let root = (round % 3 != 0).then(|| next(size as u64) as u32);
+            // Members may enter twice (a broken trace), or not at all.
+            let enters: Vec<(u32, u64, Vec<u64>)> = (0..next(8))
+                .map(|_| (next(size as u64) as u32, next(5), Vec::new()))
+                .collect();
+            let got = merges(shape, root, &enters);
+            let mut members: Vec<u32> = enters.iter().map(|e| e.0).collect();
+            members.sort_unstable();
+            members.dedup();
+            let want: Vec<(u32, u64, Vec<u64>)> = members
+                .iter()
+                .map(|&k| {
+                    let (lc, vc) = merge_for(shape, root, &enters, k);
+                    (k, lc, vc)
+                })
+                .collect();
+            assert_eq!(got, want, "{shape:?} root {root:?} enters {enters:?}");
+        }
+        // By hand: a scan's exit takes the members before it, a
+        // broadcast's the root's, an all-to-all's the others'.
+        let e = |v: &[(u32, u64)]| -> Vec<(u32, u64, Vec<u64>)> {
+            v.iter().map(|&(k, c)| (k, c, Vec::new())).collect()
+        };
+        let lcs = |v: Vec<(u32, u64, Vec<u64>)>| v.into_iter().map(|x| x.1).collect::<Vec<_>>();
+        let four = e(&[(0, 3), (1, 9), (2, 1), (3, 4)]);
+        assert_eq!(lcs(merges(Shape::Scan, None, &four)), [0, 3, 9, 9]);
+        assert_eq!(lcs(merges(Shape::OneToN, Some(2), &four)), [1, 1, 0, 1]);
+        assert_eq!(lcs(merges(Shape::NToOne, Some(2), &four)), [0, 0, 9, 0]);
+        assert_eq!(lcs(merges(Shape::NToN, None, &four)), [9, 4, 9, 9]);
+        // Vectors merge entrywise, without the member's own.
+        let v = vec![
+            (0, 1, vec![1, 0, 5]),
+            (1, 2, vec![0, 2, 0]),
+            (2, 0, vec![3, 0, 0]),
+        ];
+        assert_eq!(
+            merges(Shape::NToN, None, &v),
+            vec![
+                (0, 2, vec![3, 2, 0]),
+                (1, 1, vec![3, 0, 5]),
+                (2, 2, vec![1, 2, 5])
+            ]
+        );
     }
 }
