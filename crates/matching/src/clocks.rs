@@ -771,7 +771,11 @@ fn walker<'a>(
         } else {
             Vec::new()
         },
-        any_tag: trace.constants().any_tag,
+        // A block may hold no rank (more processes than ranks).
+        any_tag: trace
+            .ranks
+            .first()
+            .map_or(-1, |r| r.header.constants.any_tag),
         st: (0..n)
             .map(|_| State {
                 lc: 0,

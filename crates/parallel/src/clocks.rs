@@ -4,10 +4,16 @@
 //! thread piggybacked ever decreased with its message ids (its receives
 //! sorted at the sender's block).
 
-use pmtrace_analysis::clocks;
+use rustc_hash::FxHashMap as HashMap;
+
+use pmtrace_analysis::clocks::{
+    self, ClockReport, HbCheck, Part, PartClocks, PartPlan, PartVectors, Shape,
+};
+use pmtrace_analysis::{Messages, Trace};
 
 use crate::block::Block;
 use crate::fabric::Fabric;
+use crate::insts::{owner_of, shape_code, shape_of_code};
 use crate::messages::BlockMessages;
 use crate::wire::{In, Out};
 
@@ -55,4 +61,328 @@ pub fn ids<F: Fabric + ?Sized>(f: &F, b: &Block, bm: &BlockMessages) -> Ids {
         fifo_disagreements: v[2],
         decreasing_by_sender: v[3],
     }
+}
+
+/// A collective instance's enters, gathered at its owner.
+struct Gathering {
+    shape: Shape,
+    root: Option<u32>,
+    size: usize,
+    /// (member, clock, vector clock) as they came.
+    enters: Vec<(u32, u64, Vec<u64>)>,
+    /// The process each enter came from.
+    from: Vec<u32>,
+    answered: bool,
+}
+
+const SEND: u8 = 0;
+const ENTER: u8 = 1;
+const ANSWER: u8 = 2;
+
+type Key = (u64, u64, u64);
+
+fn put_key(o: &mut Out, k: Key) {
+    o.u64(k.0).u64(k.1).u64(k.2);
+}
+
+fn get_key(i: &mut In) -> Key {
+    (i.u64(), i.u64(), i.u64())
+}
+
+fn put_vc(o: &mut Out, vc: &[u64]) {
+    o.u32(vc.len() as u32);
+    for &x in vc {
+        o.u64(x);
+    }
+}
+
+fn get_vc(i: &mut In) -> Vec<u64> {
+    let n = i.u32() as usize;
+    (0..n).map(|_| i.u64()).collect()
+}
+
+/// The clock rules over blocks ([`clocks::Part`]), in rounds: every block
+/// steps its streams as far as it can; then one all-to-all carries the
+/// clocks of sends received in another block (to the receiver's process),
+/// the clocks at collective enters (to the instance's owner), and the
+/// owners' answers (what each member's exit merges, once every member
+/// entered). Stuck everywhere (lost events), the first stream not at its
+/// end over all blocks steps on without what it waits for, an exit with
+/// what its owner had, as the whole trace's walk does. Any order that
+/// steps an event after what it depends on gives the same clocks, so
+/// these are the serial ones.
+pub fn replay<F: Fabric + ?Sized>(
+    f: &F,
+    b: &Block,
+    bm: &BlockMessages,
+    plan: &PartPlan,
+    collectives: bool,
+    vectors: PartVectors,
+    races: Option<&[bool]>,
+) -> PartClocks {
+    let (me, procs) = (f.index(), f.size());
+    let m = &bm.m;
+    let mut part = Part::new(&b.trace, m, plan, collectives, vectors, races);
+    let foreign: HashMap<(usize, u32), usize> = (bm.own_sends..m.sends.len())
+        .map(|i| (bm.send_key(i), i))
+        .collect();
+    let local = plan.instances();
+    let mut owned: HashMap<Key, Gathering> = HashMap::default();
+    let mut answers = vec![Out::default(); procs];
+    loop {
+        let stepped = part.advance();
+        let mut out = std::mem::replace(&mut answers, vec![Out::default(); procs]);
+        for si in part.take_sends() {
+            let si = si as usize;
+            let to = match m.sends[si].dst {
+                Some(d) if si < bm.own_sends && d < b.blocks.ranks => b.blocks.owner(d),
+                _ => continue,
+            };
+            if let (true, (Some(lc), vc)) = (to != me, part.send(si)) {
+                out[to].u8(SEND).u32(si as u32).u64(lc);
+                put_vc(&mut out[to], vc.unwrap_or_default());
+            }
+        }
+        for (i, member, lc, vc) in part.take_enters() {
+            let (key, shape, root, size) = plan.instance(i as usize);
+            let o = &mut out[owner_of(key, procs)];
+            o.u8(ENTER);
+            put_key(o, key);
+            o.u8(shape_code(shape))
+                .u32(root.unwrap_or(u32::MAX))
+                .u64(size as u64)
+                .u32(member)
+                .u64(lc);
+            put_vc(o, &vc);
+        }
+        let got = f.exchange(out.into_iter().map(|o| o.0).collect());
+        let mut received = 0;
+        for (from, bytes) in got.iter().enumerate() {
+            let mut i = In::new(bytes);
+            while !i.done() {
+                received += 1;
+                match i.u8() {
+                    SEND => {
+                        let (index, lc) = (i.u32(), i.u64());
+                        let vc = get_vc(&mut i);
+                        let si = foreign[&(from, index)];
+                        part.set_send(si, lc, (!vc.is_empty()).then_some(vc));
+                    }
+                    ENTER => {
+                        let key = get_key(&mut i);
+                        let shape = shape_of_code(i.u8());
+                        let root = Some(i.u32()).filter(|&r| r != u32::MAX);
+                        let size = i.u64() as usize;
+                        let (member, lc) = (i.u32(), i.u64());
+                        let vc = get_vc(&mut i);
+                        let g = owned.entry(key).or_insert_with(|| Gathering {
+                            shape,
+                            root,
+                            size,
+                            enters: Vec::new(),
+                            from: Vec::new(),
+                            answered: false,
+                        });
+                        g.enters.push((member, lc, vc));
+                        g.from.push(from as u32);
+                        if !g.answered && g.enters.len() >= g.size {
+                            g.answered = true;
+                            answer(g, key, &mut answers);
+                        }
+                    }
+                    _ => {
+                        let key = get_key(&mut i);
+                        let (member, lc) = (i.u32(), i.u64());
+                        let vc = get_vc(&mut i);
+                        part.answer(local[&key], member, lc, vc);
+                    }
+                }
+            }
+        }
+        let mut v = [stepped + received, u64::from(part.blocked().is_some())];
+        f.sum(&mut v);
+        if v[1] == 0 {
+            break;
+        }
+        if v[0] == 0 {
+            force(f, plan, &mut part, &owned);
+        }
+    }
+    part.finish()
+}
+
+/// What every member of a gathered instance merges, to each process that
+/// holds one of its enters.
+fn answer(g: &Gathering, key: Key, out: &mut [Out]) {
+    let mut to: Vec<(u32, u32)> = g
+        .enters
+        .iter()
+        .map(|e| e.0)
+        .zip(g.from.iter().copied())
+        .collect();
+    to.sort_unstable();
+    to.dedup();
+    let merged = clocks::merges(g.shape, g.root, &g.enters);
+    let mut at = 0;
+    for (member, lc, vc) in merged {
+        while at < to.len() && to[at].0 == member {
+            let o = &mut out[to[at].1 as usize];
+            o.u8(ANSWER);
+            put_key(o, key);
+            o.u32(member).u64(lc);
+            put_vc(o, &vc);
+            at += 1;
+        }
+    }
+}
+
+/// Steps the first stream not at its end over all blocks past what it
+/// waits for; an exit merges what its instance's owner gathered.
+fn force<F: Fabric + ?Sized>(
+    f: &F,
+    plan: &PartPlan,
+    part: &mut Part,
+    owned: &HashMap<Key, Gathering>,
+) {
+    let procs = f.size();
+    let mut stuck = vec![0u64; procs];
+    stuck[f.index()] = u64::from(part.blocked().is_some());
+    f.sum(&mut stuck);
+    let first = stuck.iter().position(|&x| x > 0);
+    let r = part.blocked().filter(|_| first == Some(f.index()));
+    let waits = r.and_then(|r| part.waiting_exit(r));
+    let mut query = vec![Out::default(); procs];
+    if let Some((i, member)) = waits {
+        let key = plan.instance(i).0;
+        let o = &mut query[owner_of(key, procs)];
+        put_key(o, key);
+        o.u32(member);
+    }
+    let got = f.exchange(query.into_iter().map(|o| o.0).collect());
+    let mut back = vec![Out::default(); procs];
+    for (from, bytes) in got.iter().enumerate() {
+        let mut i = In::new(bytes);
+        while !i.done() {
+            let (key, member) = (get_key(&mut i), i.u32());
+            let (lc, vc) = owned
+                .get(&key)
+                .map(|g| clocks::merge_for(g.shape, g.root, &g.enters, member))
+                .unwrap_or_default();
+            back[from].u64(lc);
+            put_vc(&mut back[from], &vc);
+        }
+    }
+    let got = f.exchange(back.into_iter().map(|o| o.0).collect());
+    let partial = waits.map(|(i, _)| {
+        let mut i = In::new(&got[owner_of(plan.instance(i).0, procs)]);
+        (i.u64(), get_vc(&mut i))
+    });
+    if let Some(r) = r {
+        part.force(r, partial);
+    }
+}
+
+/// The report's `clocks` object, as [`clocks::compute`] makes it, on every
+/// process. The happens-before check, which only small runs get, runs at
+/// process 0 on the whole trace.
+pub fn report<F: Fabric + ?Sized>(f: &F, b: &Block, bm: &BlockMessages) -> ClockReport {
+    let ids = ids(f, b, bm);
+    // The mode of the trace's first rank.
+    let first = b
+        .trace
+        .ranks
+        .first()
+        .map(|r| (r.rank, r.header.clocks.clone()));
+    let mut o = Out::default();
+    if let Some((rank, mode)) = &first {
+        o.u32(*rank).str(mode);
+    }
+    let mode = f
+        .all_gather(o.0)
+        .iter()
+        .filter(|b| !b.is_empty())
+        .map(|b| {
+            let mut i = In::new(b);
+            (i.u32(), i.str())
+        })
+        .min()
+        .map_or_else(|| "none".to_string(), |(_, mode)| mode);
+    let mut report = ClockReport {
+        mode: mode.clone(),
+        ..ClockReport::default()
+    };
+    if mode == "none" {
+        return report;
+    }
+    report.matched_by_id = ids.matched_by_id;
+    report.unmatched_by_id = ids.unmatched_by_id;
+    report.fifo_disagreements = ids.fifo_disagreements;
+    let vector = mode == "vector";
+    let m = &bm.m;
+    let plan = PartPlan::new(&b.trace, m);
+    let mut multi = Out::default();
+    multi.u32s(plan.multi_threaded());
+    let mut multi: Vec<u32> = f
+        .all_gather(multi.0)
+        .iter()
+        .flat_map(|b| In::new(b).u32s())
+        .collect();
+    multi.sort_unstable();
+    let vectors = if vector {
+        PartVectors::HappensBefore
+    } else {
+        PartVectors::None
+    };
+    let own = 0..bm.own_recvs;
+    // The runtime's view: no collectives; every piggyback must equal it.
+    let wire = replay(f, b, bm, &plan, false, vectors, None);
+    let (checked, mismatches) = wire.wire(&b.trace, m, &multi, own.clone());
+    drop(wire);
+    let full = replay(f, b, bm, &plan, true, vectors, None);
+    let (lamport, vector_bad) = full.violations(m, own);
+    let mut v = [
+        checked,
+        mismatches,
+        lamport,
+        vector_bad,
+        full.decreasing(),
+        full.forced(),
+        (bm.own_sends + bm.own_recvs) as u64,
+    ];
+    f.sum(&mut v);
+    report.wire_checked = v[0];
+    report.wire_mismatches = v[1];
+    report.lamport_violations = v[2];
+    report.decreasing = ids.decreasing_by_sender + v[4];
+    report.forced = v[5];
+    if vector {
+        report.vector_violations = Some(v[3]);
+        let small = v[6] <= clocks::HB_MAX_EVENTS as u64 && multi.is_empty();
+        if small {
+            report.happens_before = happens_before(f, b);
+        }
+    }
+    report
+}
+
+/// The happens-before check of a small vector-mode trace, on every
+/// process: process 0 reads the whole trace.
+fn happens_before<F: Fabric + ?Sized>(f: &F, b: &Block) -> Option<HbCheck> {
+    let mut o = Out::default();
+    if f.index() == 0 {
+        let hb = Trace::open(&b.trace.dir).ok().and_then(|t| {
+            let m = Messages::build(&t);
+            clocks::compute(&t, &m).report.happens_before
+        });
+        if let Some(hb) = hb {
+            o.u64(hb.events).u64(hb.pairs).u64(hb.disagreements);
+        }
+    }
+    let got = f.all_gather(o.0).swap_remove(0);
+    let mut i = In::new(&got);
+    (!i.done()).then(|| HbCheck {
+        events: i.u64(),
+        pairs: i.u64(),
+        disagreements: i.u64(),
+    })
 }

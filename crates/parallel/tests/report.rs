@@ -151,3 +151,50 @@ fn receives_matched_by_id_and_senders_clocks_are_counted_as_serially() {
         "a case with receives matched by id and without"
     );
 }
+
+#[test]
+fn the_clock_replay_over_blocks_gives_the_serial_clock_report() {
+    use pmtrace_analysis::clocks;
+    let check = |dir: &std::path::Path, procs: std::ops::RangeInclusive<usize>| {
+        let trace = Trace::open(dir).unwrap();
+        let m = Messages::build(&trace);
+        let want = clocks::compute(&trace, &m).report;
+        for p in procs {
+            let got = Threads::run(p, |f| {
+                let b = block::open(f, dir).unwrap();
+                let bm = messages::build(f, &b);
+                pmtrace_parallel::clocks::report(f, &b, &bm)
+            });
+            for r in got {
+                assert_eq!(r, want, "{} at P = {p}", dir.display());
+            }
+        }
+        want
+    };
+    let (mut vector, mut threads) = (0, 0);
+    for case in CASES {
+        let dir = copy(case, "clocks");
+        let want = check(&dir, 1..=4);
+        vector += u64::from(want.happens_before.is_some());
+        threads += u64::from(want.wire_checked < want.matched_by_id);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+    assert!(vector >= 1, "a case with the happens-before check");
+    assert!(
+        threads >= 1,
+        "a case with threads left out of the wire check"
+    );
+    // A simulated run with wildcard receives and collectives, whole and
+    // with rank 5 cut short: its clocks are forced past what never came.
+    let dir = synth(12, 40, None, "clocks");
+    let want = check(&dir, 1..=5);
+    assert_eq!(
+        (want.matched_by_id, want.forced, want.lamport_violations),
+        (1450, 0, 0)
+    );
+    let dir = synth(12, 40, Some(5), "clocks");
+    let want = check(&dir, 1..=5);
+    assert_eq!(want.matched_by_id, 1367);
+    assert!(want.forced > 100 && want.lamport_violations > 10 && want.wire_mismatches > 0);
+    std::fs::remove_dir_all(&dir).unwrap();
+}

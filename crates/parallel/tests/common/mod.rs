@@ -43,3 +43,24 @@ pub fn copy(case: &str, tag: &str) -> PathBuf {
     }
     dir
 }
+
+/// A simulated trace of `ranks` ranks over `iterations` iterations, with
+/// rank `cut`'s file (if any) cut to 8 KiB, as a job that died leaves
+/// it: messages without their other end and collectives some members
+/// never entered.
+pub fn synth(ranks: u32, iterations: u32, cut: Option<u32>, tag: &str) -> PathBuf {
+    use pmtrace_fixture::synth::{self, SynthSpec};
+    let dir = std::env::temp_dir().join(format!("pmtrace-p{tag}-{}-synth", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let spec = SynthSpec {
+        iterations,
+        ..SynthSpec::new(ranks)
+    };
+    synth::write(&dir, &spec).unwrap();
+    if let Some(rank) = cut {
+        let path = dir.join(format!("rank-{rank:05}.pmt"));
+        let bytes = std::fs::read(&path).unwrap();
+        std::fs::write(&path, &bytes[..8192.min(bytes.len())]).unwrap();
+    }
+    dir
+}
