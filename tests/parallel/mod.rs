@@ -50,7 +50,8 @@ fn copy_trace(case: &Path, dir: &Path) {
 /// `pmtrace sync` and `pmtrace-mpi sync` at `nps` on every golden trace:
 /// the same printed report (JSON and text) and the same `sync.pmts` (but
 /// the seconds each took; its checksum checked by reading it back); and
-/// the same critical paths, on recorded and on synchronized time.
+/// the same reports and critical paths, on recorded and on synchronized
+/// time.
 fn sync_is_the_serial_one(mpi: Mpi, nps: &[u32]) {
     let dir = scratch(&format!("parallel-sync-{}", mpi.tag()));
     for case in cases() {
@@ -58,9 +59,11 @@ fn sync_is_the_serial_one(mpi: Mpi, nps: &[u32]) {
         let serial = dir.join(format!("{name}-serial"));
         copy_trace(&case, &serial);
         let path_recorded = critical_path(&serial);
+        let report_recorded = report(&serial);
         let want = json_text(&pmtrace(&["sync", serial.to_str().unwrap(), "--json"]));
         let want_file = sync_parts(&std::fs::read(serial.join("sync.pmts")).unwrap());
         let path_synced = critical_path(&serial);
+        let report_synced = report(&serial);
         for &np in nps {
             let par = dir.join(format!("{name}-np{np}"));
             copy_trace(&case, &par);
@@ -77,7 +80,21 @@ fn sync_is_the_serial_one(mpi: Mpi, nps: &[u32]) {
                     "{name} at np = {np}: the critical path"
                 );
             };
+            let same_report = |what: &str| {
+                let out = pmtrace_mpi(mpi, np, &["report", par.to_str().unwrap(), "--json"]);
+                assert!(
+                    out.status.success(),
+                    "{name} at np = {np}: {}",
+                    String::from_utf8_lossy(&out.stderr)
+                );
+                assert_eq!(
+                    json_text(&out.stdout),
+                    what,
+                    "{name} at np = {np}: the report"
+                );
+            };
             path(&path_recorded);
+            same_report(&report_recorded);
             let out = pmtrace_mpi(mpi, np, &["sync", par.to_str().unwrap(), "--json"]);
             assert!(
                 out.status.success(),
@@ -99,6 +116,7 @@ fn sync_is_the_serial_one(mpi: Mpi, nps: &[u32]) {
                 "{name} at np = {np}: the synced times"
             );
             path(&path_synced);
+            same_report(&report_synced);
             // Whole, checksum included: the serial report reads it.
             let report = pmtrace(&["report", par.to_str().unwrap(), "--json"]);
             let report: serde_json::Value = serde_json::from_slice(&report).unwrap();
@@ -136,7 +154,18 @@ fn sync_is_the_serial_one(mpi: Mpi, nps: &[u32]) {
             String::from_utf8_lossy(&pmtrace(&["critical-path", serial.to_str().unwrap()])),
             "{name}: the critical path's text"
         );
+        let out = pmtrace_mpi(mpi, nps[nps.len() - 1], &["report", par.to_str().unwrap()]);
+        assert_eq!(
+            strip(&out.stdout, &par),
+            strip(&pmtrace(&["report", serial.to_str().unwrap()]), &serial),
+            "{name}: the report's text"
+        );
     }
+}
+
+/// What `pmtrace report DIR --json` prints, less the seconds sync took.
+fn report(dir: &Path) -> String {
+    json_text(&pmtrace(&["report", dir.to_str().unwrap(), "--json"]))
 }
 
 /// What `pmtrace critical-path DIR --json` prints.
@@ -145,12 +174,12 @@ fn critical_path(dir: &Path) -> Vec<u8> {
 }
 
 #[test]
-fn pmtrace_mpi_sync_and_critical_path_write_what_pmtrace_writes_under_open_mpi() {
+fn pmtrace_mpi_sync_report_and_critical_path_write_what_pmtrace_writes_under_open_mpi() {
     sync_is_the_serial_one(Mpi::OpenMpi, &[1, 2, 3, 4]);
 }
 
 #[test]
-fn pmtrace_mpi_sync_and_critical_path_write_what_pmtrace_writes_under_mpich() {
+fn pmtrace_mpi_sync_report_and_critical_path_write_what_pmtrace_writes_under_mpich() {
     sync_is_the_serial_one(Mpi::Mpich, &[1, 3]);
 }
 

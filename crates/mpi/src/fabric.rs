@@ -39,7 +39,12 @@ impl Mpi {
         {
             let sp = Partition::new(send, counts, &displs[..]);
             let mut rp = PartitionMut::new(&mut recv[..], recv_counts, &recv_displs[..]);
-            self.comm.all_to_all_varcount_into(&sp, &mut rp);
+            mpi::request::scope(|scope| {
+                wait(
+                    self.comm
+                        .immediate_all_to_all_varcount_into(scope, &sp, &mut rp),
+                );
+            });
         }
         recv.truncate(total);
         recv
@@ -71,7 +76,12 @@ impl Fabric for Mpi {
         assert_eq!(out.len(), self.size, "one buffer per process");
         let lens: Vec<u64> = out.iter().map(|b| b.len() as u64).collect();
         let mut recv_lens = vec![0u64; self.size];
-        self.comm.all_to_all_into(&lens[..], &mut recv_lens[..]);
+        mpi::request::scope(|scope| {
+            wait(
+                self.comm
+                    .immediate_all_to_all_into(scope, &lens[..], &mut recv_lens[..]),
+            );
+        });
         // Each round moves at most `limit` bytes between two processes, so
         // that what one process receives in a round fits in an int.
         let limit = (i32::MAX as u64 / self.size as u64).max(1);
@@ -125,8 +135,14 @@ impl Fabric for Mpi {
         for part in v.chunks_mut(REDUCE_CHUNK) {
             let mine: Vec<i64> = part.iter().map(|&x| x as i64).collect();
             let mut all = vec![0i64; part.len()];
-            self.comm
-                .all_reduce_into(&mine[..], &mut all[..], SystemOperation::sum());
+            mpi::request::scope(|scope| {
+                wait(self.comm.immediate_all_reduce_into(
+                    scope,
+                    &mine[..],
+                    &mut all[..],
+                    SystemOperation::sum(),
+                ));
+            });
             for (x, a) in part.iter_mut().zip(all) {
                 *x = a as u64;
             }
@@ -138,8 +154,14 @@ impl Fabric for Mpi {
         for part in v.chunks_mut(REDUCE_CHUNK) {
             let mine: Vec<i64> = part.iter().map(|&x| flip(x)).collect();
             let mut all = vec![0i64; part.len()];
-            self.comm
-                .all_reduce_into(&mine[..], &mut all[..], SystemOperation::max());
+            mpi::request::scope(|scope| {
+                wait(self.comm.immediate_all_reduce_into(
+                    scope,
+                    &mine[..],
+                    &mut all[..],
+                    SystemOperation::max(),
+                ));
+            });
             for (x, a) in part.iter_mut().zip(all) {
                 *x = (a as u64) ^ (1 << 63);
             }
@@ -150,3 +172,24 @@ impl Fabric for Mpi {
 /// Elements reduced at a time: the copies a reduction makes stay at 16 MiB
 /// however long the vector (the weighted path's F has 4 M bins).
 const REDUCE_CHUNK: usize = 1 << 20;
+
+/// Waits for `req` without holding the core: a run with more processes
+/// than cores (the usual way to run many small blocks on a login node)
+/// would otherwise spend its time in processes spinning in MPI while the
+/// one with work waits for a core. Spins briefly, then yields, then
+/// sleeps a little between tests.
+fn wait<'a, D: ?Sized, S: mpi::request::Scope<'a>>(mut req: mpi::request::Request<'a, D, S>) {
+    let mut tries = 0u32;
+    loop {
+        match req.test() {
+            Ok(_) => return,
+            Err(r) => req = r,
+        }
+        tries += 1;
+        if tries > 2_000 {
+            std::thread::sleep(std::time::Duration::from_micros(50));
+        } else if tries > 200 {
+            std::thread::yield_now();
+        }
+    }
+}

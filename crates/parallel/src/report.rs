@@ -20,19 +20,19 @@ use pmtrace_analysis::report::phases;
 use pmtrace_analysis::report::requests::{self, PendingRequest};
 use pmtrace_analysis::report::times::Times;
 use pmtrace_analysis::report::{
-    profile, CollectiveCounts, FunctionStats, MatrixCell, MessageCounts, RankSummary, RunSummary,
-    UnmatchedMessage, UNMATCHED_SHOWN,
+    profile, spawned_worlds, CollectiveCounts, FunctionStats, MatrixCell, MessageCounts,
+    RankSummary, Report, RunSummary, UnmatchedMessage, UNMATCHED_SHOWN,
 };
 
 use pmtrace_analysis::sync::{SyncViolations, Synced};
 
 use crate::block::Block;
 use crate::fabric::{sum_of, Fabric};
-use crate::groups;
 use crate::insts::Insts;
 use crate::messages::BlockMessages;
 use crate::net::Net;
 use crate::wire::{In, Out};
+use crate::{critical, groups, metrics, waits};
 
 /// The report's plain parts, on process 0.
 #[derive(Debug, Clone, PartialEq)]
@@ -509,4 +509,63 @@ pub fn after_sync<F: Fabric + ?Sized>(
     net.g.mu_intra = p.mu_intra_ns;
     net.g.mu_inter = p.mu_inter_ns;
     crate::sync::violations(f, &net, &synced.node_times(&b.trace, &net.g))
+}
+
+/// The whole report over blocks, as `pmtrace report` makes it, on
+/// process 0 (`None` elsewhere); on the times `pmtrace sync` wrote when
+/// `synced` is given, with its report and the violations left in them.
+pub fn build<F: Fabric + ?Sized>(
+    f: &F,
+    b: &Block,
+    bm: &BlockMessages,
+    insts: &Insts,
+    synced: Option<&Synced>,
+    mu_ns: u64,
+) -> Option<Report> {
+    let times = Times {
+        trace: &b.trace,
+        synced,
+    };
+    let plain = plain(f, b, bm, insts, &times, mu_ns);
+    let clocks = crate::clocks::report(f, b, bm);
+    let found = waits::find(f, b, bm, insts, &times);
+    let wait_states = waits::states(f, b, &times, &found);
+    let metrics = metrics::compute(f, b, &times);
+    let window = metrics::window(f, b, &times);
+    let critical_path = critical::paths(f, b, None, &times, &found, window);
+    let phases = phases(f, b, &times);
+    let after = synced.map(|s| after_sync(f, b, bm, s));
+    let p = plain?;
+    Some(Report {
+        ranks: b.trace.world_size,
+        events: p.events,
+        messages: p.messages,
+        violations: p.violations,
+        collectives: p.collectives,
+        violations_after_sync: after,
+        functions: p.functions,
+        dropped_events: p.per_rank.iter().map(|r| r.dropped_events).sum(),
+        per_rank: p.per_rank,
+        matrix: p.matrix,
+        bytes_total: p.bytes_total,
+        bytes_payload: p.bytes_payload,
+        bytes_per_call: if p.events == 0 {
+            0.0
+        } else {
+            p.bytes_payload as f64 / p.events as f64
+        },
+        incomplete_ranks: p.incomplete_ranks,
+        excluded_calls: p.excluded_calls,
+        spawned_worlds: spawned_worlds(&b.trace.dir),
+        run: p.run,
+        warnings: p.warnings,
+        clocks: Some(clocks),
+        sync: synced.map(|s| s.report.clone()),
+        wait_states,
+        metrics,
+        critical_path,
+        phases: phases.unwrap_or_default(),
+        paused_calls: p.paused_calls,
+        insight: None,
+    })
 }

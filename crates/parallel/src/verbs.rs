@@ -20,8 +20,24 @@ fn not_yet(verb: &str) -> Result<Vec<u8>, String> {
     ))
 }
 
-pub fn report<F: Fabric + ?Sized>(_f: &F, _a: &ReportArgs) -> Result<Vec<u8>, String> {
-    not_yet("report")
+/// `pmtrace report`: the report, on synchronized time where `pmtrace
+/// sync` ran.
+pub fn report<F: Fabric + ?Sized>(f: &F, a: &ReportArgs) -> Result<Vec<u8>, String> {
+    let b = block::open(f, &a.dir)?;
+    let bm = messages::build(f, &b);
+    let is = insts::gather(f, &b.trace);
+    let synced = agree(f, Synced::load(&b.trace).map_err(|e| e.to_string()))?;
+    let report = crate::report::build(f, &b, &bm, &is, synced.as_ref(), a.mu_ns);
+    let mut out = Vec::new();
+    if let Some(report) = report {
+        if a.json {
+            serde_json::to_writer_pretty(&mut out, &report).map_err(|e| e.to_string())?;
+            out.push(b'\n');
+        } else {
+            report.write_text(&mut out).map_err(|e| e.to_string())?;
+        }
+    }
+    Ok(out)
 }
 
 /// `pmtrace sync`: writes `DIR/sync.pmts`; prints the sync report.

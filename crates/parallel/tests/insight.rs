@@ -238,3 +238,43 @@ fn process_zero_assembles_the_serial_wait_states() {
     }
     assert!(with_roots >= 10, "{with_roots} cases with root causes");
 }
+
+#[test]
+fn the_whole_report_over_blocks_is_the_serial_report() {
+    use pmtrace_analysis::report::{Report, ReportOptions};
+    use pmtrace_parallel::{insts, report};
+    for case in CASES {
+        let dir = synced_copy(case, "report");
+        for on_sync in [false, true] {
+            let trace = Trace::open(&dir).unwrap();
+            let m = Messages::build(&trace);
+            let synced = on_sync.then(|| Synced::load(&trace).unwrap().unwrap());
+            let options = ReportOptions {
+                mu_ns: 100,
+                ..ReportOptions::default()
+            };
+            let mut want = Report::build_on(&trace, &m, options, synced.as_ref());
+            if let Some(s) = &synced {
+                want = want.with_sync(&trace, &m, s);
+            }
+            let want = serde_json::to_string_pretty(&want).unwrap();
+            for procs in 1..=4 {
+                let got = Threads::run(procs, |f| {
+                    let b = block::open(f, &dir).unwrap();
+                    let bm = messages::build(f, &b);
+                    let is = insts::gather(f, &b.trace);
+                    let synced = on_sync.then(|| Synced::load(&b.trace).unwrap().unwrap());
+                    report::build(f, &b, &bm, &is, synced.as_ref(), 100)
+                        .map(|r| serde_json::to_string_pretty(&r).unwrap())
+                });
+                assert_eq!(
+                    got[0].as_deref(),
+                    Some(want.as_str()),
+                    "{case} (synced: {on_sync}) at P = {procs}"
+                );
+                assert!(got[1..].iter().all(Option::is_none));
+            }
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

@@ -413,7 +413,7 @@ pub fn profile(rank: &Rank, messages: &Messages, sent: &[u64], received: &[u64])
 
 /// The `spawn-<k>` directories of a trace that hold rank files, with how
 /// many (see `Report::spawned_worlds`).
-fn spawned_worlds(dir: &std::path::Path) -> BTreeMap<String, usize> {
+pub fn spawned_worlds(dir: &std::path::Path) -> BTreeMap<String, usize> {
     let Ok(entries) = std::fs::read_dir(dir) else {
         return BTreeMap::new();
     };
