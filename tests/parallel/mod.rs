@@ -51,7 +51,7 @@ fn copy_trace(case: &Path, dir: &Path) {
 /// the same printed report (JSON and text) and the same `sync.pmts` (but
 /// the seconds each took; its checksum checked by reading it back); and
 /// the same reports and critical paths, on recorded and on synchronized
-/// time.
+/// time; the same races, on recorded and on vector clocks.
 fn sync_is_the_serial_one(mpi: Mpi, nps: &[u32]) {
     let dir = scratch(&format!("parallel-sync-{}", mpi.tag()));
     for case in cases() {
@@ -60,6 +60,14 @@ fn sync_is_the_serial_one(mpi: Mpi, nps: &[u32]) {
         copy_trace(&case, &serial);
         let path_recorded = critical_path(&serial);
         let report_recorded = report(&serial);
+        let races_recorded = pmtrace(&["races", serial.to_str().unwrap(), "--json"]);
+        let races_vector = pmtrace(&[
+            "races",
+            serial.to_str().unwrap(),
+            "--json",
+            "--clocks",
+            "vector",
+        ]);
         let want = json_text(&pmtrace(&["sync", serial.to_str().unwrap(), "--json"]));
         let want_file = sync_parts(&std::fs::read(serial.join("sync.pmts")).unwrap());
         let path_synced = critical_path(&serial);
@@ -95,6 +103,19 @@ fn sync_is_the_serial_one(mpi: Mpi, nps: &[u32]) {
             };
             path(&path_recorded);
             same_report(&report_recorded);
+            // Races, on the recorded clocks and on vector clocks.
+            for (races, clocks) in [(&races_recorded, "recorded"), (&races_vector, "vector")] {
+                let mut args = vec!["races", par.to_str().unwrap(), "--json"];
+                if clocks == "vector" {
+                    args.extend(["--clocks", "vector"]);
+                }
+                let out = pmtrace_mpi(mpi, np, &args);
+                assert_eq!(
+                    String::from_utf8_lossy(&out.stdout),
+                    String::from_utf8_lossy(races),
+                    "{name} at np = {np}: the races ({clocks} clocks)"
+                );
+            }
             let out = pmtrace_mpi(mpi, np, &["sync", par.to_str().unwrap(), "--json"]);
             assert!(
                 out.status.success(),
@@ -160,6 +181,12 @@ fn sync_is_the_serial_one(mpi: Mpi, nps: &[u32]) {
             strip(&pmtrace(&["report", serial.to_str().unwrap()]), &serial),
             "{name}: the report's text"
         );
+        let out = pmtrace_mpi(mpi, nps[nps.len() - 1], &["races", par.to_str().unwrap()]);
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&pmtrace(&["races", serial.to_str().unwrap()])),
+            "{name}: the races' text"
+        );
     }
 }
 
@@ -174,12 +201,12 @@ fn critical_path(dir: &Path) -> Vec<u8> {
 }
 
 #[test]
-fn pmtrace_mpi_sync_report_and_critical_path_write_what_pmtrace_writes_under_open_mpi() {
+fn pmtrace_mpi_verbs_write_what_pmtrace_writes_under_open_mpi() {
     sync_is_the_serial_one(Mpi::OpenMpi, &[1, 2, 3, 4]);
 }
 
 #[test]
-fn pmtrace_mpi_sync_report_and_critical_path_write_what_pmtrace_writes_under_mpich() {
+fn pmtrace_mpi_verbs_write_what_pmtrace_writes_under_mpich() {
     sync_is_the_serial_one(Mpi::Mpich, &[1, 3]);
 }
 

@@ -350,7 +350,7 @@ fn races(args: RacesArgs) -> Result<ExitCode> {
         serde_json::to_writer_pretty(&mut out, &races).context("cannot write the races")?;
         writeln!(out)?;
     } else {
-        races.write_text(&trace, &mut out)?;
+        races.write_text(trace.constants().any_tag, &mut out)?;
     }
     out.flush()?;
     leave(trace);

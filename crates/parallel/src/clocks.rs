@@ -287,26 +287,7 @@ fn force<F: Fabric + ?Sized>(
 /// process 0 on the whole trace.
 pub fn report<F: Fabric + ?Sized>(f: &F, b: &Block, bm: &BlockMessages) -> ClockReport {
     let ids = ids(f, b, bm);
-    // The mode of the trace's first rank.
-    let first = b
-        .trace
-        .ranks
-        .first()
-        .map(|r| (r.rank, r.header.clocks.clone()));
-    let mut o = Out::default();
-    if let Some((rank, mode)) = &first {
-        o.u32(*rank).str(mode);
-    }
-    let mode = f
-        .all_gather(o.0)
-        .iter()
-        .filter(|b| !b.is_empty())
-        .map(|b| {
-            let mut i = In::new(b);
-            (i.u32(), i.str())
-        })
-        .min()
-        .map_or_else(|| "none".to_string(), |(_, mode)| mode);
+    let (mode, _) = first_header(f, b);
     let mut report = ClockReport {
         mode: mode.clone(),
         ..ClockReport::default()
@@ -363,6 +344,26 @@ pub fn report<F: Fabric + ?Sized>(f: &F, b: &Block, bm: &BlockMessages) -> Clock
         }
     }
     report
+}
+
+/// The clock mode and `MPI_ANY_TAG` of the trace's first rank, as the
+/// serial code reads them, on every process.
+pub fn first_header<F: Fabric + ?Sized>(f: &F, b: &Block) -> (String, i32) {
+    let mut o = Out::default();
+    if let Some(r) = b.trace.ranks.first() {
+        o.u32(r.rank)
+            .str(&r.header.clocks)
+            .i32(r.header.constants.any_tag);
+    }
+    f.all_gather(o.0)
+        .iter()
+        .filter(|b| !b.is_empty())
+        .map(|b| {
+            let mut i = In::new(b);
+            (i.u32(), i.str(), i.i32())
+        })
+        .min()
+        .map_or_else(|| ("none".to_string(), -1), |(_, mode, tag)| (mode, tag))
 }
 
 /// The happens-before check of a small vector-mode trace, on every

@@ -18,6 +18,7 @@ pub mod insts;
 pub mod messages;
 pub mod metrics;
 pub mod net;
+pub mod races;
 pub mod report;
 pub mod select;
 pub mod sync;

@@ -100,8 +100,27 @@ pub fn critical_path<F: Fabric + ?Sized>(f: &F, a: &CriticalPathArgs) -> Result<
     Ok(out)
 }
 
-pub fn races<F: Fabric + ?Sized>(_f: &F, _a: &RacesArgs) -> Result<Vec<u8>, String> {
-    not_yet("races")
+/// `pmtrace races`: the message races, on the clocks of the race rules.
+pub fn races<F: Fabric + ?Sized>(f: &F, a: &RacesArgs) -> Result<Vec<u8>, String> {
+    let b = block::open(f, &a.dir)?;
+    let bm = messages::build(f, &b);
+    let (recorded, any_tag) = crate::clocks::first_header(f, &b);
+    let vector = match a.clocks.as_deref() {
+        Some(mode) => mode == "vector",
+        None => recorded == "vector",
+    };
+    let mut out = Vec::new();
+    if let Some(races) = crate::races::find(f, &b, &bm, vector) {
+        if a.json {
+            serde_json::to_writer_pretty(&mut out, &races).map_err(|e| e.to_string())?;
+            out.push(b'\n');
+        } else {
+            races
+                .write_text(any_tag, &mut out)
+                .map_err(|e| e.to_string())?;
+        }
+    }
+    Ok(out)
 }
 
 pub fn export<F: Fabric + ?Sized>(_f: &F, _a: &ExportArgs) -> Result<Vec<u8>, String> {

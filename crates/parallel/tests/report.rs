@@ -198,3 +198,53 @@ fn the_clock_replay_over_blocks_gives_the_serial_clock_report() {
     assert!(want.forced > 100 && want.lamport_violations > 10 && want.wire_mismatches > 0);
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn races_over_blocks_are_the_serial_races_in_both_clock_modes() {
+    use pmtrace_analysis::clocks::RaceClocks;
+    use pmtrace_analysis::report::races::{self, Races};
+    let serial = |dir: &std::path::Path, vector: bool| {
+        let trace = Trace::open(dir).unwrap();
+        let m = Messages::build(&trace);
+        let wild = races::wildcards(&trace, &m);
+        let probed = races::probed_receives(&m, &wild);
+        let clocks = RaceClocks::compute(&trace, &m, vector, &probed);
+        let r = Races::build(&trace, &m, &wild, &clocks);
+        (serde_json::to_string_pretty(&r).unwrap(), r.racy_receives)
+    };
+    let check = |dir: &std::path::Path, procs: std::ops::RangeInclusive<usize>| {
+        let mut racy = 0;
+        for vector in [false, true] {
+            let (want, n) = serial(dir, vector);
+            racy += n;
+            for p in procs.clone() {
+                let got = Threads::run(p, |f| {
+                    let b = block::open(f, dir).unwrap();
+                    let bm = messages::build(f, &b);
+                    pmtrace_parallel::races::find(f, &b, &bm, vector)
+                        .map(|r| serde_json::to_string_pretty(&r).unwrap())
+                });
+                assert_eq!(
+                    got[0].as_deref(),
+                    Some(want.as_str()),
+                    "{} (vector: {vector}) at P = {p}",
+                    dir.display()
+                );
+            }
+        }
+        racy
+    };
+    let mut racy = 0;
+    for case in CASES {
+        let dir = copy(case, "races");
+        racy += check(&dir, 1..=4);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+    // A simulated run: every fourth iteration, each row's first rank takes
+    // one message from every other member with MPI_ANY_SOURCE.
+    let dir = synth(12, 40, None, "races");
+    let n = check(&dir, 1..=5);
+    assert!(n > 10, "{n} racy receives in the simulated run");
+    std::fs::remove_dir_all(&dir).unwrap();
+    assert!(racy > 0, "racy receives in the goldens");
+}

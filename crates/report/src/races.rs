@@ -105,6 +105,20 @@ pub struct Races {
 }
 
 /// A receive site: rank, function, communicator, tag.
+impl Race {
+    /// The order races are listed in: by call, then by the message taken
+    /// (its sender too, since ids count per sender).
+    pub fn order(&self) -> (u32, u32, u32, u64, u32) {
+        (
+            self.rank,
+            self.thread,
+            self.call.position,
+            self.matched.message_id,
+            self.matched.source,
+        )
+    }
+}
+
 type SiteKey = (u32, String, u64, i32);
 /// A site's receives, racy receives, matched and other sources.
 type SiteTally = (u64, u64, BTreeSet<u32>, BTreeSet<u32>);
@@ -300,7 +314,7 @@ impl Races {
                 alternatives,
             });
         }
-        races.sort_unstable_by_key(|r| (r.rank, r.thread, r.call.position, r.matched.message_id));
+        races.sort_unstable_by_key(Race::order);
         Races {
             mode: clocks.mode,
             exact: clocks.mode == "vector",
@@ -329,8 +343,8 @@ impl Races {
 
     /// The races for a person: by receive site, then the outcomes a test
     /// would have to cover.
-    pub fn write_text(&self, trace: &Trace, out: &mut impl Write) -> io::Result<()> {
-        let any_tag = trace.constants().any_tag;
+    /// The races as text; `any_tag` is the trace's `MPI_ANY_TAG`.
+    pub fn write_text(&self, any_tag: i32, out: &mut impl Write) -> io::Result<()> {
         let tag = |t: i32| {
             if t == any_tag {
                 "any".to_owned()
@@ -463,9 +477,16 @@ pub fn probed_receives(messages: &Messages, wild: &[Wild]) -> Vec<bool> {
 
 /// Every wildcard receive of the trace, with the call that chose its source.
 pub fn wildcards(trace: &Trace, messages: &Messages) -> Vec<Wild> {
+    wildcards_of(trace, messages, messages.recvs.len())
+}
+
+/// The wildcard receives among `messages.recvs[..own]`, the receives of
+/// `trace`'s ranks (a block's, whose messages hold other blocks' receives
+/// after its own).
+pub fn wildcards_of(trace: &Trace, messages: &Messages, own: usize) -> Vec<Wild> {
     let c = trace.constants();
     let mut out = Vec::new();
-    for (ri, r) in messages.recvs.iter().enumerate() {
+    for (ri, r) in messages.recvs[..own].iter().enumerate() {
         if r.wildcard {
             out.push(Wild {
                 recv: ri,
