@@ -53,6 +53,8 @@ use pmtrace_sync::interp;
 use pmtrace_trace::comm::Comm;
 use pmtrace_trace::read::EventRef;
 
+pub use pmtrace_otf2::ClockOffset as Offset;
+
 /// The archive's name inside its directory.
 pub const ARCHIVE_NAME: &str = "traces";
 
@@ -218,6 +220,37 @@ pub fn write(
     dir: &Path,
     progress: &mut dyn FnMut(u64),
 ) -> Result<Summary, ExportError> {
+    clear(dir)?;
+    let mut archive = Archive::create(dir, ARCHIVE_NAME)?;
+    describe(&mut archive, view.trace.world_size, view.synced.is_some())?;
+    let mut w = Writer::new(view);
+    let mut done = 0;
+    let mut events = Vec::with_capacity(view.locations.len());
+    for &loc in &view.locations {
+        let mut ev = archive.events(location_id(loc))?;
+        let n = w.location(&mut ev, loc, &mut |k| progress(done + k))?;
+        ev.close()?;
+        done += view.records(loc).len() as u64;
+        events.push(n);
+    }
+    archive.local_defs(&offsets(view))?;
+    let g = Globals {
+        ranks: (view.trace.ranks.iter())
+            .map(|r| (r.rank, r.header.hostname.clone()))
+            .collect(),
+        locations: view.locations.clone(),
+        events,
+        span: view.span,
+    };
+    w.global_defs(&mut archive, &g)?;
+    archive.close()?;
+    w.summary.locations = view.locations.len() as u64;
+    w.summary.synced = view.synced.is_some();
+    Ok(w.summary)
+}
+
+/// Removes an archive from `dir`, if one is there (created if missing).
+pub fn clear(dir: &Path) -> Result<(), ExportError> {
     let io = |source| ExportError::Io {
         path: dir.to_path_buf(),
         source,
@@ -235,35 +268,26 @@ pub fn write(
             fs::remove_file(&p).map_err(io)?;
         }
     }
-    let mut archive = Archive::create(dir, ARCHIVE_NAME)?;
+    Ok(())
+}
+
+fn describe(archive: &mut Archive, ranks: u32, synced: bool) -> Result<(), ExportError> {
     archive.describe(&format!(
-        "pmtrace trace of {} ranks, {} time",
-        view.trace.world_size,
-        if view.synced.is_some() {
-            "synchronized"
-        } else {
-            "recorded"
-        }
+        "pmtrace trace of {ranks} ranks, {} time",
+        if synced { "synchronized" } else { "recorded" }
     ))?;
-    let mut w = Writer::new(view);
-    let mut done = 0;
-    let mut events_per_loc = Vec::with_capacity(view.locations.len());
-    for &loc in &view.locations {
-        let mut ev = archive.events(location_id(loc))?;
-        let n = w.location(&mut ev, loc, &mut |k| progress(done + k))?;
-        ev.close()?;
-        done += view.records(loc).len() as u64;
-        events_per_loc.push(n);
-    }
-    // Raw times: each location's offsets to rank 0, as measured.
+    Ok(())
+}
+
+/// Each location's clock offsets to rank 0, as measured (raw times only).
+pub fn offsets(view: &View) -> Vec<(u64, Vec<ClockOffset>)> {
     let lines = interp::lines(view.trace);
-    let offsets: Vec<(u64, Vec<ClockOffset>)> = view
-        .locations
+    view.locations
         .iter()
         .map(|&loc| {
             let mut v = Vec::new();
             if view.synced.is_none() {
-                let l = lines[loc.rank as usize];
+                let l = lines[(loc.rank - view.trace.first) as usize];
                 for s in [l.init, l.fin].into_iter().flatten() {
                     v.push(ClockOffset {
                         time: s.local_ns,
@@ -274,20 +298,108 @@ pub fn write(
             }
             (location_id(loc), v)
         })
-        .collect();
-    archive.local_defs(&offsets)?;
-    w.global_defs(&mut archive, &events_per_loc)?;
+        .collect()
+}
+
+/// What the global definitions say of the whole trace beside its
+/// communicators: (rank, host) of every rank, every location with its
+/// events, the time span.
+pub struct Globals {
+    pub ranks: Vec<(u32, String)>,
+    pub locations: Vec<Location>,
+    pub events: Vec<u64>,
+    pub span: (u64, u64),
+}
+
+/// The regions (name, role) and strings an archive's events use, in the
+/// order the serial writer gives them ids (first use, location by
+/// location).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Tables {
+    pub regions: Vec<(String, ffi::OTF2_RegionRole)>,
+    pub strings: Vec<String>,
+}
+
+impl Tables {
+    /// The tables of `view`'s locations.
+    pub fn of(view: &View) -> Tables {
+        let mut w = Writer::new(view);
+        for &loc in &view.locations {
+            w.name_location(loc);
+        }
+        w.tables()
+    }
+
+    /// `later`'s entries not in `self`, added in their order: the tables
+    /// of two runs of locations one after the other.
+    pub fn extend(&mut self, later: &Tables) {
+        let known: std::collections::HashSet<String> =
+            self.regions.iter().map(|r| r.0.clone()).collect();
+        self.regions.extend(
+            later
+                .regions
+                .iter()
+                .filter(|r| !known.contains(&r.0))
+                .cloned(),
+        );
+        let known: std::collections::HashSet<String> = self.strings.iter().cloned().collect();
+        self.strings.extend(
+            later
+                .strings
+                .iter()
+                .filter(|s| !known.contains(*s))
+                .cloned(),
+        );
+    }
+}
+
+/// Writes the events of `view`'s locations, with the ids of `tables` (the
+/// whole trace's), into an archive of their own in `dir`: one part of an
+/// archive written in parallel. Returns the events per location.
+pub fn write_events(
+    view: &View,
+    dir: &Path,
+    tables: &Tables,
+) -> Result<(Vec<u64>, Summary), ExportError> {
+    clear(dir)?;
+    let mut archive = Archive::create(dir, ARCHIVE_NAME)?;
+    let mut w = Writer::with_tables(view, tables);
+    let mut events = Vec::with_capacity(view.locations.len());
+    for &loc in &view.locations {
+        let mut ev = archive.events(location_id(loc))?;
+        events.push(w.location(&mut ev, loc, &mut |_| {})?);
+        ev.close()?;
+    }
     archive.close()?;
-    w.summary.locations = view.locations.len() as u64;
-    w.summary.synced = view.synced.is_some();
-    Ok(w.summary)
+    Ok((events, w.summary))
+}
+
+/// Writes the archive's anchor and definitions into `dir` (cleared
+/// first): every location's clock offsets (`offsets`), and the global
+/// definitions with the ids of `tables`. Its events come from
+/// [`write_events`].
+pub fn write_defs(
+    view: &View,
+    dir: &Path,
+    tables: &Tables,
+    offsets: &[(u64, Vec<ClockOffset>)],
+    g: &Globals,
+) -> Result<(), ExportError> {
+    clear(dir)?;
+    let mut archive = Archive::create(dir, ARCHIVE_NAME)?;
+    describe(&mut archive, view.trace.world_size, view.synced.is_some())?;
+    archive.local_defs(offsets)?;
+    let mut w = Writer::with_tables(view, tables);
+    w.global_defs(&mut archive, g)?;
+    archive.close()?;
+    Ok(())
 }
 
 struct Writer<'v, 'a> {
     view: &'v View<'a>,
     strings: Strings,
-    /// Region id by function name.
-    regions: BTreeMap<String, (u32, Kind)>,
+    /// Region id and role by function name.
+    regions: BTreeMap<String, (u32, ffi::OTF2_RegionRole)>,
     /// OTF2 communicator id by global id, in order.
     comm_ids: BTreeMap<u64, u32>,
     summary: Summary,
@@ -351,7 +463,38 @@ impl<'v, 'a> Writer<'v, 'a> {
 
     fn region(&mut self, name: &str, kind: Kind) -> u32 {
         let n = self.regions.len() as u32;
-        self.regions.entry(name.to_owned()).or_insert((n, kind)).0
+        match self.regions.get(name) {
+            Some(&(id, _)) => id,
+            None => {
+                let role = region_role(kind, name);
+                self.regions.insert(name.to_owned(), (n, role));
+                n
+            }
+        }
+    }
+
+    /// A writer whose regions and strings are `tables`'s.
+    fn with_tables(view: &'v View<'a>, tables: &Tables) -> Self {
+        let mut w = Writer::new(view);
+        for (id, (name, role)) in tables.regions.iter().enumerate() {
+            w.regions.insert(name.clone(), (id as u32, *role));
+        }
+        for s in &tables.strings {
+            w.strings.id(s);
+        }
+        w
+    }
+
+    /// The regions and strings made so far, in id order.
+    fn tables(&self) -> Tables {
+        let mut regions: Vec<(u32, String, ffi::OTF2_RegionRole)> = (self.regions.iter())
+            .map(|(name, &(id, role))| (id, name.clone(), role))
+            .collect();
+        regions.sort_unstable_by_key(|r| r.0);
+        Tables {
+            regions: regions.into_iter().map(|(_, n, r)| (n, r)).collect(),
+            strings: self.strings.list.clone(),
+        }
     }
 
     fn coll_end(&self, at: EventRef, name: &str, p: &Payload) -> Option<CollEnd> {
@@ -485,6 +628,39 @@ impl<'v, 'a> Writer<'v, 'a> {
         loc: Location,
         progress: &mut dyn FnMut(u64),
     ) -> Result<u64, ExportError> {
+        let evs = self.events_of(loc, progress);
+        self.emit(out, loc, &evs)
+    }
+
+    /// The vector clock a receive carried, as a string id.
+    fn vc_string(&mut self, loc: Location, vc: u32, text: &mut String) -> Option<u32> {
+        let th = &self.view.trace.held(loc.rank).threads[loc.slot];
+        let len = self.view.trace.world_size as usize;
+        let v = th.vcs.get(vc as usize * len..(vc as usize + 1) * len)?;
+        text.clear();
+        for (k, x) in v.iter().enumerate() {
+            if k > 0 {
+                text.push(',');
+            }
+            text.push_str(&x.to_string());
+        }
+        Some(self.strings.id(text))
+    }
+
+    /// Gives ids to the regions and strings of one location's events, as
+    /// writing them would.
+    fn name_location(&mut self, loc: Location) {
+        let evs = self.events_of(loc, &mut |_| {});
+        let mut text = String::new();
+        for &(_, _, _, e) in &evs {
+            if let (true, Ev::Recv { vc: Some(vc), .. }) = (self.vector, e) {
+                self.vc_string(loc, vc, &mut text);
+            }
+        }
+    }
+
+    /// One location's events, in the order they are written.
+    fn events_of(&mut self, loc: Location, progress: &mut dyn FnMut(u64)) -> Vec<Pending> {
         let view = self.view;
         let ops = self.ops(loc.rank);
         let rank = &view.trace.held(loc.rank);
@@ -658,13 +834,23 @@ impl<'v, 'a> Writer<'v, 'a> {
             self.summary.phases += 1;
         }
         evs.sort_by_key(|&(t, order, i, _)| (t, i, order));
+        evs
+    }
+
+    /// Writes one location's events; returns how many.
+    fn emit(
+        &mut self,
+        out: &mut EventWriter,
+        loc: Location,
+        evs: &[Pending],
+    ) -> Result<u64, ExportError> {
         // Calls on one thread do not overlap, but a Leave recorded a few ns
         // after the next Enter (clock granularity) must still come first:
         // order by record within equal starts, and keep times monotone.
         let mut last = 0u64;
         let mut n = 0u64;
         let mut vc_text = String::new();
-        for &(t, _, _, e) in &evs {
+        for &(t, _, _, e) in evs {
             let t = t.max(last);
             last = t;
             n += 1;
@@ -705,18 +891,7 @@ impl<'v, 'a> Writer<'v, 'a> {
                         attrs.push((ATTR_MSG_ID, AttrValue::U64(id)));
                     }
                     if let (true, Some(vc)) = (self.vector, vc) {
-                        let th = &rank.threads[loc.slot];
-                        let len = view.trace.world_size as usize;
-                        let v = th.vcs.get(vc as usize * len..(vc as usize + 1) * len);
-                        if let Some(v) = v {
-                            vc_text.clear();
-                            for (k, x) in v.iter().enumerate() {
-                                if k > 0 {
-                                    vc_text.push(',');
-                                }
-                                vc_text.push_str(&x.to_string());
-                            }
-                            let s = self.strings.id(&vc_text);
+                        if let Some(s) = self.vc_string(loc, vc, &mut vc_text) {
                             attrs.push((ATTR_VC, AttrValue::Str(s)));
                         }
                     }
@@ -750,25 +925,22 @@ impl<'v, 'a> Writer<'v, 'a> {
         Ok(n)
     }
 
-    fn global_defs(&mut self, archive: &mut Archive, events: &[u64]) -> Result<(), ExportError> {
-        let view = self.view;
-        let trace = view.trace;
+    fn global_defs(&mut self, archive: &mut Archive, g: &Globals) -> Result<(), ExportError> {
+        let trace = self.view.trace;
         let s = &mut self.strings;
         // Ids of everything, strings first (they must be defined before use).
         let machine = s.id("machine");
         let node_class = s.id("node");
         let mut hosts: BTreeMap<String, u32> = BTreeMap::new();
-        for r in &trace.ranks {
+        for (_, host) in &g.ranks {
             let n = hosts.len() as u32 + 1;
-            hosts.entry(r.header.hostname.clone()).or_insert(n);
+            hosts.entry(host.clone()).or_insert(n);
         }
         let host_names: Vec<(u32, u32)> = hosts.iter().map(|(h, &id)| (id, s.id(h))).collect();
-        let rank_names: Vec<u32> = trace
-            .ranks
-            .iter()
-            .map(|r| s.id(&format!("MPI Rank {}", r.rank)))
+        let rank_names: Vec<u32> = (g.ranks.iter())
+            .map(|(rank, _)| s.id(&format!("MPI Rank {rank}")))
             .collect();
-        let loc_names: Vec<u32> = view
+        let loc_names: Vec<u32> = g
             .locations
             .iter()
             .map(|l| {
@@ -779,10 +951,10 @@ impl<'v, 'a> Writer<'v, 'a> {
                 })
             })
             .collect();
-        let mut regions: Vec<(u32, u32, Kind, String)> = self
+        let mut regions: Vec<(u32, u32, ffi::OTF2_RegionRole)> = self
             .regions
             .iter()
-            .map(|(name, &(id, kind))| (id, s.id(name), kind, name.clone()))
+            .map(|(name, &(id, role))| (id, s.id(name), role))
             .collect();
         regions.sort_unstable_by_key(|r| r.0);
         let mpi = s.id("MPI");
@@ -823,7 +995,7 @@ impl<'v, 'a> Writer<'v, 'a> {
         let group_name = s.id("MPI group");
 
         let mut d = archive.global_defs()?;
-        let (lo, hi) = view.span;
+        let (lo, hi) = g.span;
         d.clock_properties(1_000_000_000, lo, hi - lo, UNDEFINED_U64)?;
         for (i, text) in self.strings.list.iter().enumerate() {
             d.string(i as u32, text)?;
@@ -837,16 +1009,16 @@ impl<'v, 'a> Writer<'v, 'a> {
         for &(id, name) in &host_names {
             d.system_tree_node(id, name, node_class, 0)?;
         }
-        for (r, &name) in trace.ranks.iter().zip(&rank_names) {
+        for ((rank, host), &name) in g.ranks.iter().zip(&rank_names) {
             d.location_group(
-                r.rank,
+                *rank,
                 name,
                 ffi::OTF2_LOCATION_GROUP_TYPE_PROCESS as _,
-                hosts[&r.header.hostname],
+                hosts[host],
                 UNDEFINED_U32,
             )?;
         }
-        for ((l, &name), &n) in view.locations.iter().zip(&loc_names).zip(events) {
+        for ((l, &name), &n) in g.locations.iter().zip(&loc_names).zip(&g.events) {
             d.location(
                 location_id(*l),
                 name,
@@ -855,13 +1027,13 @@ impl<'v, 'a> Writer<'v, 'a> {
                 l.rank,
             )?;
         }
-        for (id, name, kind, text) in &regions {
+        for &(id, name, role) in &regions {
             d.region(
-                *id,
-                *name,
-                *name,
+                id,
+                name,
+                name,
                 0,
-                region_role(*kind, text),
+                role,
                 ffi::OTF2_PARADIGM_MPI as _,
                 ffi::OTF2_REGION_FLAG_NONE as _,
                 0,
@@ -873,8 +1045,8 @@ impl<'v, 'a> Writer<'v, 'a> {
             d.attribute(id, name, desc, ty as _)?;
         }
         // The COMM_LOCATIONS group: each rank's first location, by rank.
-        let mut firsts = vec![UNDEFINED_U64; trace.ranks.len()];
-        for l in view.locations.iter().rev() {
+        let mut firsts = vec![UNDEFINED_U64; g.ranks.len()];
+        for l in g.locations.iter().rev() {
             firsts[l.rank as usize] = location_id(*l);
         }
         d.group(

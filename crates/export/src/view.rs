@@ -85,6 +85,33 @@ pub struct View<'a> {
 
 impl<'a> View<'a> {
     pub fn new(trace: &'a Trace, messages: &'a Messages, synced: Option<&'a Synced>) -> View<'a> {
+        let (clocks, collectives) = rayon::join(
+            || clocks::compute(trace, messages),
+            || collective::instances(trace),
+        );
+        View::assemble(trace, messages, synced, clocks, collectives)
+    }
+
+    /// The view of one block of a trace's ranks (`pmtrace-mpi`), with the
+    /// clocks computed over all blocks and without collective instances
+    /// (an instance's members lie in several blocks); its span is the
+    /// block's until the caller sets the whole trace's.
+    pub fn of_block(
+        trace: &'a Trace,
+        messages: &'a Messages,
+        synced: Option<&'a Synced>,
+        clocks: Clocks,
+    ) -> View<'a> {
+        View::assemble(trace, messages, synced, clocks, Vec::new())
+    }
+
+    fn assemble(
+        trace: &'a Trace,
+        messages: &'a Messages,
+        synced: Option<&'a Synced>,
+        clocks: Clocks,
+        collectives: Vec<Instance<MemberCalls>>,
+    ) -> View<'a> {
         let mut send_of_recv = vec![None; messages.recvs.len()];
         for m in &messages.matched {
             send_of_recv[m.recv] = Some(m.send);
@@ -100,10 +127,6 @@ impl<'a> View<'a> {
                 })
             })
             .collect();
-        let (clocks, collectives) = rayon::join(
-            || clocks::compute(trace, messages),
-            || collective::instances(trace),
-        );
         let mut view = View {
             trace,
             messages,
