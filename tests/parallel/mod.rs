@@ -60,6 +60,7 @@ fn sync_is_the_serial_one(mpi: Mpi, nps: &[u32]) {
         copy_trace(&case, &serial);
         let path_recorded = critical_path(&serial);
         let report_recorded = report(&serial);
+        let otf2_recorded = otf2(&serial, None);
         let races_recorded = pmtrace(&["races", serial.to_str().unwrap(), "--json"]);
         let races_vector = pmtrace(&[
             "races",
@@ -72,6 +73,7 @@ fn sync_is_the_serial_one(mpi: Mpi, nps: &[u32]) {
         let want_file = sync_parts(&std::fs::read(serial.join("sync.pmts")).unwrap());
         let path_synced = critical_path(&serial);
         let report_synced = report(&serial);
+        let otf2_synced = otf2(&serial, None);
         for &np in nps {
             let par = dir.join(format!("{name}-np{np}"));
             copy_trace(&case, &par);
@@ -103,6 +105,10 @@ fn sync_is_the_serial_one(mpi: Mpi, nps: &[u32]) {
             };
             path(&path_recorded);
             same_report(&report_recorded);
+            assert!(
+                otf2(&par, Some((mpi, np))) == otf2_recorded,
+                "{name} at np = {np}: the OTF2 archive"
+            );
             // Races, on the recorded clocks and on vector clocks.
             for (races, clocks) in [(&races_recorded, "recorded"), (&races_vector, "vector")] {
                 let mut args = vec!["races", par.to_str().unwrap(), "--json"];
@@ -138,6 +144,10 @@ fn sync_is_the_serial_one(mpi: Mpi, nps: &[u32]) {
             );
             path(&path_synced);
             same_report(&report_synced);
+            assert!(
+                otf2(&par, Some((mpi, np))) == otf2_synced,
+                "{name} at np = {np}: the OTF2 archive on synchronized time"
+            );
             // Whole, checksum included: the serial report reads it.
             let report = pmtrace(&["report", par.to_str().unwrap(), "--json"]);
             let report: serde_json::Value = serde_json::from_slice(&report).unwrap();
@@ -188,6 +198,57 @@ fn sync_is_the_serial_one(mpi: Mpi, nps: &[u32]) {
             "{name}: the races' text"
         );
     }
+}
+
+/// The OTF2 archive `pmtrace export --format otf2` writes of the trace
+/// in `dir` (`pmtrace-mpi` at `np` under `mpi` when given): what
+/// `otf2-print -A -C` shows but the archive's random identifier, and the
+/// bytes of every file but the anchor.
+fn otf2(dir: &Path, parallel: Option<(Mpi, u32)>) -> (String, Vec<(String, Vec<u8>)>) {
+    let out = dir.join("otf2");
+    let args = [
+        "export",
+        dir.to_str().unwrap(),
+        "--format",
+        "otf2",
+        "-o",
+        out.to_str().unwrap(),
+    ];
+    let line = match parallel {
+        None => pmtrace(&args),
+        Some((mpi, np)) => {
+            let o = pmtrace_mpi(mpi, np, &args);
+            assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+            o.stdout
+        }
+    };
+    assert!(String::from_utf8_lossy(&line).starts_with("OTF2 archive "));
+    let printed = Command::new("otf2-print")
+        .args(["-A", "-C"])
+        .arg(out.join("traces.otf2"))
+        .output()
+        .expect("otf2-print");
+    assert!(printed.status.success());
+    let printed: String = String::from_utf8_lossy(&printed.stdout)
+        .lines()
+        .filter(|l| !l.starts_with("Trace identifier"))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    let mut files = vec![(
+        "traces.def".to_string(),
+        std::fs::read(out.join("traces.def")).unwrap(),
+    )];
+    let mut locs: Vec<_> = std::fs::read_dir(out.join("traces"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    locs.sort();
+    for p in locs {
+        let name = p.file_name().unwrap().to_string_lossy().into_owned();
+        files.push((name, std::fs::read(&p).unwrap()));
+    }
+    std::fs::remove_dir_all(&out).unwrap();
+    (printed, files)
 }
 
 /// What `pmtrace report DIR --json` prints, less the seconds sync took.

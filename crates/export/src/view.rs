@@ -142,9 +142,14 @@ impl<'a> View<'a> {
     }
 
     fn compute_span(&self) -> (u64, u64) {
+        View::clamp_span(self.raw_span())
+    }
+
+    /// The earliest and latest time of the locations, `(u64::MAX, 0)`
+    /// when they have no records.
+    pub fn raw_span(&self) -> (u64, u64) {
         use rayon::prelude::*;
-        let (lo, hi) = self
-            .locations
+        self.locations
             .par_iter()
             .map(|loc| {
                 let times = self.times(*loc);
@@ -152,7 +157,12 @@ impl<'a> View<'a> {
                     .map(|i| times.get(i))
                     .fold((u64::MAX, 0), |(lo, hi), (a, b)| (lo.min(a), hi.max(b)))
             })
-            .reduce(|| (u64::MAX, 0), |x, y| (x.0.min(y.0), x.1.max(y.1)));
+            .reduce(|| (u64::MAX, 0), |x, y| (x.0.min(y.0), x.1.max(y.1)))
+    }
+
+    /// The span of `(earliest, latest)` over some locations: none when
+    /// there is no time.
+    pub fn clamp_span((lo, hi): (u64, u64)) -> (u64, u64) {
         if lo > hi {
             (0, 0)
         } else {

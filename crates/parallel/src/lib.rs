@@ -12,6 +12,7 @@ pub mod clc;
 pub mod clocks;
 pub mod colls;
 pub mod critical;
+pub mod export;
 pub mod fabric;
 pub mod groups;
 pub mod insts;

@@ -1,7 +1,10 @@
 //! The verbs of `pmtrace-mpi`: each takes the arguments of its `pmtrace`
 //! verb and returns what process 0 prints (empty elsewhere).
 
-use pmtrace_cli::args::{CriticalPathArgs, ExportArgs, RacesArgs, ReportArgs, SyncArgs};
+use pmtrace_analysis::export::otf2;
+use pmtrace_cli::args::{
+    CriticalPathArgs, ExportArgs, ExportFormat, RacesArgs, ReportArgs, SyncArgs,
+};
 
 use std::io::Write;
 
@@ -123,6 +126,33 @@ pub fn races<F: Fabric + ?Sized>(f: &F, a: &RacesArgs) -> Result<Vec<u8>, String
     Ok(out)
 }
 
-pub fn export<F: Fabric + ?Sized>(_f: &F, _a: &ExportArgs) -> Result<Vec<u8>, String> {
-    not_yet("export")
+/// `pmtrace export --format otf2`: every block writes its locations'
+/// event files.
+pub fn export<F: Fabric + ?Sized>(f: &F, a: &ExportArgs) -> Result<Vec<u8>, String> {
+    if a.format != ExportFormat::Otf2 {
+        let name = format!("{:?}", a.format).to_ascii_lowercase();
+        return not_yet(&format!("export --format {name}"));
+    }
+    if a.output.as_os_str() == "-" {
+        return Err("an OTF2 archive is a directory: give one with -o".into());
+    }
+    let b = block::open(f, &a.dir)?;
+    let bm = messages::build(f, &b);
+    let synced = agree(f, Synced::load(&b.trace).map_err(|e| e.to_string()))?;
+    let s = crate::export::otf2(f, &b, &bm, synced.as_ref(), &a.output)?;
+    let mut out = Vec::new();
+    if f.index() == 0 {
+        writeln!(
+            out,
+            "OTF2 archive {} ({} locations, {} events, {} time)",
+            a.output
+                .join(format!("{}.otf2", otf2::ARCHIVE_NAME))
+                .display(),
+            s.locations,
+            s.events,
+            if s.synced { "synchronized" } else { "recorded" }
+        )
+        .map_err(|e| e.to_string())?;
+    }
+    Ok(out)
 }
