@@ -423,7 +423,7 @@ impl FlowList {
 
 /// Every flow of a trace, per location (as in `View::locations`), out of
 /// and into calls.
-struct Flows {
+pub struct Flows {
     out: Vec<FlowList>,
     into: Vec<FlowList>,
 }
@@ -457,6 +457,12 @@ impl Flows {
                 into[l].push((to.index, flow));
             }
         }
+        Flows::of_lists(out, into)
+    }
+
+    /// Per location (as in `View::locations`), (record, flow id) of the
+    /// flows out of and into its calls, each list in flow order.
+    pub fn of_lists(out: Vec<Vec<(u32, u64)>>, into: Vec<Vec<(u32, u64)>>) -> Flows {
         let lists = |v: Vec<Vec<(u32, u64)>>| -> Vec<FlowList> {
             v.into_par_iter()
                 .map(|mut l| {
@@ -536,49 +542,76 @@ impl<'v> CallSlices<'v, '_> {
 /// Writes the Perfetto trace of `view` to `w`; `progress` is told the calls
 /// done so far.
 pub fn write(view: &View, w: &mut dyn Write, progress: &mut dyn FnMut(u64)) -> io::Result<Summary> {
+    let names = names_of(view);
+    let mut summary = write_header(w, &names)?;
+    // Flows: ids per (call, outgoing) and (call, incoming).
+    let m = view.messages;
+    let messages = m.matched.iter().map(|msg| {
+        let (s, r) = (&m.sends[msg.send], &m.recvs[msg.recv]);
+        (s.call, r.completion)
+    });
+    let flows = Flows::new(view, messages.chain(view.collective_flows()));
+    let body = Body::new(view, view.span.0, &names, flows);
+    for seg in Segment::ALL {
+        summary.add(&body.write(seg, w, progress)?);
+    }
+    summary.message_flows = m.matched.len() as u64;
+    summary.collective_flows = view.collective_flows().count() as u64;
+    w.flush()?;
+    Ok(summary)
+}
+
+impl Summary {
+    /// Adds what `other` wrote.
+    pub fn add(&mut self, other: &Summary) {
+        self.packets += other.packets;
+        self.slices += other.slices;
+        self.in_flight_slices += other.in_flight_slices;
+        self.phase_slices += other.phase_slices;
+        self.message_flows += other.message_flows;
+        self.collective_flows += other.collective_flows;
+        self.bytes += other.bytes;
+    }
+}
+
+/// The functions called on `view`'s ranks, each once, in the order of
+/// first use: rank by rank, each rank's in its header's order. Their
+/// interned ids are their places, from 1.
+pub fn names_of(view: &View) -> Vec<String> {
+    let mut seen: HashMap<&str, ()> = HashMap::default();
+    let mut names = Vec::new();
+    for r in &view.trace.ranks {
+        let used = used_functions(r);
+        for (k, f) in r.header.functions.iter().enumerate() {
+            if used[k] && seen.insert(&f.name, ()).is_none() {
+                names.push(f.name.clone());
+            }
+        }
+    }
+    names
+}
+
+/// Which of a rank's functions it called.
+fn used_functions(r: &pmtrace_trace::read::Rank) -> Vec<bool> {
+    let mut used = vec![false; r.header.functions.len()];
+    for th in &r.threads {
+        for i in 0..th.records.len() {
+            if let Some(func) = th.records.func(i) {
+                used[func as usize] = true;
+            }
+        }
+    }
+    used
+}
+
+/// The first packet: the interned names (`names`: the functions, see
+/// [`names_of`]), categories and annotation names.
+pub fn write_header(w: &mut dyn Write, names: &[String]) -> io::Result<Summary> {
     let mut out = Out {
         w,
         buf: Vec::with_capacity(256),
         summary: Summary::default(),
     };
-    let t0 = view.span.0;
-    // Interned names: the functions that were called.
-    let mut name_iid: HashMap<&str, u64> = HashMap::default();
-    let mut names = Vec::new();
-    // Per rank (by rank number) and function index: the name's iid.
-    let mut iid_of: Vec<Vec<Option<u64>>> = Vec::new();
-    for r in &view.trace.ranks {
-        let mut used = vec![false; r.header.functions.len()];
-        for th in &r.threads {
-            for i in 0..th.records.len() {
-                if let Some(func) = th.records.func(i) {
-                    used[func as usize] = true;
-                }
-            }
-        }
-        let mut iids = vec![None; used.len()];
-        for (k, f) in r
-            .header
-            .functions
-            .iter()
-            .enumerate()
-            .filter(|&(k, _)| used[k])
-        {
-            let next = name_iid.len() as u64 + 1;
-            let n = *name_iid.entry(&f.name).or_insert_with(|| {
-                names.push(Interned {
-                    iid: Some(next),
-                    name: Some(f.name.clone()),
-                });
-                next
-            });
-            iids[k] = Some(n);
-        }
-        if iid_of.len() <= r.rank as usize {
-            iid_of.resize(r.rank as usize + 1, Vec::new());
-        }
-        iid_of[r.rank as usize] = iids;
-    }
     let interned = |iid: u64, name: &str| Interned {
         iid: Some(iid),
         name: Some(name.to_owned()),
@@ -592,7 +625,7 @@ pub fn write(view: &View, w: &mut dyn Write, progress: &mut dyn FnMut(u64)) -> i
                 interned(CAT_IN_FLIGHT, "in_flight"),
                 interned(CAT_PHASE, "phase"),
             ],
-            event_names: names,
+            event_names: (1u64..).zip(names).map(|(i, n)| interned(i, n)).collect(),
             debug_annotation_names: vec![
                 interned(ANN_PEER, "peer"),
                 interned(ANN_TAG, "tag"),
@@ -602,225 +635,311 @@ pub fn write(view: &View, w: &mut dyn Write, progress: &mut dyn FnMut(u64)) -> i
         }),
         ..TracePacket::default()
     })?;
+    Ok(out.summary)
+}
 
-    // Flows: ids per (call, outgoing) and (call, incoming).
-    let m = view.messages;
-    let messages = m.matched.iter().map(|msg| {
-        let (s, r) = (&m.sends[msg.send], &m.recvs[msg.recv]);
-        (s.call, r.completion)
-    });
-    out.summary.message_flows = m.matched.len() as u64;
-    out.summary.collective_flows = view.collective_flows().count() as u64;
-    let flows = Flows::new(view, messages.chain(view.collective_flows()));
+/// The parts of a trace after its header, in the order they are written;
+/// each part is its ranks' (or locations') in order, so the parts of
+/// blocks of ranks, each part joined in block order, are the whole
+/// trace's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Segment {
+    ProcessTracks,
+    ThreadTracks,
+    Calls,
+    InFlight,
+    Phases,
+}
 
-    // Tracks.
-    for r in &view.trace.ranks {
-        out.track(TrackDescriptor {
-            uuid: Some(process_uuid(r.rank)),
-            name: Some(format!("rank {}", r.rank)),
-            process: Some(ProcessDescriptor {
-                pid: Some(r.rank as i32 + 1),
-                process_name: Some(format!("rank {} ({})", r.rank, r.header.hostname)),
-            }),
-            ..TrackDescriptor::default()
-        })?;
-    }
-    for loc in &view.locations {
-        out.track(TrackDescriptor {
-            uuid: Some(thread_uuid(loc.rank, loc.thread)),
-            name: Some(format!("rank {} thread {}", loc.rank, loc.thread)),
-            thread: Some(ThreadDescriptor {
-                pid: Some(loc.rank as i32 + 1),
-                tid: Some(((loc.rank as i32 + 1) << 10) + loc.thread as i32),
-                thread_name: Some(if loc.thread == 0 {
-                    format!("rank {}", loc.rank)
-                } else {
-                    format!("rank {} thread {}", loc.rank, loc.thread)
-                }),
-            }),
-            parent_uuid: Some(process_uuid(loc.rank)),
-            process: None,
-        })?;
-    }
+impl Segment {
+    pub const ALL: [Segment; 5] = [
+        Segment::ProcessTracks,
+        Segment::ThreadTracks,
+        Segment::Calls,
+        Segment::InFlight,
+        Segment::Phases,
+    ];
+}
 
-    // Calls: each location's in blocks, encoded side by side on one
-    // thread while this one writes what is done, in order (the bytes are
-    // those of one pass).
-    let mut done = 0u64;
-    let (iid_of, flows) = (&iid_of, &flows);
-    std::thread::scope(|scope| -> io::Result<()> {
-        let (tx, rx) = std::sync::mpsc::sync_channel::<Vec<(Vec<u8>, Summary, usize)>>(2);
-        scope.spawn(move || {
-            for (l, &loc) in view.locations.iter().enumerate() {
-                let order = view.order(loc);
-                let blocks: Vec<&[u32]> = order.chunks(CALLS_PER_BLOCK).collect();
-                // A slice starts no earlier than the previous one ended:
-                // the end of everything before each block.
-                let times = view.times(loc);
-                let ends: Vec<u64> = blocks
-                    .par_iter()
-                    .map(|block| {
-                        block
-                            .iter()
-                            .map(|&i| {
-                                let (a, b) = times.get(i as usize);
-                                a.max(b)
-                            })
-                            .max()
-                            .unwrap_or(0)
-                    })
-                    .collect();
-                let lasts: Vec<u64> = ends
-                    .iter()
-                    .scan(0u64, |last, &end| {
-                        let before = *last;
-                        *last = before.max(end);
-                        Some(before)
-                    })
-                    .collect();
-                let calls = CallSlices {
-                    view,
-                    loc,
-                    t0,
-                    iid_of: &iid_of[loc.rank as usize],
-                    flows_out: &flows.out[l],
-                    flows_in: &flows.into[l],
-                };
-                for group in blocks
-                    .iter()
-                    .zip(&lasts)
-                    .collect::<Vec<_>>()
-                    .chunks(BLOCKS_AT_ONCE)
-                {
-                    let encoded: Vec<(Vec<u8>, Summary, usize)> = group
-                        .par_iter()
-                        .map(|&(block, &last)| {
-                            let (bytes, summary) = calls.encode(block, last);
-                            (bytes, summary, block.len())
-                        })
-                        .collect();
-                    // The writer stopped (it failed): stop too.
-                    if tx.send(encoded).is_err() {
-                        return;
-                    }
-                }
+/// What writing the segments of a view needs.
+pub struct Body<'v, 'a> {
+    view: &'v View<'a>,
+    /// The time every packet's timestamp is taken from.
+    t0: u64,
+    name_iid: HashMap<String, u64>,
+    /// Per rank of the view (by rank number) and function index: the
+    /// name's iid.
+    iid_of: Vec<Vec<Option<u64>>>,
+    flows: Flows,
+}
+
+impl<'v, 'a> Body<'v, 'a> {
+    /// `names`: the whole trace's ([`names_of`]); `t0`: its start.
+    pub fn new(view: &'v View<'a>, t0: u64, names: &[String], flows: Flows) -> Body<'v, 'a> {
+        let name_iid: HashMap<String, u64> =
+            (1u64..).zip(names).map(|(i, n)| (n.clone(), i)).collect();
+        let mut iid_of: Vec<Vec<Option<u64>>> = Vec::new();
+        for r in &view.trace.ranks {
+            let used = used_functions(r);
+            let iids = (r.header.functions.iter().enumerate())
+                .map(|(k, f)| name_iid.get(&f.name).copied().filter(|_| used[k]))
+                .collect();
+            if iid_of.len() <= r.rank as usize {
+                iid_of.resize(r.rank as usize + 1, Vec::new());
             }
-        });
-        for encoded in rx {
-            for (bytes, summary, calls) in encoded {
-                out.w.write_all(&bytes)?;
-                out.summary.packets += summary.packets;
-                out.summary.bytes += summary.bytes;
-                out.summary.slices += summary.slices;
-                done += calls as u64;
-            }
-            progress(done);
+            iid_of[r.rank as usize] = iids;
         }
-        Ok(())
-    })?;
+        Body {
+            view,
+            t0,
+            name_iid,
+            iid_of,
+            flows,
+        }
+    }
 
-    // Nonblocking operations in flight, per rank, on as few async tracks as
-    // keep each track's slices apart.
-    for r in &view.trace.ranks {
-        let mut ops: Vec<(u64, u64, &str, CallDetail)> = view
-            .in_flight(r.rank)
-            .into_iter()
-            .filter_map(|f| {
-                let Some(pmtrace_trace::Record::Call(c)) = view.trace.record(f.start) else {
-                    return None;
-                };
-                let (a, b) = (view.time(f.start, false), view.time(f.end, true));
-                Some((a, b.max(a), view.function_name(r.rank, &c), f.detail))
-            })
-            .collect();
-        ops.sort_unstable_by_key(|o| (o.0, o.1));
-        let mut lanes: Vec<u64> = Vec::new(); // end of each async track's last slice
-        for (a, b, name, d) in ops {
-            let k = match lanes.iter().position(|&end| end <= a) {
-                Some(k) => k,
-                None => {
-                    lanes.push(0);
-                    let k = lanes.len() - 1;
+    /// Writes one segment to `w`.
+    pub fn write(
+        &self,
+        seg: Segment,
+        w: &mut dyn Write,
+        progress: &mut dyn FnMut(u64),
+    ) -> io::Result<Summary> {
+        let mut out = Out {
+            w,
+            buf: Vec::with_capacity(256),
+            summary: Summary::default(),
+        };
+        let view = self.view;
+        match seg {
+            Segment::ProcessTracks => {
+                for r in &view.trace.ranks {
                     out.track(TrackDescriptor {
-                        uuid: Some(process_uuid(r.rank) + ASYNC_UUID_BASE + k as u64),
-                        name: Some(format!("rank {} in flight {}", r.rank, k + 1)),
-                        parent_uuid: Some(process_uuid(r.rank)),
+                        uuid: Some(process_uuid(r.rank)),
+                        name: Some(format!("rank {}", r.rank)),
+                        process: Some(ProcessDescriptor {
+                            pid: Some(r.rank as i32 + 1),
+                            process_name: Some(format!("rank {} ({})", r.rank, r.header.hostname)),
+                        }),
                         ..TrackDescriptor::default()
                     })?;
-                    k
                 }
-            };
-            lanes[k] = b;
-            let track = process_uuid(r.rank) + ASYNC_UUID_BASE + k as u64;
-            out.event(
-                a - t0,
-                TrackEvent {
-                    category_iids: vec![CAT_IN_FLIGHT],
-                    debug_annotations: annotations(d, None),
-                    r#type: Some(TYPE_SLICE_BEGIN),
-                    name_iid: name_iid.get(name).copied(),
-                    track_uuid: Some(track),
-                    ..TrackEvent::default()
-                },
-            )?;
-            out.event(
-                b - t0,
-                TrackEvent {
-                    r#type: Some(TYPE_SLICE_END),
-                    track_uuid: Some(track),
-                    ..TrackEvent::default()
-                },
-            )?;
-            out.summary.in_flight_slices += 1;
+            }
+            Segment::ThreadTracks => {
+                for loc in &view.locations {
+                    out.track(TrackDescriptor {
+                        uuid: Some(thread_uuid(loc.rank, loc.thread)),
+                        name: Some(format!("rank {} thread {}", loc.rank, loc.thread)),
+                        thread: Some(ThreadDescriptor {
+                            pid: Some(loc.rank as i32 + 1),
+                            tid: Some(((loc.rank as i32 + 1) << 10) + loc.thread as i32),
+                            thread_name: Some(if loc.thread == 0 {
+                                format!("rank {}", loc.rank)
+                            } else {
+                                format!("rank {} thread {}", loc.rank, loc.thread)
+                            }),
+                        }),
+                        parent_uuid: Some(process_uuid(loc.rank)),
+                        process: None,
+                    })?;
+                }
+            }
+            Segment::Calls => self.calls(&mut out, progress)?,
+            Segment::InFlight => self.in_flight(&mut out)?,
+            Segment::Phases => self.phases(&mut out)?,
         }
+        Ok(out.summary)
     }
-    // User phases, each location's on a track of its own (nested slices).
-    let phases = view.phases();
-    let mut k = 0;
-    while k < phases.len() {
-        let (rank, thread) = (phases[k].rank, phases[k].thread);
-        let n = phases[k..]
-            .iter()
-            .take_while(|p| p.rank == rank && p.thread == thread)
-            .count();
-        let track = process_uuid(rank) + PHASE_UUID_BASE + u64::from(thread);
-        out.track(TrackDescriptor {
-            uuid: Some(track),
-            name: Some(format!("rank {rank} thread {thread} phases")),
-            parent_uuid: Some(process_uuid(rank)),
-            ..TrackDescriptor::default()
+
+    fn calls(&self, out: &mut Out, progress: &mut dyn FnMut(u64)) -> io::Result<()> {
+        // Calls: each location's in blocks, encoded side by side on one
+        // thread while this one writes what is done, in order (the bytes are
+        // those of one pass).
+        let mut done = 0u64;
+        let (iid_of, flows) = (&self.iid_of, &self.flows);
+        let (view, t0) = (self.view, self.t0);
+        std::thread::scope(|scope| -> io::Result<()> {
+            let (tx, rx) = std::sync::mpsc::sync_channel::<Vec<(Vec<u8>, Summary, usize)>>(2);
+            scope.spawn(move || {
+                for (l, &loc) in view.locations.iter().enumerate() {
+                    let order = view.order(loc);
+                    let blocks: Vec<&[u32]> = order.chunks(CALLS_PER_BLOCK).collect();
+                    // A slice starts no earlier than the previous one ended:
+                    // the end of everything before each block.
+                    let times = view.times(loc);
+                    let ends: Vec<u64> = blocks
+                        .par_iter()
+                        .map(|block| {
+                            block
+                                .iter()
+                                .map(|&i| {
+                                    let (a, b) = times.get(i as usize);
+                                    a.max(b)
+                                })
+                                .max()
+                                .unwrap_or(0)
+                        })
+                        .collect();
+                    let lasts: Vec<u64> = ends
+                        .iter()
+                        .scan(0u64, |last, &end| {
+                            let before = *last;
+                            *last = before.max(end);
+                            Some(before)
+                        })
+                        .collect();
+                    let calls = CallSlices {
+                        view,
+                        loc,
+                        t0,
+                        iid_of: &iid_of[loc.rank as usize],
+                        flows_out: &flows.out[l],
+                        flows_in: &flows.into[l],
+                    };
+                    for group in blocks
+                        .iter()
+                        .zip(&lasts)
+                        .collect::<Vec<_>>()
+                        .chunks(BLOCKS_AT_ONCE)
+                    {
+                        let encoded: Vec<(Vec<u8>, Summary, usize)> = group
+                            .par_iter()
+                            .map(|&(block, &last)| {
+                                let (bytes, summary) = calls.encode(block, last);
+                                (bytes, summary, block.len())
+                            })
+                            .collect();
+                        // The writer stopped (it failed): stop too.
+                        if tx.send(encoded).is_err() {
+                            return;
+                        }
+                    }
+                }
+            });
+            for encoded in rx {
+                for (bytes, summary, calls) in encoded {
+                    out.w.write_all(&bytes)?;
+                    out.summary.packets += summary.packets;
+                    out.summary.bytes += summary.bytes;
+                    out.summary.slices += summary.slices;
+                    done += calls as u64;
+                }
+                progress(done);
+            }
+            Ok(())
         })?;
-        // Begins and ends in time order: an end before a begin at a tie,
-        // outer phases begun first and ended last.
-        let mut ev: Vec<(u64, bool, i64, usize)> = Vec::with_capacity(2 * n);
-        for (i, p) in phases[k..k + n].iter().enumerate() {
-            ev.push((p.from_ns, true, i64::from(p.depth), i));
-            ev.push((p.to_ns, false, -i64::from(p.depth), i));
-        }
-        ev.sort_unstable_by_key(|&(t, begin, d, i)| (t, begin, d, i));
-        for (t, begin, _, i) in ev {
-            let p = &phases[k + i];
-            out.event(
-                t.saturating_sub(t0),
-                TrackEvent {
-                    category_iids: if begin { vec![CAT_PHASE] } else { Vec::new() },
-                    r#type: Some(if begin {
-                        TYPE_SLICE_BEGIN
-                    } else {
-                        TYPE_SLICE_END
-                    }),
-                    name: begin.then(|| p.name.clone()),
-                    track_uuid: Some(track),
-                    ..TrackEvent::default()
-                },
-            )?;
-        }
-        out.summary.phase_slices += n as u64;
-        k += n;
+        progress(done);
+        Ok(())
     }
-    progress(done);
-    out.w.flush()?;
-    Ok(out.summary)
+
+    fn in_flight(&self, out: &mut Out) -> io::Result<()> {
+        let (view, t0, name_iid) = (self.view, self.t0, &self.name_iid);
+        // Nonblocking operations in flight, per rank, on as few async tracks as
+        // keep each track's slices apart.
+        for r in &view.trace.ranks {
+            let mut ops: Vec<(u64, u64, &str, CallDetail)> = view
+                .in_flight(r.rank)
+                .into_iter()
+                .filter_map(|f| {
+                    let Some(pmtrace_trace::Record::Call(c)) = view.trace.record(f.start) else {
+                        return None;
+                    };
+                    let (a, b) = (view.time(f.start, false), view.time(f.end, true));
+                    Some((a, b.max(a), view.function_name(r.rank, &c), f.detail))
+                })
+                .collect();
+            ops.sort_unstable_by_key(|o| (o.0, o.1));
+            let mut lanes: Vec<u64> = Vec::new(); // end of each async track's last slice
+            for (a, b, name, d) in ops {
+                let k = match lanes.iter().position(|&end| end <= a) {
+                    Some(k) => k,
+                    None => {
+                        lanes.push(0);
+                        let k = lanes.len() - 1;
+                        out.track(TrackDescriptor {
+                            uuid: Some(process_uuid(r.rank) + ASYNC_UUID_BASE + k as u64),
+                            name: Some(format!("rank {} in flight {}", r.rank, k + 1)),
+                            parent_uuid: Some(process_uuid(r.rank)),
+                            ..TrackDescriptor::default()
+                        })?;
+                        k
+                    }
+                };
+                lanes[k] = b;
+                let track = process_uuid(r.rank) + ASYNC_UUID_BASE + k as u64;
+                out.event(
+                    a - t0,
+                    TrackEvent {
+                        category_iids: vec![CAT_IN_FLIGHT],
+                        debug_annotations: annotations(d, None),
+                        r#type: Some(TYPE_SLICE_BEGIN),
+                        name_iid: name_iid.get(name).copied(),
+                        track_uuid: Some(track),
+                        ..TrackEvent::default()
+                    },
+                )?;
+                out.event(
+                    b - t0,
+                    TrackEvent {
+                        r#type: Some(TYPE_SLICE_END),
+                        track_uuid: Some(track),
+                        ..TrackEvent::default()
+                    },
+                )?;
+                out.summary.in_flight_slices += 1;
+            }
+        }
+        Ok(())
+    }
+
+    fn phases(&self, out: &mut Out) -> io::Result<()> {
+        let (view, t0) = (self.view, self.t0);
+        // User phases, each location's on a track of its own (nested slices).
+        let phases = view.phases();
+        let mut k = 0;
+        while k < phases.len() {
+            let (rank, thread) = (phases[k].rank, phases[k].thread);
+            let n = phases[k..]
+                .iter()
+                .take_while(|p| p.rank == rank && p.thread == thread)
+                .count();
+            let track = process_uuid(rank) + PHASE_UUID_BASE + u64::from(thread);
+            out.track(TrackDescriptor {
+                uuid: Some(track),
+                name: Some(format!("rank {rank} thread {thread} phases")),
+                parent_uuid: Some(process_uuid(rank)),
+                ..TrackDescriptor::default()
+            })?;
+            // Begins and ends in time order: an end before a begin at a tie,
+            // outer phases begun first and ended last.
+            let mut ev: Vec<(u64, bool, i64, usize)> = Vec::with_capacity(2 * n);
+            for (i, p) in phases[k..k + n].iter().enumerate() {
+                ev.push((p.from_ns, true, i64::from(p.depth), i));
+                ev.push((p.to_ns, false, -i64::from(p.depth), i));
+            }
+            ev.sort_unstable_by_key(|&(t, begin, d, i)| (t, begin, d, i));
+            for (t, begin, _, i) in ev {
+                let p = &phases[k + i];
+                out.event(
+                    t.saturating_sub(t0),
+                    TrackEvent {
+                        category_iids: if begin { vec![CAT_PHASE] } else { Vec::new() },
+                        r#type: Some(if begin {
+                            TYPE_SLICE_BEGIN
+                        } else {
+                            TYPE_SLICE_END
+                        }),
+                        name: begin.then(|| p.name.clone()),
+                        track_uuid: Some(track),
+                        ..TrackEvent::default()
+                    },
+                )?;
+            }
+            out.summary.phase_slices += n as u64;
+            k += n;
+        }
+        Ok(())
+    }
 }
 
 #[cfg(test)]
