@@ -61,6 +61,7 @@ fn sync_is_the_serial_one(mpi: Mpi, nps: &[u32]) {
         let path_recorded = critical_path(&serial);
         let report_recorded = report(&serial);
         let otf2_recorded = otf2(&serial, None);
+        let perfetto_recorded = perfetto(&serial, None);
         let races_recorded = pmtrace(&["races", serial.to_str().unwrap(), "--json"]);
         let races_vector = pmtrace(&[
             "races",
@@ -74,6 +75,7 @@ fn sync_is_the_serial_one(mpi: Mpi, nps: &[u32]) {
         let path_synced = critical_path(&serial);
         let report_synced = report(&serial);
         let otf2_synced = otf2(&serial, None);
+        let perfetto_synced = perfetto(&serial, None);
         for &np in nps {
             let par = dir.join(format!("{name}-np{np}"));
             copy_trace(&case, &par);
@@ -108,6 +110,11 @@ fn sync_is_the_serial_one(mpi: Mpi, nps: &[u32]) {
             assert!(
                 otf2(&par, Some((mpi, np))) == otf2_recorded,
                 "{name} at np = {np}: the OTF2 archive"
+            );
+            // Not synced: both sync in memory first.
+            assert!(
+                perfetto(&par, Some((mpi, np))) == perfetto_recorded,
+                "{name} at np = {np}: the Perfetto trace"
             );
             // Races, on the recorded clocks and on vector clocks.
             for (races, clocks) in [(&races_recorded, "recorded"), (&races_vector, "vector")] {
@@ -147,6 +154,10 @@ fn sync_is_the_serial_one(mpi: Mpi, nps: &[u32]) {
             assert!(
                 otf2(&par, Some((mpi, np))) == otf2_synced,
                 "{name} at np = {np}: the OTF2 archive on synchronized time"
+            );
+            assert!(
+                perfetto(&par, Some((mpi, np))) == perfetto_synced,
+                "{name} at np = {np}: the Perfetto trace on synchronized time"
             );
             // Whole, checksum included: the serial report reads it.
             let report = pmtrace(&["report", par.to_str().unwrap(), "--json"]);
@@ -249,6 +260,50 @@ fn otf2(dir: &Path, parallel: Option<(Mpi, u32)>) -> (String, Vec<(String, Vec<u
     }
     std::fs::remove_dir_all(&out).unwrap();
     (printed, files)
+}
+
+/// The Perfetto trace `pmtrace export --format perfetto` writes of the
+/// trace in `dir` (`pmtrace-mpi` at `np` under `mpi` when given), to a
+/// file, and to standard output when in parallel at one process count.
+fn perfetto(dir: &Path, parallel: Option<(Mpi, u32)>) -> Vec<u8> {
+    let file = dir.join("trace.pb");
+    let args = [
+        "export",
+        dir.to_str().unwrap(),
+        "--format",
+        "perfetto",
+        "-o",
+    ];
+    let bytes = match parallel {
+        None => {
+            let mut a = args.to_vec();
+            a.push(file.to_str().unwrap());
+            pmtrace(&a);
+            std::fs::read(&file).unwrap()
+        }
+        Some((mpi, np)) => {
+            let mut a = args.to_vec();
+            a.push(file.to_str().unwrap());
+            let o = pmtrace_mpi(mpi, np, &a);
+            assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+            let bytes = std::fs::read(&file).unwrap();
+            if np == 3 {
+                let mut a = args.to_vec();
+                a.push("-");
+                let o = pmtrace_mpi(mpi, np, &a);
+                assert!(o.stdout == bytes, "standard output and file differ");
+            }
+            bytes
+        }
+    };
+    std::fs::remove_file(&file).unwrap();
+    let left: Vec<_> = std::fs::read_dir(dir)
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter(|e| e.file_name().to_string_lossy().starts_with(".pmtrace"))
+        .collect();
+    assert!(left.is_empty(), "parts left behind: {left:?}");
+    bytes
 }
 
 /// What `pmtrace report DIR --json` prints, less the seconds sync took.

@@ -81,6 +81,9 @@ pub struct View<'a> {
     pub send_of_recv: Vec<Option<usize>>,
     /// Earliest and latest time of the base.
     pub span: (u64, u64),
+    /// `messages.recvs[..own_recvs]` are the receives of the view's ranks
+    /// (a block's messages hold other blocks' receives after them).
+    pub own_recvs: usize,
 }
 
 impl<'a> View<'a> {
@@ -103,6 +106,12 @@ impl<'a> View<'a> {
         clocks: Clocks,
     ) -> View<'a> {
         View::assemble(trace, messages, synced, clocks, Vec::new())
+    }
+
+    /// The view's collective instances: a block's hold its own members.
+    pub fn with_collectives(mut self, collectives: Vec<Instance<MemberCalls>>) -> View<'a> {
+        self.collectives = collectives;
+        self
     }
 
     fn assemble(
@@ -136,6 +145,7 @@ impl<'a> View<'a> {
             locations,
             send_of_recv,
             span: (0, 0),
+            own_recvs: messages.recvs.len(),
         };
         view.span = view.compute_span();
         view
@@ -392,9 +402,10 @@ impl<'a> View<'a> {
             }
         }
         // This rank's receives are one run of them.
-        let first = m.recvs.partition_point(|r| r.dst < rank);
-        let end = first + m.recvs[first..].partition_point(|r| r.dst == rank);
-        for rv in &m.recvs[first..end] {
+        let own = &m.recvs[..self.own_recvs];
+        let first = own.partition_point(|r| r.dst < rank);
+        let end = first + own[first..].partition_point(|r| r.dst == rank);
+        for rv in &own[first..end] {
             if rv.post != rv.completion {
                 out.push(InFlight {
                     start: rv.post,

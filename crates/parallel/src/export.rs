@@ -23,8 +23,11 @@
 use std::path::{Path, PathBuf};
 
 use pmtrace_analysis::clocks::{ClockReport, Clocks, PartPlan, PartVectors};
+use pmtrace_analysis::collective::MemberCalls;
 use pmtrace_analysis::export::otf2::{self, Globals, Offset, Summary, Tables};
+use pmtrace_analysis::export::perfetto;
 use pmtrace_analysis::export::view::{Location, View};
+use pmtrace_analysis::read::EventRef;
 use pmtrace_analysis::sync::Synced;
 
 use crate::block::Block;
@@ -41,26 +44,7 @@ pub fn otf2<F: Fabric + ?Sized>(
     synced: Option<&Synced>,
     dir: &Path,
 ) -> Result<Summary, String> {
-    let (mode, _) = crate::clocks::first_header(f, b);
-    let after_call = if mode == "none" {
-        Default::default()
-    } else {
-        let plan = PartPlan::new(&b.trace, &bm.m);
-        crate::clocks::replay(f, b, bm, &plan, true, PartVectors::None, None).after_call()
-    };
-    let clocks = Clocks {
-        report: ClockReport {
-            mode,
-            ..ClockReport::default()
-        },
-        after_call,
-        recv_lc: Default::default(),
-    };
-    let mut view = View::of_block(&b.trace, &bm.m, synced, clocks);
-    let (lo, hi) = view.raw_span();
-    let mut span = [u64::MAX - lo, hi];
-    f.max(&mut span);
-    view.span = View::clamp_span((u64::MAX - span[0], span[1]));
+    let view = block_view(f, b, bm, synced);
     let tables = tables(f, &view);
     // Process 0 clears the old archive before any part moves in.
     let cleared = match f.index() {
@@ -200,4 +184,254 @@ fn move_events(part: &Path, into: &Path) -> Result<(), String> {
         }
     }
     std::fs::remove_dir_all(part).map_err(|e| io(part, e))
+}
+
+/// The view of a block for the viewer exports: clocks from the replay
+/// over blocks, the whole trace's span, the block's collective members.
+fn block_view<'a, F: Fabric + ?Sized>(
+    f: &F,
+    b: &'a Block,
+    bm: &'a BlockMessages,
+    synced: Option<&'a Synced>,
+) -> View<'a> {
+    let (mode, _) = crate::clocks::first_header(f, b);
+    let after_call = if mode == "none" {
+        Default::default()
+    } else {
+        let plan = PartPlan::new(&b.trace, &bm.m);
+        crate::clocks::replay(f, b, bm, &plan, true, PartVectors::None, None).after_call()
+    };
+    let clocks = Clocks {
+        report: ClockReport {
+            mode,
+            ..ClockReport::default()
+        },
+        after_call,
+        recv_lc: Default::default(),
+    };
+    let mut view = View::of_block(&b.trace, &bm.m, synced, clocks);
+    view.own_recvs = bm.own_recvs;
+    let (lo, hi) = view.raw_span();
+    let mut span = [u64::MAX - lo, hi];
+    f.max(&mut span);
+    view.span = View::clamp_span((u64::MAX - span[0], span[1]));
+    view
+}
+
+/// Writes the Perfetto trace of the whole trace to `w`, given at process 0
+/// only; the summary is whole there.
+///
+/// Every block writes each segment of its ranks ([`perfetto::Segment`])
+/// to a file of its own in `parts` (a directory every process sees);
+/// process 0 writes the header, then each segment of every block in
+/// block order, so no process holds more than its block's output. Flow
+/// ids are the serial ones: messages in the order of their sends (each
+/// numbered at its sender's block and sent to its receiver's), then each
+/// collective's logical messages, instance by instance in the serial
+/// order, numbered at the instance's owner.
+pub fn perfetto<F: Fabric + ?Sized>(
+    f: &F,
+    b: &Block,
+    bm: &BlockMessages,
+    synced: Option<&Synced>,
+    parts: &Path,
+    w: Option<&mut dyn std::io::Write>,
+) -> Result<perfetto::Summary, String> {
+    let is = crate::insts::gather(f, &b.trace);
+    let view = block_view(f, b, bm, synced)
+        .with_collectives(pmtrace_analysis::collective::instances(&b.trace));
+    let names = perfetto_names(f, &view);
+    let (flows, message_flows, collective_flows) = flows(f, b, bm, &is, &view);
+    let body = perfetto::Body::new(&view, view.span.0, &names, flows);
+    let io = |p: &Path, e: std::io::Error| format!("{}: {e}", p.display());
+    let part = |p: usize, k: usize| parts.join(format!(".pmtrace-perfetto-{p}-{k}"));
+    let mut mine = perfetto::Summary::default();
+    let written = (|| -> Result<(), String> {
+        for (k, seg) in perfetto::Segment::ALL.into_iter().enumerate() {
+            let path = part(f.index(), k);
+            let file = std::fs::File::create(&path).map_err(|e| io(&path, e))?;
+            let mut out = std::io::BufWriter::with_capacity(1 << 20, file);
+            mine.add(
+                &body
+                    .write(seg, &mut out, &mut |_| {})
+                    .map_err(|e| io(&path, e))?,
+            );
+            std::io::Write::flush(&mut out).map_err(|e| io(&path, e))?;
+        }
+        Ok(())
+    })();
+    agree(f, written)?;
+    let mut v = [
+        mine.packets,
+        mine.slices,
+        mine.in_flight_slices,
+        mine.phase_slices,
+        mine.bytes,
+    ];
+    f.sum(&mut v);
+    let mut summary = perfetto::Summary {
+        packets: v[0],
+        slices: v[1],
+        in_flight_slices: v[2],
+        phase_slices: v[3],
+        message_flows,
+        collective_flows,
+        bytes: v[4],
+    };
+    let joined = match w {
+        Some(w) => (|| -> Result<(), String> {
+            let head = perfetto::write_header(w, &names).map_err(|e| e.to_string())?;
+            summary.add(&head);
+            for k in 0..perfetto::Segment::ALL.len() {
+                for p in 0..f.size() {
+                    let path = part(p, k);
+                    let mut file = std::fs::File::open(&path).map_err(|e| io(&path, e))?;
+                    std::io::copy(&mut file, w).map_err(|e| io(&path, e))?;
+                }
+            }
+            w.flush().map_err(|e| e.to_string())
+        })(),
+        None => Ok(()),
+    };
+    agree(f, joined)?;
+    for k in 0..perfetto::Segment::ALL.len() {
+        let _ = std::fs::remove_file(part(f.index(), k));
+    }
+    Ok(summary)
+}
+
+/// The whole trace's interned names ([`perfetto::names_of`]), on every
+/// process: each block's in block order, each name once.
+fn perfetto_names<F: Fabric + ?Sized>(f: &F, view: &View) -> Vec<String> {
+    let mut o = Out::default();
+    for n in perfetto::names_of(view) {
+        o.str(&n);
+    }
+    let mut seen = std::collections::HashSet::new();
+    let mut names = Vec::new();
+    for bytes in f.all_gather(o.0) {
+        let mut i = In::new(&bytes);
+        while !i.done() {
+            let n = i.str();
+            if seen.insert(n.clone()) {
+                names.push(n);
+            }
+        }
+    }
+    names
+}
+
+/// The flows out of and into the block's calls, with the serial ids; and
+/// how many flows of messages and of collectives the trace has.
+fn flows<F: Fabric + ?Sized>(
+    f: &F,
+    b: &Block,
+    bm: &BlockMessages,
+    is: &crate::insts::Insts,
+    view: &View,
+) -> (perfetto::Flows, u64, u64) {
+    let m = &bm.m;
+    let procs = f.size();
+    let n = view.locations.len();
+    let loc_of: std::collections::HashMap<(u32, u32), usize> = (view.locations.iter())
+        .enumerate()
+        .map(|(k, l)| ((l.rank, l.thread), k))
+        .collect();
+    let mut outs: Vec<Vec<(u32, u64)>> = vec![Vec::new(); n];
+    let mut ins: Vec<Vec<(u32, u64)>> = vec![Vec::new(); n];
+    let put = |lists: &mut Vec<Vec<(u32, u64)>>, at: EventRef, id: u64| {
+        if let Some(&k) = loc_of.get(&(at.rank, at.thread)) {
+            lists[k].push((at.index, id));
+        }
+    };
+    // Messages, numbered in the order of their sends (`matched` is).
+    let own: Vec<usize> = (0..m.matched.len())
+        .filter(|&k| m.matched[k].send < bm.own_sends)
+        .collect();
+    let mut counts = vec![0u64; procs];
+    counts[f.index()] = own.len() as u64;
+    f.sum(&mut counts);
+    let messages: u64 = counts.iter().sum();
+    let base: u64 = counts[..f.index()].iter().sum();
+    let mut id_of = vec![0u64; m.matched.len()];
+    for (j, &k) in own.iter().enumerate() {
+        id_of[k] = 1 + base + j as u64;
+    }
+    let crossing = bm.crossing(&b.blocks);
+    let mut came = Vec::new();
+    crossing.to_receivers(
+        f,
+        |k, o| {
+            o.u64(id_of[k]);
+        },
+        |k, i| came.push((k, i.u64())),
+    );
+    for (k, id) in came {
+        id_of[k] = id;
+    }
+    for (k, p) in m.matched.iter().enumerate() {
+        if p.send < bm.own_sends {
+            put(&mut outs, m.sends[p.send].call, id_of[k]);
+        }
+        if p.recv < bm.own_recvs {
+            put(&mut ins, m.recvs[p.recv].completion, id_of[k]);
+        }
+    }
+    // Collectives: each owner numbers its instances' logical messages.
+    let mut o = Out::default();
+    let flows_of = |inst: &pmtrace_analysis::collective::Instance<_>| -> Vec<(EventRef, EventRef)> {
+        inst.completed_messages()
+            .filter_map(|(from, to)| {
+                let a: &MemberCalls = inst.members[from as usize].as_ref()?;
+                let exit = inst.members[to as usize].as_ref()?.exit?;
+                Some((a.enter, exit))
+            })
+            .collect()
+    };
+    let owned: Vec<Vec<(EventRef, EventRef)>> =
+        is.owned.iter().map(|x| flows_of(&x.inst)).collect();
+    for (x, fl) in is.owned.iter().zip(&owned) {
+        o.u32(x.first.0).u32(x.first.1).u64(fl.len() as u64);
+    }
+    let mut all: Vec<((u32, u32), u64)> = Vec::new();
+    for bytes in f.all_gather(o.0) {
+        let mut i = In::new(&bytes);
+        while !i.done() {
+            all.push(((i.u32(), i.u32()), i.u64()));
+        }
+    }
+    all.sort_unstable();
+    let collectives: u64 = all.iter().map(|x| x.1).sum();
+    let mut start: std::collections::HashMap<(u32, u32), u64> = Default::default();
+    let mut next = messages + 1;
+    for (first, count) in all {
+        start.insert(first, next);
+        next += count;
+    }
+    const OUT: u8 = 0;
+    const INTO: u8 = 1;
+    let mut send = vec![Out::default(); procs];
+    for (x, fl) in is.owned.iter().zip(&owned) {
+        let base = start[&x.first];
+        for (j, (from, to)) in fl.iter().enumerate() {
+            let id = base + j as u64;
+            send[b.blocks.owner(from.rank)].u8(OUT).at(*from).u64(id);
+            send[b.blocks.owner(to.rank)].u8(INTO).at(*to).u64(id);
+        }
+    }
+    for bytes in f.exchange(send.into_iter().map(|o| o.0).collect()) {
+        let mut i = In::new(&bytes);
+        while !i.done() {
+            let (kind, at, id) = (i.u8(), i.at(), i.u64());
+            if kind == OUT {
+                put(&mut outs, at, id);
+            } else {
+                put(&mut ins, at, id);
+            }
+        }
+    }
+    for l in outs.iter_mut().chain(ins.iter_mut()) {
+        l.sort_unstable();
+    }
+    (perfetto::Flows::of_lists(outs, ins), messages, collectives)
 }

@@ -126,13 +126,76 @@ pub fn races<F: Fabric + ?Sized>(f: &F, a: &RacesArgs) -> Result<Vec<u8>, String
     Ok(out)
 }
 
+/// `pmtrace export`: OTF2 and Perfetto in parallel.
+pub fn export<F: Fabric + ?Sized>(f: &F, a: &ExportArgs) -> Result<Vec<u8>, String> {
+    match a.format {
+        ExportFormat::Otf2 => export_otf2(f, a),
+        ExportFormat::Perfetto => export_perfetto(f, a),
+        _ => {
+            let name = format!("{:?}", a.format).to_ascii_lowercase();
+            not_yet(&format!("export --format {name}"))
+        }
+    }
+}
+
+/// `pmtrace export --format perfetto`: every block encodes its ranks'
+/// packets; process 0 writes them in order.
+fn export_perfetto<F: Fabric + ?Sized>(f: &F, a: &ExportArgs) -> Result<Vec<u8>, String> {
+    let b = block::open(f, &a.dir)?;
+    let bm = messages::build(f, &b);
+    let stored = agree(f, Synced::load(&b.trace).map_err(|e| e.to_string()))?;
+    let synced = match stored {
+        Some(s) => s,
+        None => {
+            if f.index() == 0 {
+                eprintln!(
+                    "pmtrace-mpi: note: {} is not synced; synchronizing in memory (`pmtrace sync` keeps the result)",
+                    a.dir.display()
+                );
+            }
+            let s = crate::sync::sync(f, &b, &bm, &SyncParams::default());
+            Synced::from_graph(&b.trace, &s.net.g, s.times, s.report)
+        }
+    };
+    let to_stdout = a.output.as_os_str() == "-";
+    // The parts go beside the output (or into the trace's directory).
+    let parts = match a.output.parent() {
+        Some(p) if !to_stdout && !p.as_os_str().is_empty() => p.to_path_buf(),
+        _ if to_stdout => a.dir.clone(),
+        _ => std::path::PathBuf::from("."),
+    };
+    // Process 0 writes; every process learns whether it could.
+    let file = match (f.index(), to_stdout) {
+        (0, false) => std::fs::File::create(&a.output)
+            .map(|file| Some(std::io::BufWriter::with_capacity(1 << 20, file)))
+            .map_err(|e| format!("cannot create {}: {e}", a.output.display())),
+        _ => Ok(None),
+    };
+    let mut file = agree(f, file)?;
+    let mut out = Vec::new();
+    let w: Option<&mut dyn std::io::Write> = match (f.index(), file.as_mut()) {
+        (0, Some(file)) => Some(file),
+        (0, None) => Some(&mut out),
+        _ => None,
+    };
+    let summary = crate::export::perfetto(f, &b, &bm, Some(&synced), &parts, w)?;
+    drop(file);
+    if f.index() == 0 && !to_stdout {
+        eprintln!(
+            "pmtrace-mpi: wrote {} ({} slices, {} in flight, {} message flows, {} collective flows)",
+            a.output.display(),
+            summary.slices,
+            summary.in_flight_slices,
+            summary.message_flows,
+            summary.collective_flows
+        );
+    }
+    Ok(out)
+}
+
 /// `pmtrace export --format otf2`: every block writes its locations'
 /// event files.
-pub fn export<F: Fabric + ?Sized>(f: &F, a: &ExportArgs) -> Result<Vec<u8>, String> {
-    if a.format != ExportFormat::Otf2 {
-        let name = format!("{:?}", a.format).to_ascii_lowercase();
-        return not_yet(&format!("export --format {name}"));
-    }
+fn export_otf2<F: Fabric + ?Sized>(f: &F, a: &ExportArgs) -> Result<Vec<u8>, String> {
     if a.output.as_os_str() == "-" {
         return Err("an OTF2 archive is a directory: give one with -o".into());
     }

@@ -158,7 +158,8 @@ impl ThreadTimes {
 }
 
 impl Synced {
-    /// Times in node order of `g` become times by rank, thread and stamp.
+    /// Times in node order of `g` become times by rank, thread and stamp
+    /// (of a whole trace, or of a block's ranks and graph).
     pub fn from_graph(trace: &Trace, g: &Graph, t: Vec<Vec<u64>>, report: SyncReport) -> Synced {
         let mut times: Vec<Vec<ThreadTimes>> = trace
             .ranks
@@ -167,11 +168,11 @@ impl Synced {
             .collect();
         for (loc, by_pos) in g.locs.iter().zip(g.by_position(t)) {
             let records = &trace.held(loc.rank).threads[loc.slot].records;
-            times[loc.rank as usize][loc.slot] = ThreadTimes::new(records, by_pos);
+            times[(loc.rank - trace.first) as usize][loc.slot] = ThreadTimes::new(records, by_pos);
         }
         Synced {
             report,
-            first: 0,
+            first: trace.first,
             times,
         }
     }
