@@ -80,30 +80,16 @@ fn sync_is_the_serial_one(mpi: Mpi, nps: &[u32]) {
             let par = dir.join(format!("{name}-np{np}"));
             copy_trace(&case, &par);
             let path = |what: &[u8]| {
-                let out = pmtrace_mpi(mpi, np, &["critical-path", par.to_str().unwrap(), "--json"]);
-                assert!(
-                    out.status.success(),
-                    "{name} at np = {np}: {}",
-                    String::from_utf8_lossy(&out.stderr)
-                );
+                let out = run_ok(mpi, np, &["critical-path", par.to_str().unwrap(), "--json"]);
                 assert_eq!(
-                    String::from_utf8_lossy(&out.stdout),
+                    String::from_utf8_lossy(&out),
                     String::from_utf8_lossy(what),
                     "{name} at np = {np}: the critical path"
                 );
             };
             let same_report = |what: &str| {
-                let out = pmtrace_mpi(mpi, np, &["report", par.to_str().unwrap(), "--json"]);
-                assert!(
-                    out.status.success(),
-                    "{name} at np = {np}: {}",
-                    String::from_utf8_lossy(&out.stderr)
-                );
-                assert_eq!(
-                    json_text(&out.stdout),
-                    what,
-                    "{name} at np = {np}: the report"
-                );
+                let out = run_ok(mpi, np, &["report", par.to_str().unwrap(), "--json"]);
+                assert_eq!(json_text(&out), what, "{name} at np = {np}: the report");
             };
             path(&path_recorded);
             same_report(&report_recorded);
@@ -122,21 +108,16 @@ fn sync_is_the_serial_one(mpi: Mpi, nps: &[u32]) {
                 if clocks == "vector" {
                     args.extend(["--clocks", "vector"]);
                 }
-                let out = pmtrace_mpi(mpi, np, &args);
+                let out = run_ok(mpi, np, &args);
                 assert_eq!(
-                    String::from_utf8_lossy(&out.stdout),
+                    String::from_utf8_lossy(&out),
                     String::from_utf8_lossy(races),
                     "{name} at np = {np}: the races ({clocks} clocks)"
                 );
             }
-            let out = pmtrace_mpi(mpi, np, &["sync", par.to_str().unwrap(), "--json"]);
-            assert!(
-                out.status.success(),
-                "{name} at np = {np}: {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
+            let out = run_ok(mpi, np, &["sync", par.to_str().unwrap(), "--json"]);
             assert_eq!(
-                json_text(&out.stdout),
+                json_text(&out),
                 want,
                 "{name} at np = {np}: the printed report"
             );
@@ -227,11 +208,7 @@ fn otf2(dir: &Path, parallel: Option<(Mpi, u32)>) -> (String, Vec<(String, Vec<u
     ];
     let line = match parallel {
         None => pmtrace(&args),
-        Some((mpi, np)) => {
-            let o = pmtrace_mpi(mpi, np, &args);
-            assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-            o.stdout
-        }
+        Some((mpi, np)) => run_ok(mpi, np, &args),
     };
     assert!(String::from_utf8_lossy(&line).starts_with("OTF2 archive "));
     let printed = Command::new("otf2-print")
@@ -284,8 +261,7 @@ fn perfetto(dir: &Path, parallel: Option<(Mpi, u32)>) -> Vec<u8> {
         Some((mpi, np)) => {
             let mut a = args.to_vec();
             a.push(file.to_str().unwrap());
-            let o = pmtrace_mpi(mpi, np, &a);
-            assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+            run_ok(mpi, np, &a);
             let bytes = std::fs::read(&file).unwrap();
             if np == 3 {
                 let mut a = args.to_vec();
@@ -309,6 +285,18 @@ fn perfetto(dir: &Path, parallel: Option<(Mpi, u32)>) -> Vec<u8> {
 /// What `pmtrace report DIR --json` prints, less the seconds sync took.
 fn report(dir: &Path) -> String {
     json_text(&pmtrace(&["report", dir.to_str().unwrap(), "--json"]))
+}
+
+/// What `mpirun -np np pmtrace-mpi args...` under `mpi` prints, after it
+/// succeeded.
+fn run_ok(mpi: Mpi, np: u32, args: &[&str]) -> Vec<u8> {
+    let out = pmtrace_mpi(mpi, np, args);
+    assert!(
+        out.status.success(),
+        "{args:?} at np = {np}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out.stdout
 }
 
 /// What `pmtrace critical-path DIR --json` prints.

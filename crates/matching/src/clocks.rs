@@ -322,6 +322,16 @@ pub enum Shape {
     Exscan,
 }
 
+impl Shape {
+    pub const ALL: [Shape; 5] = [
+        Shape::OneToN,
+        Shape::NToOne,
+        Shape::NToN,
+        Shape::Scan,
+        Shape::Exscan,
+    ];
+}
+
 pub fn shape_of(name: &str) -> Shape {
     let n = name.trim_start_matches("MPI_").to_ascii_lowercase();
     // Large-count forms and persistent collectives have the shape of their base.
@@ -1855,13 +1865,7 @@ mod tests {
 
     #[test]
     fn every_exit_merges_in_linear_time_what_it_merges_one_by_one() {
-        let shapes = [
-            Shape::OneToN,
-            Shape::NToOne,
-            Shape::NToN,
-            Shape::Scan,
-            Shape::Exscan,
-        ];
+        let shapes = Shape::ALL;
         let mut x: u64 = 7;
         let mut next = |n: u64| {
             x = x

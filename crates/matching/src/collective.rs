@@ -381,13 +381,7 @@ mod tests {
                 recvd: u64::from(k % 6 != 3) * 8,
             })
         };
-        let shapes = [
-            Shape::OneToN,
-            Shape::NToOne,
-            Shape::NToN,
-            Shape::Scan,
-            Shape::Exscan,
-        ];
+        let shapes = Shape::ALL;
         let mut checked = 0;
         for flow in [Flow::Data, Flow::Barrier, Flow::Unordered] {
             for shape in shapes {

@@ -452,13 +452,7 @@ mod tests {
     }
 
     fn random_inst(r: &mut Rng) -> Inst {
-        let shapes = [
-            Shape::OneToN,
-            Shape::NToOne,
-            Shape::NToN,
-            Shape::Scan,
-            Shape::Exscan,
-        ];
+        let shapes = Shape::ALL;
         let flows = [Flow::Data, Flow::Data, Flow::Barrier, Flow::Unordered];
         let n = 1 + r.next(12) as usize;
         let shape = shapes[r.next(5) as usize];
