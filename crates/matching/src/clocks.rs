@@ -380,8 +380,11 @@ struct Instance {
     enters: Vec<(u32, u64, Vec<u64>)>,
     /// Every entered member's merge ([`merges`]), made once all entered,
     /// with the number of enters it was made from.
-    merged: Option<(usize, HashMap<u32, (u64, Vec<u64>)>)>,
+    merged: Option<(usize, Merged)>,
 }
+
+/// Each member's (clock, vector clock) merge, by member.
+type Merged = HashMap<u32, (u64, Vec<u64>)>;
 
 /// The events of every rank, and what they refer to.
 struct Plan {
