@@ -13,7 +13,9 @@ Rows:
   bandwidth  MB/s of 1 MiB messages (ratio traced/baseline); then, under
              Open MPI and MPICH, 64 KiB, 1 MiB and 16 MiB messages over 8
              interleaved runs each, the worst traced run beside the slowest
-             untraced one (`bench.py bandwidth` prints these only)
+             untraced one, and a control row of untraced against untraced
+             runs at 64 KiB: the machine's own spread (`bench.py bandwidth`
+             prints these only)
   allreduce  ns per 8-byte MPI_Allreduce
 Ping-pong and Allreduce time blocks of 1000 iterations and take the median
 block, so that a moment the rank was descheduled does not move the figure.
@@ -148,7 +150,7 @@ def bandwidth_section(scratch):
     loss can be bimodal and a median hides it."""
     print(f"large-message bandwidth, np=2, {BW_RUNS} interleaved runs each (MB/s; "
           "targets: worst traced >= 0.8x slowest untraced, median ratio >= 0.95):")
-    print(f"  {'MPI, size':<22}{'untraced slowest':>17}{'median':>8}{'traced worst':>14}"
+    print(f"  {'MPI, size':<26}{'untraced slowest':>17}{'median':>8}{'traced worst':>14}"
           f"{'median':>8}{'worst/slowest':>15}{'median ratio':>14}")
     for name, launcher, pass_env, libdir, progs in LAUNCHERS:
         lib = os.path.join(ROOT, libdir, "libpmtrace.so")
@@ -156,17 +158,23 @@ def bandwidth_section(scratch):
         if not os.path.exists(lib) or shutil.which(launcher[0]) is None:
             print(f"  {name}: skipped (build it: make matrix)")
             continue
-        for size, label in [(64 << 10, "64 KiB"), (1 << 20, "1 MiB"), (16 << 20, "16 MiB")]:
+        # The last row is the control: untraced against untraced, the
+        # same pairs and figures, so the noise floor of the machine (and
+        # of the MPI) stands beside pmtrace's figures.
+        rows = [(64 << 10, "64 KiB", True), (1 << 20, "1 MiB", True), (16 << 20, "16 MiB", True),
+                (64 << 10, "64 KiB, A/A", False)]
+        for size, label, traced_side in rows:
             base, traced, ratios = [], [], []
             for rep in range(BW_RUNS):
                 pair = {}
-                for t in ([False, True] if rep % 2 == 0 else [True, False]):
-                    pair[t] = bandwidth_run(launcher, pass_env, lib, progs, size, t, scratch)
-                base.append(pair[False])
-                traced.append(pair[True])
-                ratios.append(pair[True] / pair[False])
+                for side in ([0, 1] if rep % 2 == 0 else [1, 0]):
+                    t = traced_side and side == 1
+                    pair[side] = bandwidth_run(launcher, pass_env, lib, progs, size, t, scratch)
+                base.append(pair[0])
+                traced.append(pair[1])
+                ratios.append(pair[1] / pair[0])
             med = statistics.median
-            print(f"  {name + ', ' + label:<22}{min(base):>17.0f}{med(base):>8.0f}{min(traced):>14.0f}"
+            print(f"  {name + ', ' + label:<26}{min(base):>17.0f}{med(base):>8.0f}{min(traced):>14.0f}"
                   f"{med(traced):>8.0f}{min(traced) / min(base):>15.2f}{med(ratios):>14.2f}")
 
 
