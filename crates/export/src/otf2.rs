@@ -50,7 +50,6 @@ use pmtrace_matching::clocks::{shape_of, Shape};
 use pmtrace_matching::ends::{Cursor, End};
 use pmtrace_matching::matching::RecvHow;
 use pmtrace_sync::interp;
-use pmtrace_trace::comm::Comm;
 use pmtrace_trace::read::EventRef;
 
 pub use pmtrace_otf2::ClockOffset as Offset;
@@ -198,19 +197,6 @@ fn region_role(kind: Kind, name: &str) -> ffi::OTF2_RegionRole {
 /// The OTF2 location id of a location.
 pub fn location_id(loc: Location) -> u64 {
     (u64::from(loc.rank) << 32) | u64::from(loc.thread)
-}
-
-/// A world rank's rank in `comm` as seen by `writer`: in the group for an
-/// intracommunicator, in the remote group for an intercommunicator.
-fn comm_rank(comm: &Comm, writer: u32, world: u32) -> Option<u32> {
-    let group = if comm.inter {
-        [&comm.members, &comm.remote_members]
-            .into_iter()
-            .find(|g| !g.is_empty() && !g.contains(&writer))?
-    } else {
-        &comm.members
-    };
-    group.iter().position(|&w| w == world).map(|p| p as u32)
 }
 
 /// Writes the OTF2 archive of `view` into `dir` (created; an archive
@@ -535,7 +521,7 @@ impl<'v, 'a> Writer<'v, 'a> {
             return None;
         };
         let comm = self.view.trace.comms.get(rv.comm)?;
-        let Some(from) = comm_rank(comm, rv.dst, src) else {
+        let Some(from) = comm.rank_seen_by(rv.dst, src) else {
             self.summary.unresolved += 1;
             return None;
         };
@@ -557,7 +543,7 @@ impl<'v, 'a> Writer<'v, 'a> {
             return None;
         };
         let comm = self.view.trace.comms.get(sv.comm)?;
-        let Some(to) = comm_rank(comm, sv.src, dst) else {
+        let Some(to) = comm.rank_seen_by(sv.src, dst) else {
             self.summary.unresolved += 1;
             return None;
         };
@@ -799,12 +785,7 @@ impl<'v, 'a> Writer<'v, 'a> {
         // after the call that ended it. User phases nest by construction;
         // a Pcontrol phase or a pause is written only where it crosses no
         // other phase (OTF2 regions must nest).
-        let all: Vec<_> = self
-            .view
-            .phases()
-            .into_iter()
-            .filter(|p| p.rank == loc.rank && p.thread == loc.thread)
-            .collect();
+        let all = self.view.phases_of(loc);
         let crosses = |a: &pmtrace_trace::phases::PhaseSpan,
                        b: &pmtrace_trace::phases::PhaseSpan| {
             let (a0, a1, b0, b1) = (a.from_index, a.to_index, b.from_index, b.to_index);

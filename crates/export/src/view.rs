@@ -180,7 +180,6 @@ impl<'a> View<'a> {
         }
     }
 
-    /// The records of a location.
     /// Every user phase, on this view's time base, by rank, thread and start.
     pub fn phases(&self) -> Vec<pmtrace_trace::phases::PhaseSpan> {
         pmtrace_trace::phases::spans(self.trace, |at| {
@@ -188,6 +187,14 @@ impl<'a> View<'a> {
         })
     }
 
+    /// The phases of one location, as `phases` gives them.
+    pub fn phases_of(&self, loc: Location) -> Vec<pmtrace_trace::phases::PhaseSpan> {
+        pmtrace_trace::phases::spans_of(self.trace, loc.rank, loc.thread, |at| {
+            Some((self.time(at, false), self.time(at, true)))
+        })
+    }
+
+    /// The records of a location.
     pub fn records(&self, loc: Location) -> &'a Events {
         &self.trace.held(loc.rank).threads[loc.slot].records
     }

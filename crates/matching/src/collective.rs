@@ -327,11 +327,11 @@ fn member_of(
     let def = rank.comm_at(comm, c.t_start)?;
     let cm = trace.comms.get(def.global_id)?;
     let size = cm.members.len() + cm.remote_members.len();
-    let me = cm
-        .members
-        .iter()
-        .chain(&cm.remote_members)
-        .position(|&w| w == rank.rank)?;
+    // The position in the groups one after the other.
+    let me = match cm.rank_of(rank.rank) {
+        Some(p) => p as usize,
+        None => cm.members.len() + cm.remote_rank_of(rank.rank)? as usize,
+    };
     let shape = shape_of(rank.function_name(c.func));
     let rooted = matches!(shape, Shape::OneToN | Shape::NToOne);
     let root = root

@@ -14,6 +14,7 @@
 //! ```
 
 use std::collections::BTreeMap;
+use std::sync::OnceLock;
 
 use pmtrace_format::record::CommDef;
 
@@ -35,21 +36,100 @@ pub struct Comm {
     pub members: Vec<u32>,
     /// For an intercommunicator: the other group. Empty for an intracommunicator.
     pub remote_members: Vec<u32>,
+    /// Where each world rank is in `members` and in `remote_members`.
+    index: [Index; 2],
+}
+
+/// A group no larger than this is scanned for a world rank, not indexed.
+const SCAN: usize = 32;
+
+/// The positions of the world ranks of a group: (world rank, its first
+/// position), sorted, built at the first lookup in a group larger than
+/// [`SCAN`]. Lookups are then logarithmic: on a world of 16,384 ranks a
+/// scan per message or per collective call made exports quadratic.
+#[derive(Debug, Clone, Default)]
+struct Index(OnceLock<Box<[(u32, u32)]>>);
+
+// What a group holds is its list; whether the index is built yet is not.
+impl PartialEq for Index {
+    fn eq(&self, _: &Index) -> bool {
+        true
+    }
+}
+impl Eq for Index {}
+
+impl Index {
+    /// The first position of `world` in `group` (the group this index is of).
+    fn find(&self, group: &[u32], world: u32) -> Option<u32> {
+        if group.len() <= SCAN {
+            return group.iter().position(|&w| w == world).map(|p| p as u32);
+        }
+        let sorted = self.0.get_or_init(|| {
+            let mut v: Vec<(u32, u32)> = (group.iter().enumerate())
+                .map(|(p, &w)| (w, p as u32))
+                .collect();
+            v.sort_unstable();
+            // The first of each world rank's run has its smallest position.
+            v.dedup_by_key(|e| e.0);
+            v.into_boxed_slice()
+        });
+        let i = sorted.binary_search_by_key(&world, |e| e.0).ok()?;
+        Some(sorted[i].1)
+    }
 }
 
 impl Comm {
+    fn new(global_id: u64, inter: bool, members: Vec<u32>) -> Comm {
+        Comm {
+            global_id,
+            inter,
+            members,
+            remote_members: vec![],
+            index: Default::default(),
+        }
+    }
+
+    /// The rank of world rank `world` in the group (`members`).
+    pub fn rank_of(&self, world: u32) -> Option<u32> {
+        self.index[0].find(&self.members, world)
+    }
+
+    /// The rank of world rank `world` in the remote group.
+    pub fn remote_rank_of(&self, world: u32) -> Option<u32> {
+        self.index[1].find(&self.remote_members, world)
+    }
+
+    /// The group whose ranks world rank `writer` names (false: `members`,
+    /// true: `remote_members`): the group for an intracommunicator, the
+    /// group that does not contain `writer` for an intercommunicator.
+    fn peers_of(&self, writer: u32) -> Option<bool> {
+        if !self.inter || (!self.members.is_empty() && self.rank_of(writer).is_none()) {
+            Some(false)
+        } else if !self.remote_members.is_empty() && self.remote_rank_of(writer).is_none() {
+            Some(true)
+        } else {
+            None
+        }
+    }
+
     /// The world rank of `comm_rank` as seen by world rank `writer`: a rank
     /// of the group for an intracommunicator, of the remote group (the group
     /// that does not contain `writer`) for an intercommunicator.
     pub fn to_world(&self, writer: u32, comm_rank: u32) -> Option<u32> {
-        let group = if self.inter {
-            [&self.members, &self.remote_members]
-                .into_iter()
-                .find(|g| !g.is_empty() && !g.contains(&writer))?
-        } else {
-            &self.members
+        let group = match self.peers_of(writer)? {
+            false => &self.members,
+            true => &self.remote_members,
         };
         group.get(usize::try_from(comm_rank).ok()?).copied()
+    }
+
+    /// The rank by which world rank `writer` names world rank `world`: the
+    /// inverse of [`Comm::to_world`].
+    pub fn rank_seen_by(&self, writer: u32, world: u32) -> Option<u32> {
+        match self.peers_of(writer)? {
+            false => self.rank_of(world),
+            true => self.remote_rank_of(world),
+        }
     }
 }
 
@@ -71,32 +151,21 @@ impl Comms {
         let mut by_id = BTreeMap::new();
         by_id.insert(
             WORLD_ID,
-            Comm {
-                global_id: WORLD_ID,
-                inter: false,
-                members: (0..world_size).collect(),
-                remote_members: vec![],
-            },
+            Comm::new(WORLD_ID, false, (0..world_size).collect()),
         );
         for (writer, def) in defs {
             if def.global_id == WORLD_ID {
                 continue;
             }
             if def.global_id == self_comm_id(writer) {
-                by_id.entry(def.global_id).or_insert_with(|| Comm {
-                    global_id: def.global_id,
-                    inter: false,
-                    members: vec![writer],
-                    remote_members: vec![],
-                });
+                by_id
+                    .entry(def.global_id)
+                    .or_insert_with(|| Comm::new(def.global_id, false, vec![writer]));
                 continue;
             }
-            let comm = by_id.entry(def.global_id).or_insert_with(|| Comm {
-                global_id: def.global_id,
-                inter: def.inter,
-                members: vec![],
-                remote_members: vec![],
-            });
+            let comm = by_id
+                .entry(def.global_id)
+                .or_insert_with(|| Comm::new(def.global_id, def.inter, vec![]));
             if def.members.is_empty() {
                 continue;
             }
@@ -159,6 +228,38 @@ mod tests {
             remote_size: 0,
             members: members.to_vec(),
         }
+    }
+
+    #[test]
+    fn ranks_are_found_by_scan_and_by_index_alike() {
+        // Below and above the scan limit, with a world rank twice in the
+        // group (its first position counts) and one absent.
+        for n in [5u32, SCAN as u32 + 9, 1000] {
+            let mut members: Vec<u32> = (0..n).map(|i| (i * 7 + 3) % (2 * n)).collect();
+            members.push(members[1]);
+            let c = Comm::new(9, false, members.clone());
+            for w in 0..2 * n + 1 {
+                let scan = members.iter().position(|&x| x == w).map(|p| p as u32);
+                assert_eq!(c.rank_of(w), scan, "n {n}, world rank {w}");
+                assert_eq!(c.rank_seen_by(0, w), scan, "n {n}, world rank {w}");
+            }
+            assert_eq!(c.remote_rank_of(members[0]), None);
+        }
+    }
+
+    #[test]
+    fn intercommunicator_ranks_are_seen_in_the_other_group() {
+        let mut c = Comm::new(90, true, (0..40).map(|i| 2 * i).collect());
+        c.remote_members = (0..50).map(|i| 2 * i + 1).collect();
+        // Writer 4 (member rank 2) names the remote group: world 7 is its rank 3.
+        assert_eq!(c.rank_seen_by(4, 7), Some(3));
+        assert_eq!(c.to_world(4, 3), Some(7));
+        assert_eq!(c.rank_seen_by(4, 6), None, "its own group is not named");
+        // Writer 7 (remote rank 3) names the first group.
+        assert_eq!(c.rank_seen_by(7, 78), Some(39));
+        assert_eq!(c.to_world(7, 39), Some(78));
+        // A writer in neither group names the first one, as before.
+        assert_eq!(c.rank_seen_by(1000, 2), Some(1));
     }
 
     #[test]
