@@ -70,3 +70,33 @@ fn a_synthesized_trace_matches_keeps_its_clocks_and_syncs_without_violations() {
         truth.window_ns
     );
 }
+
+/// Collective violations counted by binary search per receiver, as sync
+/// counts them in instances of more than 64 members, are those counted
+/// pair by pair: on the recorded (skewed) clocks of 300 ranks on 7 hosts
+/// of one clock each, with μ within and across hosts.
+#[test]
+fn collective_violations_count_alike_by_pairs_and_by_search() {
+    use pmtrace_analysis::sync::{quality, Graph};
+    let dir = Scratch::new("synth300");
+    let spec = SynthSpec {
+        iterations: 6,
+        hosts: 7,
+        ..SynthSpec::new(300)
+    };
+    synth::write(dir.path(), &spec).unwrap();
+    let trace = Trace::open(dir.path()).unwrap();
+    let m = Messages::build(&trace);
+    for (intra, inter) in [(0, 0), (300, 2_000), (50_000, 400_000)] {
+        let g = Graph::build(&trace, &m, intra, inter);
+        assert!(g.insts.iter().any(|i| i.members.len() == 300));
+        let by_pairs = quality::violations_with(&g, &g.recorded(), usize::MAX);
+        let by_search = quality::violations_with(&g, &g.recorded(), 0);
+        assert_eq!(by_search, by_pairs, "μ {intra} / {inter}");
+        assert!(by_pairs.collective_reversed > 0, "{by_pairs:?}");
+        assert!(
+            by_pairs.collective_clock_condition > by_pairs.collective_reversed || inter == 0,
+            "{by_pairs:?}"
+        );
+    }
+}

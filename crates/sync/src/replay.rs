@@ -11,7 +11,7 @@
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
-use super::graph::{Dep, Graph, Node, Out};
+use super::graph::{Dep, Graph, Inst, Node, Out};
 
 /// Visits every node of `g` once, in a causal order, smallest `key` first
 /// among the ready ones (ties by location), giving `visit` the node and
@@ -37,6 +37,17 @@ pub fn replay<K: Ord + Copy>(
             .iter()
             .map(|i| i.members.iter().flatten().count() as u32)
             .collect(),
+        senders: g
+            .insts
+            .iter()
+            .map(|i| {
+                (0..i.members.len() as u32)
+                    .filter(|&k| i.may_send(k))
+                    .count() as u32
+            })
+            .collect(),
+        senders_in: vec![0; g.insts.len()],
+        open_sender: g.insts.iter().map(|i| next_open(i, &[], 0)).collect(),
         queued: vec![false; g.locs.len()],
     };
     let mut heap: BinaryHeap<Reverse<(K, u32)>> = BinaryHeap::new();
@@ -71,11 +82,14 @@ pub fn replay<K: Ord + Copy>(
                 match out {
                     Out::Msg(to) => r.offer(to.loc, &key, &mut heap),
                     Out::Enter { inst, member } => {
-                        r.entered[inst as usize][member as usize] = true;
-                        r.count[inst as usize] += 1;
-                        for m in g.insts[inst as usize].members.iter().flatten() {
-                            if m.loc != loc {
-                                r.offer(m.loc, &key, &mut heap);
+                        // The members whose exits this enter may have made
+                        // ready (offering one that is not ready does nothing).
+                        let i = inst as usize;
+                        for j in r.enter(inst, member) {
+                            if let Some(m) = &g.insts[i].members[j as usize] {
+                                if m.loc != loc {
+                                    r.offer(m.loc, &key, &mut heap);
+                                }
                             }
                         }
                     }
@@ -107,8 +121,23 @@ struct Replay<'g, 't> {
     /// Per instance: every exit depends on every enter (`Instance::all_to_all`).
     all_to_all: Vec<bool>,
     present: Vec<u32>,
+    /// Per instance: its members that may send, and how many of them
+    /// entered; for a scan, the first member that may send and did not
+    /// enter yet (the members' count if none), since a member's exit
+    /// waits for the senders before it.
+    senders: Vec<u32>,
+    senders_in: Vec<u32>,
+    open_sender: Vec<u32>,
     /// The location's next node is in the heap.
     queued: Vec<bool>,
+}
+
+/// The first member from `from` on that may send and has not entered.
+fn next_open(inst: &Inst, entered: &[bool], from: u32) -> u32 {
+    let n = inst.members.len() as u32;
+    (from..n)
+        .find(|&k| inst.may_send(k) && !entered.get(k as usize).copied().unwrap_or(false))
+        .unwrap_or(n)
 }
 
 impl Replay<'_, '_> {
@@ -142,6 +171,8 @@ impl Replay<'_, '_> {
         }
     }
 
+    /// Whether what `d` waits for was visited: in constant time, also for
+    /// a collective exit (whether every sender but itself entered).
     fn ready(&self, d: Dep) -> bool {
         match d {
             Dep::Msg(s) => self.next[s.loc as usize] > s.k,
@@ -152,10 +183,57 @@ impl Replay<'_, '_> {
                     // Every present member, this one included (its enter
                     // came first on its own location).
                     self.count[i] >= self.present[i]
+                } else if !inst.may_recv(member) {
+                    true
+                } else if inst.ordered() {
+                    self.open_sender[i] >= member
                 } else {
-                    inst.senders(member).all(|k| self.entered[i][k as usize])
+                    let own = u32::from(inst.may_send(member));
+                    let own_in = own & u32::from(self.entered[i][member as usize]);
+                    self.senders_in[i] - own_in >= self.senders[i] - own
                 }
             }
+        }
+    }
+
+    /// Visits the enter of `member`; returns the members whose exits may
+    /// have become ready by it: all of them when the instance's last
+    /// enters come in, for a scan those up to its next sender still out,
+    /// else none (O(N) per instance in all, not per enter).
+    fn enter(&mut self, inst: u32, member: u32) -> std::ops::Range<u32> {
+        let i = inst as usize;
+        let g = self.g;
+        let instance = &g.insts[i];
+        let n = instance.members.len() as u32;
+        self.entered[i][member as usize] = true;
+        self.count[i] += 1;
+        if self.all_to_all[i] {
+            return if self.count[i] == self.present[i] {
+                0..n
+            } else {
+                0..0
+            };
+        }
+        if !instance.may_send(member) {
+            return 0..0;
+        }
+        self.senders_in[i] += 1;
+        if instance.ordered() {
+            let open = self.open_sender[i];
+            if member != open {
+                return 0..0;
+            }
+            let next = next_open(instance, &self.entered[i], open + 1);
+            self.open_sender[i] = next;
+            // Members open + 1 ..= next now have every sender before them in.
+            return (open + 1).min(n)..(next + 1).min(n);
+        }
+        // A member that may send waits for the others (all but one in),
+        // any other member for all of them.
+        if self.senders_in[i] + 1 >= self.senders[i] {
+            0..n
+        } else {
+            0..0
         }
     }
 }
