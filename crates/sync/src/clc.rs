@@ -34,8 +34,9 @@
 //! move stamps later, so a receive never gets closer to its send, and the
 //! slacks, computed from the forward times, stay valid.
 
-use super::graph::{Ahead, Graph, Node, Times};
+use super::graph::{Ahead, Dep, Graph, Inst, Node, Out, Times};
 use super::replay::replay;
+use rustc_hash::FxHashMap as HashMap;
 
 /// CLC parameters.
 #[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
@@ -96,6 +97,7 @@ pub fn forward(
     // are visited in order), so that each input time is computed once here.
     let mut prev_c: Vec<u64> = vec![0; locs];
     let ahead = std::cell::RefCell::new(Ahead::new(g, c));
+    let mut latest = Latest::new(g);
     let forced = replay(
         g,
         |n| ahead.borrow_mut().get(n.loc, n.k),
@@ -107,7 +109,9 @@ pub fn forward(
             } else {
                 paced(p, cn, before, t[l][k - 1])
             };
-            let need = g.deps(n).iter().map(|&d| g.dep_time(&t, n, d)).max();
+            let need = (g.deps(n).iter())
+                .map(|&d| latest.dep_time(g, &t, n, d))
+                .max();
             t[l][k] = match need {
                 Some(x) if x > base => {
                     jumps[l].push((n.k, x - base));
@@ -115,9 +119,128 @@ pub fn forward(
                 }
                 _ => base,
             };
+            latest.visited(g, n);
         },
     );
     (t, jumps, forced)
+}
+
+/// Instances up to this size ask each exit's senders one by one.
+const ONE_BY_ONE: usize = 64;
+
+/// What a collective exit asks of its time in the forward pass, the
+/// latest of its senders' enters plus μ ([`Graph::dep_time`]), in about
+/// constant time for a large instance whose senders all entered: from the
+/// latest enters of each clock group, of each group within each host,
+/// and of each (host, group), taken once per instance. An exit forced
+/// before its senders entered (lost events), a scan and a small instance
+/// ask the senders one by one.
+struct Latest {
+    /// Per instance: its members that may send, and how many of them
+    /// the pass has visited the enter of.
+    senders: Vec<u32>,
+    senders_in: Vec<u32>,
+    tops: Vec<Option<Tops>>,
+}
+
+/// The latest enters of an instance's senders: in each group the two
+/// latest (member, time), in each host the latest of each group, and the
+/// latest of each (host, group) pair, latest first.
+struct Tops {
+    group: HashMap<u32, Vec<(u64, u32)>>,
+    host: HashMap<u32, Vec<(u64, u32)>>,
+    pairs: Vec<(u64, u32, u32)>,
+}
+
+impl Latest {
+    fn new(g: &Graph) -> Latest {
+        Latest {
+            senders: (g.insts.iter())
+                .map(|i| {
+                    (0..i.members.len() as u32)
+                        .filter(|&k| i.may_send(k))
+                        .count() as u32
+                })
+                .collect(),
+            senders_in: vec![0; g.insts.len()],
+            tops: (0..g.insts.len()).map(|_| None).collect(),
+        }
+    }
+
+    /// Counts the enters that `n` (just given its time) is.
+    fn visited(&mut self, g: &Graph, n: Node) {
+        for &out in g.outs(n) {
+            if let Out::Enter { inst, member } = out {
+                if g.insts[inst as usize].may_send(member) {
+                    self.senders_in[inst as usize] += 1;
+                }
+            }
+        }
+    }
+
+    fn dep_time(&mut self, g: &Graph, t: &[Vec<u64>], recv: Node, dep: Dep) -> u64 {
+        let Dep::Coll { inst, member } = dep else {
+            return g.dep_time(t, recv, dep);
+        };
+        let i = inst as usize;
+        let instance = &g.insts[i];
+        if instance.ordered()
+            || instance.members.len() <= ONE_BY_ONE
+            || self.senders_in[i] < self.senders[i]
+        {
+            return g.dep_time(t, recv, dep);
+        }
+        if !instance.may_recv(member) {
+            return 0;
+        }
+        let Some(m) = instance.members[member as usize].as_ref() else {
+            return g.dep_time(t, recv, dep);
+        };
+        let tops = self.tops[i].get_or_insert_with(|| Tops::of(g, instance, t));
+        let here = &g.locs[m.loc as usize];
+        let (group, host) = (here.group, here.host);
+        // Same group, μ 0 (but the member itself); same host, other
+        // group, μ within a host; other host and group, μ across hosts.
+        let same = (tops.group.get(&group))
+            .and_then(|v| v.iter().find(|&&(_, k)| k != member))
+            .map(|&(te, _)| te);
+        let near = (tops.host.get(&host))
+            .and_then(|v| v.iter().find(|&&(_, gr)| gr != group))
+            .map(|&(te, _)| te + g.mu_intra);
+        let far = (tops.pairs.iter())
+            .find(|&&(_, h, gr)| h != host && gr != group)
+            .map(|&(te, _, _)| te + g.mu_inter);
+        [same, near, far].into_iter().flatten().max().unwrap_or(0)
+    }
+}
+
+impl Tops {
+    fn of(g: &Graph, inst: &Inst, t: &[Vec<u64>]) -> Tops {
+        let mut group: HashMap<u32, Vec<(u64, u32)>> = HashMap::default();
+        let mut host_group: HashMap<(u32, u32), u64> = HashMap::default();
+        for (k, m) in inst.members.iter().enumerate() {
+            let Some(m) = m.as_ref().filter(|_| inst.may_send(k as u32)) else {
+                continue;
+            };
+            let te = t[m.loc as usize][m.enter as usize];
+            let l = &g.locs[m.loc as usize];
+            let best = group.entry(l.group).or_default();
+            best.push((te, k as u32));
+            best.sort_unstable_by(|a, b| b.cmp(a));
+            best.truncate(2);
+            let e = host_group.entry((l.host, l.group)).or_insert(te);
+            *e = (*e).max(te);
+        }
+        let mut pairs: Vec<(u64, u32, u32)> = (host_group.into_iter())
+            .map(|((h, gr), te)| (te, h, gr))
+            .collect();
+        pairs.sort_unstable_by(|a, b| b.cmp(a));
+        let mut host: HashMap<u32, Vec<(u64, u32)>> = HashMap::default();
+        for &(te, h, gr) in &pairs {
+            host.entry(h).or_default().push((te, gr));
+        }
+        Tops { group, host, pairs }
+    }
 }
 
 /// A stamp's forward time before its receives: its input time `cn`, or
