@@ -100,3 +100,45 @@ fn collective_violations_count_alike_by_pairs_and_by_search() {
         );
     }
 }
+
+/// The CLC forward pass and the violation counts give the same on every
+/// golden trace (real runs: ranks sharing one clock group, one host or
+/// several simulated ones; barriers, rooted and scan collectives, lost
+/// events) and on a simulated run of 300 ranks on 7 hosts, whether each
+/// instance asks its senders one by one or takes the latest enters by
+/// group, host and pair (`forward_with` 0: every instance that can).
+#[test]
+fn collective_shortcuts_give_what_the_pairs_give() {
+    use pmtrace_analysis::sync::{clc, quality, ClcParams, Graph};
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/golden");
+    let mut dirs: Vec<std::path::PathBuf> = std::fs::read_dir(&root)
+        .unwrap()
+        .filter_map(|e| Some(e.ok()?.path().join("trace")))
+        .filter(|p| p.is_dir())
+        .collect();
+    dirs.sort();
+    assert!(dirs.len() >= 10, "{dirs:?}");
+    let scratch = Scratch::new("synth300b");
+    let spec = SynthSpec {
+        iterations: 4,
+        hosts: 7,
+        ..SynthSpec::new(300)
+    };
+    synth::write(scratch.path(), &spec).unwrap();
+    dirs.push(scratch.path().to_path_buf());
+    let p = ClcParams::default();
+    for dir in &dirs {
+        let trace = Trace::open(dir).unwrap();
+        let m = Messages::build(&trace);
+        for (intra, inter) in [(0, 0), (300, 2_000)] {
+            let g = Graph::build(&trace, &m, intra, inter);
+            let what = format!("{} at μ {intra} / {inter}", dir.display());
+            let one = clc::forward_with(&g, &g.recorded(), &p, usize::MAX);
+            let all = clc::forward_with(&g, &g.recorded(), &p, 0);
+            assert!(one == all, "{what}: forward pass differs");
+            let one = quality::violations_with(&g, &g.recorded(), usize::MAX);
+            let all = quality::violations_with(&g, &g.recorded(), 0);
+            assert_eq!(one, all, "{what}");
+        }
+    }
+}

@@ -90,6 +90,19 @@ pub fn forward(
     c: &impl Times,
     p: &ClcParams,
 ) -> (Vec<Vec<u64>>, Vec<Vec<(u32, u64)>>, u64) {
+    forward_with(g, c, p, ONE_BY_ONE)
+}
+
+/// [`forward`], asking the senders of an instance of up to `one_by_one`
+/// members one by one (tests compare both ways).
+#[doc(hidden)]
+#[allow(clippy::type_complexity)]
+pub fn forward_with(
+    g: &Graph,
+    c: &impl Times,
+    p: &ClcParams,
+    one_by_one: usize,
+) -> (Vec<Vec<u64>>, Vec<Vec<(u32, u64)>>, u64) {
     let locs = g.locs.len();
     let mut t: Vec<Vec<u64>> = (0..locs as u32).map(|l| vec![0; g.len(l)]).collect();
     let mut jumps: Vec<Vec<(u32, u64)>> = vec![Vec::new(); locs];
@@ -97,7 +110,7 @@ pub fn forward(
     // are visited in order), so that each input time is computed once here.
     let mut prev_c: Vec<u64> = vec![0; locs];
     let ahead = std::cell::RefCell::new(Ahead::new(g, c));
-    let mut latest = Latest::new(g);
+    let mut latest = Latest::new(g, one_by_one);
     let forced = replay(
         g,
         |n| ahead.borrow_mut().get(n.loc, n.k),
@@ -136,6 +149,7 @@ const ONE_BY_ONE: usize = 64;
 /// before its senders entered (lost events), a scan and a small instance
 /// ask the senders one by one.
 struct Latest {
+    one_by_one: usize,
     /// Per instance: its members that may send, and how many of them
     /// the pass has visited the enter of.
     senders: Vec<u32>,
@@ -153,8 +167,9 @@ struct Tops {
 }
 
 impl Latest {
-    fn new(g: &Graph) -> Latest {
+    fn new(g: &Graph, one_by_one: usize) -> Latest {
         Latest {
+            one_by_one,
             senders: (g.insts.iter())
                 .map(|i| {
                     (0..i.members.len() as u32)
@@ -185,7 +200,7 @@ impl Latest {
         let i = inst as usize;
         let instance = &g.insts[i];
         if instance.ordered()
-            || instance.members.len() <= ONE_BY_ONE
+            || instance.members.len() <= self.one_by_one
             || self.senders_in[i] < self.senders[i]
         {
             return g.dep_time(t, recv, dep);
