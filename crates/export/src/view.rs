@@ -364,7 +364,7 @@ impl<'a> View<'a> {
     /// exit), for those whose receiving member's exit is known.
     pub fn collective_flows(&self) -> impl Iterator<Item = (EventRef, EventRef)> + '_ {
         self.collectives.iter().flat_map(|inst| {
-            inst.completed_messages().filter_map(|(from, to)| {
+            inst.drawn_messages().filter_map(|(from, to)| {
                 let a = inst.members[from as usize].as_ref()?;
                 let exit = inst.members[to as usize].as_ref()?.exit?;
                 Some((a.enter, exit))

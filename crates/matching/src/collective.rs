@@ -37,6 +37,10 @@ pub trait Part {
     fn recvd(&self) -> u64;
 }
 
+/// Completed logical messages an instance has drawn in full (see
+/// [`Instance::drawn_messages`]).
+pub const DRAWN: u64 = 4096;
+
 /// What orders the members of a collective.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Flow {
@@ -183,6 +187,33 @@ impl Instance<MemberCalls> {
                 .as_ref()
                 .is_some_and(|m| m.exit.is_some())
         })
+    }
+
+    /// The completed logical messages a viewer draws: all of them, but for
+    /// an instance where they grow with the square of its members (N to N,
+    /// barriers, scans) and number more than [`DRAWN`]: then one for each
+    /// exit, from the first member that sends (to that member's exit, from
+    /// the next one that may send to it). N² arrows of a 16,384-rank
+    /// allreduce (268 M) are neither drawable nor writable.
+    pub fn drawn_messages(&self) -> impl Iterator<Item = (u32, u32)> + '_ {
+        let count = self.completed_count();
+        let thin = count > DRAWN && count > 2 * self.members.len() as u64;
+        let all = (!thin).then(|| self.completed_messages());
+        let one = thin.then(|| {
+            let n = self.members.len() as u32;
+            let first = (0..n).find(|&k| self.may_send(k));
+            (0..n).filter_map(move |i| {
+                let exited = self.members[i as usize]
+                    .as_ref()
+                    .is_some_and(|m| m.exit.is_some());
+                let from = match first {
+                    Some(k) if k != i => Some(k),
+                    _ => (0..n).find(|&k| k != i && self.may_send(k)),
+                }?;
+                (exited && self.sends(from, i)).then_some((from, i))
+            })
+        });
+        all.into_iter().flatten().chain(one.into_iter().flatten())
     }
 
     /// How many of [`Instance::completed_messages`] there are, in linear
@@ -406,5 +437,46 @@ mod tests {
             }
         }
         assert!(checked > 20, "{checked} instances with messages");
+    }
+
+    #[test]
+    fn large_quadratic_instances_draw_one_message_per_exit() {
+        let member = |k: u32| {
+            Some(MemberCalls {
+                enter: at(k, 1),
+                exit: (k != 5).then(|| at(k, 2)),
+                sent: 8,
+                recvd: 8,
+            })
+        };
+        let inst = |shape, n: u32| Instance {
+            shape,
+            flow: Flow::Data,
+            root: matches!(shape, Shape::OneToN | Shape::NToOne).then_some(3),
+            comm: 1,
+            members: (0..n).map(member).collect(),
+        };
+        // 64 members: 63 exits × 63 senders = 3,969, all drawn.
+        let small = inst(Shape::NToN, 64);
+        assert_eq!(small.drawn_messages().count(), 63 * 63);
+        assert!(small.drawn_messages().eq(small.completed_messages()));
+        // 100 members: 9,801 messages; one per exit, from member 0 (to
+        // member 0 from member 1); member 5 never exited.
+        let big = inst(Shape::NToN, 100);
+        assert_eq!(big.completed_count(), 99 * 99);
+        let drawn: Vec<(u32, u32)> = big.drawn_messages().collect();
+        let mut want = vec![(1, 0)];
+        want.extend((1..100).filter(|&i| i != 5).map(|i| (0, i)));
+        assert_eq!(drawn, want);
+        // A scan: only members before send; member 0 receives nothing.
+        let scan = inst(Shape::Scan, 100);
+        let drawn: Vec<(u32, u32)> = scan.drawn_messages().collect();
+        assert_eq!(drawn.len(), 98, "{drawn:?}");
+        assert!(drawn.iter().all(|&(k, i)| k == 0 && i > 0));
+        // Rooted shapes grow linearly: all drawn.
+        for shape in [Shape::OneToN, Shape::NToOne] {
+            let rooted = inst(shape, 10_000);
+            assert!(rooted.drawn_messages().eq(rooted.completed_messages()));
+        }
     }
 }

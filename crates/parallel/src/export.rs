@@ -380,7 +380,7 @@ fn flows<F: Fabric + ?Sized>(
     // Collectives: each owner numbers its instances' logical messages.
     let mut o = Out::default();
     let flows_of = |inst: &pmtrace_analysis::collective::Instance<_>| -> Vec<(EventRef, EventRef)> {
-        inst.completed_messages()
+        inst.drawn_messages()
             .filter_map(|(from, to)| {
                 let a: &MemberCalls = inst.members[from as usize].as_ref()?;
                 let exit = inst.members[to as usize].as_ref()?.exit?;
