@@ -509,17 +509,43 @@ struct Marks<'i> {
     first: Vec<usize>,
     send_mark: Vec<Mark>,
     enter_mark: Vec<Mark>,
+    /// Per instance, over its senders on a main thread: how many are not
+    /// swept yet, and the two winning marks swept so far (with their
+    /// members), so that an exit of an unordered instance (every sender
+    /// but itself) gathers its edges in constant time, not one by one.
+    unswept: Vec<u32>,
+    top: Vec<[Option<(Mark, u32)>; 2]>,
+}
+
+impl Marks<'_> {
+    /// Whether member `k`'s enter is an edge's source in instance `ii`.
+    fn sends(&self, ii: usize, k: u32) -> bool {
+        self.on_main[ii][k as usize] && self.instances[ii].may_send(k)
+    }
 }
 
 impl Edges<From, From> for Marks<'_> {
     fn arrive(&self, e: From, into: &mut Arrivals) {
         match e {
             From::Send(si) => into.take(self.send_mark[si]),
-            From::Coll(ii, i) => {
+            From::Coll(ii, i) if self.instances[ii].ordered() => {
                 for k in self.instances[ii].senders(i) {
                     if self.on_main[ii][k as usize] {
                         into.take(self.enter_mark[self.first[ii] + k as usize]);
                     }
+                }
+            }
+            From::Coll(ii, i) => {
+                if !self.instances[ii].may_recv(i) {
+                    return;
+                }
+                // Every sender but `i` itself.
+                let own =
+                    self.sends(ii, i) && self.enter_mark[self.first[ii] + i as usize].best.is_nan();
+                into.missing += u64::from(self.unswept[ii] - u32::from(own));
+                let best = self.top[ii].iter().flatten().find(|&&(_, k)| k != i);
+                if let Some(&(m, _)) = best {
+                    into.take(m);
                 }
             }
         }
@@ -528,7 +554,20 @@ impl Edges<From, From> for Marks<'_> {
     fn publish(&mut self, src: From, mark: Mark) {
         match src {
             From::Send(si) => self.send_mark[si] = mark,
-            From::Coll(ii, k) => self.enter_mark[self.first[ii] + k as usize] = mark,
+            From::Coll(ii, k) => {
+                self.enter_mark[self.first[ii] + k as usize] = mark;
+                if !self.sends(ii, k) || mark.best.is_nan() {
+                    return;
+                }
+                self.unswept[ii] -= 1;
+                let top = &mut self.top[ii];
+                if top[0].is_none_or(|(t, _)| mark.beats(&t)) {
+                    top[1] = top[0];
+                    top[0] = Some((mark, k));
+                } else if top[1].is_none_or(|(t, _)| mark.beats(&t)) {
+                    top[1] = Some((mark, k));
+                }
+            }
         }
     }
 }
@@ -622,7 +661,14 @@ pub(crate) fn compute(
         first,
         send_mark: vec![Mark::UNSWEPT; messages.sends.len()],
         enter_mark: vec![Mark::UNSWEPT; total],
+        unswept: vec![0; instances.len()],
+        top: vec![[None; 2]; instances.len()],
     };
+    for (ii, inst) in instances.iter().enumerate() {
+        marks.unswept[ii] = (0..inst.members.len() as u32)
+            .filter(|&k| marks.sends(ii, k))
+            .count() as u32;
+    }
     let mut dropped = 0u64;
     // The sweep: each rank's nodes in order; an exit waits until the
     // enters its edges come from were swept (a DAG in time, so some rank
