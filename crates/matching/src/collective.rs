@@ -157,6 +157,42 @@ impl<P: Part> Instance<P> {
         }
     }
 
+    /// Per member, in linear time: whether it receives a logical message
+    /// (`senders` is not empty) and whether it sends one.
+    pub fn ends(&self) -> (Vec<bool>, Vec<bool>) {
+        let n = self.members.len() as u32;
+        let may_send: Vec<bool> = (0..n).map(|k| self.may_send(k)).collect();
+        let may_recv: Vec<bool> = (0..n).map(|i| self.may_recv(i)).collect();
+        let (s, r) = (
+            may_send.iter().filter(|&&x| x).count(),
+            may_recv.iter().filter(|&&x| x).count(),
+        );
+        let first_sender = may_send.iter().position(|&x| x).unwrap_or(n as usize);
+        let last_receiver = may_recv.iter().rposition(|&x| x);
+        let ordered = self.ordered();
+        let receives = (0..n as usize)
+            .map(|i| {
+                may_recv[i]
+                    && if ordered {
+                        first_sender < i
+                    } else {
+                        s > usize::from(may_send[i])
+                    }
+            })
+            .collect();
+        let sends = (0..n as usize)
+            .map(|k| {
+                may_send[k]
+                    && if ordered {
+                        last_receiver.is_some_and(|l| l > k)
+                    } else {
+                        r > usize::from(may_recv[k])
+                    }
+            })
+            .collect();
+        (receives, sends)
+    }
+
     /// Every logical message (sender, receiver) of the instance.
     pub fn logical_messages(&self) -> impl Iterator<Item = (u32, u32)> + '_ {
         (0..self.members.len() as u32).flat_map(move |i| self.senders(i).map(move |k| (k, i)))
@@ -437,6 +473,39 @@ mod tests {
             }
         }
         assert!(checked > 20, "{checked} instances with messages");
+    }
+
+    #[test]
+    fn ends_are_those_of_the_logical_messages() {
+        let member = |k: u32| {
+            (k % 5 != 4).then(|| MemberCalls {
+                enter: at(k, 1),
+                exit: Some(at(k, 2)),
+                sent: u64::from(k % 4 != 1) * 8,
+                recvd: u64::from(k % 6 != 3) * 8,
+            })
+        };
+        for flow in [Flow::Data, Flow::Barrier, Flow::Unordered] {
+            for shape in Shape::ALL {
+                for n in [0u32, 1, 2, 3, 7, 30] {
+                    for root in [None, Some(0), Some(n / 2)] {
+                        let inst = Instance {
+                            shape,
+                            flow,
+                            root,
+                            comm: 1,
+                            members: (0..n).map(member).collect(),
+                        };
+                        let mut want = (vec![false; n as usize], vec![false; n as usize]);
+                        for (k, i) in inst.logical_messages() {
+                            want.0[i as usize] = true;
+                            want.1[k as usize] = true;
+                        }
+                        assert_eq!(inst.ends(), want, "{flow:?} {shape:?} n={n} root={root:?}");
+                    }
+                }
+            }
+        }
     }
 
     #[test]

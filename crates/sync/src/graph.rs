@@ -384,15 +384,10 @@ impl<'t> Graph<'t> {
             Vec::new()
         };
         for (ii, inst) in insts.iter().enumerate() {
-            let mut is_sender = vec![false; inst.members.len()];
+            let (receives, is_sender) = inst.ends();
             for (i, mem) in inst.members.iter().enumerate() {
                 let Some(mem) = mem else { continue };
-                let mut any = false;
-                for k in inst.senders(i as u32) {
-                    is_sender[k as usize] = true;
-                    any = true;
-                }
-                if let (true, Some(exit)) = (any, mem.exit) {
+                if let (true, Some(exit)) = (receives[i], mem.exit) {
                     let n = Node {
                         loc: mem.loc,
                         k: exit,
