@@ -157,6 +157,13 @@ impl<P: Part> Instance<P> {
         }
     }
 
+    /// How many members may send.
+    pub fn sender_count(&self) -> u32 {
+        (0..self.members.len() as u32)
+            .filter(|&k| self.may_send(k))
+            .count() as u32
+    }
+
     /// Per member, in linear time: whether it receives a logical message
     /// (`senders` is not empty) and whether it sends one.
     pub fn ends(&self) -> (Vec<bool>, Vec<bool>) {
@@ -448,11 +455,26 @@ mod tests {
                 recvd: u64::from(k % 6 != 3) * 8,
             })
         };
-        let shapes = Shape::ALL;
         let mut checked = 0;
+        every_instance(&member, &[0, 1, 2, 7, 30], |inst, what| {
+            let want = inst.completed_messages().count() as u64;
+            assert_eq!(inst.completed_count(), want, "{what}");
+            checked += u64::from(want > 0);
+        });
+        assert!(checked > 20, "{checked} instances with messages");
+    }
+
+    /// Calls `check` on an instance of every flow, shape, size in `sizes`
+    /// and root (none, the first member, the middle one) with members
+    /// `member(k)`, and a description of it.
+    fn every_instance(
+        member: &dyn Fn(u32) -> Option<MemberCalls>,
+        sizes: &[u32],
+        mut check: impl FnMut(&Instance<MemberCalls>, String),
+    ) {
         for flow in [Flow::Data, Flow::Barrier, Flow::Unordered] {
-            for shape in shapes {
-                for n in [0u32, 1, 2, 7, 30] {
+            for shape in Shape::ALL {
+                for &n in sizes {
                     for root in [None, Some(0), Some(n / 2)] {
                         let inst = Instance {
                             shape,
@@ -461,18 +483,11 @@ mod tests {
                             comm: 1,
                             members: (0..n).map(member).collect(),
                         };
-                        let want = inst.completed_messages().count() as u64;
-                        assert_eq!(
-                            inst.completed_count(),
-                            want,
-                            "{flow:?} {shape:?} n={n} root={root:?}"
-                        );
-                        checked += u64::from(want > 0);
+                        check(&inst, format!("{flow:?} {shape:?} n={n} root={root:?}"));
                     }
                 }
             }
         }
-        assert!(checked > 20, "{checked} instances with messages");
     }
 
     #[test]
@@ -485,27 +500,15 @@ mod tests {
                 recvd: u64::from(k % 6 != 3) * 8,
             })
         };
-        for flow in [Flow::Data, Flow::Barrier, Flow::Unordered] {
-            for shape in Shape::ALL {
-                for n in [0u32, 1, 2, 3, 7, 30] {
-                    for root in [None, Some(0), Some(n / 2)] {
-                        let inst = Instance {
-                            shape,
-                            flow,
-                            root,
-                            comm: 1,
-                            members: (0..n).map(member).collect(),
-                        };
-                        let mut want = (vec![false; n as usize], vec![false; n as usize]);
-                        for (k, i) in inst.logical_messages() {
-                            want.0[i as usize] = true;
-                            want.1[k as usize] = true;
-                        }
-                        assert_eq!(inst.ends(), want, "{flow:?} {shape:?} n={n} root={root:?}");
-                    }
-                }
+        every_instance(&member, &[0, 1, 2, 3, 7, 30], |inst, what| {
+            let n = inst.members.len();
+            let mut want = (vec![false; n], vec![false; n]);
+            for (k, i) in inst.logical_messages() {
+                want.0[i as usize] = true;
+                want.1[k as usize] = true;
             }
-        }
+            assert_eq!(inst.ends(), want, "{what}");
+        });
     }
 
     #[test]

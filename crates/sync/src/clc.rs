@@ -170,13 +170,7 @@ impl Latest {
     fn new(g: &Graph, one_by_one: usize) -> Latest {
         Latest {
             one_by_one,
-            senders: (g.insts.iter())
-                .map(|i| {
-                    (0..i.members.len() as u32)
-                        .filter(|&k| i.may_send(k))
-                        .count() as u32
-                })
-                .collect(),
+            senders: g.insts.iter().map(Inst::sender_count).collect(),
             senders_in: vec![0; g.insts.len()],
             tops: (0..g.insts.len()).map(|_| None).collect(),
         }

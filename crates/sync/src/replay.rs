@@ -37,15 +37,7 @@ pub fn replay<K: Ord + Copy>(
             .iter()
             .map(|i| i.members.iter().flatten().count() as u32)
             .collect(),
-        senders: g
-            .insts
-            .iter()
-            .map(|i| {
-                (0..i.members.len() as u32)
-                    .filter(|&k| i.may_send(k))
-                    .count() as u32
-            })
-            .collect(),
+        senders: g.insts.iter().map(Inst::sender_count).collect(),
         senders_in: vec![0; g.insts.len()],
         open_sender: g.insts.iter().map(|i| next_open(i, &[], 0)).collect(),
         queued: vec![false; g.locs.len()],
