@@ -1,96 +1,26 @@
-//! pmtrace's capture runtime: `libpmtrace.so` (for `LD_PRELOAD`) and
-//! `libpmtrace.a` (for relinking). It defines the `MPI_*` functions, records
-//! each call, and passes it on to `PMPI_*`.
+//! `libpmtrace.so` (for `LD_PRELOAD`) and `libpmtrace.a` (for relinking):
+//! one library for every MPI, linking none.
 //!
-//! A flat list of small modules, each importing only modules below it
-//! (`tests/layout` checks):
-//! - `wrappers`: generated from `wrappers/mpi.wrap` (one per MPI function);
-//! - `mpi`: generated too: the function table and the real MPI functions
-//!   below pmtrace, which every other module calls;
-//! - `lifecycle`: the hand-written Init/Finalize/Abort/Pcontrol;
-//! - `hooks`: what each kind of call records;
-//! - `piggyback`: the hidden header on every message, and the clocks;
-//! - `peers`: finds ranks that run without pmtrace, before any message;
-//! - `offsets`: clock offsets to rank 0 at init and finalize;
-//! - `recorder`: per-thread buffers in mapped file pages;
-//! - `flusher`: the background writer thread that owns the file;
-//! - `comms`, `requests`: communicator ids and live request state;
-//! - `abi`: refuses to trace under an MPI of another family than the build's;
-//! - `guard`: lifecycle state and the re-entrancy guard; `clock`: the timer;
-//! - `config`: `PMTRACE_*` settings; `ffi`: MPI bindings and C constants.
+//! It exports every MPI function that any of the three binary interfaces
+//! pmtrace knows has (Open MPI's, MPICH's, and the MPI-5 standard ABI), as
+//! a jump through a table (`trampolines`, generated). At the first call,
+//! `front` finds the MPI library the process loaded, tells its interface
+//! (`family`), and fills the table from the capture runtime built for that
+//! interface (crates/capture: the same source, src/capture, built three
+//! times against the three `mpi.h`). `dl` makes lookups through `dlsym`
+//! on an MPI library's handle find pmtrace's functions too.
 //!
-//! Only the MPI symbols and the phase API of `include/pmtrace.h` are
-//! exported; everything else is private.
+//! x86-64 Linux: the jumps are written in its assembly.
 
-mod abi;
-mod apart;
-mod buffers;
-mod clock;
-mod comms;
-mod config;
-mod elf;
-mod ffi;
-mod flusher;
-mod guard;
-mod hooks;
-mod lifecycle;
-mod next;
-mod node;
-mod offsets;
-mod orphans;
-mod peers;
-mod piggyback;
-mod recorder;
-mod requests;
-mod spawn;
+#[cfg(not(all(target_arch = "x86_64", target_os = "linux")))]
+compile_error!("libpmtrace's front is written for x86-64 Linux");
 
-/// The generated function table (ids and names) and the functions below
-/// pmtrace (`real`, and `pass` with handles as exported):
-/// `$OUT_DIR/mpi_tables.rs`. It imports nothing above it.
-#[allow(
-    clippy::all,
-    non_snake_case,
-    unused_variables,
-    unused_mut,
-    unused_imports,
-    clippy::missing_safety_doc
-)]
-pub mod mpi {
-    use crate::ffi;
-    use core::ffi::{c_int, c_void};
-    use pmtrace_format::Kind;
+mod dl;
+mod family;
+mod front;
 
-    include!(concat!(env!("OUT_DIR"), "/mpi_tables.rs"));
+/// The exported functions and their table: `$OUT_DIR/trampolines.rs`.
+#[allow(non_snake_case, clippy::all)]
+mod trampolines {
+    include!(concat!(env!("OUT_DIR"), "/trampolines.rs"));
 }
-
-/// The generated wrappers: `$OUT_DIR/wrappers.rs` (`make wrappers` shows it).
-#[allow(
-    clippy::all,
-    non_snake_case,
-    unused_variables,
-    unused_mut,
-    clippy::missing_safety_doc
-)]
-pub mod wrappers {
-    use crate::clock;
-    use crate::ffi::{self, comm_value, message_value, request_value, status_or_local};
-    use crate::guard::Guard;
-    use crate::hooks::{self, Call, CollArgs, Counts, Done, Issued, Origin, Scratch, Shape};
-    use crate::piggyback as pb;
-    use core::ffi::{c_int, c_void};
-    use core::mem::MaybeUninit;
-    use core::sync::atomic::AtomicUsize;
-
-    pub use crate::mpi::{ids, pass, real, FUNCTIONS};
-
-    /// The return code recorded for functions that return no error code.
-    const MPI_SUCCESS_CODE: c_int = 0;
-
-    include!(concat!(env!("OUT_DIR"), "/wrappers.rs"));
-}
-
-pub use lifecycle::{
-    pmtrace_phase_begin, pmtrace_phase_begin_, pmtrace_phase_end, pmtrace_phase_end_, MPI_Abort,
-    MPI_Finalize, MPI_Init, MPI_Init_thread, MPI_Pcontrol, PMPI_Abort, PMPI_Finalize, PMPI_Init,
-    PMPI_Init_thread,
-};

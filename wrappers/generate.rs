@@ -980,11 +980,19 @@ fn extern_module(
         }
         let ret = value(&e.ret)?;
         if e.variadic {
-            ps.push("...".into());
+            // Rust defines no variadic function: the real one is called
+            // through a variadic pointer, with the described arguments.
+            let args: Vec<&str> = e.params.iter().map(|p| p.name.as_str()).collect();
             variadic.push(format!(
-                "        pub fn P{}({}) -> {ret};",
-                e.name,
-                ps.join(", ")
+                "    #[inline(always)]\n    pub unsafe fn P{n}({ps}) -> {ret} {{\n        \
+                 static AT: AtomicUsize = AtomicUsize::new(0);\n        \
+                 let f = crate::next::function(&AT, c\"P{n}\");\n        \
+                 // SAFETY: the library's P{n}, of the prototype its mpi.h declares.\n        \
+                 unsafe {{ core::mem::transmute::<usize, unsafe extern \"C\" fn({types}, ...) -> {ret}>(f)({args}) }}\n    }}",
+                n = e.name,
+                ps = ps.join(", "),
+                types = types.join(", "),
+                args = args.join(", "),
             ));
             continue;
         }
@@ -1003,8 +1011,8 @@ fn extern_module(
         )
         .unwrap();
     }
-    if !variadic.is_empty() {
-        writeln!(o, "    extern \"C\" {{\n{}\n    }}", variadic.join("\n")).unwrap();
+    for v in &variadic {
+        writeln!(o, "{v}").unwrap();
     }
     writeln!(o, "}}\n").unwrap();
     Ok(())
@@ -1134,7 +1142,6 @@ pub fn generate(entries: &[Entry], declared: &BTreeSet<String>) -> Result<String
             o,
             "/// Generated from wrappers/mpi.wrap line {} (kind `{}`): the outer level\n\
              /// (`crate::next`), another tool's `{n}` when one follows pmtrace's.\n\
-             #[cfg_attr(not(test), no_mangle)]\n\
              pub unsafe extern \"C\" fn {n}({ps}) -> {ret} {{\n    \
              static TOOL: AtomicUsize = AtomicUsize::new(0);\n    \
              if TOOL.load(core::sync::atomic::Ordering::Relaxed) == crate::next::NONE {{\n        \
@@ -1210,8 +1217,7 @@ pub fn generate(entries: &[Entry], declared: &BTreeSet<String>) -> Result<String
         } else {
             writeln!(
                 o,
-                "/// The inner level of {}: records and piggybacks.\n\
-                 #[cfg_attr(not(test), no_mangle)]",
+                "/// The inner level of {}: records and piggybacks.",
                 e.name
             )
             .unwrap();
@@ -1288,6 +1294,23 @@ fn narrow_handles(o: &mut String, e: &Entry, indent: &str) {
             .unwrap();
         }
     }
+}
+
+/// The names the generated wrappers of one interface export through
+/// libpmtrace.so: `MPI_X` for every wrapped function, and the inner level
+/// `PMPI_X` but for conversions (see `generate`).
+pub fn exported_names(entries: &[Entry], declared: &BTreeSet<String>) -> Vec<String> {
+    let mut out = Vec::new();
+    for e in entries {
+        if e.kind == "manual" || !declared.contains(&format!("P{}", e.name)) {
+            continue;
+        }
+        out.push(e.name.clone());
+        if !converts_handles(&e.name) {
+            out.push(format!("P{}", e.name));
+        }
+    }
+    out
 }
 
 /// A handle or status conversion between languages or to integers

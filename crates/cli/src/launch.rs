@@ -22,8 +22,6 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use anyhow::{bail, Context, Result};
 use clap::Args;
 
-use crate::flavour::{self, Flavour};
-
 /// Name of the preload library, looked up next to the `pmtrace` executable.
 const LIBRARY: &str = "libpmtrace.so";
 
@@ -44,11 +42,10 @@ pub struct RunArgs {
     /// ./pmtrace-<YYYYmmdd-HHMMSS>-<pid>, with the time in UTC.
     #[arg(long, value_name = "DIR")]
     out: Option<PathBuf>,
-    /// The preload library. Default: $PMTRACE_LIB, else pmtrace's library
-    /// for the MPI the program links (Open MPI, MPICH or the MPI-5 standard
-    /// ABI, read from its ELF dynamic section; for a program that does not
-    /// say, such as a Python script, the launcher's), from where pmtrace is
-    /// installed or built.
+    /// The preload library. Default: $PMTRACE_LIB, else the libpmtrace.so
+    /// installed or built beside this executable: one library for every MPI
+    /// (Open MPI, the MPICH family and the MPI-5 standard ABI), which finds
+    /// the program's at run time.
     #[arg(long, value_name = "PATH")]
     lib: Option<PathBuf>,
     /// The launcher and its arguments, e.g. `mpirun -np 4 ./app`.
@@ -61,7 +58,7 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
         .launcher
         .split_first()
         .expect("clap requires a launcher");
-    let lib = find_library(args.lib, program, rest)?;
+    let lib = find_library(args.lib)?;
     let dir = match args.out {
         Some(dir) => dir,
         None => PathBuf::from(default_dir_name(SystemTime::now(), std::process::id())),
@@ -125,46 +122,27 @@ fn launcher_args(program: &OsStr, rest: &[OsString]) -> Vec<OsString> {
     out
 }
 
-/// `--lib`, else `$PMTRACE_LIB`, else the library of the MPI the program
-/// links (or, failing that, whose launcher this is: see `flavour`), beside
-/// this executable; made absolute, since the launcher may start ranks
-/// elsewhere.
-fn find_library(lib: Option<PathBuf>, program: &OsStr, rest: &[OsString]) -> Result<PathBuf> {
+/// `--lib`, else `$PMTRACE_LIB`, else the library beside this executable
+/// (built: target/release; installed: PREFIX/lib/pmtrace); made absolute,
+/// since the launcher may start ranks elsewhere.
+fn find_library(lib: Option<PathBuf>) -> Result<PathBuf> {
     let (path, how) = match (lib, env::var_os("PMTRACE_LIB")) {
-        (Some(p), _) => (p, "--lib".to_string()),
-        (None, Some(p)) if !p.is_empty() => (PathBuf::from(p), "PMTRACE_LIB".to_string()),
+        (Some(p), _) => (p, "--lib"),
+        (None, Some(p)) if !p.is_empty() => (PathBuf::from(p), "PMTRACE_LIB"),
         _ => {
             let exe = env::current_exe().context("cannot locate the pmtrace executable")?;
             let dir = exe.parent().unwrap_or(Path::new("."));
-            let wanted = flavour::of_program(rest)
-                .map(|(f, so)| (f, format!("the program links {so}")))
-                .or_else(|| {
-                    flavour::of_launcher(program).map(|f| {
-                        (
-                            f,
-                            format!("{} is {}'s launcher", program.to_string_lossy(), f.name()),
-                        )
-                    })
-                });
-            match wanted {
-                Some((f, why)) => match f.library(dir) {
-                    Some(p) => (p, why),
-                    None => bail!(
-                        "{why}, but pmtrace's library for {} is not built: run `{}`, or pass --lib PATH",
-                        f.name(),
-                        f.make()
-                    ),
-                },
-                None => {
-                    let Some(p) = Flavour::ALL.iter().find_map(|f| f.library(dir)) else {
-                        bail!(
-                            "cannot find {LIBRARY} beside {}; build it (make) or pass --lib PATH or set PMTRACE_LIB",
-                            exe.display()
-                        );
-                    };
-                    (p, "the first library found".to_string())
-                }
-            }
+            let up = dir.parent().unwrap_or(dir);
+            let Some(p) = [dir.join(LIBRARY), up.join("lib/pmtrace").join(LIBRARY)]
+                .into_iter()
+                .find(|p| p.is_file())
+            else {
+                bail!(
+                    "cannot find {LIBRARY} beside {}; build it (make) or pass --lib PATH or set PMTRACE_LIB",
+                    exe.display()
+                );
+            };
+            (p, "beside pmtrace")
         }
     };
     if !path.is_file() {

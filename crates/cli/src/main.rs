@@ -5,7 +5,6 @@
 //! turns any error into one line on stderr (`pmtrace: error: ...`, exit 1).
 //! Usage errors are clap's (exit 2). It never links the `MPI_*` wrappers.
 
-mod flavour;
 mod launch;
 mod memory;
 mod progress;

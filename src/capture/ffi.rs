@@ -1,22 +1,9 @@
-//! The MPI bindings (`mpi-sys`) plus what they lack: constants that are C
-//! macros (read through `src/shim.c`) and helpers for handle values. This is
-//! the FFI edge: every raw read of a caller's handle goes through here.
+//! The bindings of this build's MPI interface (build.rs runs bindgen over
+//! its mpi.h) plus what they lack: constants that are C macros or objects
+//! of the library (read through `src/capture/shim.c` once the front has
+//! found the library, `bind`) and helpers for handle values. This is the
+//! FFI edge: every raw read of a caller's handle goes through here.
 
-#[cfg(feature = "native")]
-pub use mpi_sys::*;
-
-#[cfg(not(feature = "native"))]
-pub use abi_sys::*;
-
-/// Open MPI 5's session handle, which mpi-sys does not bind: a pointer to
-/// an opaque object, like every Open MPI handle.
-#[cfg(all(mpi_sessions, mpi_impl = "openmpi"))]
-#[allow(non_camel_case_types)]
-pub type MPI_Session = *mut core::ffi::c_void;
-
-/// The MPI-5 standard ABI's bindings (build.rs), and the constants that
-/// mpi-sys would give, from src/shim.c.
-#[cfg(not(feature = "native"))]
 #[allow(
     non_camel_case_types,
     non_upper_case_globals,
@@ -24,28 +11,138 @@ pub type MPI_Session = *mut core::ffi::c_void;
     dead_code,
     clippy::all
 )]
-mod abi_sys {
-    include!(concat!(env!("OUT_DIR"), "/abi_bindings.rs"));
-    extern "C" {
-        pub static RSMPI_COMM_WORLD: MPI_Comm;
-        pub static RSMPI_COMM_NULL: MPI_Comm;
-        pub static RSMPI_COMM_SELF: MPI_Comm;
-        pub static RSMPI_DATATYPE_NULL: MPI_Datatype;
-        pub static RSMPI_INT32_T: MPI_Datatype;
-        pub static RSMPI_MESSAGE_NULL: MPI_Message;
-        pub static RSMPI_REQUEST_NULL: MPI_Request;
-        pub static RSMPI_STATUS_IGNORE: *mut MPI_Status;
-        pub static RSMPI_STATUSES_IGNORE: *mut MPI_Status;
-        pub static RSMPI_ANY_SOURCE: core::ffi::c_int;
-        pub static RSMPI_ANY_TAG: core::ffi::c_int;
-        pub static RSMPI_PROC_NULL: core::ffi::c_int;
-        pub static RSMPI_UNDEFINED: core::ffi::c_int;
-        pub static RSMPI_CART: core::ffi::c_int;
-        pub static RSMPI_GRAPH: core::ffi::c_int;
-        pub static RSMPI_DIST_GRAPH: core::ffi::c_int;
-        pub static RSMPI_THREAD_MULTIPLE: core::ffi::c_int;
-        pub static RSMPI_ERRORS_RETURN: MPI_Errhandler;
+mod sys {
+    include!(concat!(env!("OUT_DIR"), "/mpi_bindings.rs"));
+}
+pub use sys::*;
+
+/// The same fields, in the same order, as shim.c's `struct raw_consts`:
+/// every value widened to 64 bits (handles are pointers or ints).
+#[repr(C)]
+#[derive(Default)]
+struct RawConsts {
+    comm_world: i64,
+    comm_self: i64,
+    comm_null: i64,
+    datatype_null: i64,
+    int32_t: i64,
+    message_null: i64,
+    request_null: i64,
+    errors_return: i64,
+    status_ignore: i64,
+    statuses_ignore: i64,
+    any_source: i64,
+    any_tag: i64,
+    proc_null: i64,
+    undefined: i64,
+    cart: i64,
+    graph: i64,
+    dist_graph: i64,
+    thread_multiple: i64,
+    in_place: i64,
+    bottom: i64,
+    root: i64,
+    err_in_status: i64,
+    err_pending: i64,
+    uint64: i64,
+    char: i64,
+    byte: i64,
+    op_max: i64,
+    op_sum: i64,
+    op_min: i64,
+    info_null: i64,
+    comm_type_shared: i64,
+}
+
+extern "C" {
+    #[cfg_attr(mpi_impl = "openmpi", link_name = "pmtrace_openmpi_consts")]
+    #[cfg_attr(mpi_impl = "mpich", link_name = "pmtrace_mpich_consts")]
+    #[cfg_attr(mpi_impl = "abi", link_name = "pmtrace_abi_consts")]
+    fn shim_consts(c: *mut RawConsts);
+    #[cfg_attr(mpi_impl = "openmpi", link_name = "pmtrace_openmpi_set_library")]
+    #[cfg_attr(mpi_impl = "mpich", link_name = "pmtrace_mpich_set_library")]
+    #[cfg_attr(mpi_impl = "abi", link_name = "pmtrace_abi_set_library")]
+    fn shim_set_library(handle: *mut core::ffi::c_void);
+}
+
+/// A constant's 64-bit value as a handle of `T`'s width.
+fn handle<T: Copy>(v: i64) -> T {
+    // SAFETY: handles are 4 (MPICH) or 8 bytes, plain values of any bits.
+    unsafe {
+        match core::mem::size_of::<T>() {
+            4 => core::mem::transmute_copy(&(v as i32)),
+            8 => core::mem::transmute_copy(&v),
+            n => unreachable!("a {n}-byte MPI handle"),
+        }
     }
+}
+
+// The predefined handles and numbers the runtime names (as mpi-sys named
+// them), set by `bind` before any wrapper of this build runs, and read
+// only after.
+macro_rules! predefined {
+    ($($name:ident: $t:ty = $field:ident;)*) => {
+        $(pub static mut $name: $t = unsafe { core::mem::zeroed() };)*
+        /// Sets every predefined value from the shim's.
+        unsafe fn set_predefined(raw: &RawConsts) {
+            // SAFETY: called once, by `bind`, before any reader runs.
+            unsafe { $($name = handle::<$t>(raw.$field);)* }
+        }
+    };
+}
+
+predefined! {
+    RSMPI_COMM_WORLD: MPI_Comm = comm_world;
+    RSMPI_COMM_NULL: MPI_Comm = comm_null;
+    RSMPI_COMM_SELF: MPI_Comm = comm_self;
+    RSMPI_DATATYPE_NULL: MPI_Datatype = datatype_null;
+    RSMPI_INT32_T: MPI_Datatype = int32_t;
+    RSMPI_MESSAGE_NULL: MPI_Message = message_null;
+    RSMPI_REQUEST_NULL: MPI_Request = request_null;
+    RSMPI_STATUS_IGNORE: *mut MPI_Status = status_ignore;
+    RSMPI_STATUSES_IGNORE: *mut MPI_Status = statuses_ignore;
+    RSMPI_ANY_SOURCE: core::ffi::c_int = any_source;
+    RSMPI_ANY_TAG: core::ffi::c_int = any_tag;
+    RSMPI_PROC_NULL: core::ffi::c_int = proc_null;
+    RSMPI_UNDEFINED: core::ffi::c_int = undefined;
+    RSMPI_CART: core::ffi::c_int = cart;
+    RSMPI_GRAPH: core::ffi::c_int = graph;
+    RSMPI_DIST_GRAPH: core::ffi::c_int = dist_graph;
+    RSMPI_THREAD_MULTIPLE: core::ffi::c_int = thread_multiple;
+    RSMPI_ERRORS_RETURN: MPI_Errhandler = errors_return;
+}
+
+/// Binds this build to the MPI library the process runs (`library`, a
+/// handle from `dlopen`), which the front found to have this build's
+/// interface: reads every constant. Called once, before any wrapper of
+/// this build runs.
+pub fn bind(library: *mut core::ffi::c_void) {
+    let mut raw = RawConsts::default();
+    // SAFETY: the shim's setter and reader, on a handle of the library.
+    unsafe {
+        shim_set_library(library);
+        shim_consts(&mut raw);
+        set_predefined(&raw);
+    }
+    let _ = CONSTS.set(Consts {
+        in_place: raw.in_place as usize,
+        root: raw.root as i32,
+        proc_null: raw.proc_null as i32,
+        any_source: raw.any_source as i32,
+        any_tag: raw.any_tag as i32,
+        undefined: raw.undefined as i32,
+        err_in_status: raw.err_in_status as i32,
+        err_pending: raw.err_pending as i32,
+        uint64: handle(raw.uint64),
+        char: handle(raw.char),
+        byte: handle(raw.byte),
+        bottom: raw.bottom as usize,
+        op_max: handle(raw.op_max),
+        op_sum: handle(raw.op_sum),
+        op_min: handle(raw.op_min),
+        info_null: handle(raw.info_null),
+        comm_type_shared: raw.comm_type_shared as i32,
+    });
 }
 
 use core::mem::MaybeUninit;
@@ -140,21 +237,6 @@ own_calls! {
     fn PMPI_Unpack(inbuf: *const c_void, insize: c_int, position: *mut c_int, outbuf: *mut c_void, outcount: c_int, datatype: MPI_Datatype, comm: MPI_Comm);
 }
 
-extern "C" {
-    fn pmtrace_mpi_in_place() -> *const core::ffi::c_void;
-    fn pmtrace_mpi_root() -> core::ffi::c_int;
-    fn pmtrace_mpi_err_in_status() -> core::ffi::c_int;
-    fn pmtrace_mpi_err_pending() -> core::ffi::c_int;
-    fn pmtrace_mpi_uint64() -> MPI_Datatype;
-    fn pmtrace_mpi_char() -> MPI_Datatype;
-    fn pmtrace_mpi_byte() -> MPI_Datatype;
-    fn pmtrace_mpi_bottom() -> *const core::ffi::c_void;
-    fn pmtrace_mpi_op_max() -> MPI_Op;
-    fn pmtrace_mpi_op_sum() -> MPI_Op;
-    fn pmtrace_mpi_op_min() -> MPI_Op;
-    fn pmtrace_mpi_info_null() -> MPI_Info;
-    fn pmtrace_mpi_comm_type_shared() -> core::ffi::c_int;
-}
 
 /// Bytes a completed operation transferred, and whether it was cancelled,
 /// for an MPI whose status layout pmtrace does not know (Open MPI's and
@@ -317,37 +399,24 @@ unsafe impl Sync for Consts {}
 
 static CONSTS: OnceLock<Consts> = OnceLock::new();
 
+/// MPI's special values, read by `bind`.
+#[inline(always)]
 pub fn consts() -> &'static Consts {
-    CONSTS.get_or_init(|| {
-        // SAFETY: the shim functions return compile-time constants; the
-        // RSMPI_ statics are initialised constants of mpi-sys's shim.
-        unsafe {
-            Consts {
-                in_place: pmtrace_mpi_in_place() as usize,
-                root: pmtrace_mpi_root(),
-                proc_null: RSMPI_PROC_NULL,
-                any_source: RSMPI_ANY_SOURCE,
-                any_tag: RSMPI_ANY_TAG,
-                undefined: RSMPI_UNDEFINED,
-                err_in_status: pmtrace_mpi_err_in_status(),
-                err_pending: pmtrace_mpi_err_pending(),
-                uint64: pmtrace_mpi_uint64(),
-                char: pmtrace_mpi_char(),
-                byte: pmtrace_mpi_byte(),
-                bottom: pmtrace_mpi_bottom() as usize,
-                op_max: pmtrace_mpi_op_max(),
-                op_sum: pmtrace_mpi_op_sum(),
-                op_min: pmtrace_mpi_op_min(),
-                info_null: pmtrace_mpi_info_null(),
-                comm_type_shared: pmtrace_mpi_comm_type_shared(),
-            }
-        }
-    })
+    match CONSTS.get() {
+        Some(c) => c,
+        None => unbound(),
+    }
+}
+
+#[cold]
+fn unbound() -> ! {
+    eprintln!("pmtrace: internal error: a wrapper ran before its MPI was bound");
+    std::process::abort()
 }
 
 /// `MPI_COMM_WORLD`.
 pub fn world() -> MPI_Comm {
-    // SAFETY: reads an initialised constant of mpi-sys's shim.
+    // SAFETY: reads a constant `bind` set.
     unsafe { RSMPI_COMM_WORLD }
 }
 
@@ -375,7 +444,7 @@ pub fn status_or_local(
     status: *mut MPI_Status,
     local: &mut MaybeUninit<MPI_Status>,
 ) -> *mut MPI_Status {
-    // SAFETY: reads an initialised constant of mpi-sys's shim.
+    // SAFETY: reads a constant `bind` set.
     if status.is_null() || status == unsafe { RSMPI_STATUS_IGNORE } {
         local.as_mut_ptr()
     } else {
@@ -418,7 +487,7 @@ pub unsafe fn comm_value(comm: *const MPI_Comm) -> MPI_Comm {
 
 #[inline(always)]
 pub fn is_request_null(r: MPI_Request) -> bool {
-    // SAFETY: reads an initialised constant of mpi-sys's shim.
+    // SAFETY: reads a constant `bind` set.
     handle_key(r) == handle_key(unsafe { RSMPI_REQUEST_NULL })
 }
 

@@ -9,8 +9,13 @@
 //! programs of an older release. The next definition after pmtrace's own
 //! comes first (`RTLD_NEXT`: the MPI library, or another tool that
 //! interposes `PMPI_` functions); failing that (an MPI library loaded
-//! later, with `dlopen`), the first definition in any other loaded object.
+//! later, with `dlopen` and `RTLD_LOCAL`), the MPI library the front bound
+//! (`set_library`), then the first definition in any other loaded object.
 //! Never pmtrace's own: it exports `PMPI_` functions too (see `tool`).
+//!
+//! pmtrace also exports `dlsym` (so that a program that looks MPI
+//! functions up in its MPI library gets pmtrace's): every lookup here
+//! goes to the C library's own (`real_dlsym`).
 //!
 //! Stacking. pmtrace defines each function twice: `MPI_X`, the outer
 //! level, and `PMPI_X`, the inner one, which records and piggybacks. When
@@ -151,16 +156,64 @@ fn bypassed(f: *const c_void, outer: &CStr) {
 
 /// The first definition of `name` after pmtrace's own, or null.
 pub fn lookup(name: &CStr) -> *mut c_void {
-    // SAFETY: a NUL-terminated name, looked up in the process's scope.
-    let f = unsafe { libc::dlsym(libc::RTLD_NEXT, name.as_ptr()) };
+    let f = real_dlsym(libc::RTLD_NEXT, name);
     if !f.is_null() && object_of(f) != own() {
         return f;
+    }
+    let library = library();
+    if !library.is_null() {
+        let f = real_dlsym(library, name);
+        if !f.is_null() && object_of(f) != own() {
+            return f;
+        }
     }
     elsewhere(name)
 }
 
+/// The MPI library the front bound: a `dlopen` handle, or 0.
+static LIBRARY: AtomicUsize = AtomicUsize::new(0);
+
+/// Records the MPI library the process runs (a `dlopen` handle).
+pub fn set_library(handle: *mut c_void) {
+    LIBRARY.store(handle as usize, Relaxed);
+}
+
+/// The MPI library the front bound, or null.
+pub fn library() -> *mut c_void {
+    LIBRARY.load(Relaxed) as *mut c_void
+}
+
+/// `dlsym` of the C library, never pmtrace's own export (which may hand
+/// back pmtrace's functions for MPI names). Looked up once by version:
+/// `dlvsym` is not interposed.
+pub fn real_dlsym(handle: *mut c_void, name: &CStr) -> *mut c_void {
+    static REAL: AtomicUsize = AtomicUsize::new(0);
+    let mut f = REAL.load(Relaxed);
+    if f == 0 {
+        f = real_dlsym_address();
+        REAL.store(f, Relaxed);
+    }
+    type Dlsym = unsafe extern "C" fn(*mut c_void, *const libc::c_char) -> *mut c_void;
+    // SAFETY: the C library's dlsym, with a NUL-terminated name.
+    unsafe { core::mem::transmute::<usize, Dlsym>(f)(handle, name.as_ptr()) }
+}
+
+/// The address of the C library's `dlsym` (glibc 2.34 and later keep it in
+/// libc itself; older ones in libdl, under the first x86-64 version).
+pub fn real_dlsym_address() -> usize {
+    for version in [c"GLIBC_2.34", c"GLIBC_2.2.5", c"GLIBC_2.17"] {
+        // SAFETY: NUL-terminated names, looked up after pmtrace's object.
+        let f = unsafe { libc::dlvsym(libc::RTLD_NEXT, c"dlsym".as_ptr(), version.as_ptr()) };
+        if !f.is_null() {
+            return f as usize;
+        }
+    }
+    eprintln!("pmtrace: cannot find the C library's dlsym");
+    std::process::abort()
+}
+
 /// The base address of the object that holds `addr` (null if none).
-fn object_of(addr: *const c_void) -> *mut c_void {
+pub fn object_of(addr: *const c_void) -> *mut c_void {
     let mut info = core::mem::MaybeUninit::<libc::Dl_info>::zeroed();
     // SAFETY: dladdr fills `info` for any address, or returns 0.
     if unsafe { libc::dladdr(addr, info.as_mut_ptr()) } == 0 {
@@ -172,7 +225,7 @@ fn object_of(addr: *const c_void) -> *mut c_void {
 
 /// The object pmtrace is in: the shared library, or the executable it
 /// was linked into.
-fn own() -> *mut c_void {
+pub fn own() -> *mut c_void {
     static OWN: AtomicUsize = AtomicUsize::new(0);
     match OWN.load(Relaxed) {
         0 => {
@@ -203,8 +256,7 @@ fn elsewhere(name: &CStr) -> *mut c_void {
         if h.is_null() {
             return 0;
         }
-        // SAFETY: a handle just opened, and a NUL-terminated name.
-        let f = unsafe { libc::dlsym(h, name.as_ptr()) };
+        let f = real_dlsym(h, name);
         unsafe { libc::dlclose(h) };
         if f.is_null() || object_of(f) == own() {
             return 0;
@@ -229,4 +281,77 @@ pub fn launcher_rank() -> Option<u64> {
     ]
     .iter()
     .find_map(|k| std::env::var(k).ok()?.trim().parse().ok())
+}
+
+/// A loaded object that defines a name itself.
+pub struct Definer {
+    /// Its path as the loader has it (empty: the executable).
+    pub path: std::ffi::CString,
+    /// A `dlopen` handle on it, held open.
+    pub handle: *mut c_void,
+}
+
+/// The loaded objects other than pmtrace's that define `name` themselves
+/// (not through a library they depend on), in load order.
+pub fn definers(name: &CStr) -> Vec<Definer> {
+    let mut found: (&CStr, Vec<Definer>) = (name, Vec::new());
+    unsafe extern "C" fn each(
+        info: *mut libc::dl_phdr_info,
+        _: libc::size_t,
+        data: *mut c_void,
+    ) -> libc::c_int {
+        // SAFETY: `data` is `found` below; `info` is the loader's.
+        let (name, found) = unsafe { &mut *(data as *mut (&CStr, Vec<Definer>)) };
+        let info = unsafe { &*info };
+        // An address inside the object: its first loaded segment.
+        let phdrs = if info.dlpi_phdr.is_null() {
+            &[][..]
+        } else {
+            // SAFETY: the loader's program headers, dlpi_phnum of them.
+            unsafe { core::slice::from_raw_parts(info.dlpi_phdr, usize::from(info.dlpi_phnum)) }
+        };
+        let Some(load) = phdrs.iter().find(|p| p.p_type == libc::PT_LOAD) else {
+            return 0;
+        };
+        let inside = (info.dlpi_addr as usize).wrapping_add(load.p_vaddr as usize) as *const c_void;
+        let base = object_of(inside);
+        if base.is_null() || base == own() {
+            return 0;
+        }
+        let path = if info.dlpi_name.is_null() {
+            c""
+        } else {
+            // SAFETY: a NUL-terminated path from the loader.
+            unsafe { CStr::from_ptr(info.dlpi_name) }
+        };
+        // SAFETY: an object already loaded (RTLD_NOLOAD loads nothing); the
+        // executable is opened as null.
+        let h = unsafe {
+            libc::dlopen(
+                if path.is_empty() {
+                    core::ptr::null()
+                } else {
+                    path.as_ptr()
+                },
+                libc::RTLD_LAZY | libc::RTLD_NOLOAD,
+            )
+        };
+        if h.is_null() {
+            return 0;
+        }
+        let f = real_dlsym(h, name);
+        if !f.is_null() && object_of(f) == base {
+            found.push(Definer {
+                path: path.into(),
+                handle: h,
+            });
+        } else {
+            // SAFETY: the handle opened above.
+            unsafe { libc::dlclose(h) };
+        }
+        0
+    }
+    // SAFETY: the callback reads only what the loader hands it.
+    unsafe { libc::dl_iterate_phdr(Some(each), &mut found as *mut _ as *mut c_void) };
+    found.1
 }

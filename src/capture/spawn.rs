@@ -153,7 +153,7 @@ fn own_library() -> Option<String> {
 /// The info key through which the running MPI passes environment
 /// variables to spawned processes, if it has one.
 fn env_key() -> Option<&'static core::ffi::CStr> {
-    let version = crate::abi::running_version()?;
+    let version = crate::library::running_version()?;
     let major: u32 = version
         .strip_prefix("Open MPI v")?
         .split(|c: char| !c.is_ascii_digit())

@@ -14,7 +14,6 @@
 //! call `PMPI_Finalize`. `MPI_Abort` seals this rank's trace before
 //! aborting, so an aborted job keeps its trace.
 
-use crate::abi;
 use crate::clock;
 use crate::comms;
 use crate::config::{Config, TimerChoice};
@@ -62,19 +61,6 @@ fn warn(msg: &str) {
     let _ = writeln!(std::io::stderr(), "pmtrace: warning: {msg}");
 }
 
-/// Whether the process runs an MPI of the other family than this build's
-/// (see `abi`): tracing then stays off, and rank 0 says why.
-fn wrong_mpi() -> bool {
-    let Some(msg) = abi::mismatch() else {
-        return false;
-    };
-    guard::set_state(State::Disabled);
-    if abi::launcher_rank().unwrap_or(0) == 0 {
-        warn(&msg);
-    }
-    true
-}
-
 /// The next tool's function of this name (`crate::next::tool`), if one
 /// follows pmtrace's.
 macro_rules! next_tool {
@@ -90,7 +76,6 @@ macro_rules! next_tool {
 // functions up with `dlsym(RTLD_NEXT)`) then still has its job traced; the
 // inner level, reached or not, passes through, as pmtrace holds the guard.
 
-#[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C" fn MPI_Init(argc: *mut c_int, argv: *mut *mut *mut c_char) -> c_int {
     let Some(f) = next_tool!(c"MPI_Init", c"PMPI_Init") else {
         // SAFETY: the caller's arguments, passed on.
@@ -103,7 +88,6 @@ pub unsafe extern "C" fn MPI_Init(argc: *mut c_int, argv: *mut *mut *mut c_char)
     })
 }
 
-#[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C" fn MPI_Init_thread(
     argc: *mut c_int,
     argv: *mut *mut *mut c_char,
@@ -123,7 +107,6 @@ pub unsafe extern "C" fn MPI_Init_thread(
     )
 }
 
-#[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C" fn MPI_Finalize() -> c_int {
     let Some(f) = next_tool!(c"MPI_Finalize", c"PMPI_Finalize") else {
         // SAFETY: no arguments.
@@ -135,7 +118,6 @@ pub unsafe extern "C" fn MPI_Finalize() -> c_int {
     })
 }
 
-#[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C" fn MPI_Abort(wide: ffi::wide::MPI_Comm, errorcode: c_int) -> c_int {
     let Some(f) = next_tool!(c"MPI_Abort", c"PMPI_Abort") else {
         // SAFETY: the caller's arguments, passed on.
@@ -148,7 +130,6 @@ pub unsafe extern "C" fn MPI_Abort(wide: ffi::wide::MPI_Comm, errorcode: c_int) 
     })
 }
 
-#[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C" fn PMPI_Init(argc: *mut c_int, argv: *mut *mut *mut c_char) -> c_int {
     // SAFETY: the caller's arguments, passed on.
     init_around(ids::MPI_INIT, None, || unsafe {
@@ -156,7 +137,6 @@ pub unsafe extern "C" fn PMPI_Init(argc: *mut c_int, argv: *mut *mut *mut c_char
     })
 }
 
-#[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C" fn PMPI_Init_thread(
     argc: *mut c_int,
     argv: *mut *mut *mut c_char,
@@ -189,7 +169,7 @@ fn init_around(
 ) -> c_int {
     guard::init_thread();
     let guard = Guard::acquire_any();
-    if guard.is_none() || guard::state() != State::Uninit || wrong_mpi() {
+    if guard.is_none() || guard::state() != State::Uninit {
         return init();
     }
     let t0 = clock::monotonic();
@@ -727,7 +707,6 @@ fn seal(
     Some(totals)
 }
 
-#[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C" fn PMPI_Finalize() -> c_int {
     // SAFETY: no arguments.
     finalize_around(|| unsafe { real::PMPI_Finalize() })
@@ -821,7 +800,6 @@ fn summarize(rank: i32, dir: Option<&Path>, totals: Option<Totals>, spawned: boo
     let _ = writeln!(std::io::stderr(), "{line}");
 }
 
-#[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C" fn PMPI_Abort(wide: ffi::wide::MPI_Comm, errorcode: c_int) -> c_int {
     // SAFETY: the caller's arguments, passed through.
     abort_around(wide, errorcode, || unsafe {
@@ -860,7 +838,6 @@ fn abort_around(
 
 /// `MPI_Pcontrol(level, ...)`: the variadic arguments are not read. On
 /// x86-64 (System V) a callee may ignore trailing variadic arguments.
-#[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C" fn MPI_Pcontrol(level: c_int) -> c_int {
     let next = || match next_tool!(c"MPI_Pcontrol", c"PMPI_Pcontrol") {
         // SAFETY: another tool's MPI_Pcontrol, given the level only (pmtrace
@@ -926,7 +903,6 @@ fn phase(name: Option<&[u8]>) {
 /// begins on this thread, until the matching `pmtrace_phase_end()`.
 /// Phases nest. Without tracing (before `MPI_Init`, after `MPI_Finalize`,
 /// or untraced) it does nothing.
-#[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C" fn pmtrace_phase_begin(name: *const c_char) {
     let bytes = if name.is_null() {
         &b"phase"[..]
@@ -938,14 +914,12 @@ pub unsafe extern "C" fn pmtrace_phase_begin(name: *const c_char) {
 }
 
 /// `pmtrace_phase_end()`: the innermost phase of this thread ends.
-#[cfg_attr(not(test), no_mangle)]
 pub extern "C" fn pmtrace_phase_end() {
     phase(None);
 }
 
 /// Fortran: `call pmtrace_phase_begin('name')`. gfortran and flang pass
 /// the length after the arguments; the name's trailing blanks are dropped.
-#[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C" fn pmtrace_phase_begin_(name: *const c_char, len: usize) {
     let bytes = if name.is_null() {
         &[][..]
@@ -963,7 +937,6 @@ pub unsafe extern "C" fn pmtrace_phase_begin_(name: *const c_char, len: usize) {
 }
 
 /// Fortran: `call pmtrace_phase_end()`.
-#[cfg_attr(not(test), no_mangle)]
 pub extern "C" fn pmtrace_phase_end_() {
     phase(None);
 }

@@ -148,7 +148,6 @@ pub fn announced() -> Option<Announced> {
 ///
 /// # Safety
 /// PMIx's contract: `proc_` null or writable, `info` an array of `ninfo`.
-#[cfg_attr(not(test), no_mangle)]
 #[cfg_attr(test, allow(dead_code))]
 #[allow(non_snake_case)]
 pub unsafe extern "C" fn PMIx_Init(proc_: *mut Proc, info: *mut Info, ninfo: usize) -> c_int {

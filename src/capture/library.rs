@@ -1,0 +1,58 @@
+//! The MPI library the process runs, as this build sees it once the front
+//! has bound it (src/front.rs decides the interface): its version string,
+//! and the quirks of its release that the piggyback layer works around.
+
+use crate::mpi::real;
+use core::ffi::c_int;
+
+/// The running MPI's version string.
+pub fn running_version() -> Option<String> {
+    // Larger than MPI_MAX_LIBRARY_VERSION_STRING of every MPI (Open MPI's
+    // is 256, MPICH's 8192).
+    let mut buf = vec![0u8; 1 << 15];
+    let mut len: c_int = 0;
+    // SAFETY: a writable buffer larger than any implementation's maximum,
+    // and an int for the length; callable before MPI_Init.
+    let rc = unsafe {
+        real::PMPI_Get_library_version(buf.as_mut_ptr().cast(), (&mut len as *mut c_int).cast())
+    };
+    if rc != 0 {
+        return None;
+    }
+    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+    Some(String::from_utf8_lossy(&buf[..end.min(len.max(0) as usize)]).into_owned())
+}
+
+/// Sets the piggyback layer's quirks for the running release.
+pub fn quirks() {
+    let version = running_version().unwrap_or_default();
+    let mpich = mpich_version(&version);
+    crate::piggyback::isendrecv_quirks(
+        mpich.is_some(),
+        mpich.is_some_and(|v| v.starts_with("4.0")),
+    );
+}
+
+/// The release number of an MPICH version string ("MPICH Version: 4.0.2").
+fn mpich_version(version: &str) -> Option<&str> {
+    let rest = version.split("MPICH Version:").nth(1)?;
+    rest.split_whitespace().next()
+}
+
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const OMPI: &str =
+        "Open MPI v4.1.4, package: Debian OpenMPI, ident: 4.1.4, repo rev: v4.1.4, May 26, 2022";
+    const MPICH: &str = "MPICH Version:\t4.0.2\nMPICH Release date:\tThu Apr  7 12:34:45 CDT 2022\nMPICH ABI:\t14:2:2\n";
+
+    #[test]
+    fn mpich_releases_are_read_from_the_version_string() {
+        assert_eq!(mpich_version(MPICH), Some("4.0.2"));
+        assert_eq!(mpich_version("MPICH Version:      5.0.2\n"), Some("5.0.2"));
+        assert_eq!(mpich_version(OMPI), None);
+        assert_eq!(mpich_version("MVAPICH2 Version      :\t2.3.7"), None);
+    }
+}
