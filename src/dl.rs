@@ -88,9 +88,8 @@ extern "C" fn decide(handle: *mut c_void, name: *const c_char) -> usize {
         // Only pmtrace defines it: not yet an MPI to call. The C library
         // sets the error, for a name nothing defines.
         // SAFETY: a NUL-terminated name; the loader's own handle.
-        let libc_handle = unsafe {
-            libc::dlopen(c"libc.so.6".as_ptr(), libc::RTLD_LAZY | libc::RTLD_NOLOAD)
-        };
+        let libc_handle =
+            unsafe { libc::dlopen(c"libc.so.6".as_ptr(), libc::RTLD_LAZY | libc::RTLD_NOLOAD) };
         link::real_dlsym(libc_handle, name);
         HIDDEN
     })

@@ -22,16 +22,6 @@ pub enum Family {
     Abi,
 }
 
-impl Family {
-    pub fn name(self) -> &'static str {
-        match self {
-            Family::OpenMpi => "Open MPI",
-            Family::Mpich => "MPICH",
-            Family::Abi => "the MPI-5 standard ABI",
-        }
-    }
-}
-
 /// What a loaded MPI library says of itself.
 #[derive(Debug, Clone, Default)]
 pub struct Traits {
@@ -88,10 +78,7 @@ mod tests {
 
     #[test]
     fn open_mpi_is_told_by_its_objects() {
-        assert_eq!(
-            family_of(&traits(None, true, OMPI)),
-            Some(Family::OpenMpi)
-        );
+        assert_eq!(family_of(&traits(None, true, OMPI)), Some(Family::OpenMpi));
         // Open MPI 5 has MPI_Abi_get_version and answers -1.
         assert_eq!(
             family_of(&traits(Some(-1), true, OMPI)),
@@ -107,7 +94,11 @@ mod tests {
             "Intel(R) MPI Library 2021.19 for Linux* OS",
             "MPI VERSION    : CRAY MPICH version 8.1.28.2 (ANL base 3.4a2)",
         ] {
-            assert_eq!(family_of(&traits(None, false, v)), Some(Family::Mpich), "{v}");
+            assert_eq!(
+                family_of(&traits(None, false, v)),
+                Some(Family::Mpich),
+                "{v}"
+            );
         }
         assert_eq!(family_of(&traits(None, false, "Some Vendor MPI 1.0")), None);
     }
@@ -117,12 +108,18 @@ mod tests {
         // MPICH 5's libmpi_abi.so and its libmpi.so.12 give the same version
         // string; only the first has an ABI version.
         assert_eq!(family_of(&traits(Some(1), false, MPICH)), Some(Family::Abi));
-        assert_eq!(family_of(&traits(Some(-1), false, MPICH)), Some(Family::Mpich));
+        assert_eq!(
+            family_of(&traits(Some(-1), false, MPICH)),
+            Some(Family::Mpich)
+        );
         assert_eq!(
             family_of(&traits(Some(1), false, "Some Vendor MPI 1.0")),
             Some(Family::Abi)
         );
-        assert_eq!(family_of(&traits(Some(-1), false, "Some Vendor MPI 1.0")), None);
+        assert_eq!(
+            family_of(&traits(Some(-1), false, "Some Vendor MPI 1.0")),
+            None
+        );
     }
 
     #[test]

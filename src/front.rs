@@ -207,10 +207,7 @@ fn bind() -> Option<Binding> {
             }
         }
         _ => {
-            let paths: Vec<String> = libraries
-                .iter()
-                .map(|l| shown(&l.path))
-                .collect();
+            let paths: Vec<String> = libraries.iter().map(|l| shown(&l.path)).collect();
             say(&format!(
                 "the program has loaded {} MPI libraries ({}), so no interface is sure",
                 paths.len(),
@@ -294,7 +291,8 @@ fn traits(handle: *mut c_void) -> Traits {
         type AbiVersion = unsafe extern "C" fn(*mut c_int, *mut c_int) -> c_int;
         let (mut major, mut minor) = (-1, -1);
         // SAFETY: MPI_Abi_get_version(int *abi_major, int *abi_minor).
-        let rc = unsafe { core::mem::transmute::<*mut c_void, AbiVersion>(abi)(&mut major, &mut minor) };
+        let rc =
+            unsafe { core::mem::transmute::<*mut c_void, AbiVersion>(abi)(&mut major, &mut minor) };
         if rc == 0 {
             t.abi_major = Some(major);
         }

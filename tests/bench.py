@@ -101,14 +101,15 @@ def bench(mode, scratch, np=2, extra_env=None):
     return med(base), med(traced), med(diffs), med(ratios), min(traced) - min(base), per_call
 
 
-# The flavours of the library, each with mpibench built for its MPI
+# The binary interfaces, each with mpibench built for an MPI of it
 # (instructions section): Debian's Open MPI, Debian's MPICH, and the
-# standard ABI on MPICH 5's libmpi_abi.so. BENCH_LIB_<KEY> overrides a
-# library (to compare another build of it on the same programs).
+# standard ABI on MPICH 5's libmpi_abi.so, all traced by the one library.
+# BENCH_LIB_<KEY> overrides the library (to compare another build of it on
+# the same programs).
 FLAVOURS = [
     ("OPENMPI", "Open MPI", "target/release", "target/examples"),
-    ("MPICH", "MPICH", "target/mpich/release", "target/mpich/examples"),
-    ("ABI", "standard ABI", "target/abi/release", "target/abi/examples"),
+    ("MPICH", "MPICH", "target/release", "target/mpich/examples"),
+    ("ABI", "standard ABI", "target/release", "target/abi/examples"),
 ]
 
 
@@ -116,7 +117,7 @@ FLAVOURS = [
 # launcher, library and mpibench build.
 LAUNCHERS = [
     ("Open MPI 4.1", ["mpirun", "--oversubscribe"], "-x", "target/release", "target/examples"),
-    ("MPICH 4.0", ["mpirun.mpich"], "-genv", "target/mpich/release", "target/mpich/examples"),
+    ("MPICH 4.0", ["mpirun.mpich"], "-genv", "target/release", "target/mpich/examples"),
 ]
 BW_RUNS = int(os.environ.get("BENCH_BW_RUNS", "8"))
 # About 40 x 16 MiB per unit of scale: at 4, a run moves 2.5 GiB (half a

@@ -964,33 +964,67 @@ fn defined_symbols(path: &std::path::Path) -> Vec<String> {
 
 #[test]
 fn the_library_exports_only_mpi_symbols_and_the_cli_none() {
-    // Every flavour: the MPI functions, pmtrace's phase API
-    // (include/pmtrace.h), and PMIx_Init, through which the untraced-rank
-    // check rides on the MPI library's own PMIx start (peers).
-    for flavour in Flavour::ALL {
-        let lib = defined_symbols(&flavour.lib());
-        assert!(lib.len() > 300, "{flavour:?}: {} symbols", lib.len());
-        let foreign: Vec<&String> = lib
-            .iter()
-            .filter(|s| {
-                !s.starts_with("MPI_")
-                    && !s.starts_with("PMPI_")
-                    && !s.starts_with("pmtrace_phase_")
-                    && *s != "PMIx_Init"
-            })
-            .collect();
-        assert!(
-            foreign.is_empty(),
-            "{flavour:?}: non-MPI exports: {foreign:?}"
-        );
-        // Two levels for stacking (next.rs): each inner PMPI_X has its MPI_X.
-        let lone: Vec<&String> = lib
-            .iter()
-            .filter(|s| s.starts_with("PMPI_") && !lib.contains(&s[1..].to_string()))
-            .collect();
-        assert!(lone.is_empty(), "{flavour:?}: {lone:?}");
-        assert!(lib.iter().any(|s| s == "PMIx_Init"), "{flavour:?}");
+    // The MPI functions of every interface, pmtrace's phase API
+    // (include/pmtrace.h), PMIx_Init, through which the untraced-rank check
+    // rides on the MPI library's own PMIx start (peers), and dlsym, which
+    // hands pmtrace's functions to programs that look MPI's up (src/dl.rs).
+    let so = lib();
+    let lib = defined_symbols(&so);
+    assert!(lib.len() > 1000, "{} symbols", lib.len());
+    let foreign: Vec<&String> = lib
+        .iter()
+        .filter(|s| {
+            !s.starts_with("MPI_")
+                && !s.starts_with("PMPI_")
+                && !s.starts_with("pmtrace_phase_")
+                && *s != "PMIx_Init"
+                && *s != "dlsym"
+        })
+        .collect();
+    assert!(foreign.is_empty(), "non-MPI exports: {foreign:?}");
+    // Two levels for stacking (next.rs): each inner PMPI_X has its MPI_X.
+    let lone: Vec<&String> = lib
+        .iter()
+        .filter(|s| s.starts_with("PMPI_") && !lib.contains(&s[1..].to_string()))
+        .collect();
+    assert!(lone.is_empty(), "{lone:?}");
+    assert!(lib.iter().any(|s| s == "PMIx_Init"));
+    // Every interface's functions: Open MPI's conversions, MPICH's
+    // and Open MPI's MPI-4 functions, and the standard ABI's own.
+    for name in [
+        "MPI_Comm_c2f",
+        "MPI_Send_c",
+        "MPI_Isendrecv",
+        "MPI_Abi_get_version",
+        "MPI_Comm_toint",
+    ] {
+        assert!(lib.iter().any(|s| s == name), "{name} is not exported");
     }
+    // One library for every MPI: it needs none, and names no symbol of one.
+    let dynamic = std::process::Command::new("readelf")
+        .args(["-d"])
+        .arg(&so)
+        .output()
+        .expect("readelf");
+    let dynamic = String::from_utf8_lossy(&dynamic.stdout);
+    let needed: Vec<&str> = dynamic.lines().filter(|l| l.contains("(NEEDED)")).collect();
+    assert!(
+        needed
+            .iter()
+            .all(|l| !l.contains("libmpi") && !l.contains("libmpich")),
+        "{needed:?}"
+    );
+    let undefined = std::process::Command::new("nm")
+        .args(["-D", "--undefined-only"])
+        .arg(&so)
+        .output()
+        .expect("nm");
+    let undefined = String::from_utf8_lossy(&undefined.stdout);
+    let mpi: Vec<&str> = undefined
+        .lines()
+        .filter(|l| l.contains("MPI") || l.contains("mpi_") || l.contains("PMIx"))
+        .collect();
+    assert!(mpi.is_empty(), "undefined MPI symbols: {mpi:?}");
     let out = std::process::Command::new("nm")
         .arg(cli())
         .output()

@@ -256,14 +256,21 @@ fn shim() {
     b.compiler(mpicc())
         .file(root().join("src/capture/shim.c"))
         .define("PMTRACE_IFACE", iface)
-        .define(&format!("PMTRACE_IFACE_{}", iface.to_ascii_uppercase()), None)
+        .define(
+            &format!("PMTRACE_IFACE_{}", iface.to_ascii_uppercase()),
+            None,
+        )
         .flag_if_supported("-fvisibility=hidden");
     b.compile(&format!("pmtrace_shim_{iface}"));
 }
 
 fn main() {
     let root = root();
-    for f in ["wrappers/mpi.wrap", "wrappers/generate.rs", "src/capture/shim.c"] {
+    for f in [
+        "wrappers/mpi.wrap",
+        "wrappers/generate.rs",
+        "src/capture/shim.c",
+    ] {
         println!("cargo:rerun-if-changed={}", root.join(f).display());
     }
     let iface = interface();

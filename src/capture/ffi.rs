@@ -237,7 +237,6 @@ own_calls! {
     fn PMPI_Unpack(inbuf: *const c_void, insize: c_int, position: *mut c_int, outbuf: *mut c_void, outcount: c_int, datatype: MPI_Datatype, comm: MPI_Comm);
 }
 
-
 /// Bytes a completed operation transferred, and whether it was cancelled,
 /// for an MPI whose status layout pmtrace does not know (Open MPI's and
 /// MPICH's fields are read in place below): through MPI itself.

@@ -25,7 +25,6 @@
 //! Nothing here is exported by name: the front exports the MPI symbols and
 //! the phase API of `include/pmtrace.h`, from `EXPORTS`.
 
-mod library;
 mod apart;
 mod buffers;
 mod clock;
@@ -35,6 +34,7 @@ mod ffi;
 mod flusher;
 mod guard;
 mod hooks;
+mod library;
 mod lifecycle;
 mod node;
 mod offsets;

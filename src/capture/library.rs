@@ -39,7 +39,6 @@ fn mpich_version(version: &str) -> Option<&str> {
     rest.split_whitespace().next()
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::*;

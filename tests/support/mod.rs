@@ -51,62 +51,14 @@ pub fn prog(name: &str) -> PathBuf {
     root().join("target/examples").join(name)
 }
 
-/// A pmtrace library: one per MPI binary interface.
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-pub enum Flavour {
-    /// `make`: Open MPI 4.1 and 5 (`libmpi.so.40`).
-    OpenMpi,
-    /// `make mpich`: MPICH 4 and 5 (`libmpi.so.12`).
-    Mpich,
-    /// `make abi`: the MPI-5 standard ABI (`libmpi_abi.so`).
-    Abi,
-}
-
 static MPICH_BUILD: Once = Once::new();
 pub static MATRIX_BUILD: Once = Once::new();
 pub static MPI4PY_BUILD: Once = Once::new();
 
-impl Flavour {
-    pub const ALL: [Flavour; 3] = [Flavour::OpenMpi, Flavour::Mpich, Flavour::Abi];
-
-    /// The preload library of this flavour.
-    pub fn lib(self) -> PathBuf {
-        match self {
-            Flavour::OpenMpi => lib(),
-            Flavour::Mpich => {
-                make_once(&MPICH_BUILD, "mpich");
-                root().join("target/mpich/release/libpmtrace.so")
-            }
-            Flavour::Abi => {
-                make_once(&MATRIX_BUILD, "matrix");
-                root().join("target/abi/release/libpmtrace.so")
-            }
-        }
-    }
-
-    /// What builds it, as the warning of a library of another flavour says.
-    pub fn make_target(self) -> &'static str {
-        match self {
-            Flavour::OpenMpi => "`make`",
-            Flavour::Mpich => "`make mpich`",
-            Flavour::Abi => "`make abi`",
-        }
-    }
-
-    /// How the warning of a library of this flavour names it.
-    pub fn name(self) -> &'static str {
-        match self {
-            Flavour::OpenMpi => "Open MPI",
-            Flavour::Mpich => "MPICH",
-            Flavour::Abi => "the MPI-5 standard ABI",
-        }
-    }
-}
-
-/// Which MPI a job runs under: the five setups of the test matrix. pmtrace
-/// is built once per flavour (`Flavour`); `make matrix` builds the
-/// libraries and the test programs of every setup, the current releases'
-/// from their wheels under target/mpi.
+/// Which MPI a job runs under: the five setups of the test matrix, all
+/// traced by the one libpmtrace.so; `make matrix` builds the test programs
+/// of every setup, the current releases' from their wheels under
+/// target/mpi.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 #[allow(clippy::enum_variant_names)]
 pub enum Mpi {
@@ -130,19 +82,6 @@ impl Mpi {
         Mpi::Mpich5,
         Mpi::Abi,
     ];
-
-    /// The library that traces programs of this setup.
-    pub fn flavour(self) -> Flavour {
-        match self {
-            Mpi::OpenMpi | Mpi::OpenMpi5 => Flavour::OpenMpi,
-            Mpi::Mpich | Mpi::Mpich5 => Flavour::Mpich,
-            Mpi::Abi => Flavour::Abi,
-        }
-    }
-
-    pub fn lib(self) -> PathBuf {
-        self.flavour().lib()
-    }
 
     /// A short name, for directories.
     pub fn tag(self) -> &'static str {
@@ -201,8 +140,6 @@ pub enum Mode {
     Preload,
     /// The program is linked with pmtrace; nothing is preloaded.
     Linked,
-    /// The library of another flavour than the program's is preloaded.
-    Foreign(Flavour),
     /// A PMPI tool (`libpmpicount.so`, beside the program) is preloaded,
     /// alone or with pmtrace.
     Tool(Stack),
@@ -316,7 +253,7 @@ pub fn mpirun_on(
     }
     let stacked = |name: &str, stack: Stack| {
         let tool = prog.with_file_name(name).display().to_string();
-        let lib = mpi.lib().display().to_string();
+        let lib = lib().display().to_string();
         match stack {
             Stack::Alone => tool,
             Stack::BeforePmtrace => format!("{tool}:{lib}"),
@@ -324,8 +261,7 @@ pub fn mpirun_on(
         }
     };
     let preload = match mode {
-        Mode::Preload => Some(mpi.lib().display().to_string()),
-        Mode::Foreign(f) => Some(f.lib().display().to_string()),
+        Mode::Preload => Some(lib().display().to_string()),
         Mode::Tool(stack) => Some(stacked("libpmpicount.so", stack)),
         Mode::DlsymTool(stack) => Some(stacked("libpmpicount_dlsym.so", stack)),
         Mode::Plain | Mode::Linked => None,

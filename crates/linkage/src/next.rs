@@ -122,6 +122,8 @@ fn calls_by_name(f: *const c_void, name: &CStr) -> bool {
 }
 
 /// The file of the object that holds `f`.
+// dladdr reads no memory at `f`: any address is a valid question.
+#[allow(clippy::not_unsafe_ptr_arg_deref)]
 pub fn path_of(f: *const c_void) -> Option<std::path::PathBuf> {
     let mut info = core::mem::MaybeUninit::<libc::Dl_info>::zeroed();
     // SAFETY: dladdr fills `info` for any address, or returns 0.
@@ -185,7 +187,9 @@ pub fn library() -> *mut c_void {
 
 /// `dlsym` of the C library, never pmtrace's own export (which may hand
 /// back pmtrace's functions for MPI names). Looked up once by version:
-/// `dlvsym` is not interposed.
+/// `dlvsym` is not interposed. `handle` is a `dlopen` handle of an object
+/// still loaded, or one of the `RTLD_` pseudo-handles.
+#[allow(clippy::not_unsafe_ptr_arg_deref)]
 pub fn real_dlsym(handle: *mut c_void, name: &CStr) -> *mut c_void {
     static REAL: AtomicUsize = AtomicUsize::new(0);
     let mut f = REAL.load(Relaxed);
@@ -213,6 +217,8 @@ pub fn real_dlsym_address() -> usize {
 }
 
 /// The base address of the object that holds `addr` (null if none).
+// dladdr reads no memory at `addr`: any address is a valid question.
+#[allow(clippy::not_unsafe_ptr_arg_deref)]
 pub fn object_of(addr: *const c_void) -> *mut c_void {
     let mut info = core::mem::MaybeUninit::<libc::Dl_info>::zeroed();
     // SAFETY: dladdr fills `info` for any address, or returns 0.
