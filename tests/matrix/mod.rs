@@ -1,7 +1,10 @@
-//! The test matrix: the same checks under the five setups users run
+//! The test matrix: the same checks under the seven setups users run
 //! (Debian's Open MPI 4.1 and MPICH 4.0, Open MPI 5.0 and MPICH 5.0 from
-//! their wheels, and programs built with `mpicc_abi` on MPICH 5.0's
-//! standard ABI), each traced with the one libpmtrace.so; MPIs it cannot
+//! their wheels, programs built with `mpicc_abi` on MPICH 5.0's standard
+//! ABI, and Intel MPI 2021.19 from its wheel through both its interfaces),
+//! each with the other MPIs of the machine hidden and traced with the one
+//! libpmtrace.so; mpi4py 4 from its wheel and a program that reaches MPI
+//! through `dlsym` under each; Intel's own benchmarks; MPIs pmtrace cannot
 //! trace; and ranks without the library under both Open MPIs. `make
 //! matrix` builds everything they run.
 
@@ -79,6 +82,45 @@ fn setup_mpich_5_0_traces_transparently_and_exactly() {
 #[test]
 fn setup_standard_abi_traces_transparently_and_exactly() {
     setup_checks(Mpi::Abi);
+}
+
+#[test]
+fn setup_intel_mpi_traces_transparently_and_exactly() {
+    setup_checks(Mpi::Impi);
+}
+
+#[test]
+fn setup_intel_mpi_standard_abi_traces_transparently_and_exactly() {
+    setup_checks(Mpi::ImpiAbi);
+}
+
+/// A program that links no MPI, opens the library with `dlopen`
+/// (`RTLD_LOCAL | RTLD_DEEPBIND`, as Julia does; and `RTLD_LOCAL` alone)
+/// and calls every function through `dlsym` on that handle
+/// (tests/progs/dlmpi.c) is traced as any other under every setup: the
+/// same output, every call the program counts, every message matched by
+/// its piggybacked id, including wildcard receives.
+#[test]
+fn a_program_calling_mpi_through_dlsym_is_traced_exactly() {
+    for mpi in Mpi::ALL {
+        let libmpi = mpi.libmpi();
+        let libmpi = libmpi.to_str().unwrap();
+        let run = check_on(mpi, "matrix", "dlmpi", 4, &[libmpi], "lamport");
+        assert!(
+            run.stdout.contains("dlmpi: np=4 sum="),
+            "{mpi:?}: {}",
+            run.stdout
+        );
+    }
+    let libmpi = Mpi::OpenMpi.libmpi();
+    check_on(
+        Mpi::OpenMpi,
+        "matrix",
+        "dlmpi",
+        4,
+        &[libmpi.to_str().unwrap(), "local"],
+        "lamport",
+    );
 }
 
 /// A program whose MPI pmtrace cannot trace runs as untraced (same output,
@@ -168,8 +210,7 @@ fn pmtrace_run_traces_every_setup_with_the_one_library() {
             let prog = mpi.prog("ring");
             let trace = dir.join(format!("trace-{where_}-{}", mpi.tag()));
             let (launcher, ompi) = mpi.launcher();
-            let mut cmd = std::process::Command::new(&cli);
-            cmd.env_remove("LD_LIBRARY_PATH"); // see `mpirun_on`
+            let mut cmd = mpi.command(&cli, &[]);
             cmd.arg("run")
                 .arg("--out")
                 .arg(&trace)
@@ -423,5 +464,192 @@ fn spawned_processes_are_traced_as_a_world_of_their_own() {
             child["messages"]
         );
         assert!(child.get("spawned_worlds").is_none(), "{what}");
+    }
+}
+
+/// How a job of `launch` is traced.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum How {
+    Plain,
+    /// `LD_PRELOAD` of target/release/libpmtrace.so, by the launcher.
+    Preload,
+    /// `pmtrace run -- <launcher> ...`.
+    Run,
+}
+
+/// `program args` on `np` ranks of `mpi`'s launcher, the other MPIs
+/// hidden (`Mpi::command`, keeping `keep` too), with `env` passed to every
+/// rank: its output and its trace directory.
+fn launch(
+    mpi: Mpi,
+    dir: &std::path::Path,
+    how: How,
+    np: u32,
+    program: &[&str],
+    env: &[(&str, String)],
+    keep: &[std::path::PathBuf],
+) -> (std::process::Output, std::path::PathBuf) {
+    let trace = dir.join(format!("trace-{how:?}").to_lowercase());
+    let _ = std::fs::remove_dir_all(&trace);
+    let (launcher, ompi) = mpi.launcher();
+    let mut cmd = match how {
+        How::Run => {
+            let mut cmd = mpi.command(cli(), keep);
+            cmd.arg("run")
+                .arg("--out")
+                .arg(&trace)
+                .arg("--")
+                .arg(&launcher);
+            cmd.env_remove("PMTRACE_LIB");
+            cmd
+        }
+        _ => mpi.command(&launcher, keep),
+    };
+    cmd.args(["-np", &np.to_string()]);
+    let mut pass: Vec<(String, String)> = env
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.clone()))
+        .collect();
+    if how == How::Preload {
+        pass.push(("LD_PRELOAD".into(), lib().display().to_string()));
+        pass.push(("PMTRACE_DIR".into(), trace.display().to_string()));
+    }
+    if ompi {
+        cmd.arg("--oversubscribe")
+            .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+            .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1");
+        for (k, v) in &pass {
+            cmd.arg("-x").arg(format!("{k}={v}"));
+        }
+    } else {
+        for (k, v) in &pass {
+            cmd.arg("-genv").arg(k).arg(v);
+        }
+    }
+    cmd.args(program);
+    (cmd.output().expect("the launcher"), trace)
+}
+
+/// What a setup's `MPI_Get_library_version` says first.
+fn vendor(mpi: Mpi) -> &'static str {
+    match mpi {
+        Mpi::OpenMpi => "Open MPI v4.1",
+        Mpi::Mpich => "MPICH Version: 4.0",
+        Mpi::OpenMpi5 => "Open MPI v5.0.11",
+        Mpi::Mpich5 | Mpi::Abi => "MPICH Version: 5.0.2",
+        Mpi::Impi | Mpi::ImpiAbi => "Intel(R) MPI Library 2021.19",
+    }
+}
+
+/// Every message of a traced job matched by its piggybacked id.
+fn assert_all_matched(trace: &std::path::Path, np: u64, what: &str) {
+    let rep = report(trace);
+    assert_eq!(rep["ranks"], np, "{what}");
+    let m = &rep["messages"];
+    assert!(m["sent"].as_u64().unwrap() > 0, "{what}: {m}");
+    assert_eq!(m["unmatched"], 0, "{what}: {m}");
+    assert_eq!(m["matched"], m["sent"], "{what}: {m}");
+    assert_eq!(m["matched"], m["received"], "{what}: {m}");
+    assert_eq!(rep["clocks"]["matched_by_id"], m["matched"], "{what}");
+    assert_eq!(rep["clocks"]["lamport_violations"], 0, "{what}");
+}
+
+/// mpi4py 4.1.2 from its wheel (`make deps`: target/mpi/mpi4py4), which
+/// picks its MPI at import (it asks the process first, then opens the
+/// library with `RTLD_LOCAL`), under every setup with the other MPIs
+/// hidden, through a plain `LD_PRELOAD` and through `pmtrace run`: the
+/// same output as untraced, the library's version among it, and every
+/// message matched by its piggybacked id. The wheel has no build for the
+/// standard ABI: under the ABI setups it runs on the same MPI's
+/// `libmpi.so.12`.
+#[test]
+fn mpi4py_4_from_its_wheel_is_traced_under_every_setup() {
+    make_once(&MATRIX_BUILD, "matrix");
+    let script = root().join("tests/progs/traffic.py");
+    let script = script.to_str().unwrap();
+    for mpi in Mpi::ALL {
+        let what = format!("mpi4py 4.1.2 under {mpi:?}");
+        let dir = scratch(&format!("matrix-mpi4py4-{}", mpi.tag()));
+        let libmpi = mpi.libmpi_for_mpi4py();
+        let env = [
+            (
+                "PYTHONPATH",
+                root().join("target/mpi/mpi4py4").display().to_string(),
+            ),
+            ("MPI4PY_LIBMPI", libmpi.display().to_string()),
+        ];
+        let keep = [libmpi.clone()];
+        let program = ["/usr/bin/python3", script];
+        let (plain, _) = launch(mpi, &dir, How::Plain, 4, &program, &env, &keep);
+        let stdout = String::from_utf8_lossy(&plain.stdout).into_owned();
+        assert!(
+            plain.status.success(),
+            "{what}: {}",
+            String::from_utf8_lossy(&plain.stderr)
+        );
+        assert!(
+            stdout.starts_with(&format!("traffic: {}", vendor(mpi)))
+                && stdout.contains("traffic: np=4 sum="),
+            "{what}: {stdout}"
+        );
+        for how in [How::Preload, How::Run] {
+            let what = format!("{what}, {how:?}");
+            let (traced, trace) = launch(mpi, &dir, how, 4, &program, &env, &keep);
+            let stderr = String::from_utf8_lossy(&traced.stderr);
+            assert_eq!(traced.status.code(), Some(0), "{what}: {stderr}");
+            assert_eq!(String::from_utf8_lossy(&traced.stdout), stdout, "{what}");
+            assert_all_matched(&trace, 4, &what);
+        }
+    }
+}
+
+/// Intel MPI's own benchmarks, from its wheel, traced under Intel MPI
+/// with the other MPIs hidden: `IMB-MPI1 PingPong` (np=2) and `Allreduce`
+/// (np=4) print the same rows (sizes and repetitions; the times are the
+/// machine's) as untraced, and every message of the trace matches.
+#[test]
+fn intel_mpi_benchmarks_print_the_same_rows_traced() {
+    let imb = root().join("target/mpi/impi/bin/IMB-MPI1");
+    let imb = imb.to_str().unwrap();
+    let rows = |out: &[u8]| -> Vec<String> {
+        String::from_utf8_lossy(out)
+            .lines()
+            .filter(|l| {
+                let f: Vec<&str> = l.split_whitespace().collect();
+                f.len() >= 3 && f[0].parse::<u64>().is_ok() && f[1].parse::<u64>().is_ok()
+            })
+            .map(|l| l.split_whitespace().take(2).collect::<Vec<_>>().join(" "))
+            .collect()
+    };
+    for (bench, np) in [("PingPong", 2), ("Allreduce", 4)] {
+        let what = format!("IMB-MPI1 {bench} under Intel MPI");
+        let dir = scratch(&format!("matrix-imb-{bench}"));
+        let program = [
+            imb,
+            bench,
+            "-msglog",
+            "0:12",
+            "-iter",
+            "100",
+            "-iter_policy",
+            "off",
+        ];
+        let (plain, _) = launch(Mpi::Impi, &dir, How::Plain, np, &program, &[], &[]);
+        assert!(
+            plain.status.success(),
+            "{what}: {}",
+            String::from_utf8_lossy(&plain.stderr)
+        );
+        let expected = rows(&plain.stdout);
+        assert!(expected.len() >= 10, "{what}: {expected:?}");
+        let (traced, trace) = launch(Mpi::Impi, &dir, How::Preload, np, &program, &[], &[]);
+        let stderr = String::from_utf8_lossy(&traced.stderr);
+        assert_eq!(traced.status.code(), Some(0), "{what}: {stderr}");
+        assert_eq!(rows(&traced.stdout), expected, "{what}");
+        assert_all_matched(&trace, np.into(), &what);
+        assert!(
+            stderr.lines().count() == 1 && stderr.starts_with("pmtrace: trace of"),
+            "{what}: {stderr}"
+        );
     }
 }

@@ -55,9 +55,10 @@ static MPICH_BUILD: Once = Once::new();
 pub static MATRIX_BUILD: Once = Once::new();
 pub static MPI4PY_BUILD: Once = Once::new();
 
-/// Which MPI a job runs under: the five setups of the test matrix, all
-/// traced by the one libpmtrace.so; `make matrix` builds the test programs
-/// of every setup, the current releases' from their wheels under
+/// Which MPI a job runs under: the seven setups of the test matrix, all
+/// traced by the one libpmtrace.so, each run with every other MPI library
+/// of the machine hidden (`Mpi::command`). `make matrix` builds the test
+/// programs of every setup, the current releases' from their wheels under
 /// target/mpi.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 #[allow(clippy::enum_variant_names)]
@@ -72,16 +73,99 @@ pub enum Mpi {
     Mpich5,
     /// Programs built with `mpicc_abi` on MPICH 5.0's `libmpi_abi.so`.
     Abi,
+    /// Intel MPI 2021.19 from its wheel (`impi-rt`): MPICH 5's programs
+    /// on its `libmpi.so.12`.
+    Impi,
+    /// The same with `mpicc_abi`'s programs on its `libmpi_abi.so`.
+    ImpiAbi,
 }
 
 impl Mpi {
-    pub const ALL: [Mpi; 5] = [
+    pub const ALL: [Mpi; 7] = [
         Mpi::OpenMpi,
         Mpi::Mpich,
         Mpi::OpenMpi5,
         Mpi::Mpich5,
         Mpi::Abi,
+        Mpi::Impi,
+        Mpi::ImpiAbi,
     ];
+
+    /// The MPI library a program of this setup loads (its C library).
+    pub fn libmpi(self) -> PathBuf {
+        match self {
+            Mpi::OpenMpi => PathBuf::from("/usr/lib/x86_64-linux-gnu/libmpi.so.40"),
+            Mpi::Mpich => PathBuf::from("/usr/lib/x86_64-linux-gnu/libmpich.so.12"),
+            Mpi::OpenMpi5 => root().join("target/mpi/openmpi5/lib/libmpi.so.40"),
+            Mpi::Mpich5 => root().join("target/mpi/mpich5/lib/libmpi.so.12"),
+            Mpi::Abi => root().join("target/mpi/mpich5/lib/libmpi_abi.so.1"),
+            Mpi::Impi => root().join("target/mpi/impi/lib/libmpi.so.12"),
+            Mpi::ImpiAbi => root().join("target/mpi/impi/lib/libmpi_abi.so.1"),
+        }
+    }
+
+    /// The same MPI's library of MPICH's interface, for mpi4py 4.1's wheel,
+    /// which has no build for the standard ABI.
+    pub fn libmpi_for_mpi4py(self) -> PathBuf {
+        match self {
+            Mpi::Abi => Mpi::Mpich5.libmpi(),
+            Mpi::ImpiAbi => Mpi::Impi.libmpi(),
+            Mpi::Mpich => root().join("target/mpi/debian-mpich/libmpi.so.12"),
+            other => other.libmpi(),
+        }
+    }
+
+    /// The environment a job of this setup needs: Intel MPI's programs
+    /// find its libraries on the library path, and one node's shared
+    /// memory needs no fabric library.
+    pub fn env(self) -> Vec<(&'static str, String)> {
+        match self {
+            Mpi::Impi | Mpi::ImpiAbi => vec![
+                (
+                    "LD_LIBRARY_PATH",
+                    root().join("target/mpi/impi/lib").display().to_string(),
+                ),
+                ("I_MPI_FABRICS", "shm".to_string()),
+            ],
+            _ => Vec::new(),
+        }
+    }
+
+    /// `program`, to be run with every MPI library of the machine but this
+    /// setup's hidden (and `also`'s): a mount namespace of its own binds
+    /// /dev/null over each other library file, so that nothing in the job
+    /// can load it (`unshare`, as root). Fails loudly where that cannot be
+    /// done: a setup that could lean on another MPI proves nothing.
+    pub fn command(self, program: impl AsRef<std::ffi::OsStr>, also: &[PathBuf]) -> Command {
+        let mut keep: Vec<PathBuf> = vec![real(&self.libmpi())];
+        keep.extend(also.iter().map(|p| real(p)));
+        if self == Mpi::Mpich {
+            keep.push(real(Path::new("/usr/lib/x86_64-linux-gnu/libmpich.so.12")));
+        }
+        let hidden: Vec<PathBuf> = mpi_library_files()
+            .into_iter()
+            .filter(|f| !keep.contains(f))
+            .collect();
+        let mut cmd = Command::new("unshare");
+        // Cargo points the test's library path at what its build scripts
+        // used: a job finds its own MPI, as it would outside the tests.
+        cmd.env_remove("LD_LIBRARY_PATH");
+        cmd.args(["--mount", "--propagation", "private", "--", "/bin/sh", "-c"])
+            .arg(
+                "while [ \"$1\" != -- ]; do \
+                   mount --bind /dev/null \"$1\" || { echo \"cannot hide $1\" >&2; exit 97; }; \
+                   shift; \
+                 done; shift; exec \"$@\"",
+            )
+            .arg("hide")
+            .args(&hidden)
+            .arg("--")
+            .arg(program);
+        for (k, v) in self.env() {
+            cmd.env(k, v);
+        }
+        cmd
+    }
 
     /// A short name, for directories.
     pub fn tag(self) -> &'static str {
@@ -91,6 +175,8 @@ impl Mpi {
             Mpi::OpenMpi5 => "openmpi5",
             Mpi::Mpich5 => "mpich5",
             Mpi::Abi => "abi",
+            Mpi::Impi => "impi",
+            Mpi::ImpiAbi => "impi-abi",
         }
     }
 
@@ -110,6 +196,9 @@ impl Mpi {
                     .join("examples")
                     .join(name)
             }
+            // Intel MPI keeps MPICH's binary interfaces: MPICH 5's programs.
+            Mpi::Impi => Mpi::Mpich5.prog(name),
+            Mpi::ImpiAbi => Mpi::Abi.prog(name),
         }
     }
 
@@ -120,8 +209,57 @@ impl Mpi {
             Mpi::Mpich => (PathBuf::from("mpirun.mpich"), false),
             Mpi::OpenMpi5 => (root().join("target/mpi/openmpi5/bin/mpirun"), true),
             Mpi::Mpich5 | Mpi::Abi => (root().join("target/mpi/mpich5/bin/mpirun"), false),
+            Mpi::Impi | Mpi::ImpiAbi => (root().join("target/mpi/impi/bin/mpirun"), false),
         }
     }
+}
+
+/// A path with every link resolved (itself if it cannot be).
+fn real(p: &Path) -> PathBuf {
+    std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf())
+}
+
+/// Every MPI library of the machine that a setup may hide: the C
+/// libraries of Debian's Open MPI and MPICH and of the wheels, each file
+/// once (links resolved).
+fn mpi_library_files() -> Vec<PathBuf> {
+    let mut files = Vec::new();
+    let dirs = [
+        (
+            PathBuf::from("/usr/lib/x86_64-linux-gnu"),
+            &["libmpi.so.40", "libmpich.so.12"][..],
+        ),
+        (
+            root().join("target/mpi/openmpi5/lib"),
+            &["libmpi.so.40"][..],
+        ),
+        (
+            root().join("target/mpi/mpich5/lib"),
+            &["libmpi.so.12", "libmpi_abi.so.1"][..],
+        ),
+        (
+            root().join("target/mpi/impi/lib"),
+            &["libmpi.so", "libmpi_abi.so"][..],
+        ),
+    ];
+    for (dir, prefixes) in dirs {
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for e in entries.filter_map(Result::ok) {
+            let name = e.file_name().to_string_lossy().into_owned();
+            if prefixes
+                .iter()
+                .any(|p| name == *p || name.starts_with(&format!("{p}.")))
+            {
+                let f = real(&e.path());
+                if f.is_file() && !files.contains(&f) {
+                    files.push(f);
+                }
+            }
+        }
+    }
+    files
 }
 
 /// A fresh scratch directory for one test.
@@ -226,11 +364,7 @@ pub fn mpirun_on(
     let _ = std::fs::remove_dir_all(&counts_dir);
     std::fs::create_dir_all(&counts_dir).unwrap();
     let (launcher, ompi) = mpi.launcher();
-    let mut cmd = Command::new(launcher);
-    // Cargo points the test's library path at the MPI libraries its build
-    // scripts linked (Open MPI 5's wheel, under target/): a job must find
-    // its own MPI, as it would outside the tests.
-    cmd.env_remove("LD_LIBRARY_PATH");
+    let mut cmd = mpi.command(launcher, &[]);
     cmd.arg("-np").arg(np.to_string());
     if ompi {
         cmd.arg("--oversubscribe");
