@@ -129,6 +129,17 @@ enum Binding {
 
 /// The binding, once made (None: no MPI library was loaded yet).
 static STATE: Mutex<Option<Binding>> = Mutex::new(None);
+/// Per slot, once bound: whether the MPI library lacks the function (a
+/// weak reference to it must stay null: src/weak.rs).
+static MISSING: std::sync::OnceLock<Vec<bool>> = std::sync::OnceLock::new();
+
+/// Null again the weak references of objects loaded since the last look,
+/// to functions the bound MPI lacks (nothing before binding).
+pub fn patch_weak_references() {
+    if let Some(missing) = MISSING.get() {
+        crate::weak::patch(missing);
+    }
+}
 /// Whether the one warning line was printed.
 static SAID: AtomicBool = AtomicBool::new(false);
 
@@ -222,7 +233,25 @@ fn bind() -> Option<Binding> {
             fill(slot, target);
         }
     }
+    let missing = MISSING.get_or_init(|| (0..SLOTS).map(lacks).collect());
+    crate::weak::patch(missing);
     Some(binding)
+}
+
+/// Whether the MPI library (the bound one, or any) lacks slot `slot`'s
+/// MPI function.
+fn lacks(slot: usize) -> bool {
+    let name = NAMES[slot];
+    let bytes = name.to_bytes();
+    if !(bytes.starts_with(b"MPI_") || bytes.starts_with(b"PMPI_")) {
+        return false;
+    }
+    let library = link::library();
+    if library.is_null() {
+        link::lookup(name).is_null()
+    } else {
+        own_definition(library, name).is_null()
+    }
 }
 
 /// A loaded object's path for a message.

@@ -8,7 +8,8 @@
 //! (`family`), and fills the table from the capture runtime built for that
 //! interface (crates/capture: the same source, src/capture, built three
 //! times against the three `mpi.h`). `dl` makes lookups through `dlsym`
-//! on an MPI library's handle find pmtrace's functions too.
+//! on an MPI library's handle find pmtrace's functions too; `weak` keeps
+//! null the weak references to MPI functions the running library lacks.
 //!
 //! x86-64 Linux: the jumps are written in its assembly.
 
@@ -18,6 +19,7 @@ compile_error!("libpmtrace's front is written for x86-64 Linux");
 mod dl;
 mod family;
 mod front;
+mod weak;
 
 /// The exported functions and their table: `$OUT_DIR/trampolines.rs`.
 #[allow(non_snake_case, clippy::all)]

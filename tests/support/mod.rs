@@ -116,8 +116,8 @@ impl Mpi {
     }
 
     /// The environment a job of this setup needs: Intel MPI's programs
-    /// find its libraries on the library path, and one node's shared
-    /// memory needs no fabric library.
+    /// find its libraries on the library path, one node's shared memory
+    /// needs no fabric library, and ranks that outnumber the cores wait.
     pub fn env(self) -> Vec<(&'static str, String)> {
         match self {
             Mpi::Impi | Mpi::ImpiAbi => vec![
@@ -126,6 +126,9 @@ impl Mpi {
                     root().join("target/mpi/impi/lib").display().to_string(),
                 ),
                 ("I_MPI_FABRICS", "shm".to_string()),
+                // More ranks than cores: ranks wait in the kernel, not
+                // by spinning (the same traced and untraced).
+                ("I_MPI_WAIT_MODE", "1".to_string()),
             ],
             _ => Vec::new(),
         }
