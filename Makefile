@@ -5,7 +5,7 @@ SHELL := /bin/bash
 CARGO ?= cargo
 RELEASE := target/release
 EXAMPLES := ring pingpong halo2d master_worker collectives
-PROGS := dlmpi coverage bytes manycalls mpibench threads late_finalize abort pbcost scenarios syncbench reqfree errors zerocoll spawn bigmsg waits races phases
+PROGS := dlmpi traffic coverage bytes manycalls mpibench threads late_finalize abort pbcost scenarios syncbench reqfree errors zerocoll spawn bigmsg waits races phases
 EX_BIN := $(addprefix target/examples/,$(EXAMPLES) $(PROGS))
 
 # Open MPI refuses root and more ranks than cores unless told.
@@ -89,7 +89,11 @@ $(DEBIAN_MPICH)/libmpi.so.12: | debs
 build: deps
 	$(CARGO) build --release --workspace
 
-# A program that links no MPI and reaches it through dlopen and dlsym.
+# A program that links no MPI and reaches it through dlopen and dlsym; and
+# the same program linked as usual.
+target/examples/traffic: tests/progs/dlmpi.c examples/expect.h | deps
+	@mkdir -p target/examples
+	mpicc -O2 -Wall -Wextra -DLINKED -Iexamples -o $@ $<
 target/examples/dlmpi: tests/progs/dlmpi.c examples/expect.h | deps
 	@mkdir -p target/examples
 	mpicc -O2 -Wall -Wextra -Iexamples -c -o $@.o $<
@@ -157,6 +161,9 @@ examples: $(EX_BIN) $(addprefix target/examples/,$(TOOL_BIN) $(FORTRAN_BIN) fpha
 # $(call progs,dir,mpicc): the rules that build the test programs of one
 # setup of the matrix into dir/examples.
 define progs
+$(1)/examples/traffic: tests/progs/dlmpi.c examples/expect.h | deps
+	@mkdir -p $$(@D)
+	$(2) -O2 -Wall -Wextra -Wno-stringop-overflow -DLINKED -Iexamples -o $$@ $$<
 $(1)/examples/dlmpi: tests/progs/dlmpi.c examples/expect.h | deps
 	@mkdir -p $$(@D)
 	$(2) -O2 -Wall -Wextra -Wno-stringop-overflow -Iexamples -c -o $$@.o $$<
@@ -179,7 +186,7 @@ $(1)/examples/coverage_pmpicount: tests/progs/coverage.c tests/progs/pmpicount.c
 endef
 
 # The programs every setup of the test matrix runs (tests/matrix).
-MATRIX_PROGS := ring halo2d master_worker collectives coverage bytes threads mpibench errors zerocoll bigmsg dlmpi
+MATRIX_PROGS := ring halo2d master_worker collectives coverage bytes threads mpibench errors zerocoll bigmsg dlmpi traffic
 # ... and those of the setups with an MPI-4 library.
 MPI4_PROGS := mpi4 sessions spawn
 

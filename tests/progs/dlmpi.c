@@ -3,6 +3,8 @@
  * C libraries packaged for it; argv[2] = "local" for RTLD_LOCAL alone) and
  * calls every MPI function through a pointer from dlsym on that handle.
  * Open MPI's predefined handles are its objects, looked up the same way.
+ * Built with -DLINKED it is the same program linked with its MPI as usual
+ * (`traffic`), which takes no argument.
  *
  * Traffic: a ring of blocking sends, a nonblocking exchange with both
  * neighbours, wildcard receives at rank 0, and collectives. Rank 0 prints
@@ -12,6 +14,7 @@
 #include <dlfcn.h>
 #include "expect.h"
 
+#ifndef LINKED
 static void *lib;
 
 static void *sym(const char *name) {
@@ -57,8 +60,10 @@ FUNCTIONS(DECLARE)
 #define MPI_Barrier p_MPI_Barrier
 #define MPI_Get_library_version p_MPI_Get_library_version
 #define MPI_Get_count p_MPI_Get_count
+#endif
 
 int main(int argc, char **argv) {
+#ifndef LINKED
     if (argc < 2) {
         fprintf(stderr, "usage: dlmpi LIBMPI [local]\n");
         return 2;
@@ -72,6 +77,7 @@ int main(int argc, char **argv) {
         return 2;
     }
     FUNCTIONS(LOAD)
+#endif
 
     int rank, size;
     C(MPI_Init, &argc, &argv);
@@ -146,6 +152,8 @@ int main(int argc, char **argv) {
     }
     expect_write(rank);
     MPI_Finalize();
+#ifndef LINKED
     dlclose(lib);
+#endif
     return 0;
 }
