@@ -969,7 +969,6 @@ fn extern_module(
          pub mod {name} {{\n    use super::*;\n    use core::sync::atomic::AtomicUsize;"
     )
     .unwrap();
-    let mut variadic = Vec::new();
     for e in wrapped {
         let mut ps = Vec::new();
         let mut types = Vec::new();
@@ -979,23 +978,9 @@ fn extern_module(
             types.push(t);
         }
         let ret = value(&e.ret)?;
-        if e.variadic {
-            // Rust defines no variadic function: the real one is called
-            // through a variadic pointer, with the described arguments.
-            let args: Vec<&str> = e.params.iter().map(|p| p.name.as_str()).collect();
-            variadic.push(format!(
-                "    #[inline(always)]\n    pub unsafe fn P{n}({ps}) -> {ret} {{\n        \
-                 static AT: AtomicUsize = AtomicUsize::new(0);\n        \
-                 let f = crate::next::function(&AT, c\"P{n}\");\n        \
-                 // SAFETY: the library's P{n}, of the prototype its mpi.h declares.\n        \
-                 unsafe {{ core::mem::transmute::<usize, unsafe extern \"C\" fn({types}, ...) -> {ret}>(f)({args}) }}\n    }}",
-                n = e.name,
-                ps = ps.join(", "),
-                types = types.join(", "),
-                args = args.join(", "),
-            ));
-            continue;
-        }
+        // Rust defines no variadic function: a variadic real one is called
+        // through a variadic pointer, with the described arguments.
+        let dots = if e.variadic { ", ..." } else { "" };
         let args: Vec<&str> = e.params.iter().map(|p| p.name.as_str()).collect();
         writeln!(
             o,
@@ -1003,16 +988,13 @@ fn extern_module(
              static AT: AtomicUsize = AtomicUsize::new(0);\n        \
              let f = crate::next::function(&AT, c\"P{n}\");\n        \
              // SAFETY: the library's P{n}, of the prototype its mpi.h declares.\n        \
-             unsafe {{ core::mem::transmute::<usize, unsafe extern \"C\" fn({types}) -> {ret}>(f)({args}) }}\n    }}",
+             unsafe {{ core::mem::transmute::<usize, unsafe extern \"C\" fn({types}{dots}) -> {ret}>(f)({args}) }}\n    }}",
             n = e.name,
             ps = ps.join(", "),
             types = types.join(", "),
             args = args.join(", "),
         )
         .unwrap();
-    }
-    for v in &variadic {
-        writeln!(o, "{v}").unwrap();
     }
     writeln!(o, "}}\n").unwrap();
     Ok(())
