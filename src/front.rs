@@ -329,17 +329,11 @@ fn traits(handle: *mut c_void) -> Traits {
     let version = own_definition(handle, c"PMPI_Get_library_version");
     if !version.is_null() {
         type Version = unsafe extern "C" fn(*mut c_char, *mut c_int) -> c_int;
-        // Larger than MPI_MAX_LIBRARY_VERSION_STRING of every MPI.
-        let mut buf = vec![0u8; 1 << 15];
-        let mut len: c_int = 0;
-        // SAFETY: a buffer larger than any implementation writes.
-        let rc = unsafe {
-            core::mem::transmute::<*mut c_void, Version>(version)(buf.as_mut_ptr().cast(), &mut len)
-        };
-        if rc == 0 {
-            let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
-            t.version = String::from_utf8_lossy(&buf[..end]).into_owned();
-        }
+        // SAFETY: MPI_Get_library_version(char *version, int *resultlen).
+        let version = unsafe { core::mem::transmute::<*mut c_void, Version>(version) };
+        // SAFETY: the buffer and length `library_version` hands it.
+        t.version =
+            link::library_version(|buf, len| unsafe { version(buf, len) }).unwrap_or_default();
     }
     t
 }

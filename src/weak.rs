@@ -171,6 +171,8 @@ unsafe fn patch_object(base: usize, dynamic: usize, missing: &[bool]) {
         return;
     }
     let relocs = relasz / core::mem::size_of::<libc::Elf64_Rela>();
+    // The process's mappings, read at the first write the object needs.
+    let mut maps: Option<Vec<(usize, usize, bool)>> = None;
     for i in 0..relocs {
         // SAFETY: within DT_RELASZ bytes of the table.
         let r = unsafe { &*(rela as *const libc::Elf64_Rela).add(i) };
@@ -199,19 +201,21 @@ unsafe fn patch_object(base: usize, dynamic: usize, missing: &[bool]) {
         if unsafe { at.read_volatile() } != ours {
             continue;
         }
+        let maps = maps.get_or_insert_with(mappings);
         // SAFETY: the word the loader wrote, on a page made writable for the
         // write and given back its protection (RELRO pages are read-only).
-        unsafe { write_word(at, r.r_addend as usize) };
+        unsafe { write_word(at, r.r_addend as usize, maps) };
     }
 }
 
-/// Writes `value` at `at`, whatever the page's protection.
-unsafe fn write_word(at: *mut usize, value: usize) {
+/// Writes `value` at `at`, whatever the page's protection (`maps`: the
+/// process's mappings, as `mappings` reads them).
+unsafe fn write_word(at: *mut usize, value: usize, maps: &[(usize, usize, bool)]) {
     // SAFETY: sysconf has no preconditions.
     let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as usize;
     let start = (at as usize) & !(page - 1);
     let end = (at as usize + core::mem::size_of::<usize>() + page - 1) & !(page - 1);
-    let writable = page_writable(start);
+    let writable = maps.iter().any(|&(a, b, w)| a <= start && start < b && w);
     // SAFETY: pages of a loaded object; `at` is an aligned word on them.
     unsafe {
         if !writable
@@ -230,22 +234,20 @@ unsafe fn write_word(at: *mut usize, value: usize) {
     }
 }
 
-/// Whether the page at `start` is writable now (from /proc/self/maps).
-fn page_writable(start: usize) -> bool {
+/// The process's mappings: start, end, and whether writable (from
+/// /proc/self/maps; none if it cannot be read).
+fn mappings() -> Vec<(usize, usize, bool)> {
     let Ok(maps) = std::fs::read_to_string("/proc/self/maps") else {
-        return false;
+        return Vec::new();
     };
-    maps.lines().any(|l| {
-        let mut f = l.split_whitespace();
-        let (Some(range), Some(perms)) = (f.next(), f.next()) else {
-            return false;
-        };
-        let Some((a, b)) = range.split_once('-') else {
-            return false;
-        };
-        let (Ok(a), Ok(b)) = (usize::from_str_radix(a, 16), usize::from_str_radix(b, 16)) else {
-            return false;
-        };
-        a <= start && start < b && perms.as_bytes().get(1) == Some(&b'w')
-    })
+    maps.lines()
+        .filter_map(|l| {
+            let mut f = l.split_whitespace();
+            let (range, perms) = (f.next()?, f.next()?);
+            let (a, b) = range.split_once('-')?;
+            let a = usize::from_str_radix(a, 16).ok()?;
+            let b = usize::from_str_radix(b, 16).ok()?;
+            Some((a, b, perms.as_bytes().get(1) == Some(&b'w')))
+        })
+        .collect()
 }

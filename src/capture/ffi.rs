@@ -263,12 +263,10 @@ unsafe fn pmtrace_status_cancelled(status: *const MPI_Status) -> c_int {
 }
 
 /// Handles as the exported `MPI_*` functions take and return them by
-/// value: register-wide, so that when `abi` finds an MPI of the other
-/// family at `MPI_Init` and the wrappers only pass calls on, a caller's
-/// pointer handle reaches the real function whole. An MPICH build narrows
-/// its `int` handles once tracing is known to be on (a caller compiled for
-/// MPICH leaves the upper half undefined, and MPICH reads only the lower);
-/// pointer handles are their own wide form.
+/// value: register-wide. An MPICH build narrows its `int` handles (a
+/// caller compiled for MPICH leaves the upper half of the register
+/// undefined, and MPICH reads only the lower); pointer handles are their
+/// own wide form.
 pub trait Wide: Copy {
     type W: Copy;
     fn narrow(w: Self::W) -> Self;
@@ -654,7 +652,7 @@ impl Default for TypeSizes {
 
 /// Bytes a completed receive actually took, from its status. Open MPI's and
 /// MPICH's status fields are read in place (this is every receive's hot
-/// path); any other MPI is asked through `src/shim.c`.
+/// path); the standard ABI's where the running library keeps them.
 #[inline(always)]
 pub fn status_bytes(status: *const MPI_Status) -> u64 {
     // SAFETY: `status` was filled by MPI for a completed operation.
@@ -668,8 +666,6 @@ pub fn status_bytes(status: *const MPI_Status) -> u64 {
             Some((lo, hi)) => split_count((*status).MPI_internal[lo], (*status).MPI_internal[hi]),
             None => pmtrace_status_bytes(status).max(0) as u64,
         };
-        #[cfg(not(any(mpi_impl = "openmpi", mpi_impl = "mpich", mpi_impl = "abi")))]
-        return pmtrace_status_bytes(status).max(0) as u64;
     }
 }
 
@@ -695,8 +691,6 @@ pub fn set_status_bytes(status: *mut MPI_Status, n: u64) {
             }
             None => pmtrace_status_set_bytes(status, n as core::ffi::c_longlong),
         }
-        #[cfg(not(any(mpi_impl = "openmpi", mpi_impl = "mpich", mpi_impl = "abi")))]
-        pmtrace_status_set_bytes(status, n as core::ffi::c_longlong);
     }
 }
 
@@ -713,8 +707,6 @@ pub fn status_cancelled(status: *const MPI_Status) -> bool {
             Some((_, hi)) => (*status).MPI_internal[hi] & 1 != 0,
             None => pmtrace_status_cancelled(status) != 0,
         };
-        #[cfg(not(any(mpi_impl = "openmpi", mpi_impl = "mpich", mpi_impl = "abi")))]
-        return pmtrace_status_cancelled(status) != 0;
     }
 }
 

@@ -3,24 +3,14 @@
 //! and the quirks of its release that the piggyback layer works around.
 
 use crate::mpi::real;
-use core::ffi::c_int;
 
 /// The running MPI's version string.
 pub fn running_version() -> Option<String> {
-    // Larger than MPI_MAX_LIBRARY_VERSION_STRING of every MPI (Open MPI's
-    // is 256, MPICH's 8192).
-    let mut buf = vec![0u8; 1 << 15];
-    let mut len: c_int = 0;
-    // SAFETY: a writable buffer larger than any implementation's maximum,
-    // and an int for the length; callable before MPI_Init.
-    let rc = unsafe {
-        real::PMPI_Get_library_version(buf.as_mut_ptr().cast(), (&mut len as *mut c_int).cast())
-    };
-    if rc != 0 {
-        return None;
-    }
-    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
-    Some(String::from_utf8_lossy(&buf[..end.min(len.max(0) as usize)]).into_owned())
+    // SAFETY: the library's function, with the buffer and length
+    // `library_version` hands it; callable before MPI_Init.
+    crate::next::library_version(|buf, len| unsafe {
+        real::PMPI_Get_library_version(buf.cast(), len.cast())
+    })
 }
 
 /// Sets the piggyback layer's quirks for the running release.

@@ -361,3 +361,19 @@ pub fn definers(name: &CStr) -> Vec<Definer> {
     unsafe { libc::dl_iterate_phdr(Some(each), &mut found as *mut _ as *mut c_void) };
     found.1
 }
+
+/// An MPI library's version string, from a call of its
+/// `MPI_Get_library_version` (`get(buffer, &length)`, callable before
+/// `MPI_Init`) into a buffer larger than any implementation's maximum
+/// (Open MPI's is 256 bytes, MPICH's 8192).
+pub fn library_version(
+    get: impl FnOnce(*mut libc::c_char, *mut libc::c_int) -> libc::c_int,
+) -> Option<String> {
+    let mut buf = vec![0u8; 1 << 15];
+    let mut len: libc::c_int = 0;
+    if get(buf.as_mut_ptr().cast(), &mut len) != 0 {
+        return None;
+    }
+    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+    Some(String::from_utf8_lossy(&buf[..end.min(len.max(0) as usize)]).into_owned())
+}
