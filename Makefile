@@ -5,7 +5,7 @@ SHELL := /bin/bash
 CARGO ?= cargo
 RELEASE := target/release
 EXAMPLES := ring pingpong halo2d master_worker collectives
-PROGS := dlmpi traffic coverage bytes manycalls mpibench threads late_finalize abort pbcost scenarios syncbench reqfree errors zerocoll spawn bigmsg waits races phases
+PROGS := dlmpi libdlmpi.so traffic coverage bytes manycalls mpibench threads late_finalize abort pbcost scenarios syncbench reqfree errors zerocoll spawn bigmsg waits races phases
 EX_BIN := $(addprefix target/examples/,$(EXAMPLES) $(PROGS))
 
 # Open MPI refuses root and more ranks than cores unless told.
@@ -98,6 +98,9 @@ target/examples/dlmpi: tests/progs/dlmpi.c examples/expect.h | deps
 	@mkdir -p target/examples
 	mpicc -O2 -Wall -Wextra -Iexamples -c -o $@.o $<
 	cc -o $@ $@.o -ldl
+target/examples/libdlmpi.so: tests/progs/dlmpi.c examples/expect.h | deps
+	@mkdir -p target/examples
+	mpicc -O2 -Wall -Wextra -DLIBRARY -Iexamples -shared -fPIC -o $@ $<
 
 target/examples/%: examples/%.c examples/expect.h | deps
 	@mkdir -p target/examples
@@ -168,6 +171,9 @@ $(1)/examples/dlmpi: tests/progs/dlmpi.c examples/expect.h | deps
 	@mkdir -p $$(@D)
 	$(2) -O2 -Wall -Wextra -Wno-stringop-overflow -Iexamples -c -o $$@.o $$<
 	cc -o $$@ $$@.o -ldl
+$(1)/examples/libdlmpi.so: tests/progs/dlmpi.c examples/expect.h | deps
+	@mkdir -p $$(@D)
+	$(2) -O2 -Wall -Wextra -Wno-stringop-overflow -DLIBRARY -Iexamples -shared -fPIC -o $$@ $$<
 $(1)/examples/%: examples/%.c examples/expect.h | deps
 	@mkdir -p $$(@D)
 	$(2) -O2 -Wall -Wextra -Wno-stringop-overflow -o $$@ $$<
@@ -186,7 +192,7 @@ $(1)/examples/coverage_pmpicount: tests/progs/coverage.c tests/progs/pmpicount.c
 endef
 
 # The programs every setup of the test matrix runs (tests/matrix).
-MATRIX_PROGS := ring halo2d master_worker collectives coverage bytes threads mpibench errors zerocoll bigmsg dlmpi traffic
+MATRIX_PROGS := ring halo2d master_worker collectives coverage bytes threads mpibench errors zerocoll bigmsg dlmpi libdlmpi.so traffic
 # ... and those of the setups with an MPI-4 library.
 MPI4_PROGS := mpi4 sessions spawn
 

@@ -61,9 +61,9 @@ extern "C" fn decide(handle: *mut c_void, name: *const c_char) -> usize {
     if REAL.load(Relaxed) == 0 {
         REAL.store(link::real_dlsym_address(), Relaxed);
     }
-    // A module loaded since binding is looked up before its code runs:
-    // its weak references to what the MPI lacks go back to null first.
-    crate::front::patch_weak_references();
+    // An object loaded since the last look is looked up before its code
+    // runs: its tables are corrected first (src/tables.rs).
+    crate::front::patch_tables();
     if handle == libc::RTLD_NEXT || name.is_null() {
         return 0;
     }

@@ -88,6 +88,9 @@ extern "C" fn resolve(slot: u32) -> usize {
         let mut state = STATE.lock();
         if state.is_none() {
             *state = bind();
+            if state.is_some() {
+                patch_tables();
+            }
         }
         let target = match &*state {
             Some(binding) => binding.target(slot),
@@ -130,14 +133,19 @@ enum Binding {
 /// The binding, once made (None: no MPI library was loaded yet).
 static STATE: Mutex<Option<Binding>> = Mutex::new(None);
 /// Per slot, once bound: whether the MPI library lacks the function (a
-/// weak reference to it must stay null: src/weak.rs).
+/// weak reference to it must stay null: src/tables.rs).
 static MISSING: std::sync::OnceLock<Vec<bool>> = std::sync::OnceLock::new();
 
-/// Null again the weak references of objects loaded since the last look,
-/// to functions the bound MPI lacks (nothing before binding).
-pub fn patch_weak_references() {
-    if let Some(missing) = MISSING.get() {
-        crate::weak::patch(missing);
+/// Corrects the tables of objects loaded since the last look (src/tables.rs),
+/// and says in one line which could not be corrected.
+pub fn patch_tables() {
+    let unwritable = crate::tables::patch(MISSING.get().map(Vec::as_slice));
+    if !unwritable.is_empty() {
+        say(&format!(
+            "{} call MPI past pmtrace (loaded with RTLD_DEEPBIND) and their tables \
+             could not be rewritten: those calls are not traced",
+            unwritable.join(", ")
+        ));
     }
 }
 /// Whether the one warning line was printed.
@@ -212,7 +220,7 @@ fn bind() -> Option<Binding> {
                 }
                 Err(why) => {
                     link::set_library(library.handle);
-                    say(&why);
+                    say(&format!("{why}; the program runs untraced"));
                     Binding::Untraced
                 }
             }
@@ -220,7 +228,8 @@ fn bind() -> Option<Binding> {
         _ => {
             let paths: Vec<String> = libraries.iter().map(|l| shown(&l.path)).collect();
             say(&format!(
-                "the program has loaded {} MPI libraries ({}), so no interface is sure",
+                "the program has loaded {} MPI libraries ({}), so no interface is sure; \
+                 the program runs untraced",
                 paths.len(),
                 paths.join(", ")
             ));
@@ -233,8 +242,7 @@ fn bind() -> Option<Binding> {
             fill(slot, target);
         }
     }
-    let missing = MISSING.get_or_init(|| (0..SLOTS).map(lacks).collect());
-    crate::weak::patch(missing);
+    MISSING.get_or_init(|| (0..SLOTS).map(lacks).collect());
     Some(binding)
 }
 
@@ -338,10 +346,69 @@ fn traits(handle: *mut c_void) -> Traits {
     t
 }
 
-/// The one line an untraced process prints, on the launcher's rank 0.
-fn say(why: &str) {
+/// The one line pmtrace prints when it cannot trace (on the launcher's
+/// rank 0, once).
+pub fn say(line: &str) {
     if SAID.swap(true, Ordering::Relaxed) || link::launcher_rank().unwrap_or(0) != 0 {
         return;
     }
-    eprintln!("pmtrace: warning: {why}; the program runs untraced");
+    eprintln!("pmtrace: warning: {line}");
+}
+
+/// Registers `exited` as the library loads.
+#[used]
+#[link_section = ".init_array"]
+static AT_LOAD: extern "C" fn() = at_load;
+
+extern "C" fn at_load() {
+    // SAFETY: registers a function of this library, which stays loaded.
+    unsafe { libc::atexit(exited) };
+}
+
+/// At exit: if the process ran MPI but its runtime never saw MPI start
+/// (the calls were bound to the library past pmtrace, from where pmtrace
+/// could not turn them: src/tables.rs), says that nothing was traced,
+/// rather than leave an empty trace to explain itself.
+extern "C" fn exited() {
+    let _ = std::panic::catch_unwind(|| {
+        if SAID.load(Ordering::Relaxed) {
+            return;
+        }
+        let started = match STATE.try_lock().as_deref() {
+            Some(Some(Binding::Traced(Family::OpenMpi))) => pmtrace_capture_openmpi::started(),
+            Some(Some(Binding::Traced(Family::Mpich))) => pmtrace_capture_mpich::started(),
+            Some(Some(Binding::Traced(Family::Abi))) => pmtrace_capture_abi::started(),
+            Some(Some(Binding::Untraced)) | None => return,
+            Some(None) => false,
+        };
+        let libraries = link::definers(c"PMPI_Init");
+        let [library] = libraries.as_slice() else {
+            return;
+        };
+        if started
+            || !(asks(library.handle, c"PMPI_Initialized")
+                || asks(library.handle, c"PMPI_Finalized"))
+        {
+            return;
+        }
+        say(&format!(
+            "MPI ran in this process ({}) without its MPI_Init passing through pmtrace, \
+             so nothing was traced",
+            shown(&library.path)
+        ));
+    });
+}
+
+/// What `MPI_Initialized` or `MPI_Finalized` (`name`) of the library says
+/// (both callable at any time).
+fn asks(handle: *mut c_void, name: &CStr) -> bool {
+    let f = own_definition(handle, name);
+    if f.is_null() {
+        return false;
+    }
+    type Flag = unsafe extern "C" fn(*mut c_int) -> c_int;
+    let mut flag = 0;
+    // SAFETY: MPI_Initialized(int *flag), MPI_Finalized(int *flag).
+    let rc = unsafe { core::mem::transmute::<*mut c_void, Flag>(f)(&mut flag) };
+    rc == 0 && flag != 0
 }

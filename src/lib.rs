@@ -8,8 +8,10 @@
 //! (`family`), and fills the table from the capture runtime built for that
 //! interface (crates/capture: the same source, src/capture, built three
 //! times against the three `mpi.h`). `dl` makes lookups through `dlsym`
-//! on an MPI library's handle find pmtrace's functions too; `weak` keeps
-//! null the weak references to MPI functions the running library lacks.
+//! on an MPI library's handle find pmtrace's functions too; `tables`
+//! points references bound past pmtrace (`RTLD_DEEPBIND`) at pmtrace's
+//! functions, and keeps null the weak references to MPI functions the
+//! running library lacks.
 //!
 //! x86-64 Linux: the jumps are written in its assembly.
 
@@ -19,7 +21,7 @@ compile_error!("libpmtrace's front is written for x86-64 Linux");
 mod dl;
 mod family;
 mod front;
-mod weak;
+mod tables;
 
 /// The exported functions and their table: `$OUT_DIR/trampolines.rs`.
 #[allow(non_snake_case, clippy::all)]

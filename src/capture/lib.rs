@@ -112,3 +112,9 @@ pub fn bind(library: *mut core::ffi::c_void) {
     ffi::bind(library);
     library::quirks();
 }
+
+/// Whether this build's runtime saw MPI start (`MPI_Init`,
+/// `MPI_Init_thread` or a session), whatever became of tracing then.
+pub fn started() -> bool {
+    guard::state() != guard::State::Uninit
+}

@@ -3,10 +3,11 @@
 //! their wheels, programs built with `mpicc_abi` on MPICH 5.0's standard
 //! ABI, and Intel MPI 2021.19 from its wheel through both its interfaces),
 //! each with the other MPIs of the machine hidden and traced with the one
-//! libpmtrace.so; mpi4py 4 from its wheel and a program that reaches MPI
-//! through `dlsym` under each; Intel's own benchmarks; MPIs pmtrace cannot
-//! trace; and ranks without the library under both Open MPIs. `make
-//! matrix` builds everything they run.
+//! libpmtrace.so; under each, mpi4py 4 from its wheel, a program that
+//! reaches MPI through `dlsym`, and a library opened with `RTLD_DEEPBIND`;
+//! Intel's own benchmarks; MPIs pmtrace cannot trace; and ranks without
+//! the library under both Open MPIs. `make matrix` builds everything they
+//! run.
 
 use crate::check_on;
 use crate::exports::{check_chrome, check_otf2, check_perfetto};
@@ -123,6 +124,60 @@ fn a_program_calling_mpi_through_dlsym_is_traced_exactly() {
         &[libmpi.to_str().unwrap(), "local"],
         "lamport",
     );
+}
+
+/// The calls of a library that links libmpi, opened with `RTLD_LAZY |
+/// RTLD_DEEPBIND` by a program that opened the MPI library so too (as
+/// Julia runs t8code under MPI.jl: MPI.jl #893), are bound to the MPI
+/// library past the preloaded pmtrace; pmtrace rewrites the library's
+/// tables before its first lookup, and traces every call and message, in
+/// every setup.
+#[test]
+fn a_library_opened_with_rtld_deepbind_is_traced_exactly() {
+    for mpi in Mpi::ALL {
+        let libmpi = mpi.libmpi();
+        let library = mpi.prog("libdlmpi.so");
+        let args = [libmpi.to_str().unwrap(), "deep", library.to_str().unwrap()];
+        let run = check_on(mpi, "matrix", "dlmpi", 4, &args, "lamport");
+        assert!(
+            run.stdout.contains("dlmpi: np=4 sum="),
+            "{mpi:?}: {}",
+            run.stdout
+        );
+    }
+}
+
+/// When the library above initialises MPI from its constructor, inside
+/// `dlopen`, before pmtrace can rewrite its tables, the job runs as
+/// untraced (same output, same exit status), no trace is made, and rank 0
+/// says so in one line at exit, rather than leave no trace unexplained.
+#[test]
+fn mpi_initialised_past_pmtrace_is_said_in_one_line() {
+    for mpi in [Mpi::OpenMpi, Mpi::Mpich5] {
+        let what = format!("{mpi:?}");
+        let dir = scratch(&format!("matrix-ctor-{}", mpi.tag()));
+        let libmpi = mpi.libmpi();
+        let library = mpi.prog("libdlmpi.so");
+        let args = [libmpi.to_str().unwrap(), "ctor", library.to_str().unwrap()];
+        let prog = mpi.prog("dlmpi");
+        let plain = mpirun_on(mpi, &dir, 4, &prog, &args, Mode::Plain, &[]);
+        assert_eq!(plain.code, 0, "{what}: {}", plain.stderr);
+        assert!(plain.stdout.contains("dlmpi: np=4 sum="), "{what}");
+        let traced = mpirun_on(mpi, &dir, 4, &prog, &args, Mode::Preload, &[]);
+        assert_eq!(traced.code, 0, "{what}: {}", traced.stderr);
+        assert_eq!(traced.stdout, plain.stdout, "{what}");
+        let lines = traced.stderr_lines();
+        assert_eq!(lines.len(), 1, "{what}: {lines:?}");
+        assert!(
+            lines[0].starts_with("pmtrace: warning: MPI ran in this process (")
+                && lines[0].ends_with(
+                    "without its MPI_Init passing through pmtrace, so nothing was traced"
+                ),
+            "{what}: {}",
+            lines[0]
+        );
+        assert!(!traced.trace.exists(), "{what}: a trace was made");
+    }
 }
 
 /// A program whose MPI pmtrace cannot trace runs as untraced (same output,

@@ -3,6 +3,15 @@
  * C libraries packaged for it; argv[2] = "local" for RTLD_LOCAL alone) and
  * calls every MPI function through a pointer from dlsym on that handle.
  * Open MPI's predefined handles are its objects, looked up the same way.
+ *
+ * argv[2] = "deep" LIBRARY: as Julia runs t8code under MPI.jl. It opens
+ * the MPI library as above, then LIBRARY (this file built with -DLIBRARY:
+ * the traffic, linked with its MPI as usual, so that it needs libmpi) with
+ * RTLD_LAZY | RTLD_DEEPBIND, and calls the traffic through dlsym: the
+ * library's own calls are bound to the MPI library first, past any
+ * preloaded one. argv[2] = "ctor" LIBRARY: the same, but LIBRARY calls
+ * MPI_Init from its constructor, inside dlopen.
+ *
  * Built with -DLINKED it is the same program linked with its MPI as usual
  * (`traffic`), which takes no argument.
  *
@@ -14,7 +23,7 @@
 #include <dlfcn.h>
 #include "expect.h"
 
-#ifndef LINKED
+#if !defined(LINKED) && !defined(LIBRARY)
 static void *lib;
 
 static void *sym(const char *name) {
@@ -62,25 +71,25 @@ FUNCTIONS(DECLARE)
 #define MPI_Get_count p_MPI_Get_count
 #endif
 
-int main(int argc, char **argv) {
-#ifndef LINKED
-    if (argc < 2) {
-        fprintf(stderr, "usage: dlmpi LIBMPI [local]\n");
-        return 2;
-    }
-    int mode = RTLD_LAZY | RTLD_LOCAL;
-    if (argc < 3 || strcmp(argv[2], "local") != 0)
-        mode |= RTLD_DEEPBIND;
-    lib = dlopen(argv[1], mode);
-    if (!lib) {
-        fprintf(stderr, "dlmpi: %s\n", dlerror());
-        return 2;
-    }
-    FUNCTIONS(LOAD)
-#endif
+#ifdef LIBRARY
+/* Set by the constructor when it initialised MPI (DLMPI_INIT_EARLY). */
+static int initialised_early;
 
+__attribute__((constructor)) static void init_early(void) {
+    if (getenv("DLMPI_INIT_EARLY")) {
+        MPI_Init(NULL, NULL);
+        initialised_early = 1;
+    }
+}
+#define traffic dlmpi_traffic
+#else
+static const int initialised_early = 0;
+static
+#endif
+int traffic(int argc, char **argv) {
     int rank, size;
-    C(MPI_Init, &argc, &argv);
+    if (!initialised_early)
+        C(MPI_Init, &argc, &argv);
     C(MPI_Comm_rank, MPI_COMM_WORLD, &rank);
     C(MPI_Comm_size, MPI_COMM_WORLD, &size);
     int right = (rank + 1) % size, left = (rank + size - 1) % size;
@@ -152,8 +161,45 @@ int main(int argc, char **argv) {
     }
     expect_write(rank);
     MPI_Finalize();
-#ifndef LINKED
-    dlclose(lib);
-#endif
     return 0;
 }
+
+#ifndef LIBRARY
+int main(int argc, char **argv) {
+#ifdef LINKED
+    return traffic(argc, argv);
+#else
+    if (argc < 2) {
+        fprintf(stderr, "usage: dlmpi LIBMPI [local | deep LIBRARY | ctor LIBRARY]\n");
+        return 2;
+    }
+    int mode = RTLD_LAZY | RTLD_LOCAL;
+    if (argc < 3 || strcmp(argv[2], "local") != 0)
+        mode |= RTLD_DEEPBIND;
+    lib = dlopen(argv[1], mode);
+    if (!lib) {
+        fprintf(stderr, "dlmpi: %s\n", dlerror());
+        return 2;
+    }
+    if (argc > 3 && (strcmp(argv[2], "deep") == 0 || strcmp(argv[2], "ctor") == 0)) {
+        if (strcmp(argv[2], "ctor") == 0)
+            setenv("DLMPI_INIT_EARLY", "1", 1);
+        void *library = dlopen(argv[3], RTLD_LAZY | RTLD_LOCAL | RTLD_DEEPBIND);
+        if (!library) {
+            fprintf(stderr, "dlmpi: %s\n", dlerror());
+            return 2;
+        }
+        int (*run)(int, char **) = (int (*)(int, char **))dlsym(library, "dlmpi_traffic");
+        if (!run) {
+            fprintf(stderr, "dlmpi: %s\n", dlerror());
+            return 2;
+        }
+        return run(argc, argv);
+    }
+    FUNCTIONS(LOAD)
+    int rc = traffic(argc, argv);
+    dlclose(lib);
+    return rc;
+#endif
+}
+#endif
