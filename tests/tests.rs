@@ -982,7 +982,7 @@ fn the_library_exports_only_mpi_symbols_and_the_cli_none() {
         })
         .collect();
     assert!(foreign.is_empty(), "non-MPI exports: {foreign:?}");
-    // Two levels for stacking (next.rs): each inner PMPI_X has its MPI_X.
+    // Two levels for stacking (crates/linkage/src/definitions.rs): each inner PMPI_X has its MPI_X.
     let lone: Vec<&String> = lib
         .iter()
         .filter(|s| s.starts_with("PMPI_") && !lib.contains(&s[1..].to_string()))
