@@ -13,6 +13,9 @@
 //! - `lifecycle`: the hand-written Init/Finalize/Abort/Pcontrol;
 //! - `hooks`: what each kind of call records;
 //! - `piggyback`: the hidden header on every message, and the clocks;
+//!   its parts are `piggyback_*` (lamport, header, routes, send, deliver,
+//!   replace, slots), with `large_headers` (headers sent apart from large
+//!   messages) and `header_rings` (their rings in shared memory on a node);
 //! - `peers`: finds ranks that run without pmtrace, before any message;
 //! - `offsets`: clock offsets to rank 0 at init and finalize;
 //! - `recorder`: per-thread buffers in mapped file pages;
@@ -25,7 +28,6 @@
 //! Nothing here is exported by name: the front exports the MPI symbols and
 //! the phase API of `include/pmtrace.h`, from `EXPORTS`.
 
-mod apart;
 mod buffers;
 mod clock;
 mod comms;
@@ -33,14 +35,22 @@ mod config;
 mod ffi;
 mod flusher;
 mod guard;
+mod header_rings;
 mod hooks;
+mod large_headers;
 mod library;
 mod lifecycle;
-mod node;
 mod offsets;
 mod orphans;
 mod peers;
 mod piggyback;
+mod piggyback_deliver;
+mod piggyback_header;
+mod piggyback_lamport;
+mod piggyback_replace;
+mod piggyback_routes;
+mod piggyback_send;
+mod piggyback_slots;
 mod recorder;
 mod requests;
 mod spawn;

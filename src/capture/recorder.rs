@@ -43,7 +43,7 @@ pub struct CommInfo {
     /// `MPI_Comm_idup`s on this communicator.
     pub idups: AtomicU64,
     /// World rank of each (remote) rank, -1 outside this world; made when
-    /// a large message first needs it (`apart`).
+    /// a large message first needs it (`large_headers`).
     pub world_ranks: std::sync::OnceLock<Box<[core::ffi::c_int]>>,
 }
 
