@@ -11,7 +11,7 @@
 //! - `mpi`: generated too: the function table and the real MPI functions
 //!   below pmtrace, which every other module calls;
 //! - `lifecycle`: the hand-written Init/Finalize/Abort/Pcontrol;
-//! - `hooks`: what each kind of call records;
+//! - `hooks`: what each kind of call records, by family in `hooks_*`;
 //! - `piggyback`: the hidden header on every message, and the clocks;
 //!   its parts are `piggyback_*` (lamport, header, routes, send, deliver,
 //!   replace, slots), with `large_headers` (headers sent apart from large
@@ -32,11 +32,17 @@ mod buffers;
 mod clock;
 mod comms;
 mod config;
+mod exclusion;
 mod ffi;
 mod flusher;
 mod guard;
 mod header_rings;
 mod hooks;
+mod hooks_call;
+mod hooks_colls;
+mod hooks_comms;
+mod hooks_p2p;
+mod hooks_requests;
 mod large_headers;
 mod library;
 mod lifecycle;
@@ -53,6 +59,7 @@ mod piggyback_send;
 mod piggyback_slots;
 mod recorder;
 mod requests;
+mod scratch;
 mod spawn;
 
 /// Which loaded object defines what (shared by every interface's build).
