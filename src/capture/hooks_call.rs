@@ -17,6 +17,7 @@ use crate::guard::Guard;
 use crate::piggyback;
 use crate::recorder::{Recorder, Writer};
 use crate::requests::{key, Op, OpKind, REQUESTS};
+use crate::thread::Thread;
 use core::ffi::c_int;
 use pmtrace_format::record::{LIST_BATCH, MAX_FIXED_RECORD, MAX_LIST_ITEM};
 
@@ -46,6 +47,12 @@ impl<'g> Call<'g> {
         self.guard.recorder()
     }
 
+    /// The thread's recorder and state together.
+    #[inline(always)]
+    pub fn thread(&self) -> &mut Thread {
+        self.guard.thread()
+    }
+
     #[inline(always)]
     pub fn ok(&self) -> bool {
         self.rc == 0
@@ -65,7 +72,7 @@ impl<'g> Call<'g> {
         if !self.ok() {
             return 0;
         }
-        self.rec().types.bytes(count, datatype)
+        self.thread().state.types.bytes(count, datatype)
     }
 
     /// Starts this call's record with room for a fixed-size payload.
@@ -125,7 +132,7 @@ pub fn guarded(f: impl FnOnce()) {
 #[inline(always)]
 pub fn comm_info(call: &Call, comm: MPI_Comm) -> &'static CommInfo {
     if call.ok() {
-        comms::resolve(comm, call.rec(), call.t0)
+        comms::resolve(comm, call.thread(), call.t0)
     } else {
         comms::lookup(comm).unwrap_or_else(|| comms::unknown(call.rec(), call.t0))
     }

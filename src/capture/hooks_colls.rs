@@ -397,7 +397,7 @@ impl Call<'_> {
                 let data = self.bytes(args.count, args.datatype);
                 (data, data)
             }
-            _ => coll_bytes(&mut self.rec().types, shape, args, info),
+            _ => coll_bytes(&mut self.thread().state.types, shape, args, info),
         }
     }
 }

@@ -31,11 +31,11 @@ pub fn comm_new(call: Call, parent: Option<MPI_Comm>, newcomm: *mut MPI_Comm, or
             if ffi::handle_key(c) == ffi::handle_key(unsafe { ffi::RSMPI_COMM_NULL }) {
                 None
             } else {
-                let (rec, t) = (call.rec(), call.t0);
+                let t = call.t0;
                 Some(match origin {
-                    Origin::Constructed => comms::define_constructed(c, rec, t),
-                    Origin::Dynamic => comms::define_dynamic(c, rec, t),
-                    Origin::Parent => comms::resolve(c, rec, t),
+                    Origin::Constructed => comms::define_constructed(c, call.rec(), t),
+                    Origin::Dynamic => comms::define_dynamic(c, call.rec(), t),
+                    Origin::Parent => comms::resolve(c, call.thread(), t),
                 })
             }
         } else {

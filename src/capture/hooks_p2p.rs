@@ -129,10 +129,10 @@ pub fn recv_prepare(
     tag: c_int,
     comm: MPI_Comm,
 ) -> Option<RecvSlot> {
-    let rec = guard.recorder();
-    let info = comms::cached(comm, rec)?;
-    let posted = rec.types.cached_bytes(count, datatype)?;
-    rec.prepare_recv(&PendingRecv {
+    let thread = guard.thread();
+    let info = comms::cached(comm, &thread.state)?;
+    let posted = thread.state.types.cached_bytes(count, datatype)?;
+    thread.recorder.prepare_recv(&PendingRecv {
         func,
         t0,
         src,

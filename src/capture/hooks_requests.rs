@@ -27,7 +27,7 @@ pub fn before_start(guard: &Guard, t0: u64, requests: &[MPI_Request], slots: *co
             .get(key(h), slot_at(slots, i))
             .filter(|op| op.persistent)
         {
-            piggyback::before_start(op.pb, guard.recorder(), t0);
+            piggyback::before_start(op.pb, guard.thread(), t0);
         }
     }
 }

@@ -18,7 +18,8 @@
 //!   messages) and `header_rings` (their rings in shared memory on a node);
 //! - `peers`: finds ranks that run without pmtrace, before any message;
 //! - `offsets`: clock offsets to rank 0 at init and finalize;
-//! - `recorder`: per-thread buffers in mapped file pages;
+//! - `recorder`: per-thread buffers in mapped file pages, which it
+//!   encodes records into; `thread`: the state a thread keeps beside it;
 //! - `flusher`: the background writer thread that owns the file;
 //! - `comms`, `requests`: communicator ids and live request state;
 //! - `library`: the running library's version and quirks;
@@ -61,6 +62,7 @@ mod recorder;
 mod requests;
 mod scratch;
 mod spawn;
+mod thread;
 
 /// Which loaded object defines what (shared by every interface's build).
 pub(crate) use pmtrace_linkage as next;

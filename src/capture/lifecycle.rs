@@ -819,8 +819,10 @@ fn abort_around(
         let comm: MPI_Comm = ffi::Wide::narrow(wide);
         let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             let t0 = clock::now();
-            let rec = guard.as_ref().map(|g| g.recorder());
-            let index = rec.map(|r| comms::resolve(comm, r, t0).index).unwrap_or(0);
+            let thread = guard.as_ref().map(|g| g.thread());
+            let index = thread
+                .map(|th| comms::resolve(comm, th, t0).index)
+                .unwrap_or(0);
             seal(
                 guard.as_ref().map(|g| g.recorder()),
                 ids::MPI_ABORT,

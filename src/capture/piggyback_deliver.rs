@@ -17,7 +17,7 @@ use crate::piggyback_lamport::{on, receive_clock};
 use crate::piggyback_routes::{
     bottom, copy_bytes, copy_out, free_type, struct_type, Route, COPY_MAX,
 };
-use crate::recorder::Recorder;
+use crate::thread::Thread;
 use core::ffi::{c_int, c_void};
 use parking_lot::Mutex;
 
@@ -118,18 +118,18 @@ pub struct In {
 impl In {
     #[inline(always)]
     pub fn new(
-        rec: &mut Recorder,
+        thread: &mut Thread,
         buf: *mut c_void,
         count: i64,
         datatype: MPI_Datatype,
         rx: Rx,
     ) -> In {
-        In::new_with(rec, buf, count, datatype, rx, true)
+        In::new_with(thread, buf, count, datatype, rx, true)
     }
 
     #[inline(always)]
     pub fn new_with(
-        rec: &mut Recorder,
+        thread: &mut Thread,
         buf: *mut c_void,
         count: i64,
         datatype: MPI_Datatype,
@@ -154,7 +154,7 @@ impl In {
         if !on() {
             return inp;
         }
-        let Some((bytes, dense)) = rec.types.layout(count, datatype) else {
+        let Some((bytes, dense)) = thread.state.types.layout(count, datatype) else {
             return inp;
         };
         inp.land.posted = bytes;
@@ -162,18 +162,18 @@ impl In {
         let h = header_len();
         if dense && bytes <= COPY_MAX {
             inp.land.route = Route::Staged;
-            inp.land.area = rec.stage_in(h + bytes as usize);
+            inp.land.area = thread.state.stage_in(h + bytes as usize);
             inp.buf = inp.land.area as *mut c_void;
             inp.count = (h + bytes as usize) as i64;
             inp.datatype = ffi::consts().byte;
         } else if may_leave && dense && untouched(bytes, &rx) {
             inp.land.route = Route::Untouched;
             let keep = saved_len(bytes);
-            inp.land.area = rec.stage_in(keep);
+            inp.land.area = thread.state.stage_in(keep);
             // SAFETY: the user's buffer holds `bytes` ≥ `keep` bytes.
             unsafe { core::ptr::copy_nonoverlapping(buf as *const u8, inp.land.area, keep) };
         } else {
-            let area = rec.stage_in(h);
+            let area = thread.state.stage_in(h);
             if let Some(t) = struct_type(area, buf, count, datatype) {
                 inp.land.area = area;
                 inp.buf = bottom() as *mut c_void;

@@ -19,7 +19,7 @@
 
 use crate::large_headers;
 use crate::piggyback_lamport::{self as lamport, Mode};
-use crate::recorder::Recorder;
+use crate::thread::Thread;
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 
 pub use crate::recorder::Got;
@@ -52,8 +52,8 @@ pub fn header_len() -> usize {
 
 /// Fills a header at `dst` for the next message of this thread.
 #[inline(always)]
-pub fn write_header(dst: *mut u8, rec: &mut Recorder, t0: u64) {
-    let id = rec.next_msg_id();
+pub fn write_header(dst: *mut u8, thread: &mut Thread, t0: u64) {
+    let id = thread.next_msg_id();
     let lc = lamport::clock();
     // SAFETY: `dst` has room for a whole header (callers size it so).
     unsafe {

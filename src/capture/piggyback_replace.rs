@@ -10,7 +10,7 @@ use crate::piggyback_header::{header_len, write_header, Got};
 use crate::piggyback_lamport::on;
 use crate::piggyback_routes::{copy_bytes, copy_out, Route};
 use crate::piggyback_send::{apart_header, To};
-use crate::recorder::Recorder;
+use crate::thread::Thread;
 use core::ffi::{c_int, c_void};
 
 /// The arguments of `MPI_Sendrecv_replace`: the user's buffer with its
@@ -43,7 +43,7 @@ impl In {
     /// data) go out from the area the reply comes back into; a message that
     /// goes apart goes from a copy.
     pub fn replace(
-        rec: &mut Recorder,
+        thread: &mut Thread,
         t0: u64,
         buf: *mut c_void,
         count: i64,
@@ -51,8 +51,8 @@ impl In {
         to: To,
         rx: Rx,
     ) -> Replace {
-        if let Some(copy) = replace_apart(rec, t0, buf, count, datatype, to) {
-            let inp = In::new(rec, buf, count, datatype, rx);
+        if let Some(copy) = replace_apart(thread, t0, buf, count, datatype, to) {
+            let inp = In::new(thread, buf, count, datatype, rx);
             return Replace {
                 buf: inp.buf,
                 count: inp.count,
@@ -61,9 +61,9 @@ impl In {
                 copy,
             };
         }
-        let inp = In::new_with(rec, buf, count, datatype, rx, false);
+        let inp = In::new_with(thread, buf, count, datatype, rx, false);
         if !inp.land.area.is_null() {
-            write_header(inp.land.area, rec, t0);
+            write_header(inp.land.area, thread, t0);
             if inp.land.route == Route::Staged {
                 // SAFETY: dense user data of `posted` bytes into the staging area.
                 unsafe {
@@ -94,7 +94,7 @@ pub fn apart_send(copy: &[u8]) -> Option<(*const c_void, i64)> {
 /// A replace's message that goes apart: its data copied out (packed, for
 /// a non-contiguous type) and its header sent. None: inline.
 pub fn replace_apart(
-    rec: &mut Recorder,
+    thread: &mut Thread,
     t0: u64,
     buf: *mut c_void,
     count: i64,
@@ -104,9 +104,9 @@ pub fn replace_apart(
     if !on() {
         return None;
     }
-    let (bytes, dense) = rec.types.layout(count, datatype)?;
+    let (bytes, dense) = thread.state.types.layout(count, datatype)?;
     large_headers::destination(to.comm, to.dest, to.tag, bytes)?;
     let copy = copy_out(buf, count, datatype, bytes, dense)?;
-    apart_header(rec, t0, to, bytes);
+    apart_header(thread, t0, to, bytes);
     Some(copy)
 }

@@ -8,7 +8,7 @@ use crate::large_headers;
 use crate::piggyback_header::{header_len, write_header};
 use crate::piggyback_lamport::on;
 use crate::piggyback_routes::{bottom, copy_bytes, free_type, struct_type, COPY_MAX};
-use crate::recorder::Recorder;
+use crate::thread::Thread;
 use core::ffi::{c_int, c_void};
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 
@@ -24,9 +24,9 @@ pub struct Out {
 /// message id and clock tick, as a failing send with a header does: the
 /// analysis replays the ids over every send call (`send_ids`).
 #[cold]
-pub fn skip_header(rec: &mut Recorder, t0: u64) {
-    let scratch = rec.stage_out(header_len());
-    write_header(scratch, rec, t0);
+pub fn skip_header(thread: &mut Thread, t0: u64) {
+    let scratch = thread.state.stage_out(header_len());
+    write_header(scratch, thread, t0);
 }
 
 /// MPICH's `MPI_Isendrecv(_replace)` leave the byte count of the
@@ -79,20 +79,20 @@ impl To {
 /// A message of `bytes` bytes to `to` goes apart: its header is sent now,
 /// before the data. False when it goes inline.
 #[inline(always)]
-pub fn send_apart(rec: &mut Recorder, t0: u64, to: To, bytes: u64) -> bool {
+pub fn send_apart(thread: &mut Thread, t0: u64, to: To, bytes: u64) -> bool {
     if !large_headers::beyond(bytes) {
         return false;
     }
-    apart_header(rec, t0, to, bytes)
+    apart_header(thread, t0, to, bytes)
 }
 
 #[inline(never)]
-pub fn apart_header(rec: &mut Recorder, t0: u64, to: To, bytes: u64) -> bool {
+pub fn apart_header(thread: &mut Thread, t0: u64, to: To, bytes: u64) -> bool {
     let Some((world, gid)) = large_headers::destination(to.comm, to.dest, to.tag, bytes) else {
         return false;
     };
     large_headers::send(world, gid, to.tag, bytes, header_len(), |dst| {
-        write_header(dst, rec, t0)
+        write_header(dst, thread, t0)
     });
     true
 }
@@ -102,7 +102,7 @@ impl Out {
     /// thread's own, valid until its next call.
     #[inline(always)]
     pub fn new(
-        rec: &mut Recorder,
+        thread: &mut Thread,
         t0: u64,
         buf: *const c_void,
         count: i64,
@@ -118,18 +118,18 @@ impl Out {
         if !on() {
             return out;
         }
-        let Some((bytes, dense)) = rec.types.layout(count, datatype) else {
-            skip_header(rec, t0);
+        let Some((bytes, dense)) = thread.state.types.layout(count, datatype) else {
+            skip_header(thread, t0);
             return out;
         };
-        if send_apart(rec, t0, to, bytes) {
+        if send_apart(thread, t0, to, bytes) {
             return out;
         }
         let h = header_len();
         if dense && bytes <= COPY_MAX {
             let n = bytes;
-            let stage = rec.stage_out(h + n as usize);
-            write_header(stage, rec, t0);
+            let stage = thread.state.stage_out(h + n as usize);
+            write_header(stage, thread, t0);
             // SAFETY: the user's buffer holds `n` dense bytes; the
             // staging buffer has room for header and data.
             unsafe { copy_bytes(buf as *const u8, stage.add(h), n as usize) };
@@ -137,8 +137,8 @@ impl Out {
             out.count = (h + n as usize) as i64;
             out.datatype = ffi::consts().byte;
         } else {
-            let hdr = rec.stage_out(h);
-            write_header(hdr, rec, t0);
+            let hdr = thread.state.stage_out(h);
+            write_header(hdr, thread, t0);
             if let Some(t) = struct_type(hdr, buf, count, datatype) {
                 out.buf = bottom();
                 out.count = 1;

@@ -24,7 +24,7 @@ use crate::piggyback_routes::{bottom, copy_bytes, free_type, struct_type, Route,
 use crate::piggyback_send::{
     apart_header, isendrecv_blind, isendrecv_stage_max, send_apart, skip_header, To,
 };
-use crate::recorder::Recorder;
+use crate::thread::Thread;
 use core::ffi::{c_int, c_void};
 use parking_lot::Mutex;
 
@@ -243,16 +243,16 @@ fn slot_args(
 
 /// Refills a send slot's header (and staged data) for the message about to
 /// go, or sends the header of a message that goes apart.
-fn load_send(slot: &mut Slot, rec: &mut Recorder, t0: u64) {
+fn load_send(slot: &mut Slot, thread: &mut Thread, t0: u64) {
     if let Some(to) = slot.apart {
-        if !apart_header(rec, t0, to, slot.posted) {
+        if !apart_header(thread, t0, to, slot.posted) {
             // The destination can no longer be told (never expected): the
             // id is taken as for any send.
-            skip_header(rec, t0);
+            skip_header(thread, t0);
         }
         return;
     }
-    write_header(slot.area.as_mut_ptr(), rec, t0);
+    write_header(slot.area.as_mut_ptr(), thread, t0);
     if slot.route == Route::Staged {
         let h = header_len();
         let n = slot.area.len() - h;
@@ -263,7 +263,7 @@ fn load_send(slot: &mut Slot, rec: &mut Recorder, t0: u64) {
 
 /// Isend (and modes) and Send_init (and modes).
 pub fn post_send(
-    rec: &mut Recorder,
+    thread: &mut Thread,
     t0: u64,
     buf: *const c_void,
     count: i64,
@@ -271,13 +271,13 @@ pub fn post_send(
     to: To,
     persistent: bool,
 ) -> Posted {
-    post_send_up_to(rec, t0, buf, count, datatype, to, persistent, COPY_MAX)
+    post_send_up_to(thread, t0, buf, count, datatype, to, persistent, COPY_MAX)
 }
 
 /// The send half of `MPI_Isendrecv`.
 #[cfg_attr(not(mpi4), allow(dead_code))]
 pub fn post_isendrecv_send(
-    rec: &mut Recorder,
+    thread: &mut Thread,
     t0: u64,
     buf: *const c_void,
     count: i64,
@@ -285,7 +285,7 @@ pub fn post_isendrecv_send(
     to: To,
 ) -> Posted {
     post_send_up_to(
-        rec,
+        thread,
         t0,
         buf,
         count,
@@ -299,7 +299,7 @@ pub fn post_isendrecv_send(
 /// The receive half of `MPI_Isendrecv`.
 #[cfg_attr(not(mpi4), allow(dead_code))]
 pub fn post_isendrecv_recv(
-    rec: &mut Recorder,
+    thread: &mut Thread,
     buf: *mut c_void,
     count: i64,
     datatype: MPI_Datatype,
@@ -307,10 +307,10 @@ pub fn post_isendrecv_recv(
     tag: c_int,
 ) -> Posted {
     if !isendrecv_blind() {
-        return post_recv_up_to(rec, buf, count, datatype, rx, tag, false, COPY_MAX, true);
+        return post_recv_up_to(thread, buf, count, datatype, rx, tag, false, COPY_MAX, true);
     }
     // No status to size a staged message by: the data goes in place.
-    let mut p = post_recv_up_to(rec, buf, count, datatype, rx, tag, false, 0, false);
+    let mut p = post_recv_up_to(thread, buf, count, datatype, rx, tag, false, 0, false);
     if let Some(slot) = p.slot.as_mut() {
         slot.blind = true;
     }
@@ -319,7 +319,7 @@ pub fn post_isendrecv_recv(
 
 #[allow(clippy::too_many_arguments)]
 fn post_send_up_to(
-    rec: &mut Recorder,
+    thread: &mut Thread,
     t0: u64,
     buf: *const c_void,
     count: i64,
@@ -332,15 +332,15 @@ fn post_send_up_to(
     if !on() {
         return Posted::passthrough(buf, count, datatype);
     }
-    let Some((bytes, dense)) = rec.types.layout(count, datatype) else {
+    let Some((bytes, dense)) = thread.state.types.layout(count, datatype) else {
         if !persistent {
-            skip_header(rec, t0);
+            skip_header(thread, t0);
         }
         return Posted::passthrough(buf, count, datatype);
     };
     if large_headers::beyond(bytes) {
         if !persistent {
-            if send_apart(rec, t0, to, bytes) {
+            if send_apart(thread, t0, to, bytes) {
                 return Posted::passthrough(buf, count, datatype);
             }
         } else if large_headers::destination(to.comm, to.dest, to.tag, bytes).is_some() {
@@ -375,7 +375,7 @@ fn post_send_up_to(
         return Posted::passthrough(buf, count, datatype);
     };
     if !persistent {
-        load_send(&mut slot, rec, t0);
+        load_send(&mut slot, thread, t0);
         slot.active = true;
     }
     let (b, c, d) = slot_args(&slot, buf, count, datatype);
@@ -389,7 +389,7 @@ fn post_send_up_to(
 
 /// Irecv, Recv_init, Imrecv.
 pub fn post_recv(
-    rec: &mut Recorder,
+    thread: &mut Thread,
     buf: *mut c_void,
     count: i64,
     datatype: MPI_Datatype,
@@ -398,13 +398,13 @@ pub fn post_recv(
     persistent: bool,
 ) -> Posted {
     post_recv_up_to(
-        rec, buf, count, datatype, rx, tag, persistent, COPY_MAX, true,
+        thread, buf, count, datatype, rx, tag, persistent, COPY_MAX, true,
     )
 }
 
 #[allow(clippy::too_many_arguments)]
 fn post_recv_up_to(
-    rec: &mut Recorder,
+    thread: &mut Thread,
     buf: *mut c_void,
     count: i64,
     datatype: MPI_Datatype,
@@ -417,7 +417,7 @@ fn post_recv_up_to(
     if !on() {
         return Posted::passthrough(buf, count, datatype);
     }
-    let Some((bytes, dense)) = rec.types.layout(count, datatype) else {
+    let Some((bytes, dense)) = thread.state.types.layout(count, datatype) else {
         return Posted::passthrough(buf, count, datatype);
     };
     let route = if dense && bytes <= stage_max {
@@ -451,7 +451,7 @@ fn post_recv_up_to(
 #[allow(clippy::too_many_arguments)]
 #[cfg_attr(not(mpi4), allow(dead_code))]
 pub fn post_replace(
-    rec: &mut Recorder,
+    thread: &mut Thread,
     t0: u64,
     buf: *mut c_void,
     count: i64,
@@ -463,14 +463,14 @@ pub fn post_replace(
     if !on() {
         return Posted::passthrough(buf, count, datatype);
     }
-    if let Some(copy) = replace_apart(rec, t0, buf, count, datatype, to) {
-        let mut p = post_isendrecv_recv(rec, buf, count, datatype, rx, tag);
+    if let Some(copy) = replace_apart(thread, t0, buf, count, datatype, to) {
+        let mut p = post_isendrecv_recv(thread, buf, count, datatype, rx, tag);
         match p.slot.as_mut() {
             Some(slot) => slot.copy = copy,
             None => {
                 // No slot to keep the copy (piggybacking off, or the
                 // receive half refused): the call stays a replace, inline.
-                skip_header(rec, t0);
+                skip_header(thread, t0);
             }
         }
         return p;
@@ -480,13 +480,15 @@ pub fn post_replace(
     } else {
         COPY_MAX
     };
-    let mut p = post_recv_up_to(rec, buf, count, datatype, rx, tag, false, stage_max, false);
+    let mut p = post_recv_up_to(
+        thread, buf, count, datatype, rx, tag, false, stage_max, false,
+    );
     match p.slot.as_mut() {
         Some(slot) => {
-            load_send(slot, rec, t0);
+            load_send(slot, thread, t0);
             slot.blind = isendrecv_blind();
         }
-        None => skip_header(rec, t0),
+        None => skip_header(thread, t0),
     }
     p
 }
@@ -520,7 +522,7 @@ pub fn posted_recv(slot: usize, ok: bool) {
 
 /// Before `MPI_Start`: a persistent send loads its next message, a
 /// persistent receive takes a new post number.
-pub fn before_start(slot: usize, rec: &mut Recorder, t0: u64) {
+pub fn before_start(slot: usize, thread: &mut Thread, t0: u64) {
     if slot == 0 {
         return;
     }
@@ -528,7 +530,7 @@ pub fn before_start(slot: usize, rec: &mut Recorder, t0: u64) {
     let s = unsafe { &mut *(slot as *mut Slot) };
     s.active = true;
     if s.send {
-        load_send(s, rec, t0);
+        load_send(s, thread, t0);
     } else {
         s.post = next_post();
         s.got = None;
