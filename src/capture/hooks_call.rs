@@ -20,6 +20,7 @@ use crate::requests::{key, Op, OpKind, REQUESTS};
 use crate::thread::Thread;
 use core::ffi::c_int;
 use pmtrace_format::record::{LIST_BATCH, MAX_FIXED_RECORD, MAX_LIST_ITEM};
+use pmtrace_format::varint::Sink;
 
 /// One traced call: its id, times and return code.
 pub struct Call<'g> {
@@ -92,6 +93,34 @@ impl<'g> Call<'g> {
             self.rc,
             MAX_FIXED_RECORD + piggyback::record_room(),
         )
+    }
+
+    /// Records `items` as a list: this call's record holds the first
+    /// `list_batch()` of them, continuations the rest. `put` writes one
+    /// batch, given the index of its first item.
+    #[inline(always)]
+    pub fn put_list<T>(&self, items: &[T], mut put: impl FnMut(&mut Writer, &[T], usize)) {
+        let mut batches = items.chunks(list_batch());
+        let first = batches.next().unwrap_or(&[]);
+        let Some(mut w) = self.begin_list(first.len()) else {
+            return;
+        };
+        w.put_u(first.len() as u64);
+        put(&mut w, first, 0);
+        w.commit();
+        let mut done = first.len();
+        for batch in batches {
+            let Some(mut w) = self
+                .rec()
+                .begin_continuation(32 + batch.len() * item_room())
+            else {
+                return;
+            };
+            w.put_u(batch.len() as u64);
+            put(&mut w, batch, done);
+            w.commit_part();
+            done += batch.len();
+        }
     }
 
     /// Starts this call's record with room for a list of `items`.

@@ -431,44 +431,11 @@ pub fn put_coll(
 }
 
 pub fn coll(call: Call, shape: Shape, args: &CollArgs) {
-    guarded(|| {
-        let info = comm_info(&call, args.comm);
-        let seq = next_seq(info);
-        let (sent, recvd) = call.coll_bytes(shape, args, info);
-        if let Some(mut r) = call.begin() {
-            put_coll(
-                &mut r,
-                info,
-                seq,
-                shape.rooted().then_some(args.root),
-                sent,
-                recvd,
-            );
-            r.commit();
-        }
-    })
+    guarded(|| record_coll(&call, shape, args, None))
 }
 
 pub fn icoll(call: Call, shape: Shape, args: &CollArgs, request: *mut MPI_Request) {
-    guarded(|| {
-        let info = comm_info(&call, args.comm);
-        let seq = next_seq(info);
-        let (sent, recvd) = call.coll_bytes(shape, args, info);
-        let Some(mut r) = call.begin() else { return };
-        put_coll(
-            &mut r,
-            info,
-            seq,
-            shape.rooted().then_some(args.root),
-            sent,
-            recvd,
-        );
-        if call.ok() {
-            let id = r.take_op();
-            register(request, id, OpKind::Coll, false, 0);
-        }
-        r.commit();
-    })
+    guarded(|| record_coll(&call, shape, args, Some((request, false))))
 }
 
 /// A persistent collective (`MPI_*_init`): its sequence number is taken
@@ -476,23 +443,27 @@ pub fn icoll(call: Call, shape: Shape, args: &CollArgs, request: *mut MPI_Reques
 /// the request is an instance of its own (see `start`).
 #[cfg_attr(not(mpi4), allow(dead_code))]
 pub fn pcoll(call: Call, shape: Shape, args: &CollArgs, request: *mut MPI_Request) {
-    guarded(|| {
-        let info = comm_info(&call, args.comm);
-        let seq = next_seq(info);
-        let (sent, recvd) = call.coll_bytes(shape, args, info);
-        let Some(mut r) = call.begin() else { return };
-        put_coll(
-            &mut r,
-            info,
-            seq,
-            shape.rooted().then_some(args.root),
-            sent,
-            recvd,
-        );
-        if call.ok() {
-            let id = r.take_op();
-            register(request, id, OpKind::Coll, true, 0);
-        }
-        r.commit();
-    })
+    guarded(|| record_coll(&call, shape, args, Some((request, true))))
+}
+
+/// Records a collective; one that creates an operation (its request, and
+/// whether it is persistent) gets the operation's id, under its handle.
+#[inline(always)]
+fn record_coll(
+    call: &Call,
+    shape: Shape,
+    args: &CollArgs,
+    request: Option<(*mut MPI_Request, bool)>,
+) {
+    let info = comm_info(call, args.comm);
+    let seq = next_seq(info);
+    let (sent, recvd) = call.coll_bytes(shape, args, info);
+    let Some(mut r) = call.begin() else { return };
+    let root = shape.rooted().then_some(args.root);
+    put_coll(&mut r, info, seq, root, sent, recvd);
+    if let Some((request, persistent)) = request.filter(|_| call.ok()) {
+        let id = r.take_op();
+        register(request, id, OpKind::Coll, persistent, 0);
+    }
+    r.commit();
 }

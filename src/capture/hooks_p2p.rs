@@ -197,6 +197,19 @@ pub fn recv(
     })
 }
 
+/// The send half (peer, tag, bytes), the receive half (source, tag,
+/// bytes posted) and the communicator of a send-receive.
+#[inline(always)]
+fn put_sendrecv(r: &mut Writer, send: (c_int, c_int, u64), recv: (c_int, c_int, u64), comm: u32) {
+    r.put_i(i64::from(send.0));
+    r.put_i(i64::from(send.1));
+    r.put_u(send.2);
+    r.put_i(i64::from(recv.0));
+    r.put_i(i64::from(recv.1));
+    r.put_u(recv.2);
+    r.put_u(u64::from(comm));
+}
+
 #[allow(clippy::too_many_arguments)]
 pub fn sendrecv(
     call: Call,
@@ -217,13 +230,12 @@ pub fn sendrecv(
         let bytes = call.bytes(sendcount, sendtype);
         let posted = call.bytes(recvcount, recvtype);
         let Some(mut r) = call.begin_pb() else { return };
-        r.put_i(i64::from(dest));
-        r.put_i(i64::from(sendtag));
-        r.put_u(bytes);
-        r.put_i(i64::from(source));
-        r.put_i(i64::from(recvtag));
-        r.put_u(posted);
-        r.put_u(u64::from(info.index));
+        put_sendrecv(
+            &mut r,
+            (dest, sendtag, bytes),
+            (source, recvtag, posted),
+            info.index,
+        );
         put_recv_status(
             &mut r,
             call.ok(),
@@ -280,13 +292,12 @@ pub fn isendrecv(
             piggyback::release(pb);
         }
         if let Some(mut r) = w {
-            r.put_i(i64::from(dest));
-            r.put_i(i64::from(sendtag));
-            r.put_u(bytes);
-            r.put_i(i64::from(source));
-            r.put_i(i64::from(recvtag));
-            r.put_u(posted);
-            r.put_u(u64::from(info.index));
+            put_sendrecv(
+                &mut r,
+                (dest, sendtag, bytes),
+                (source, recvtag, posted),
+                info.index,
+            );
             r.commit();
         }
     })

@@ -7,7 +7,7 @@
 use crate::comms;
 use crate::ffi::{self, MPI_Request, MPI_Status};
 use crate::guard::Guard;
-use crate::hooks_call::{actual, guarded, item_room, list_batch, slot_at, Call};
+use crate::hooks_call::{actual, guarded, slot_at, Call};
 use crate::piggyback::{self, Got};
 use crate::recorder::Writer;
 use crate::requests::{key, OpKind, REQUESTS};
@@ -45,27 +45,9 @@ pub fn start(call: Call, requests: &[MPI_Request], slots: *mut MPI_Request) {
             }
         }
         let n = if call.ok() { requests.len() } else { 0 };
-        let mut batches = requests[..n].chunks(list_batch());
-        let first = batches.next().unwrap_or(&[]);
-        let Some(mut w) = call.begin_list(first.len()) else {
-            return;
-        };
-        w.put_u(first.len() as u64);
-        start_items(&mut w, first, slots);
-        w.commit();
-        let mut done = first.len();
-        for batch in batches {
-            let Some(mut w) = call
-                .rec()
-                .begin_continuation(32 + batch.len() * item_room())
-            else {
-                return;
-            };
-            w.put_u(batch.len() as u64);
-            start_items(&mut w, batch, slot_at(slots, done) as *const MPI_Request);
-            w.commit_part();
-            done += batch.len();
-        }
+        call.put_list(&requests[..n], |w, batch, at| {
+            start_items(w, batch, slot_at(slots, at) as *const MPI_Request)
+        });
     })
 }
 
@@ -311,25 +293,7 @@ fn complete_set(call: &Call, set: &[Completed]) {
     if set.is_empty() && call.leave_out() {
         return;
     }
-    let mut batches = set.chunks(list_batch());
-    let first = batches.next().unwrap_or(&[]);
-    let Some(mut w) = call.begin_list(first.len()) else {
-        return;
-    };
-    w.put_u(first.len() as u64);
-    completion_items(&mut w, first);
-    w.commit();
-    for batch in batches {
-        let Some(mut w) = call
-            .rec()
-            .begin_continuation(32 + batch.len() * item_room())
-        else {
-            return;
-        };
-        w.put_u(batch.len() as u64);
-        completion_items(&mut w, batch);
-        w.commit_part();
-    }
+    call.put_list(set, |w, batch, _| completion_items(w, batch));
 }
 
 fn completion_items(r: &mut Writer, batch: &[Completed]) {

@@ -26,6 +26,19 @@ pub struct Replace {
 }
 
 impl Replace {
+    /// The arguments of the receive `inp` (and of the send, inline), with
+    /// the data of a message that goes apart (`copy`, empty: inline).
+    #[inline(always)]
+    fn with(inp: In, copy: Vec<u8>) -> Replace {
+        Replace {
+            buf: inp.buf,
+            count: inp.count,
+            datatype: inp.datatype,
+            inp,
+            copy,
+        }
+    }
+
     /// A message that goes apart: the copy of the data it sends, as bytes
     /// (the call is then an `MPI_Sendrecv`).
     #[inline(always)]
@@ -52,14 +65,7 @@ impl In {
         rx: Rx,
     ) -> Replace {
         if let Some(copy) = replace_apart(thread, t0, buf, count, datatype, to) {
-            let inp = In::new(thread, buf, count, datatype, rx);
-            return Replace {
-                buf: inp.buf,
-                count: inp.count,
-                datatype: inp.datatype,
-                inp,
-                copy,
-            };
+            return Replace::with(In::new(thread, buf, count, datatype, rx), copy);
         }
         let inp = In::new_with(thread, buf, count, datatype, rx, false);
         if !inp.land.area.is_null() {
@@ -75,13 +81,7 @@ impl In {
                 };
             }
         }
-        Replace {
-            buf: inp.buf,
-            count: inp.count,
-            datatype: inp.datatype,
-            inp,
-            copy: Vec::new(),
-        }
+        Replace::with(inp, Vec::new())
     }
 }
 

@@ -147,6 +147,18 @@ impl Posted {
         }
     }
 
+    /// The arguments a call with `slot` passes instead of the user's, and
+    /// the slot.
+    fn with_slot(slot: Box<Slot>, buf: *mut c_void, count: i64, datatype: MPI_Datatype) -> Posted {
+        let (buf, count, datatype) = slot_args(&slot, buf, count, datatype);
+        Posted {
+            buf,
+            count,
+            datatype,
+            slot: Some(slot),
+        }
+    }
+
     /// The slot as an integer for the request table (0: none).
     pub fn into_slot(self) -> usize {
         self.slot.map_or(0, |b| Box::into_raw(b) as usize)
@@ -378,13 +390,7 @@ fn post_send_up_to(
         load_send(&mut slot, thread, t0);
         slot.active = true;
     }
-    let (b, c, d) = slot_args(&slot, buf, count, datatype);
-    Posted {
-        buf: b,
-        count: c,
-        datatype: d,
-        slot: Some(slot),
-    }
+    Posted::with_slot(slot, buf, count, datatype)
 }
 
 /// Irecv, Recv_init, Imrecv.
@@ -435,13 +441,7 @@ fn post_recv_up_to(
         slot.post = next_post();
         slot.active = true;
     }
-    let (b, c, d) = slot_args(&slot, buf, count, datatype);
-    Posted {
-        buf: b,
-        count: c,
-        datatype: d,
-        slot: Some(slot),
-    }
+    Posted::with_slot(slot, buf, count, datatype)
 }
 
 /// `MPI_Isendrecv_replace`: a receive slot whose area goes out first, with
