@@ -699,7 +699,7 @@ fn around(e: &Entry) -> Result<Around, String> {
         "send" => {
             let [b, c, d] = data(["buf", "count", "datatype"])?;
             a.pre.push(format!(
-                "let pb_out = pb::Out::new(guard.recorder(), t0, {b} as *const c_void, i64::from({c}), {d}, pb::To::new({}, {}, {}));",
+                "let pb_out = pb::Out::new(guard.thread(), t0, {b} as *const c_void, i64::from({c}), {d}, pb::To::new({}, {}, {}));",
                 r("peer")?,
                 r("tag")?,
                 r("comm")?
@@ -710,7 +710,7 @@ fn around(e: &Entry) -> Result<Around, String> {
         "isend" | "send_init" => {
             let [b, c, d] = data(["buf", "count", "datatype"])?;
             a.pre.push(format!(
-                "let pb_post = pb::post_send(guard.recorder(), t0, {b} as *const c_void, i64::from({c}), {d}, pb::To::new({}, {}, {}), {});",
+                "let pb_post = pb::post_send(guard.thread(), t0, {b} as *const c_void, i64::from({c}), {d}, pb::To::new({}, {}, {}), {});",
                 r("peer")?,
                 r("tag")?,
                 r("comm")?,
@@ -723,7 +723,7 @@ fn around(e: &Entry) -> Result<Around, String> {
         "irecv" | "recv_init" => {
             let [b, c, d] = data(["buf", "count", "datatype"])?;
             a.pre.push(format!(
-                "let pb_post = pb::post_recv(guard.recorder(), {b} as *mut c_void, i64::from({c}), {d}, pb::Rx::new({}, {}), {}, {});",
+                "let pb_post = pb::post_recv(guard.thread(), {b} as *mut c_void, i64::from({c}), {d}, pb::Rx::new({}, {}), {}, {});",
                 r("peer")?,
                 r("comm")?,
                 r("tag")?,
@@ -736,7 +736,7 @@ fn around(e: &Entry) -> Result<Around, String> {
         "imrecv" => {
             let [b, c, d] = data(["buf", "count", "datatype"])?;
             a.pre.push(format!(
-                "let pb_post = pb::post_recv(guard.recorder(), {b} as *mut c_void, i64::from({c}), {d}, pb_rx, 0, false);"
+                "let pb_post = pb::post_recv(guard.thread(), {b} as *mut c_void, i64::from({c}), {d}, pb_rx, 0, false);"
             ));
             a.pre.insert(
                 0,
@@ -761,7 +761,7 @@ fn around(e: &Entry) -> Result<Around, String> {
                 "pb_rx".to_string()
             };
             a.pre.push(format!(
-                "let pb_in = pb::In::new(guard.recorder(), {b} as *mut c_void, i64::from({c}), {d}, {rx});"
+                "let pb_in = pb::In::new(guard.thread(), {b} as *mut c_void, i64::from({c}), {d}, {rx});"
             ));
             replace(&mut a, "pb_in", ["buf", "count", "datatype"]);
             if e.kind == "recv" {
@@ -784,7 +784,7 @@ fn around(e: &Entry) -> Result<Around, String> {
         "sendrecv" => {
             let [b, c, d] = data(["sendbuf", "sendcount", "sendtype"])?;
             a.pre.push(format!(
-                "let pb_out = pb::Out::new(guard.recorder(), t0, {b} as *const c_void, i64::from({c}), {d}, pb::To::new({}, {}, {}));",
+                "let pb_out = pb::Out::new(guard.thread(), t0, {b} as *const c_void, i64::from({c}), {d}, pb::To::new({}, {}, {}));",
                 r("peer")?,
                 r("sendtag")?,
                 r("comm")?
@@ -792,7 +792,7 @@ fn around(e: &Entry) -> Result<Around, String> {
             replace(&mut a, "pb_out", ["sendbuf", "sendcount", "sendtype"]);
             let [b, c, d] = data(["recvbuf", "recvcount", "recvtype"])?;
             a.pre.push(format!(
-                "let pb_in = pb::In::new(guard.recorder(), {b} as *mut c_void, i64::from({c}), {d}, pb::Rx::new({}, {}));",
+                "let pb_in = pb::In::new(guard.thread(), {b} as *mut c_void, i64::from({c}), {d}, pb::Rx::new({}, {}));",
                 r("source")?,
                 r("comm")?
             ));
@@ -808,7 +808,7 @@ fn around(e: &Entry) -> Result<Around, String> {
         "sendrecv_replace" => {
             let [b, c, d] = data(["buf", "count", "datatype"])?;
             a.pre.push(format!(
-                "let pb_rep = pb::In::replace(guard.recorder(), t0, {b} as *mut c_void, i64::from({c}), {d}, pb::To::new({}, {}, {}), pb::Rx::new({}, {}));",
+                "let pb_rep = pb::In::replace(guard.thread(), t0, {b} as *mut c_void, i64::from({c}), {d}, pb::To::new({}, {}, {}), pb::Rx::new({}, {}));",
                 r("peer")?,
                 r("sendtag")?,
                 r("comm")?,
@@ -827,7 +827,7 @@ fn around(e: &Entry) -> Result<Around, String> {
         "isendrecv" => {
             let [b, c, d] = data(["sendbuf", "sendcount", "sendtype"])?;
             a.pre.push(format!(
-                "let pb_send = pb::post_isendrecv_send(guard.recorder(), t0, {b} as *const c_void, i64::from({c}), {d}, pb::To::new({}, {}, {}));",
+                "let pb_send = pb::post_isendrecv_send(guard.thread(), t0, {b} as *const c_void, i64::from({c}), {d}, pb::To::new({}, {}, {}));",
                 r("peer")?,
                 r("sendtag")?,
                 r("comm")?
@@ -835,7 +835,7 @@ fn around(e: &Entry) -> Result<Around, String> {
             replace(&mut a, "pb_send", ["sendbuf", "sendcount", "sendtype"]);
             let [b, c, d] = data(["recvbuf", "recvcount", "recvtype"])?;
             a.pre.push(format!(
-                "let pb_post = pb::post_isendrecv_recv(guard.recorder(), {b} as *mut c_void, i64::from({c}), {d}, pb::Rx::new({}, {}), {});",
+                "let pb_post = pb::post_isendrecv_recv(guard.thread(), {b} as *mut c_void, i64::from({c}), {d}, pb::Rx::new({}, {}), {});",
                 r("source")?,
                 r("comm")?,
                 r("recvtag")?,
@@ -848,7 +848,7 @@ fn around(e: &Entry) -> Result<Around, String> {
         "isendrecv_replace" => {
             let [b, c, d] = data(["buf", "count", "datatype"])?;
             a.pre.push(format!(
-                "let pb_post = pb::post_replace(guard.recorder(), t0, {b} as *mut c_void, i64::from({c}), {d}, pb::Rx::new({}, {}), {}, pb::To::new({}, {}, {}));",
+                "let pb_post = pb::post_replace(guard.thread(), t0, {b} as *mut c_void, i64::from({c}), {d}, pb::Rx::new({}, {}), {}, pb::To::new({}, {}, {}));",
                 r("source")?,
                 r("comm")?,
                 r("recvtag")?,

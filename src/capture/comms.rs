@@ -22,6 +22,7 @@
 
 use crate::ffi::{self, MPI_Comm};
 use crate::recorder::Recorder;
+use crate::thread::{Thread, ThreadState};
 use parking_lot::Mutex;
 use pmtrace_format::record::{self, CODE_DEF_COMM};
 use pmtrace_format::varint::Sink;
@@ -31,7 +32,7 @@ pub const WORLD_GID: u64 = 0;
 pub const LOCAL_GID_BIT: u64 = 1 << 63;
 const DERIVED_GID_BIT: u64 = 1 << 62;
 
-pub use crate::recorder::CommInfo;
+pub use crate::thread::CommInfo;
 
 struct Slot {
     key: AtomicU64,
@@ -270,25 +271,26 @@ pub fn init(world_rank: u32, rec: &mut Recorder, t: u64) {
 /// The communicator of this thread's previous call, if `comm` is it
 /// (`resolve`'s fast path, without defining anything).
 #[inline(always)]
-pub fn cached(comm: MPI_Comm, rec: &Recorder) -> Option<&'static CommInfo> {
-    let (k, info) = rec.last_comm?;
-    (k == key_of(comm) && GENERATION.load(Ordering::Relaxed) == rec.comm_generation).then_some(info)
+pub fn cached(comm: MPI_Comm, state: &ThreadState) -> Option<&'static CommInfo> {
+    let (k, info) = state.last_comm?;
+    (k == key_of(comm) && GENERATION.load(Ordering::Relaxed) == state.comm_generation)
+        .then_some(info)
 }
 
 /// The communicator behind a handle, defining it on first sight if it was
 /// made behind pmtrace's back (e.g. `MPI_Comm_get_parent`).
 #[inline(always)]
-pub fn resolve(comm: MPI_Comm, rec: &mut Recorder, t: u64) -> &'static CommInfo {
-    if let Some(info) = cached(comm, rec) {
+pub fn resolve(comm: MPI_Comm, thread: &mut Thread, t: u64) -> &'static CommInfo {
+    if let Some(info) = cached(comm, &thread.state) {
         return info;
     }
     let key = key_of(comm);
     let info = match lookup(comm) {
         Some(info) => info,
-        None => define_local(comm, rec, t),
+        None => define_local(comm, &mut thread.recorder, t),
     };
-    rec.last_comm = Some((key, info));
-    rec.comm_generation = GENERATION.load(Ordering::Relaxed);
+    thread.state.last_comm = Some((key, info));
+    thread.state.comm_generation = GENERATION.load(Ordering::Relaxed);
     info
 }
 

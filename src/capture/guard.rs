@@ -6,6 +6,7 @@
 //! inside a wrapper (the tool's own MPI calls, or MPI calling itself).
 
 use crate::recorder::Recorder;
+use crate::thread::Thread;
 use core::cell::{Cell, UnsafeCell};
 use core::marker::PhantomData;
 use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
@@ -37,15 +38,16 @@ pub fn set_state(s: State) {
     STATE.store(s as u8, Ordering::Release);
 }
 
-/// Everything a thread needs on the hot path, in one thread-local.
-pub struct ThreadState {
+/// Everything a thread needs on the hot path, in one thread-local: its
+/// recorder and state, and whether a guard holds them.
+pub struct Local {
     busy: Cell<bool>,
-    recorder: UnsafeCell<Recorder>,
+    thread: UnsafeCell<Thread>,
 }
 
 thread_local! {
-    static THREAD: ThreadState = const {
-        ThreadState { busy: Cell::new(false), recorder: UnsafeCell::new(Recorder::new()) }
+    static THREAD: Local = const {
+        Local { busy: Cell::new(false), thread: UnsafeCell::new(Thread::new()) }
     };
 }
 
@@ -57,15 +59,15 @@ thread_local! {
 /// thread-local destructors before static destructors, and programs call MPI,
 /// MPI_Finalize above all, from static destructors). Used only by that
 /// thread.
-struct MainThread(ThreadState);
+struct MainThread(Local);
 
 // SAFETY: only the main thread touches it: through the fast path when its
 // thread pointer is `MAIN_TP`, or after its own thread-locals are gone.
 unsafe impl Sync for MainThread {}
 
-static MAIN: MainThread = MainThread(ThreadState {
+static MAIN: MainThread = MainThread(Local {
     busy: Cell::new(false),
-    recorder: UnsafeCell::new(Recorder::new()),
+    thread: UnsafeCell::new(Thread::new()),
 });
 
 /// The main thread's thread pointer once it initialised MPI (0: no fast path).
@@ -118,16 +120,16 @@ pub fn init_thread() {
     }
 }
 
-/// Keeps the exiting main thread's recorder for calls made after its
-/// thread-locals are gone.
-pub fn adopt(rec: Recorder) {
+/// Keeps the exiting main thread's recorder and state for calls made
+/// after its thread-locals are gone.
+pub fn adopt(thread: Thread) {
     // SAFETY: called from the main thread's own thread-local destructor;
     // nothing else references the main recorder (see `MainThread`).
-    unsafe { *MAIN.0.recorder.get() = rec };
+    unsafe { *MAIN.0.thread.get() = thread };
 }
 
 pub struct Guard {
-    thread: *const ThreadState,
+    thread: *const Local,
     _not_send: PhantomData<*const ()>,
 }
 
@@ -154,12 +156,12 @@ impl Guard {
     }
 
     #[inline(always)]
-    fn enter(t: &ThreadState) -> Option<Guard> {
+    fn enter(t: &Local) -> Option<Guard> {
         if t.busy.replace(true) {
             None
         } else {
             Some(Guard {
-                thread: t as *const ThreadState,
+                thread: t as *const Local,
                 _not_send: PhantomData,
             })
         }
@@ -176,15 +178,22 @@ impl Guard {
         }
     }
 
-    /// This thread's recorder. Exclusive: the guard is held by at most one
-    /// frame per thread.
+    /// This thread's recorder and state. Exclusive: the guard is held by
+    /// at most one frame per thread.
+    #[inline(always)]
+    #[allow(clippy::mut_from_ref)]
+    pub fn thread(&self) -> &mut Thread {
+        // SAFETY: `thread` points at this thread's Local, alive while the
+        // guard (which is !Send) lives; `busy` ensures a single guard per
+        // thread, so no other reference to the thread's state exists.
+        unsafe { &mut *(*self.thread).thread.get() }
+    }
+
+    /// This thread's recorder (see `thread`).
     #[inline(always)]
     #[allow(clippy::mut_from_ref)]
     pub fn recorder(&self) -> &mut Recorder {
-        // SAFETY: `thread` points at this thread's ThreadState, alive while
-        // the guard (which is !Send) lives; `busy` ensures a single guard per
-        // thread, so no other reference to the recorder exists.
-        unsafe { &mut *(*self.thread).recorder.get() }
+        &mut self.thread().recorder
     }
 }
 
@@ -196,20 +205,20 @@ impl Drop for Guard {
         if crate::orphans::wanted() {
             crate::orphans::poll();
         }
-        // SAFETY: as in `recorder`.
+        // SAFETY: as in `thread`.
         unsafe { (*self.thread).busy.set(false) };
     }
 }
 
-impl Drop for Recorder {
+impl Drop for Thread {
     /// A thread that exits hands its last buffer over; the main thread keeps
     /// recording through `adopt` (MPI_Finalize may still come).
     fn drop(&mut self) {
-        if self.has_buffer() && state() == State::Active {
+        if self.recorder.has_buffer() && state() == State::Active {
             if crate::recorder::is_main_thread() {
                 adopt(core::mem::take(self));
             } else {
-                self.finish();
+                self.recorder.finish();
             }
         }
     }

@@ -11,11 +11,15 @@
 //! - `mpi`: generated too: the function table and the real MPI functions
 //!   below pmtrace, which every other module calls;
 //! - `lifecycle`: the hand-written Init/Finalize/Abort/Pcontrol;
-//! - `hooks`: what each kind of call records;
+//! - `hooks`: what each kind of call records, by family in `hooks_*`;
 //! - `piggyback`: the hidden header on every message, and the clocks;
+//!   its parts are `piggyback_*` (lamport, header, routes, send, deliver,
+//!   replace, slots), with `large_headers` (headers sent apart from large
+//!   messages) and `header_rings` (their rings in shared memory on a node);
 //! - `peers`: finds ranks that run without pmtrace, before any message;
 //! - `offsets`: clock offsets to rank 0 at init and finalize;
-//! - `recorder`: per-thread buffers in mapped file pages;
+//! - `recorder`: per-thread buffers in mapped file pages, which it
+//!   encodes records into; `thread`: the state a thread keeps beside it;
 //! - `flusher`: the background writer thread that owns the file;
 //! - `comms`, `requests`: communicator ids and live request state;
 //! - `library`: the running library's version and quirks;
@@ -25,25 +29,40 @@
 //! Nothing here is exported by name: the front exports the MPI symbols and
 //! the phase API of `include/pmtrace.h`, from `EXPORTS`.
 
-mod apart;
 mod buffers;
 mod clock;
 mod comms;
 mod config;
+mod exclusion;
 mod ffi;
 mod flusher;
 mod guard;
+mod header_rings;
 mod hooks;
+mod hooks_call;
+mod hooks_colls;
+mod hooks_comms;
+mod hooks_p2p;
+mod hooks_requests;
+mod large_headers;
 mod library;
 mod lifecycle;
-mod node;
 mod offsets;
 mod orphans;
 mod peers;
 mod piggyback;
+mod piggyback_deliver;
+mod piggyback_header;
+mod piggyback_lamport;
+mod piggyback_replace;
+mod piggyback_routes;
+mod piggyback_send;
+mod piggyback_slots;
 mod recorder;
 mod requests;
+mod scratch;
 mod spawn;
+mod thread;
 
 /// Which loaded object defines what (shared by every interface's build).
 pub(crate) use pmtrace_linkage as next;

@@ -524,7 +524,7 @@ fn start_tracing(
     let serial = thread.is_none_or(|(_, provided)| provided < multiple);
     piggyback::enable(clocks, rank as usize, size as usize, serial);
     if clocks != Mode::None {
-        crate::apart::open(
+        crate::large_headers::open(
             rank as usize,
             size as usize,
             piggyback::header_len(),
@@ -729,7 +729,7 @@ fn finalize_around(finalize: impl FnOnce() -> c_int) -> c_int {
         let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             let t0 = clock::now();
             crate::orphans::finish();
-            crate::apart::close();
+            crate::large_headers::close();
             if guard::state() == State::Active {
                 if let Some((rank, size, reps, own)) = *SYNC.lock() {
                     *FINAL_OFFSET.lock() =
@@ -819,8 +819,10 @@ fn abort_around(
         let comm: MPI_Comm = ffi::Wide::narrow(wide);
         let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             let t0 = clock::now();
-            let rec = guard.as_ref().map(|g| g.recorder());
-            let index = rec.map(|r| comms::resolve(comm, r, t0).index).unwrap_or(0);
+            let thread = guard.as_ref().map(|g| g.thread());
+            let index = thread
+                .map(|th| comms::resolve(comm, th, t0).index)
+                .unwrap_or(0);
             seal(
                 guard.as_ref().map(|g| g.recorder()),
                 ids::MPI_ABORT,

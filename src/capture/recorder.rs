@@ -7,6 +7,9 @@
 //! BufferWait record, and counts in the trailer). Events are dropped only if
 //! the trace file cannot grow at all (disk full, I/O error); those are
 //! counted in `dropped` and reported, never hidden.
+//!
+//! A recorder encodes records and nothing else: the caches and buffers
+//! its thread's calls share live beside it (`thread::ThreadState`).
 
 use crate::clock;
 use crate::flusher::{Msg, Region, ThreadLink, RECORDS_AT};
@@ -27,24 +30,6 @@ pub struct Got {
     pub sent: u64,
     /// Vector mode only.
     pub vc: Vec<u64>,
-}
-
-/// What the runtime keeps of a communicator (made and looked up in
-/// `comms`; a recorder keeps the last one its thread used).
-pub struct CommInfo {
-    pub index: u32,
-    pub gid: u64,
-    pub size: u32,
-    pub rank: u32,
-    pub inter: bool,
-    pub remote_size: u32,
-    /// Collectives started on this communicator by this rank.
-    pub seq: AtomicU64,
-    /// `MPI_Comm_idup`s on this communicator.
-    pub idups: AtomicU64,
-    /// World rank of each (remote) rank, -1 outside this world; made when
-    /// a large message first needs it (`apart`).
-    pub world_ranks: std::sync::OnceLock<Box<[core::ffi::c_int]>>,
 }
 
 static FLUSHER: OnceLock<Sender<Msg>> = OnceLock::new();
@@ -102,21 +87,11 @@ pub struct Recorder {
     events: u64,
     link: Option<Arc<ThreadLink>>,
     spares: Option<Receiver<Region>>,
-    /// The communicator of this thread's previous call: most calls repeat it.
-    pub last_comm: Option<(u64, &'static CommInfo)>,
-    pub comm_generation: u64,
-    /// Sizes of the datatype this thread used last.
-    pub types: crate::ffi::TypeSizes,
     /// Tracing failed on this thread (no buffer could be had).
     broken: bool,
     /// A wait for a free buffer, written as its own record once the record
     /// that was being written (and its continuations) is complete.
     pending_wait: Option<(u64, u64)>,
-    /// Messages this thread sent (the `n` of message ids).
-    msg_n: u64,
-    /// Staging buffers of blocking sends and receives (see `piggyback`).
-    stage_out: Vec<u8>,
-    stage_in: Vec<u8>,
     /// The previous recorded piggyback, for delta coding.
     pb_prev: record::PbState,
     /// Start of the record being written.
@@ -141,14 +116,8 @@ impl Recorder {
             events: 0,
             link: None,
             spares: None,
-            last_comm: None,
-            comm_generation: 0,
-            types: crate::ffi::TypeSizes::new(),
             broken: false,
             pending_wait: None,
-            msg_n: 0,
-            stage_out: Vec::new(),
-            stage_in: Vec::new(),
             pb_prev: record::PbState {
                 id: 0,
                 lc: 0,
@@ -160,33 +129,14 @@ impl Recorder {
         }
     }
 
-    /// The id of the next message this thread sends, taken. The thread is
-    /// registered first, so that the id names its stream.
+    /// The index of this thread's stream of records (message ids name
+    /// it), the thread registered first.
     #[inline(always)]
-    pub fn next_msg_id(&mut self) -> u64 {
+    pub fn stream(&mut self) -> u32 {
         if self.link.is_none() {
             let _ = self.reserve(64);
         }
-        self.msg_n += 1;
-        record::msg_id(self.thread_index(), self.msg_n)
-    }
-
-    /// The thread's staging buffer for outgoing messages, at least `n` bytes.
-    #[inline(always)]
-    pub fn stage_out(&mut self, n: usize) -> *mut u8 {
-        if self.stage_out.len() < n {
-            self.stage_out.resize(n.next_power_of_two(), 0);
-        }
-        self.stage_out.as_mut_ptr()
-    }
-
-    /// The thread's staging buffer for incoming messages, at least `n` bytes.
-    #[inline(always)]
-    pub fn stage_in(&mut self, n: usize) -> *mut u8 {
-        if self.stage_in.len() < n {
-            self.stage_in.resize(n.next_power_of_two(), 0);
-        }
-        self.stage_in.as_mut_ptr()
+        self.thread_index()
     }
 
     /// Sets the time base of this thread's first chunk (before its first

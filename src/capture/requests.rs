@@ -53,7 +53,7 @@ pub struct Op {
     /// Address of the variable MPI stored the handle in, to tell apart live
     /// operations that share one handle value (below).
     pub slot: usize,
-    /// The operation's piggyback slot (`piggyback::Slot`), 0 if none.
+    /// The operation's piggyback slot (`piggyback_slots::Slot`), 0 if none.
     pub pb: usize,
 }
 

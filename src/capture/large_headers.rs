@@ -8,7 +8,7 @@
 //! *exactly as the application described it*: same buffer, count,
 //! datatype, communicator, tag and mode, matched and progressed by MPI as
 //! without pmtrace. Its header goes before it: to a process of the same
-//! node through a ring in shared memory (`node`), to any other as a small
+//! node through a ring in shared memory (`header_rings`), to any other as a small
 //! eager `MPI_Isend` on pmtrace's duplicate of the world, to the
 //! destination's world rank. Headers are numbered per sender and receiver,
 //! so that the receiver merges the two routes in send order.
@@ -25,7 +25,7 @@
 //! between, inline headers are told from data by the per-job 64-bit
 //! [`magic`] they start with. Probes cannot look at data: in the band
 //! they look for the header among those already come (see
-//! `piggyback::fix_probe_status`).
+//! `piggyback_deliver::fix_probe_status`).
 //!
 //! **Which header.** A receive that got a message apart takes, from the
 //! sender's headers, the earliest not yet taken on its channel
@@ -218,11 +218,11 @@ pub fn open(rank: usize, size: usize, header: usize, shm: bool) {
     let _ = CHANNEL.set(Channel(dup));
     let len = ENVELOPE + header;
     let node = (shm != 0)
-        .then(|| crate::node::open(dup, rank, size, magic, len))
+        .then(|| crate::header_rings::open(dup, rank, size, magic, len))
         .flatten();
     // With every process on this node, an apart header costs about as
     // much as an inline one, and a smaller limit makes the save before a
-    // large receive smaller (`piggyback::saved_len`).
+    // large receive smaller (`piggyback_deliver::saved_len`).
     let limit = match node {
         Some(ref n) if n.has_all() => NODE_LIMIT,
         _ => COPY_MAX,
@@ -243,7 +243,7 @@ pub fn open(rank: usize, size: usize, header: usize, shm: bool) {
 }
 
 /// The rings of this node, once open.
-static NODE: OnceLock<crate::node::Node> = OnceLock::new();
+static NODE: OnceLock<crate::header_rings::Node> = OnceLock::new();
 
 /// A 64-bit value no message is expected to start with: the time and the
 /// process id, mixed.

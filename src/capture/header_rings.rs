@@ -1,13 +1,13 @@
 //! Rings of headers in shared memory, between the processes of one node.
 //!
-//! A header sent apart (`apart`) to a process of the same node needs no
+//! A header sent apart (`large_headers`) to a process of the same node needs no
 //! MPI message: the sender writes it into a ring in the receiver's
 //! segment, before it sends the data, and the receiver reads it when a
 //! receive needs it. An MPI message per header cost the receiver about
 //! 1,900 instructions (its matching, a posted receive, and a search of the
 //! wildcard receives on every message that came); a ring costs a few
 //! loads and stores. A full ring, a header too long for a slot, or a peer
-//! on another node: the header goes by MPI (`apart::send`), numbered, so
+//! on another node: the header goes by MPI (`large_headers::send`), numbered, so
 //! that the receiver puts the two routes back in order.
 //!
 //! Each process makes one segment, `/pmtrace-<magic>-<world rank>`, with
@@ -60,7 +60,7 @@ pub struct Node {
 }
 // SAFETY: the segments are mapped for the life of the process and only
 // reached through the slots' atomic first words: one producer per ring
-// (under `apart`'s send lock), one consumer (under its inbox lock).
+// (under `large_headers`'s send lock), one consumer (under its inbox lock).
 unsafe impl Send for Node {}
 unsafe impl Sync for Node {}
 

@@ -1,0 +1,406 @@
+//! Hooks of point-to-point calls: blocking sends and receives,
+//! `MPI_Sendrecv` and `MPI_Isendrecv`, the nonblocking and persistent
+//! posts (`issue`), probes, and matched receives. Their messages' headers
+//! are the piggyback's (the wrappers call it around the real call); these
+//! record what came of it.
+
+use crate::comms;
+use crate::ffi::{MPI_Comm, MPI_Datatype, MPI_Message, MPI_Request, MPI_Status};
+use crate::guard::Guard;
+use crate::hooks_call::{actual, comm_info, guarded, register, Call};
+use crate::piggyback::{self, Got};
+use crate::recorder::{RecvSlot, Writer};
+use crate::requests::{key, OpKind, MESSAGES};
+use core::ffi::c_int;
+use pmtrace_format::pending::PendingRecv;
+use pmtrace_format::record::{ST_EMPTY, ST_NONE};
+use pmtrace_format::varint::Sink;
+
+#[inline(always)]
+fn put_send(r: &mut impl Sink, peer: c_int, tag: c_int, comm: u32, bytes: u64) {
+    r.put_i(i64::from(peer));
+    r.put_i(i64::from(tag));
+    r.put_u(u64::from(comm));
+    r.put_u(bytes);
+}
+
+pub fn send(
+    call: Call,
+    count: i64,
+    datatype: MPI_Datatype,
+    peer: c_int,
+    tag: c_int,
+    comm: MPI_Comm,
+) {
+    guarded(|| {
+        let info = comm_info(&call, comm);
+        let bytes = call.bytes(count, datatype);
+        if let Some(mut r) = call.begin() {
+            put_send(&mut r, peer, tag, info.index, bytes);
+            r.commit();
+        }
+    })
+}
+
+/// What a nonblocking or persistent point-to-point call starts.
+pub enum Issued {
+    Send,
+    Recv,
+}
+
+/// Isend and its modes, Irecv, and the persistent `*_init` calls. `pb` is
+/// the piggyback slot the wrapper made; the request keeps it even when the
+/// call cannot be recorded, since completing it must unpack the message.
+#[allow(clippy::too_many_arguments)]
+pub fn issue(
+    call: Call,
+    count: i64,
+    datatype: MPI_Datatype,
+    peer: c_int,
+    tag: c_int,
+    comm: MPI_Comm,
+    request: *mut MPI_Request,
+    issued: Issued,
+    persistent: bool,
+    pb: usize,
+) {
+    guarded(|| {
+        let info = comm_info(&call, comm);
+        let bytes = call.bytes(count, datatype);
+        let kind = match issued {
+            Issued::Recv => OpKind::Recv {
+                src: peer,
+                tag,
+                posted: Some(bytes),
+            },
+            Issued::Send => OpKind::Send,
+        };
+        let mut w = call.begin();
+        if call.ok() {
+            let id = w.as_mut().map_or(0, |r| r.take_op());
+            let recv = matches!(kind, OpKind::Recv { .. });
+            register(request, id, kind, persistent, pb);
+            // (A send's slot never joins the pending receives.)
+            if !persistent && recv {
+                piggyback::posted_recv(pb, true);
+            }
+        } else {
+            piggyback::release(pb);
+        }
+        if let Some(mut r) = w {
+            put_send(&mut r, peer, tag, info.index, bytes);
+            r.commit();
+        }
+    })
+}
+
+/// A receive status relative to what was posted; nothing useful if the call failed.
+#[inline(always)]
+fn put_recv_status(
+    r: &mut Writer,
+    ok: bool,
+    posted: (i32, i32, Option<u64>),
+    status: *const MPI_Status,
+    extra: u64,
+    got: Option<&Got>,
+) {
+    if ok {
+        r.put_status_pb(posted, actual(status), extra, got);
+    } else {
+        r.put_u(ST_NONE);
+    }
+}
+
+/// Before a blocking receive's call, while the rank is about to wait for
+/// the message anyway: makes room for its record and writes the fields
+/// known now into the pending slot (see `Recorder::prepare_recv`). Only
+/// when the communicator and the datatype are the ones this thread used
+/// last, so that nothing is asked of MPI about handles the call has not
+/// yet checked; otherwise `recv` does it all after the call.
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+pub fn recv_prepare(
+    guard: &Guard,
+    func: u32,
+    t0: u64,
+    count: i64,
+    datatype: MPI_Datatype,
+    src: c_int,
+    tag: c_int,
+    comm: MPI_Comm,
+) -> Option<RecvSlot> {
+    let thread = guard.thread();
+    let info = comms::cached(comm, &thread.state)?;
+    let posted = thread.state.types.cached_bytes(count, datatype)?;
+    thread.recorder.prepare_recv(&PendingRecv {
+        func,
+        t0,
+        src,
+        tag,
+        comm: info.index,
+        posted,
+        ..PendingRecv::default()
+    })
+}
+
+/// A blocking receive. A successful one without a vector clock is not
+/// encoded here, on the critical path of whatever the application sends
+/// next, but left raw in the chunk's pending slot and encoded at the
+/// thread's next record (see `Recorder::defer_recv`); the record is the
+/// same. What was known before the call is there already when `pre` is.
+#[allow(clippy::too_many_arguments)]
+pub fn recv(
+    call: Call,
+    count: i64,
+    datatype: MPI_Datatype,
+    src: c_int,
+    tag: c_int,
+    comm: MPI_Comm,
+    status: *mut MPI_Status,
+    got: Option<Got>,
+    pre: Option<RecvSlot>,
+) {
+    guarded(|| {
+        if call.ok() && got.as_ref().is_none_or(|g| g.vc.is_empty()) {
+            let pb = got.map(|g| (g.id, g.lc, g.sent));
+            if let Some(pre) = pre {
+                if call.rec().finish_recv(pre, call.t1, actual(status), pb) {
+                    return;
+                }
+            }
+            call.rec().defer_recv(&PendingRecv {
+                func: call.func,
+                t0: call.t0,
+                t1: call.t1,
+                src,
+                tag,
+                comm: comm_info(&call, comm).index,
+                posted: call.bytes(count, datatype),
+                actual: actual(status),
+                pb,
+            });
+            return;
+        }
+        let index = comm_info(&call, comm).index;
+        let posted = call.bytes(count, datatype);
+        let Some(mut r) = call.begin_pb() else { return };
+        put_send(&mut r, src, tag, index, posted);
+        put_recv_status(
+            &mut r,
+            call.ok(),
+            (src, tag, Some(posted)),
+            status,
+            0,
+            got.as_ref(),
+        );
+        r.commit();
+    })
+}
+
+/// The send half (peer, tag, bytes), the receive half (source, tag,
+/// bytes posted) and the communicator of a send-receive.
+#[inline(always)]
+fn put_sendrecv(r: &mut Writer, send: (c_int, c_int, u64), recv: (c_int, c_int, u64), comm: u32) {
+    r.put_i(i64::from(send.0));
+    r.put_i(i64::from(send.1));
+    r.put_u(send.2);
+    r.put_i(i64::from(recv.0));
+    r.put_i(i64::from(recv.1));
+    r.put_u(recv.2);
+    r.put_u(u64::from(comm));
+}
+
+#[allow(clippy::too_many_arguments)]
+pub fn sendrecv(
+    call: Call,
+    sendcount: i64,
+    sendtype: MPI_Datatype,
+    dest: c_int,
+    sendtag: c_int,
+    recvcount: i64,
+    recvtype: MPI_Datatype,
+    source: c_int,
+    recvtag: c_int,
+    comm: MPI_Comm,
+    status: *mut MPI_Status,
+    got: Option<Got>,
+) {
+    guarded(|| {
+        let info = comm_info(&call, comm);
+        let bytes = call.bytes(sendcount, sendtype);
+        let posted = call.bytes(recvcount, recvtype);
+        let Some(mut r) = call.begin_pb() else { return };
+        put_sendrecv(
+            &mut r,
+            (dest, sendtag, bytes),
+            (source, recvtag, posted),
+            info.index,
+        );
+        put_recv_status(
+            &mut r,
+            call.ok(),
+            (source, recvtag, Some(posted)),
+            status,
+            0,
+            got.as_ref(),
+        );
+        r.commit();
+    })
+}
+
+/// `MPI_Isendrecv(_replace)`: the send half goes now, the receive half
+/// completes with the request (`pb` holds both halves' piggyback slots).
+#[allow(clippy::too_many_arguments)]
+#[cfg_attr(not(mpi4), allow(dead_code))]
+pub fn isendrecv(
+    call: Call,
+    sendcount: i64,
+    sendtype: MPI_Datatype,
+    dest: c_int,
+    sendtag: c_int,
+    recvcount: i64,
+    recvtype: MPI_Datatype,
+    source: c_int,
+    recvtag: c_int,
+    comm: MPI_Comm,
+    request: *mut MPI_Request,
+    pb: usize,
+) {
+    guarded(|| {
+        let info = comm_info(&call, comm);
+        let bytes = call.bytes(sendcount, sendtype);
+        let posted = call.bytes(recvcount, recvtype);
+        let mut w = call.begin();
+        if call.ok() {
+            let id = w.as_mut().map_or(0, |r| r.take_op());
+            let kind = if piggyback::isendrecv_blind() {
+                OpKind::RecvBlind {
+                    src: source,
+                    tag: recvtag,
+                    posted,
+                }
+            } else {
+                OpKind::Recv {
+                    src: source,
+                    tag: recvtag,
+                    posted: Some(posted),
+                }
+            };
+            register(request, id, kind, false, pb);
+            piggyback::posted_recv(pb, true);
+        } else {
+            piggyback::release(pb);
+        }
+        if let Some(mut r) = w {
+            put_sendrecv(
+                &mut r,
+                (dest, sendtag, bytes),
+                (source, recvtag, posted),
+                info.index,
+            );
+            r.commit();
+        }
+    })
+}
+
+/// Probe, Iprobe (`flag`), Mprobe (`message`), Improbe (both).
+pub fn probe(
+    call: Call,
+    src: c_int,
+    tag: c_int,
+    comm: MPI_Comm,
+    flag: *mut c_int,
+    message: *mut MPI_Message,
+    status: *mut MPI_Status,
+) {
+    guarded(|| {
+        let info = comm_info(&call, comm);
+        // SAFETY: MPI set *flag for this call when a flag was passed.
+        let found = call.ok() && (flag.is_null() || unsafe { *flag } != 0);
+        if found {
+            piggyback::fix_probe_status(status, comm, message);
+        }
+        // A matched message gets an operation id: that probe stays.
+        if (!found || message.is_null()) && call.leave_out() {
+            return;
+        }
+        let Some(mut r) = call.begin() else { return };
+        r.put_i(i64::from(src));
+        r.put_i(i64::from(tag));
+        r.put_u(u64::from(info.index));
+        if found {
+            let a = actual(status);
+            r.put_status((src, tag, None), a, 0);
+            if !message.is_null() {
+                let id = r.take_op();
+                // SAFETY: MPI just stored the matched message handle there.
+                let m = unsafe { *message };
+                MESSAGES.insert(key(m), (id, a.0, a.1, a.2));
+            }
+        } else {
+            r.put_u(ST_EMPTY);
+        }
+        r.commit();
+    })
+}
+
+/// Status fields are all written out for matched receives (`None` posted),
+/// so that a reader needs no probe to resolve them.
+const EXPLICIT: (i32, i32, Option<u64>) = (i32::MIN, i32::MIN, None);
+
+pub fn mrecv(
+    call: Call,
+    count: i64,
+    datatype: MPI_Datatype,
+    msg: Option<u64>,
+    status: *mut MPI_Status,
+    got: Option<Got>,
+) {
+    guarded(|| {
+        let posted = call.bytes(count, datatype);
+        let Some(mut r) = call.begin_pb() else { return };
+        r.put_op_ref(msg);
+        r.put_u(posted);
+        put_recv_status(&mut r, call.ok(), EXPLICIT, status, 0, got.as_ref());
+        r.commit();
+    })
+}
+
+pub fn imrecv(
+    call: Call,
+    count: i64,
+    datatype: MPI_Datatype,
+    msg: Option<u64>,
+    request: *mut MPI_Request,
+    pb: usize,
+) {
+    guarded(|| {
+        let posted = call.bytes(count, datatype);
+        let mut w = call.begin();
+        // The message reference is written before the new id is taken.
+        if let Some(r) = w.as_mut() {
+            r.put_op_ref(msg);
+            r.put_u(posted);
+        }
+        if call.ok() {
+            let id = w.as_mut().map_or(0, |r| r.take_op());
+            let kind = OpKind::Recv {
+                src: EXPLICIT.0,
+                tag: EXPLICIT.1,
+                posted: EXPLICIT.2,
+            };
+            register(request, id, kind, false, pb);
+        } else {
+            piggyback::release(pb);
+        }
+        if let Some(r) = w {
+            r.commit();
+        }
+    })
+}
+
+/// The operation id of a matched-probe message, taken out of the table
+/// before the receive that consumes the message.
+pub fn claim_message(message: MPI_Message) -> Option<u64> {
+    MESSAGES.remove(key(message)).map(|m| m.0)
+}

@@ -1,0 +1,105 @@
+//! A thread's state beside its recorder: the caches its calls share
+//! (the communicator and datatype it used last), the number of the next
+//! message it sends, and the staging buffers of its blocking sends and
+//! receives. The `Recorder` encodes records and nothing else; a `Thread`
+//! holds both, in the one thread-local the guard reaches (`guard`), so a
+//! hook borrows both parts with no second lookup.
+
+use crate::ffi::TypeSizes;
+use crate::recorder::Recorder;
+use pmtrace_format::record;
+use std::sync::atomic::AtomicU64;
+
+/// What the runtime keeps of a communicator (made and looked up in
+/// `comms`; a thread keeps the last one it used).
+pub struct CommInfo {
+    pub index: u32,
+    pub gid: u64,
+    pub size: u32,
+    pub rank: u32,
+    pub inter: bool,
+    pub remote_size: u32,
+    /// Collectives started on this communicator by this rank.
+    pub seq: AtomicU64,
+    /// `MPI_Comm_idup`s on this communicator.
+    pub idups: AtomicU64,
+    /// World rank of each (remote) rank, -1 outside this world; made when
+    /// a large message first needs it (`large_headers`).
+    pub world_ranks: std::sync::OnceLock<Box<[core::ffi::c_int]>>,
+}
+
+/// Everything one thread keeps: its recorder and its state.
+#[derive(Default)]
+pub struct Thread {
+    pub recorder: Recorder,
+    pub state: ThreadState,
+}
+
+/// A thread's caches and buffers (see the module docs).
+pub struct ThreadState {
+    /// The communicator of this thread's previous call: most calls repeat it.
+    pub last_comm: Option<(u64, &'static CommInfo)>,
+    pub comm_generation: u64,
+    /// Sizes of the datatype this thread used last.
+    pub types: TypeSizes,
+    /// Messages this thread sent (the `n` of message ids).
+    msg_n: u64,
+    /// Staging buffers of blocking sends and receives (see `piggyback`).
+    stage_out: Vec<u8>,
+    stage_in: Vec<u8>,
+}
+
+impl Thread {
+    pub const fn new() -> Thread {
+        Thread {
+            recorder: Recorder::new(),
+            state: ThreadState::new(),
+        }
+    }
+
+    /// The id of the next message this thread sends, taken. The id names
+    /// the recorder's stream, so the thread is registered first.
+    #[inline(always)]
+    pub fn next_msg_id(&mut self) -> u64 {
+        let stream = self.recorder.stream();
+        self.state.msg_n += 1;
+        record::msg_id(stream, self.state.msg_n)
+    }
+}
+
+impl ThreadState {
+    pub const fn new() -> ThreadState {
+        ThreadState {
+            last_comm: None,
+            comm_generation: 0,
+            types: TypeSizes::new(),
+            msg_n: 0,
+            stage_out: Vec::new(),
+            stage_in: Vec::new(),
+        }
+    }
+
+    /// The thread's staging buffer for outgoing messages, at least `n` bytes.
+    #[inline(always)]
+    pub fn stage_out(&mut self, n: usize) -> *mut u8 {
+        if self.stage_out.len() < n {
+            self.stage_out.resize(n.next_power_of_two(), 0);
+        }
+        self.stage_out.as_mut_ptr()
+    }
+
+    /// The thread's staging buffer for incoming messages, at least `n` bytes.
+    #[inline(always)]
+    pub fn stage_in(&mut self, n: usize) -> *mut u8 {
+        if self.stage_in.len() < n {
+            self.stage_in.resize(n.next_power_of_two(), 0);
+        }
+        self.stage_in.as_mut_ptr()
+    }
+}
+
+impl Default for ThreadState {
+    fn default() -> Self {
+        ThreadState::new()
+    }
+}
