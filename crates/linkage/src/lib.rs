@@ -5,7 +5,7 @@
 //! Shared by the front of libpmtrace.so and every interface's capture
 //! runtime, so that its caches exist once per process.
 
-pub mod elf;
 pub mod definitions;
+pub mod elf;
 
 pub use definitions::*;
