@@ -231,11 +231,18 @@ $(PYDEPS): | deps
 	  --target target/pydeps --no-deps perfetto protobuf
 
 # mpi4py's own test suite (1,362 tests), from its source distribution
-# (pinned), built by pip against Open MPI into target/mpi4py/lib, beside
-# (not into) Debian's Python.
+# (pinned), built by pip against Open MPI into target/mpi4py/lib and
+# against MPICH into target/mpi4py/lib-mpich, beside (not into) Debian's
+# Python.
 MPI4PY := target/mpi4py
 MPI4PY_VERSION := 3.1.4
-mpi4py-suite: $(MPI4PY)/.installed
+mpi4py-suite: $(MPI4PY)/.installed $(MPI4PY)/.installed-mpich
+$(MPI4PY)/.installed-mpich: $(MPI4PY)/.installed
+	@rm -rf $(MPI4PY)/lib-mpich
+	MPICC=mpicc.mpich /usr/bin/python3 -m pip install --quiet --disable-pip-version-check \
+	  --root-user-action=ignore --no-build-isolation --no-deps --target $(MPI4PY)/lib-mpich \
+	  $(MPI4PY)/mpi4py-$(MPI4PY_VERSION).tar.gz
+	@touch $@
 $(MPI4PY)/.installed: | debs
 	@rm -rf $(MPI4PY) && mkdir -p $(MPI4PY)
 	/usr/bin/python3 -m pip download --quiet --disable-pip-version-check --no-deps \

@@ -31,6 +31,13 @@
  *   expect_write(rank);
  *   MPI_Finalize();
  *
+ * H(fn) counts an outcome rather than a call: a program puts it after a
+ * call of fn that completed or matched something (an MPI_Test that set its
+ * flag, an MPI_Improbe that found a message), so that a test knows how
+ * many of the program's calls did, where that depends on timing.  Written
+ * beside the counts, to $EXPECT_COUNTS_DIR/rank-<world_rank>.hits, in the
+ * same form (no file when there were none).
+ *
  * This facility never prints anything; if the file cannot be written it
  * fails silently.  It is not thread-safe (the test programs make MPI calls
  * from the main thread only).  Each program is a single translation unit,
@@ -53,60 +60,77 @@ typedef struct {
 
 static expect_entry_t expect_tab_[EXPECT_MAX_FUNCS];
 static int expect_n_;
+static expect_entry_t expect_hits_[EXPECT_MAX_FUNCS];
+static int expect_nhits_;
 
-static inline void expect_count_(const char *name)
+static inline void expect_bump_(expect_entry_t *tab, int *n, const char *name)
 {
     int i;
-    for (i = 0; i < expect_n_; i++) {
-        if (expect_tab_[i].name == name || strcmp(expect_tab_[i].name, name) == 0) {
-            expect_tab_[i].count++;
+    for (i = 0; i < *n; i++) {
+        if (tab[i].name == name || strcmp(tab[i].name, name) == 0) {
+            tab[i].count++;
             return;
         }
     }
-    if (expect_n_ < EXPECT_MAX_FUNCS) {
-        expect_tab_[expect_n_].name = name;
-        expect_tab_[expect_n_].count = 1;
-        expect_n_++;
+    if (*n < EXPECT_MAX_FUNCS) {
+        tab[*n].name = name;
+        tab[*n].count = 1;
+        (*n)++;
     }
+}
+
+static inline void expect_count_(const char *name)
+{
+    expect_bump_(expect_tab_, &expect_n_, name);
 }
 
 #define C(fn, ...) (expect_count_(#fn), fn(__VA_ARGS__))
 #define C0(fn) (expect_count_(#fn), fn())
+#define H(fn) expect_bump_(expect_hits_, &expect_nhits_, #fn)
 
-static inline void expect_write(int world_rank)
+/* Writes tab (sorted by name first) to dir/rank-<world_rank>.<suffix>. */
+static inline void expect_dump_(const char *dir, int world_rank, const char *suffix,
+                                expect_entry_t *tab, int n)
 {
-    const char *dir;
     char *path;
     size_t len;
     FILE *f;
     int i, j;
 
-    expect_count_("MPI_Finalize"); /* the MPI_Finalize() that follows */
-
-    dir = getenv("EXPECT_COUNTS_DIR");
-    if (dir == NULL || dir[0] == '\0')
-        return;
-
     /* insertion sort by name (table is small) */
-    for (i = 1; i < expect_n_; i++) {
-        expect_entry_t e = expect_tab_[i];
-        for (j = i - 1; j >= 0 && strcmp(expect_tab_[j].name, e.name) > 0; j--)
-            expect_tab_[j + 1] = expect_tab_[j];
-        expect_tab_[j + 1] = e;
+    for (i = 1; i < n; i++) {
+        expect_entry_t e = tab[i];
+        for (j = i - 1; j >= 0 && strcmp(tab[j].name, e.name) > 0; j--)
+            tab[j + 1] = tab[j];
+        tab[j + 1] = e;
     }
 
     len = strlen(dir) + 64;
     path = (char *)malloc(len);
     if (path == NULL)
         return;
-    snprintf(path, len, "%s/rank-%d.counts", dir, world_rank);
+    snprintf(path, len, "%s/rank-%d.%s", dir, world_rank, suffix);
     f = fopen(path, "w");
     free(path);
     if (f == NULL)
         return;
-    for (i = 0; i < expect_n_; i++)
-        fprintf(f, "%s %lld\n", expect_tab_[i].name, expect_tab_[i].count);
+    for (i = 0; i < n; i++)
+        fprintf(f, "%s %lld\n", tab[i].name, tab[i].count);
     fclose(f);
+}
+
+static inline void expect_write(int world_rank)
+{
+    const char *dir;
+
+    expect_count_("MPI_Finalize"); /* the MPI_Finalize() that follows */
+
+    dir = getenv("EXPECT_COUNTS_DIR");
+    if (dir == NULL || dir[0] == '\0')
+        return;
+    expect_dump_(dir, world_rank, "counts", expect_tab_, expect_n_);
+    if (expect_nhits_ > 0)
+        expect_dump_(dir, world_rank, "hits", expect_hits_, expect_nhits_);
 }
 
 #endif /* PMTRACE_EXPECT_H */

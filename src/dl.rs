@@ -12,7 +12,14 @@
 //!   the preloaded library first) is hidden while no MPI library is
 //!   loaded: mpi4py 4 asks the process for `MPI_Get_version` to learn
 //!   whether an MPI is loaded already, and would otherwise never load one;
-//! - anything else, and every lookup with `RTLD_NEXT` (whose answer
+//! - a `PMPI_X` looked up with `RTLD_NEXT` by another object (a PMPI
+//!   tool preloaded after pmtrace that finds its `PMPI_` functions so, as
+//!   Darshan does) is pmtrace's, whose inner level records and
+//!   piggybacks, whenever the process's global scope finds pmtrace's
+//!   `PMPI_X`: what the tool would reach had it called `PMPI_X` by name.
+//!   The C library's answer would be the MPI library's, past pmtrace, and
+//!   the tool's messages would go without the header receivers expect;
+//! - anything else, and every other lookup with `RTLD_NEXT` (whose answer
 //!   depends on who asks), goes to the C library's `dlsym` by a tail jump,
 //!   so that it sees the caller's own return address.
 
@@ -27,12 +34,14 @@ static REAL: AtomicUsize = AtomicUsize::new(0);
 /// `decide`'s answer: hide the name (return null, the error set).
 const HIDDEN: usize = 1;
 
-/// The exported `dlsym(handle, name)` (x86-64, System V): asks `decide`,
-/// which answers 0 (ask the C library), `HIDDEN`, or the address to give.
+/// The exported `dlsym(handle, name)` (x86-64, System V): asks `decide`
+/// (with the caller's return address), which answers 0 (ask the C
+/// library), `HIDDEN`, or the address to give.
 #[unsafe(naked)]
 #[no_mangle]
 pub unsafe extern "C" fn dlsym() {
     core::arch::naked_asm!(
+        "mov rdx, [rsp]",
         "push rdi",
         "push rsi",
         "sub rsp, 8",
@@ -56,15 +65,16 @@ pub unsafe extern "C" fn dlsym() {
     )
 }
 
-/// What the exported `dlsym` answers for `name` on `handle` (see `dlsym`).
-extern "C" fn decide(handle: *mut c_void, name: *const c_char) -> usize {
+/// What the exported `dlsym` answers for `name` on `handle`, asked from
+/// `caller` (see `dlsym`).
+extern "C" fn decide(handle: *mut c_void, name: *const c_char, caller: *const c_void) -> usize {
     if REAL.load(Relaxed) == 0 {
         REAL.store(link::real_dlsym_address(), Relaxed);
     }
     // An object loaded since the last look is looked up before its code
     // runs: its tables are corrected first (src/tables.rs).
     crate::front::patch_tables();
-    if handle == libc::RTLD_NEXT || name.is_null() {
+    if name.is_null() {
         return 0;
     }
     std::panic::catch_unwind(|| {
@@ -77,6 +87,9 @@ extern "C" fn decide(handle: *mut c_void, name: *const c_char) -> usize {
         let Ok(slot) = NAMES.binary_search(&name) else {
             return 0;
         };
+        if handle == libc::RTLD_NEXT {
+            return next_inner(slot, caller);
+        }
         let found = link::real_dlsym(handle, name);
         if found.is_null() {
             return 0;
@@ -97,4 +110,30 @@ extern "C" fn decide(handle: *mut c_void, name: *const c_char) -> usize {
         HIDDEN
     })
     .unwrap_or(0)
+}
+
+/// `dlsym(RTLD_NEXT, name)` of slot `slot` from `caller`: pmtrace's
+/// `PMPI_X` for another object than pmtrace and the MPI library, where the
+/// global scope finds pmtrace's; 0 (the C library's answer) otherwise.
+fn next_inner(slot: usize, caller: *const c_void) -> usize {
+    let name = NAMES[slot];
+    if !name.to_bytes().starts_with(b"PMPI_") {
+        return 0;
+    }
+    let from = link::object_of(caller);
+    if from.is_null() || from == link::own() {
+        return 0;
+    }
+    let ours = ENTRIES[slot] as usize;
+    if link::real_dlsym(libc::RTLD_DEFAULT, name) as usize != ours {
+        return 0;
+    }
+    // The MPI library's own lookups (of its own functions) stay its own.
+    if link::definers(c"PMPI_Init")
+        .iter()
+        .any(|d| link::object_of(link::real_dlsym(d.handle, c"PMPI_Init")) == from)
+    {
+        return 0;
+    }
+    ours
 }

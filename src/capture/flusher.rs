@@ -32,7 +32,7 @@ use pmtrace_format::pending::PENDING_LEN;
 use pmtrace_format::{meta, ChunkHeader, ChunkKind, ChunkState, CHUNK_HEADER_LEN, PAGE};
 use std::fs::File;
 use std::os::fd::AsRawFd;
-use std::os::unix::fs::FileExt;
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::Arc;
 
@@ -77,6 +77,8 @@ pub struct ThreadLink {
     pub events: AtomicU64,
     pub waits: AtomicU64,
     pub wait_ns: AtomicU64,
+    /// Events this thread could not record.
+    pub dropped: AtomicU64,
     /// The region the thread is writing: (file offset, capacity).
     pub active: Mutex<Option<(u64, usize)>>,
 }
@@ -112,6 +114,9 @@ pub struct Totals {
     pub file_bytes: u64,
     pub threads: Vec<meta::ThreadDef>,
     pub error: Option<String>,
+    /// The file was removed while the job ran (`Some`), and whether it
+    /// was written back under its name (`restore`).
+    pub removed: Option<bool>,
 }
 
 struct ThreadEntry {
@@ -123,6 +128,8 @@ struct ThreadEntry {
 
 pub struct Flusher {
     file: File,
+    /// Where the file was made.
+    path: std::path::PathBuf,
     len: u64,
     max_buffer: usize,
     threads: Vec<ThreadEntry>,
@@ -134,9 +141,10 @@ fn io_err(what: &str, e: std::io::Error) -> String {
 }
 
 impl Flusher {
-    pub fn new(file: File, header_len: u64, max_buffer: usize) -> Flusher {
+    pub fn new(file: File, path: &std::path::Path, header_len: u64, max_buffer: usize) -> Flusher {
         Flusher {
             file,
+            path: path.to_path_buf(),
             len: header_len,
             max_buffer,
             threads: Vec::new(),
@@ -359,6 +367,7 @@ impl Flusher {
             self.totals.threads.push(meta::ThreadDef {
                 index: t.index,
                 tid: t.tid,
+                dropped: t.dropped.load(Relaxed),
             });
         }
         let tr = trailer(&self.totals);
@@ -385,5 +394,37 @@ impl Flusher {
         }
         self.len += cap as u64;
         self.totals.file_bytes = self.len;
+        self.totals.removed = self.restore();
+    }
+
+    /// Whether the file was removed while the job ran (its directory
+    /// removed, say: the writes went on, into the open file); if so, it is
+    /// written back under its name, the directory made anew, and whether
+    /// that worked. A removed file cannot be linked again, so its bytes
+    /// are copied.
+    fn restore(&self) -> Option<bool> {
+        use std::os::unix::fs::MetadataExt;
+        if self.file.metadata().ok()?.nlink() > 0 {
+            return None;
+        }
+        let copy = || -> std::io::Result<()> {
+            if let Some(dir) = self.path.parent() {
+                std::os::unix::fs::DirBuilderExt::mode(
+                    std::fs::DirBuilder::new().recursive(true),
+                    0o700,
+                )
+                .create(dir)?;
+            }
+            let mut to = std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o600)
+                .open(&self.path)?;
+            let mut from = &self.file;
+            std::io::Seek::seek(&mut from, std::io::SeekFrom::Start(0))?;
+            std::io::copy(&mut from, &mut to)?;
+            to.sync_all()
+        };
+        Some(copy().is_ok())
     }
 }

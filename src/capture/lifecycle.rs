@@ -627,7 +627,7 @@ fn open_trace(
     file.write_all_at(&bytes, 0)
         .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
     let (tx, rx) = crossbeam_channel::unbounded::<Msg>();
-    let flusher = Flusher::new(file, bytes.len() as u64, buffer_size);
+    let flusher = Flusher::new(file, path, bytes.len() as u64, buffer_size);
     let handle = std::thread::Builder::new()
         .name("pmtrace-flusher".into())
         .spawn(move || flusher.run(rx))
@@ -762,8 +762,10 @@ fn summarize(rank: i32, dir: Option<&Path>, totals: Option<Totals>, spawned: boo
     let t = totals.unwrap_or_default();
     let traced = u64::from(t.file_bytes > 0);
     let dropped = recorder::DROPPED.load(std::sync::atomic::Ordering::Relaxed);
-    let mine = [t.events, t.bytes, dropped, traced, t.waits];
-    let mut sum = [0u64; 5];
+    let restored = u64::from(t.removed == Some(true));
+    let lost = u64::from(t.removed == Some(false));
+    let mine = [t.events, t.bytes, dropped, traced, t.waits, restored, lost];
+    let mut sum = [0u64; 7];
     let mut size = 0;
     // SAFETY: a tool-internal reduction over world, which every rank that
     // started tracing reaches in its MPI_Finalize.
@@ -772,7 +774,7 @@ fn summarize(rank: i32, dir: Option<&Path>, totals: Option<Totals>, spawned: boo
         ffi::PMPI_Reduce(
             mine.as_ptr() as *const c_void,
             sum.as_mut_ptr() as *mut c_void,
-            5,
+            7,
             c.uint64,
             c.op_sum,
             0,
@@ -783,7 +785,7 @@ fn summarize(rank: i32, dir: Option<&Path>, totals: Option<Totals>, spawned: boo
         return;
     }
     let Some(dir) = dir else { return };
-    let [events, bytes, dropped, traced, waits] = sum;
+    let [events, bytes, dropped, traced, waits, restored, lost] = sum;
     let per = if events > 0 {
         bytes as f64 / events as f64
     } else {
@@ -796,6 +798,18 @@ fn summarize(rank: i32, dir: Option<&Path>, totals: Option<Totals>, spawned: boo
     }
     if dropped > 0 {
         line.push_str(&format!(", {dropped} events DROPPED"));
+    }
+    // Rank files removed while the job ran (the directory removed, say)
+    // are written back from the open files (`Flusher::restore`).
+    if restored > 0 {
+        line.push_str(&format!(
+            "; the files of {restored} ranks were removed while the job ran and written back"
+        ));
+    }
+    if lost > 0 {
+        line.push_str(&format!(
+            "; the files of {lost} ranks were removed while the job ran and are LOST"
+        ));
     }
     let _ = writeln!(std::io::stderr(), "{line}");
 }

@@ -163,7 +163,7 @@ impl Recorder {
     #[cold]
     fn reserve_slow(&mut self, need: usize) -> bool {
         if self.broken || STOPPED.load(Relaxed) {
-            DROPPED.fetch_add(1, Relaxed);
+            self.dropped();
             return false;
         }
         if self.link.is_none() {
@@ -202,8 +202,17 @@ impl Recorder {
 
     fn fail(&mut self) -> bool {
         self.broken = true;
-        DROPPED.fetch_add(1, Relaxed);
+        self.dropped();
         false
+    }
+
+    /// Counts an event this thread could not record: for the process (the
+    /// summary line) and for the thread (its entry in the trailer).
+    fn dropped(&self) {
+        DROPPED.fetch_add(1, Relaxed);
+        if let Some(link) = &self.link {
+            link.dropped.fetch_add(1, Relaxed);
+        }
     }
 
     fn register(&mut self) -> bool {
@@ -219,6 +228,7 @@ impl Recorder {
             events: AtomicU64::new(0),
             waits: AtomicU64::new(0),
             wait_ns: AtomicU64::new(0),
+            dropped: AtomicU64::new(0),
             active: Mutex::new(None),
         });
         let (tx, rx) = crossbeam_channel::bounded(2);
@@ -466,7 +476,7 @@ impl Recorder {
             // Cannot happen (only this thread writes the slot); if it did,
             // the receive is counted as lost, not hidden.
             debug_assert!(false, "pending slot out of step");
-            DROPPED.fetch_add(1, Relaxed);
+            self.dropped();
             return;
         };
         let mut prev_end = self.prev_end;
@@ -685,15 +695,16 @@ mod tests {
             },
         ];
         let bytes = pmtrace_format::encode_file_header(&header);
+        let path = dir.join(pmtrace_format::rank_file_name(0));
         let mut file = std::fs::File::options()
             .read(true)
             .write(true)
             .create_new(true)
-            .open(dir.join(pmtrace_format::rank_file_name(0)))
+            .open(&path)
             .unwrap();
         file.write_all(&bytes).unwrap();
         let (tx, rx) = crossbeam_channel::unbounded();
-        let flusher = Flusher::new(file, bytes.len() as u64, crate::config::MIN_BUFFER);
+        let flusher = Flusher::new(file, &path, bytes.len() as u64, crate::config::MIN_BUFFER);
         let handle = std::thread::spawn(move || flusher.run(rx));
         set_flusher(tx.clone());
 

@@ -267,6 +267,7 @@ static void test_probe(void)
         do {
             C(MPI_Improbe, partner, 43, W, &flag, &msg, &st);
         } while (!flag);
+        H(MPI_Improbe);
         check_status(&st, partner, 43, 2);
         C(MPI_Imrecv, buf, 8, MPI_INT, &msg, &req);
         C(MPI_Wait, &req, &st);
@@ -297,6 +298,7 @@ static void test_completion(void)
     do {
         C(MPI_Test, &sreq, &flag, &st);
     } while (!flag);
+    H(MPI_Test);
     CHECK(sreq == MPI_REQUEST_NULL);
     if (role == ROLE_B) {
         check_buf(b[0], 4, 50);
@@ -336,6 +338,7 @@ static void test_completion(void)
         while (done < 3) {
             C(MPI_Testany, 3, req, &idx, &flag, &st);
             if (flag) {
+                H(MPI_Testany);
                 CHECK(idx >= 0 && idx < 3);
                 if (idx >= 0 && idx < 3) {
                     CHECK(!seen[idx]);
@@ -352,6 +355,7 @@ static void test_completion(void)
         do {
             C(MPI_Testall, 2, req, &flag, sts);
         } while (!flag);
+        H(MPI_Testall);
         for (k = 0; k < 2; k++) {
             check_buf(b[k], 4, 57 + k);
             check_status(&sts[k], partner, 57 + k, 4);
@@ -387,6 +391,8 @@ static void test_completion(void)
             CHECK(outcount != MPI_UNDEFINED);
             if (outcount == MPI_UNDEFINED)
                 break;
+            if (outcount > 0)
+                H(MPI_Testsome);
             for (k = 0; k < outcount && k < 3; k++) {
                 int i = idxs[k];
                 CHECK(i >= 0 && i < 3 && !seen[i]);
@@ -899,6 +905,7 @@ int main(int argc, char **argv)
     C(MPI_Comm_size, W, &size);
     C(MPI_Pcontrol, 1);
     t0 = C0(MPI_Wtime);
+    CHECK(C0(MPI_Wtick) > 0.0);
 
     if (size < 2) {
         if (rank == 0)

@@ -318,6 +318,22 @@ impl Run {
         self.counts_of(0..np)
     }
 
+    /// Per rank, how many of the program's calls of each function
+    /// completed or matched something (`H()` of examples/expect.h; none
+    /// where the program counted none).
+    pub fn expected_hits(&self, np: u32) -> Vec<BTreeMap<String, u64>> {
+        (0..np)
+            .map(|r| {
+                let f = self.counts_dir.join(format!("rank-{r}.hits"));
+                match std::fs::read_to_string(&f) {
+                    Ok(text) => parse_counts(&text),
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => BTreeMap::new(),
+                    Err(e) => panic!("{}: {e}", f.display()),
+                }
+            })
+            .collect()
+    }
+
     /// `expected_counts` for the files of the given rank numbers.
     pub fn counts_of(&self, ranks: impl Iterator<Item = u32>) -> Vec<BTreeMap<String, u64>> {
         ranks
@@ -325,15 +341,20 @@ impl Run {
                 let f = self.counts_dir.join(format!("rank-{r}.counts"));
                 let text =
                     std::fs::read_to_string(&f).unwrap_or_else(|e| panic!("{}: {e}", f.display()));
-                text.lines()
-                    .map(|l| {
-                        let (n, c) = l.split_once(' ').unwrap();
-                        (n.to_string(), c.parse().unwrap())
-                    })
-                    .collect()
+                parse_counts(&text)
             })
             .collect()
     }
+}
+
+/// Lines of "name count", as examples/expect.h writes them.
+fn parse_counts(text: &str) -> BTreeMap<String, u64> {
+    text.lines()
+        .map(|l| {
+            let (n, c) = l.split_once(' ').unwrap();
+            (n.to_string(), c.parse().unwrap())
+        })
+        .collect()
 }
 
 /// Runs `prog args` on `np` ranks; the trace (if any) goes to `dir/trace`.
@@ -359,6 +380,22 @@ pub fn mpirun_on(
     args: &[&str],
     mode: Mode,
     env: &[(&str, &str)],
+) -> Run {
+    mpirun_during(mpi, dir, np, prog, args, mode, env, |_| {})
+}
+
+/// `mpirun_on`, with `during` called (with the trace directory) while the
+/// job runs; the job's output is collected when it returns.
+#[allow(clippy::too_many_arguments)]
+pub fn mpirun_during(
+    mpi: Mpi,
+    dir: &Path,
+    np: u32,
+    prog: &Path,
+    args: &[&str],
+    mode: Mode,
+    env: &[(&str, &str)],
+    during: impl FnOnce(&Path),
 ) -> Run {
     let tag = format!("{mode:?}").to_lowercase().replace(['(', ')'], "-");
     let trace = dir.join(format!("trace-{tag}"));
@@ -417,7 +454,14 @@ pub fn mpirun_on(
             cmd.args(&ctx);
         }
     }
-    let out = cmd.output().expect("mpirun");
+    let child = cmd
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("mpirun");
+    during(&trace);
+    let out = child.wait_with_output().expect("mpirun");
     Run {
         stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
         stderr: String::from_utf8_lossy(&out.stderr).into_owned(),

@@ -295,10 +295,13 @@ mod tests {
 
     #[test]
     fn a_spilled_block_is_known_by_address_until_freed() {
-        let dir = std::env::temp_dir();
+        // The build tree is on disk, where spilling is meant to go (the
+        // system's temporary directory may be a tmpfs, which `unfit`
+        // refuses).
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/tmp");
+        std::fs::create_dir_all(&dir).unwrap();
         if let Some(why) = unfit(&dir, 1 << 20) {
-            eprintln!("spill test skipped: {why}");
-            return;
+            panic!("spilling cannot be tried here: {why}");
         }
         enable();
         let p = alloc(MIN + 10);

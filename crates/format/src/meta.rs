@@ -161,6 +161,14 @@ pub struct ThreadDef {
     pub index: u32,
     /// OS thread id.
     pub tid: u64,
+    /// Events of this thread that could not be recorded (no buffer could
+    /// be had: a full disk, say). Absent when none.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub dropped: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// Written at `MPI_Finalize` as the last chunk of a rank file.

@@ -61,11 +61,14 @@ pub const NONE: usize = 1;
 /// (`PMPI_X`). Cached in `at`.
 ///
 /// `needs_inner`: pmtrace's work on X happens at the inner level (the
-/// piggyback), so the tool must call `PMPI_X` by name, reaching pmtrace's.
-/// A tool that does not (it looks `PMPI_X` up with `dlsym(RTLD_NEXT)`,
-/// which finds the MPI library's) would send messages without the header
-/// that receivers expect, or take them with one: X is then not handed to
-/// it (it misses those calls, as it would without stacking), with one
+/// piggyback), so the tool's `PMPI_X` must be pmtrace's: it calls
+/// `PMPI_X` by name, or looks it up with `dlsym`, which is pmtrace's
+/// (src/dl.rs answers `dlsym(RTLD_NEXT, "PMPI_X")` with pmtrace's
+/// `PMPI_X`, as Darshan asks). Where neither holds (a program linked with
+/// libpmtrace.a that does not export its `dlsym`), the tool would find the
+/// MPI library's `PMPI_X` and send messages without the header that
+/// receivers expect, or take them with one: X is then not handed to it
+/// (it misses those calls, as it would without stacking), with one
 /// warning.
 #[inline(always)]
 pub fn tool(at: &AtomicUsize, outer: &CStr, inner: &CStr, needs_inner: bool) -> Option<usize> {
@@ -86,12 +89,18 @@ fn find_tool(at: &AtomicUsize, outer: &CStr, inner: &CStr, needs_inner: bool) ->
     } else {
         f as usize
     };
-    if found != NONE && needs_inner && !calls_by_name(f, inner) {
+    if found != NONE && needs_inner && !dlsym_is_own() && !calls_by_name(f, inner) {
         bypassed(f, outer);
         found = NONE;
     }
     at.store(found, Relaxed);
     (found != NONE).then_some(found)
+}
+
+/// Whether the process's `dlsym` is pmtrace's (src/dl.rs).
+fn dlsym_is_own() -> bool {
+    let f = real_dlsym(libc::RTLD_DEFAULT, c"dlsym");
+    !f.is_null() && object_of(f) == own()
 }
 
 /// Whether the object holding `f` refers to `name` as an undefined symbol

@@ -66,7 +66,11 @@ fn put_rank(o: &mut Out, r: &RankSummary) {
         .u64(r.file_bytes)
         .u64(r.dropped_events)
         .u64(r.buffer_waits)
-        .u64(r.functions.len() as u64);
+        .u64(r.dropped_by_thread.len() as u64);
+    for (&thread, &n) in &r.dropped_by_thread {
+        o.u32(thread).u64(n);
+    }
+    o.u64(r.functions.len() as u64);
     for (name, f) in &r.functions {
         o.str(name)
             .u64(f.calls)
@@ -90,8 +94,13 @@ fn get_rank(i: &mut In) -> RankSummary {
         file_bytes: i.u64(),
         dropped_events: i.u64(),
         buffer_waits: i.u64(),
+        dropped_by_thread: BTreeMap::new(),
         functions: BTreeMap::new(),
     };
+    for _ in 0..i.u64() {
+        let thread = i.u32();
+        r.dropped_by_thread.insert(thread, i.u64());
+    }
     for _ in 0..i.u64() {
         let name = i.str();
         let f = FunctionStats {

@@ -227,6 +227,10 @@ pub struct RankSummary {
     pub mpi_ns: u64,
     pub file_bytes: u64,
     pub dropped_events: u64,
+    /// Of those, by thread index (threads that lost none left out);
+    /// absent when none did.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub dropped_by_thread: BTreeMap<u32, u64>,
     pub buffer_waits: u64,
     pub functions: BTreeMap<String, FunctionStats>,
 }
@@ -402,6 +406,17 @@ pub fn profile(rank: &Rank, messages: &Messages, sent: &[u64], received: &[u64])
         mpi_ns,
         file_bytes: rank.file_bytes,
         dropped_events: rank.trailer.as_ref().map_or(0, |t| t.dropped),
+        dropped_by_thread: rank
+            .trailer
+            .as_ref()
+            .map(|t| {
+                t.threads
+                    .iter()
+                    .filter(|d| d.dropped > 0)
+                    .map(|d| (d.index, d.dropped))
+                    .collect()
+            })
+            .unwrap_or_default(),
         buffer_waits: rank
             .threads
             .iter()
