@@ -74,6 +74,29 @@ fn one_line(plain: &Run, traced: &Run, what: &str) -> String {
     lines[0].to_string()
 }
 
+/// halo2d at np=4 under `mpi`, untraced, then traced with `fault` done
+/// (given the trace directory) once every rank has made its file: both
+/// runs, and the one line pmtrace printed.
+fn with_fault(mpi: Mpi, dir: &Path, what: &str, fault: impl FnOnce(&Path)) -> (Run, String) {
+    let plain = untraced(mpi, dir);
+    let prog = mpi.prog("halo2d");
+    let traced = mpirun_during(
+        mpi,
+        dir,
+        4,
+        &prog,
+        &[ITERATIONS],
+        Mode::Preload,
+        &[],
+        |trace| {
+            wait_for(&trace.join("rank-00003.pmt"));
+            fault(trace);
+        },
+    );
+    let line = one_line(&plain, &traced, what);
+    (traced, line)
+}
+
 /// With `PMTRACE_DIR` on a 1 MiB tmpfs, the disk fills up early: the run
 /// is as untraced, the summary line counts the events DROPPED, the trace
 /// reads, and the report counts what each rank and thread lost; every
@@ -130,22 +153,9 @@ fn a_trace_directory_removed_while_the_job_runs_is_written_back() {
     for mpi in [Mpi::OpenMpi, Mpi::Mpich] {
         let what = format!("{mpi:?}, the directory removed");
         let dir = scratch(&format!("faults-removed-{}", mpi.tag()));
-        let plain = untraced(mpi, &dir);
-        let prog = mpi.prog("halo2d");
-        let traced = mpirun_during(
-            mpi,
-            &dir,
-            4,
-            &prog,
-            &[ITERATIONS],
-            Mode::Preload,
-            &[],
-            |trace| {
-                wait_for(&trace.join("rank-00003.pmt"));
-                std::fs::remove_dir_all(trace).unwrap();
-            },
-        );
-        let line = one_line(&plain, &traced, &what);
+        let (traced, line) = with_fault(mpi, &dir, &what, |trace| {
+            std::fs::remove_dir_all(trace).unwrap();
+        });
         assert!(
             line.ends_with(
                 "; the files of 4 ranks were removed while the job ran and written back"
@@ -169,39 +179,27 @@ fn a_rank_stopped_for_seconds_loses_nothing() {
     for mpi in [Mpi::OpenMpi, Mpi::Mpich] {
         let what = format!("{mpi:?}, a rank stopped");
         let dir = scratch(&format!("faults-stopped-{}", mpi.tag()));
-        let plain = untraced(mpi, &dir);
         let prog = mpi.prog("halo2d");
-        let traced = mpirun_during(
-            mpi,
-            &dir,
-            4,
-            &prog,
-            &[ITERATIONS],
-            Mode::Preload,
-            &[],
-            |trace| {
-                wait_for(&trace.join("rank-00003.pmt"));
-                // A rank of this job: the newest process running the program.
-                let out = std::process::Command::new("pgrep")
-                    .args(["-n", "-f"])
-                    .arg(prog.to_str().unwrap())
-                    .output()
-                    .expect("pgrep");
-                let pid = String::from_utf8_lossy(&out.stdout).trim().to_string();
-                assert!(!pid.is_empty(), "{what}: no rank found");
-                let signal = |sig: &str| {
-                    let st = std::process::Command::new("kill")
-                        .args([sig, &pid])
-                        .status()
-                        .expect("kill");
-                    assert!(st.success(), "{what}: kill {sig} {pid}");
-                };
-                signal("-STOP");
-                std::thread::sleep(Duration::from_secs(3));
-                signal("-CONT");
-            },
-        );
-        let line = one_line(&plain, &traced, &what);
+        let (traced, line) = with_fault(mpi, &dir, &what, |_| {
+            // A rank of this job: the newest process running the program.
+            let out = std::process::Command::new("pgrep")
+                .args(["-n", "-f"])
+                .arg(prog.to_str().unwrap())
+                .output()
+                .expect("pgrep");
+            let pid = String::from_utf8_lossy(&out.stdout).trim().to_string();
+            assert!(!pid.is_empty(), "{what}: no rank found");
+            let signal = |sig: &str| {
+                let st = std::process::Command::new("kill")
+                    .args([sig, &pid])
+                    .status()
+                    .expect("kill");
+                assert!(st.success(), "{what}: kill {sig} {pid}");
+            };
+            signal("-STOP");
+            std::thread::sleep(Duration::from_secs(3));
+            signal("-CONT");
+        });
         assert!(!line.contains("DROPPED"), "{what}: {line}");
         let t = Trace::open(&traced.trace).unwrap_or_else(|e| panic!("{what}: {e}"));
         assert_eq!(recorded_counts(&t), traced.expected_counts(4), "{what}");
