@@ -1064,41 +1064,66 @@ fn the_library_exports_only_mpi_symbols_and_the_cli_none() {
     assert!(mpi.is_empty(), "the CLI defines MPI symbols: {mpi:?}");
 }
 
+/// A rank whose file cannot be made (someone else's file is there) turns
+/// tracing off on every rank, under both MPIs, rank 0 among them (MPICH
+/// 4.0 compares `MPI_UINT64_T` as signed under `MPI_MIN`, which once hid a
+/// failed rank 0 from the others: they traced on, and the job hung in
+/// pmtrace's next collective).
 #[test]
 fn a_rank_that_cannot_create_its_file_turns_tracing_off_on_every_rank() {
-    let dir = scratch("onerankfails");
-    let trace = dir.join("shared-trace");
-    std::fs::create_dir_all(&trace).unwrap();
-    // Rank 1's file exists already: it must not be touched, and rank 1
-    // cannot trace. The job splits communicators, where traced ranks would
-    // run a hidden collective an untraced rank does not.
-    let theirs = trace.join("rank-00001.pmt");
-    std::fs::write(&theirs, b"someone else's file").unwrap();
-    let prog = prog("collectives");
-    let plain = mpirun(&dir, 3, &prog, &[], Mode::Plain, &[]);
-    let run = mpirun(
-        &dir,
-        3,
-        &prog,
-        &[],
-        Mode::Preload,
-        &[("PMTRACE_DIR", trace.to_str().unwrap())],
-    );
-    assert_eq!(run.code, 0, "{}", run.stderr);
-    assert_eq!(run.stdout, plain.stdout);
-    let lines = run.stderr_lines();
-    assert_eq!(lines.len(), 1, "{lines:?}");
-    assert!(
-        lines[0].starts_with("pmtrace: warning: rank 1:")
-            && lines[0].contains("tracing disabled on all ranks"),
-        "{}",
-        lines[0]
-    );
-    assert_eq!(std::fs::read(&theirs).unwrap(), b"someone else's file");
-    assert!(
-        !trace.join("rank-00000.pmt").exists(),
-        "no partial trace is left"
-    );
+    for mpi in [Mpi::OpenMpi, Mpi::Mpich] {
+        for failing in [0, 2] {
+            let what = format!("{mpi:?}, rank {failing}");
+            let dir = scratch(&format!("onerankfails-{}-{failing}", mpi.tag()));
+            let trace = dir.join("shared-trace");
+            let _ = std::fs::remove_dir_all(&trace);
+            std::fs::create_dir_all(&trace).unwrap();
+            // The rank's file exists already: it must not be touched, and
+            // the rank cannot trace. The job splits communicators, where
+            // traced ranks would run a hidden collective an untraced rank
+            // does not. Rank 0's is a dangling symbolic link, which rank
+            // 0's check of the directory (is a trace there?) lets pass.
+            let theirs = trace.join(format!("rank-{failing:05}.pmt"));
+            let target = dir.join("nowhere");
+            if failing == 0 {
+                std::os::unix::fs::symlink(&target, &theirs).unwrap();
+            } else {
+                std::fs::write(&theirs, b"someone else's file").unwrap();
+            }
+            let prog = mpi.prog("collectives");
+            let plain = mpirun_on(mpi, &dir, 3, &prog, &[], Mode::Plain, &[]);
+            let run = mpirun_on(
+                mpi,
+                &dir,
+                3,
+                &prog,
+                &[],
+                Mode::Preload,
+                &[("PMTRACE_DIR", trace.to_str().unwrap())],
+            );
+            assert_eq!(run.code, 0, "{what}: {}", run.stderr);
+            assert_eq!(run.stdout, plain.stdout, "{what}");
+            let lines = run.stderr_lines();
+            assert_eq!(lines.len(), 1, "{what}: {lines:?}");
+            assert!(
+                lines[0].starts_with(&format!("pmtrace: warning: rank {failing}:"))
+                    && lines[0].contains("tracing disabled on all ranks"),
+                "{what}: {}",
+                lines[0]
+            );
+            if failing == 0 {
+                assert_eq!(std::fs::read_link(&theirs).unwrap(), target, "{what}");
+                assert!(!target.exists(), "{what}: the link was followed");
+            } else {
+                assert_eq!(std::fs::read(&theirs).unwrap(), b"someone else's file");
+            }
+            let left: Vec<_> = std::fs::read_dir(&trace)
+                .unwrap()
+                .map(|e| e.unwrap().file_name())
+                .collect();
+            assert_eq!(left.len(), 1, "{what}: no partial trace is left: {left:?}");
+        }
+    }
 }
 
 /// Clocks of a scenario run, addressed by function name and occurrence.

@@ -635,11 +635,16 @@ fn open_trace(
     Ok((tx, handle))
 }
 
+/// "No rank failed" in `lowest_failed_rank`: below 2^63, as MPICH 4.0
+/// compares `MPI_UINT64_T` values as signed under `MPI_MIN` (u64::MAX would
+/// be the least of all, and a failed rank 0 went unseen).
+const NONE_FAILED: u64 = i64::MAX as u64;
+
 /// The lowest world rank that failed, if any (an allreduce over world).
 fn lowest_failed_rank(rank: i32, failed: bool) -> Option<i32> {
     let c = ffi::consts();
-    let mine: u64 = if failed { rank as u64 } else { u64::MAX };
-    let mut lowest = u64::MAX;
+    let mine: u64 = if failed { rank as u64 } else { NONE_FAILED };
+    let mut lowest = NONE_FAILED;
     // SAFETY: a tool-internal reduction of one u64 over world, which every
     // rank reaches here inside its MPI_Init.
     unsafe {
@@ -652,7 +657,7 @@ fn lowest_failed_rank(rank: i32, failed: bool) -> Option<i32> {
             ffi::world(),
         );
     }
-    (lowest != u64::MAX).then_some(lowest as i32)
+    (lowest < NONE_FAILED).then_some(lowest as i32)
 }
 
 /// Records the closing call, seals everything and stops the flusher.
