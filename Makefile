@@ -34,7 +34,7 @@ DEBIAN_MPICH := $(MPI_PREFIX)/debian-mpich
 WHEELS := $(OMPI5)/.installed $(MPICH5)/.installed $(IMPI)/.installed $(MPI4PY4)/.installed \
   $(DEBIAN_MPICH)/libmpi.so.12
 
-.PHONY: all build deps debs wheels matrix abi install pydeps mpi4py-suite examples mpich mpich-mpi test unit lint demo bench wrappers clean
+.PHONY: all build deps debs wheels matrix abi install pydeps mpi4py-suite examples mpich mpich-mpi test unit lint demo bench wrappers clean afl fuzz-build fuzz fuzz-check
 
 all: build
 
@@ -102,6 +102,11 @@ target/examples/libdlmpi.so: tests/progs/dlmpi.c examples/expect.h | deps
 	@mkdir -p target/examples
 	mpicc -O2 -Wall -Wextra -DLIBRARY -Iexamples -shared -fPIC -o $@ $<
 
+# A slow disk, as pmtrace's writer sees it (tests/faults): no MPI.
+target/examples/stall: tests/progs/stall.c
+	@mkdir -p target/examples
+	cc -O2 -Wall -Wextra -o $@ $<
+
 target/examples/%: examples/%.c examples/expect.h | deps
 	@mkdir -p target/examples
 	mpicc -O2 -Wall -Wextra -o $@ $<
@@ -159,7 +164,7 @@ $(FAKE)/old/libfakempi.so: tests/progs/fakempi.c
 $(FAKE)/fakeapp: tests/progs/fakeapp.c $(FAKE)/unknown/libfakempi.so
 	cc -O2 -Wall -o $@ $< -L$(FAKE)/unknown -lfakempi -ldl
 
-examples: $(EX_BIN) $(addprefix target/examples/,$(TOOL_BIN) $(FORTRAN_BIN) fphase) $(FAKE_BIN)
+examples: $(EX_BIN) $(addprefix target/examples/,$(TOOL_BIN) $(FORTRAN_BIN) fphase stall) $(FAKE_BIN)
 
 # $(call progs,dir,mpicc): the rules that build the test programs of one
 # setup of the matrix into dir/examples.
@@ -255,14 +260,65 @@ $(MPI4PY)/.installed: | debs
 
 lint: deps
 	$(CARGO) fmt --all -- --check
+	cd fuzz && $(CARGO) fmt -- --check
 	$(CARGO) clippy --release --workspace --all-targets -- -D warnings
 
-test: build examples matrix pydeps mpi4py-suite lint
+test: build examples matrix pydeps mpi4py-suite lint fuzz-check
 	@if $(CARGO) nextest --version >/dev/null 2>&1; then \
 	  $(CARGO) nextest run --release --workspace --no-fail-fast; \
 	else \
 	  $(CARGO) test --release --workspace --no-fail-fast -- --test-threads=1; \
 	fi
+
+# Coverage-guided fuzzing (fuzz/, its README says more). AFL++ through
+# cargo-afl, which builds its own AFL++ once for this Rust (`cargo afl
+# config --build`, which says so once built); rustc instruments the targets.
+# `make fuzz` runs each target FUZZ_SECONDS from its corpus and fails on
+# any crash or hang; `make fuzz-check` (in `make test`) replays every
+# corpus and regression input, then fuzzes each target FUZZ_CHECK_SECONDS.
+CARGO_AFL_VERSION := 0.18.2
+FUZZ_TARGETS := trace sync options env
+FUZZ_SECONDS ?= 600
+FUZZ_CHECK_SECONDS ?= 15
+FUZZ_BUILD := $(CURDIR)/target/fuzz-build
+FUZZ_OUT := target/fuzz
+FUZZ_ENV := AFL_NO_UI=1 AFL_SKIP_CPUFREQ=1 AFL_I_DONT_CARE_ABOUT_MISSING_CRASHES=1 \
+  AFL_NO_AFFINITY=1 AFL_SKIP_CRASHES=1
+
+afl:
+	@$(CARGO) afl --version 2>/dev/null | grep -q "cargo-afl $(CARGO_AFL_VERSION) " || \
+	  $(CARGO) install --locked --quiet cargo-afl --version $(CARGO_AFL_VERSION)
+	@out=$$($(CARGO) afl config --build 2>&1) || echo "$$out" | grep -q "already built" || \
+	  { echo "$$out"; exit 1; }
+
+fuzz-build: afl
+	cd fuzz && CARGO_TARGET_DIR=$(FUZZ_BUILD) $(CARGO) afl build --release --locked --quiet
+
+# $(call fuzz-run,seconds): each target from its corpus, then no crash or hang.
+define fuzz-run
+	@for t in $(FUZZ_TARGETS); do \
+	  rm -rf $(FUZZ_OUT)/$$t && mkdir -p $(FUZZ_OUT)/$$t && \
+	  echo "fuzz: $$t for $(1) s" && \
+	  $(FUZZ_ENV) $(CARGO) afl fuzz -i fuzz/corpus/$$t -o $(FUZZ_OUT)/$$t -V $(1) -t 5000 \
+	    $(FUZZ_BUILD)/release/$$t >$(FUZZ_OUT)/$$t.log 2>&1 || { tail -20 $(FUZZ_OUT)/$$t.log; exit 1; }; \
+	  grep -E "^(execs_done|execs_per_sec|corpus_count|bitmap_cvg|saved_crashes|saved_hangs) " \
+	    $(FUZZ_OUT)/$$t/default/fuzzer_stats | tr -s ' ' | paste -sd ' ' | sed "s/^/fuzz: $$t: /"; \
+	  found=$$(ls $(FUZZ_OUT)/$$t/default/crashes $(FUZZ_OUT)/$$t/default/hangs | grep -c '^id:'); \
+	  if [ "$$found" != 0 ]; then echo "fuzz: $$t: $$found crashes or hangs in $(FUZZ_OUT)/$$t/default"; exit 1; fi; \
+	done
+endef
+
+fuzz: fuzz-build
+	$(call fuzz-run,$(FUZZ_SECONDS))
+
+fuzz-check: fuzz-build
+	@for t in $(FUZZ_TARGETS); do \
+	  for f in fuzz/corpus/$$t/* fuzz/regressions/$$t/*; do \
+	    [ -f "$$f" ] || continue; \
+	    $(FUZZ_BUILD)/release/$$t <"$$f" >/dev/null 2>&1 || { echo "fuzz: $$t fails on $$f"; exit 1; }; \
+	  done; \
+	done
+	$(call fuzz-run,$(FUZZ_CHECK_SECONDS))
 
 DEMO_DIR := target/demo-trace
 demo: build examples

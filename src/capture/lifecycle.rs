@@ -425,7 +425,7 @@ fn start_tracing(
             return;
         }
     }
-    let cfg = Config::from_env();
+    let cfg = Config::from_env(&FUNCTIONS);
     let invariant = clock::tsc_is_invariant();
     let use_tsc = match cfg.timer {
         TimerChoice::Auto => invariant,
@@ -596,7 +596,7 @@ fn build_header(
                 .map(|d| d.as_nanos() as u64)
                 .unwrap_or(0),
             config: {
-                let mut m = cfg.effective(&dir.display().to_string(), timer_name);
+                let mut m = cfg.effective(&dir.display().to_string(), timer_name, &FUNCTIONS);
                 m.insert("PMTRACE_CLOCKS".into(), clocks.name().into());
                 m
             },

@@ -1,5 +1,6 @@
 //! Faults while a job runs: a disk that fills up, the trace directory
-//! removed, a rank stopped for seconds. Under each, at np=4 under Open MPI
+//! removed, a rank stopped for seconds, a disk slower than the trace
+//! rate. Under each, at np=4 under Open MPI
 //! and MPICH: the application prints and exits as untraced, pmtrace says
 //! what happened in its one line, the trace reads, and whatever was lost
 //! is counted, per rank and thread.
@@ -77,7 +78,13 @@ fn one_line(plain: &Run, traced: &Run, what: &str) -> String {
 /// halo2d at np=4 under `mpi`, untraced, then traced with `fault` done
 /// (given the trace directory) once every rank has made its file: both
 /// runs, and the one line pmtrace printed.
-fn with_fault(mpi: Mpi, dir: &Path, what: &str, fault: impl FnOnce(&Path)) -> (Run, String) {
+fn with_fault(
+    mpi: Mpi,
+    dir: &Path,
+    what: &str,
+    env: &[(&str, &str)],
+    fault: impl FnOnce(&Path),
+) -> (Run, String) {
     let plain = untraced(mpi, dir);
     let prog = mpi.prog("halo2d");
     let traced = mpirun_during(
@@ -87,7 +94,7 @@ fn with_fault(mpi: Mpi, dir: &Path, what: &str, fault: impl FnOnce(&Path)) -> (R
         &prog,
         &[ITERATIONS],
         Mode::Preload,
-        &[],
+        env,
         |trace| {
             // Every rank's file: a rank that could not make its own turns
             // tracing off on all (a rank in the middle of MPI_Init when
@@ -158,7 +165,7 @@ fn a_trace_directory_removed_while_the_job_runs_is_written_back() {
     for mpi in [Mpi::OpenMpi, Mpi::Mpich] {
         let what = format!("{mpi:?}, the directory removed");
         let dir = scratch(&format!("faults-removed-{}", mpi.tag()));
-        let (traced, line) = with_fault(mpi, &dir, &what, |trace| {
+        let (traced, line) = with_fault(mpi, &dir, &what, &[], |trace| {
             std::fs::remove_dir_all(trace).unwrap();
         });
         assert!(
@@ -185,15 +192,11 @@ fn a_rank_stopped_for_seconds_loses_nothing() {
         let what = format!("{mpi:?}, a rank stopped");
         let dir = scratch(&format!("faults-stopped-{}", mpi.tag()));
         let prog = mpi.prog("halo2d");
-        let (traced, line) = with_fault(mpi, &dir, &what, |_| {
+        let (traced, line) = with_fault(mpi, &dir, &what, &[], |_| {
             // A rank of this job: the newest process running the program.
-            let out = std::process::Command::new("pgrep")
-                .args(["-n", "-f"])
-                .arg(prog.to_str().unwrap())
-                .output()
-                .expect("pgrep");
-            let pid = String::from_utf8_lossy(&out.stdout).trim().to_string();
-            assert!(!pid.is_empty(), "{what}: no rank found");
+            let pid = ranks_of(&prog)
+                .pop()
+                .unwrap_or_else(|| panic!("{what}: no rank found"));
             let signal = |sig: &str| {
                 let st = std::process::Command::new("kill")
                     .args([sig, &pid])
@@ -209,6 +212,79 @@ fn a_rank_stopped_for_seconds_loses_nothing() {
         let t = Trace::open(&traced.trace).unwrap_or_else(|e| panic!("{what}: {e}"));
         assert_eq!(recorded_counts(&t), traced.expected_counts(4), "{what}");
         let rep = report(&traced.trace);
+        assert_eq!(rep["messages"]["unmatched"], 0, "{what}");
+    }
+}
+
+/// The processes running `prog`, oldest first.
+fn ranks_of(prog: &Path) -> Vec<String> {
+    let out = std::process::Command::new("pgrep")
+        .arg("-f")
+        .arg(prog.to_str().unwrap())
+        .output()
+        .expect("pgrep");
+    let mut pids: Vec<u32> = String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .filter_map(|p| p.parse().ok())
+        .collect();
+    pids.sort_unstable();
+    pids.iter().map(u32::to_string).collect()
+}
+
+/// A disk slower than the trace rate, as the writer sees it: every rank's
+/// writer thread stopped for 150 ms, then let run for 5 ms, again and
+/// again until the rank ends (tests/progs/stall, by ptrace: the
+/// application threads run on), with the smallest buffers (64 KiB). The
+/// application's threads wait for buffers (pmtrace stalls, never drops):
+/// the run is as untraced, the summary line counts the waits, the report
+/// shows them by rank, and the trace holds every call.
+#[test]
+fn a_disk_slower_than_the_trace_rate_stalls_the_ranks_and_loses_nothing() {
+    for mpi in [Mpi::OpenMpi, Mpi::Mpich] {
+        let what = format!("{mpi:?}, a slow disk");
+        let dir = scratch(&format!("faults-slow-{}", mpi.tag()));
+        let prog = mpi.prog("halo2d");
+        let stall = prog("stall");
+        let env = [("PMTRACE_BUFFER_SIZE", "64K")];
+        let (traced, line) = with_fault(mpi, &dir, &what, &env, |_| {
+            let ranks = ranks_of(&prog);
+            assert_eq!(ranks.len(), 4, "{what}: {ranks:?}");
+            let stallers: Vec<_> = ranks
+                .iter()
+                .map(|pid| {
+                    std::process::Command::new(&stall)
+                        .args([pid.as_str(), "pmtrace-flusher", "150", "5"])
+                        .stdout(std::process::Stdio::piped())
+                        .spawn()
+                        .expect("stall")
+                })
+                .collect();
+            for s in stallers {
+                let out = s.wait_with_output().expect("stall");
+                assert!(out.status.success(), "{what}: stall failed");
+                let stops: u64 = String::from_utf8_lossy(&out.stdout).trim().parse().unwrap();
+                assert!(stops > 0, "{what}: a writer never stopped");
+            }
+        });
+        assert!(!line.contains("DROPPED"), "{what}: {line}");
+        let waits: u64 = line
+            .split(", ")
+            .find_map(|p| p.strip_suffix(" buffer waits"))
+            .unwrap_or_else(|| panic!("{what}: no buffer wait counted: {line}"))
+            .parse()
+            .unwrap();
+        assert!(waits > 0, "{what}: {line}");
+        let t = Trace::open(&traced.trace).unwrap_or_else(|e| panic!("{what}: {e}"));
+        assert_eq!(recorded_counts(&t), traced.expected_counts(4), "{what}");
+        let rep = report(&traced.trace);
+        let by_rank: u64 = rep["per_rank"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r["buffer_waits"].as_u64().unwrap())
+            .sum();
+        assert_eq!(by_rank, waits, "{what}: {line}");
+        assert_eq!(rep["dropped_events"], 0, "{what}");
         assert_eq!(rep["messages"]["unmatched"], 0, "{what}");
     }
 }

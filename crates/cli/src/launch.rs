@@ -107,7 +107,7 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
 /// The launcher's arguments, with `-x LD_PRELOAD -x PMTRACE_DIR` for Open
 /// MPI at the front and after every `:`, since each app context of an MPMD
 /// line takes its own exports.
-fn launcher_args(program: &OsStr, rest: &[OsString]) -> Vec<OsString> {
+pub fn launcher_args(program: &OsStr, rest: &[OsString]) -> Vec<OsString> {
     let exports = ["-x", "LD_PRELOAD", "-x", "PMTRACE_DIR"].map(OsString::from);
     if !is_open_mpi_launcher(program) {
         return rest.to_vec();
@@ -174,7 +174,7 @@ fn create_trace_dir(dir: &Path) -> Result<PathBuf> {
 }
 
 /// `lib`, followed by any previous LD_PRELOAD entries.
-fn preload_value(lib: &Path, previous: Option<&OsStr>) -> OsString {
+pub fn preload_value(lib: &Path, previous: Option<&OsStr>) -> OsString {
     let mut v = OsString::from(lib.as_os_str());
     if let Some(prev) = previous.filter(|p| !p.is_empty()) {
         v.push(":");

@@ -5,7 +5,6 @@
 //! turns any error into one line on stderr (`pmtrace: error: ...`, exit 1).
 //! Usage errors are clap's (exit 2). It never links the `MPI_*` wrappers.
 
-mod launch;
 mod memory;
 mod progress;
 mod spill;
@@ -18,7 +17,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::{bail, Context, Result};
-use clap::{Args, Parser, Subcommand};
+use clap::Parser;
 use pmtrace_analysis::clocks::RaceClocks;
 use pmtrace_analysis::export::view::View;
 use pmtrace_analysis::export::{chrome, merged, otf2, perfetto, text, timeline};
@@ -26,122 +25,8 @@ use pmtrace_analysis::report::races::{self, Races};
 use pmtrace_analysis::sync::{ClcParams, SyncParams, Synced};
 use pmtrace_analysis::{Messages, Report, ReportOptions, Trace};
 use pmtrace_cli::args::*;
-
-/// Trace MPI programs and analyse their traces.
-#[derive(Debug, Parser)]
-#[command(
-    name = "pmtrace",
-    version,
-    propagate_version = true,
-    after_help = "Typical use:\n  pmtrace run --out ring.trace -- mpirun -np 4 ./ring\n  pmtrace sync ring.trace\n  pmtrace report ring.trace\n  pmtrace export ring.trace --format text -o ring.txt"
-)]
-struct Cli {
-    #[command(subcommand)]
-    command: Command,
-    /// Memory a verb may use, in bytes or with K, M, G or T (e.g. 800M)
-    /// [default: what the machine, the process's cgroup and its ulimit
-    /// leave]. A trace that needs more is worked on out of core, its large
-    /// tables in files in PMTRACE_SPILL_DIR (default: the trace directory).
-    #[arg(long, global = true, value_name = "SIZE", value_parser = parse_size)]
-    memory: Option<u64>,
-}
-
-fn parse_size(s: &str) -> Result<u64, String> {
-    let t = s.trim();
-    let (digits, unit) = t.split_at(t.find(|c: char| c.is_ascii_alphabetic()).unwrap_or(t.len()));
-    let shift = match unit.to_ascii_uppercase().trim_end_matches(['B', 'I']) {
-        "" => 0,
-        "K" => 10,
-        "M" => 20,
-        "G" => 30,
-        "T" => 40,
-        _ => return Err(format!("{s} is not a size (for example 800M or 4G)")),
-    };
-    match digits.trim().parse::<f64>() {
-        Ok(n) if n > 0.0 && n.is_finite() => Ok((n * (1u64 << shift) as f64) as u64),
-        _ => Err(format!("{s} is not a size (for example 800M or 4G)")),
-    }
-}
-
-#[derive(Debug, Subcommand)]
-enum Command {
-    Report(ReportArgs),
-    Sync(SyncArgs),
-    Merge(MergeArgs),
-    Export(ExportArgs),
-    Timeline(TimelineArgs),
-    CriticalPath(CriticalPathArgs),
-    Races(RacesArgs),
-    Run(launch::RunArgs),
-    Synth(SynthArgs),
-}
-
-/// Write a simulated trace of N ranks with known truth, for testing
-/// post-processing at scale.
-///
-/// Simulates a 2D stencil program in true time and writes the trace the
-/// runtime would have written for it under PMTRACE_CLOCK_SIM: ranks on a
-/// grid as square as N allows; MPI_Init, MPI_Comm_split into row
-/// communicators; each iteration a computation, a halo exchange with the
-/// (up to) 4 grid neighbours (MPI_Irecv, MPI_Isend, MPI_Waitall), and now
-/// and then an MPI_Allreduce on the world, an MPI_Bcast on the row, and a
-/// round of wildcard receives (each row's first rank receives one message
-/// from every other member with MPI_ANY_SOURCE, in the order they arrive);
-/// MPI_Finalize. One rank computes longer (the injected imbalance). Every
-/// rank but 0 has a skewed, drifting clock, recorded in its header so that
-/// the true time of every event is known; clock offsets are measured at
-/// MPI_Init and MPI_Finalize with realistic errors; messages carry
-/// piggybacked Lamport clocks and ids.
-///
-/// Writes OUT/rank-NNNNN.pmt and OUT/truth.json (what was injected: the
-/// imbalanced rank and its extra computation, the clock parameters, the
-/// counts of events and messages), and prints one summary line.
-#[derive(Debug, Args)]
-struct SynthArgs {
-    /// The trace directory to write: new, or without a trace in it.
-    out: PathBuf,
-    /// Number of ranks (at least 2).
-    #[arg(long, value_name = "N")]
-    ranks: u32,
-    /// Iterations of the program [default: 20].
-    #[arg(long, value_name = "K")]
-    iterations: Option<u32>,
-    /// Seed of every random draw (clocks, jitter, latencies) [default: 1].
-    #[arg(long, value_name = "S")]
-    seed: Option<u64>,
-    /// Simulated hosts, blocks of consecutive ranks [default: one per 32 ranks].
-    #[arg(long, value_name = "H")]
-    hosts: Option<u32>,
-    /// The rank that computes FACTOR times as long, or `none` [default: the
-    /// grid's middle rank, factor 2].
-    #[arg(long, value_name = "RANK[:FACTOR]|none")]
-    imbalance: Option<String>,
-    /// Iterations the imbalance lasts, FROM..TO (TO excluded) [default: all].
-    #[arg(long, value_name = "FROM..TO")]
-    imbalance_iterations: Option<String>,
-    /// What messages carry: lamport (piggybacked Lamport clocks and
-    /// message ids) or none.
-    #[arg(long, value_parser = ["lamport", "none"], default_value = "lamport")]
-    clocks: String,
-    /// Computation per iteration, in µs [default: 2000].
-    #[arg(long, value_name = "US")]
-    compute_us: Option<u64>,
-    /// Clock offsets are drawn in ±US µs [default: 5000].
-    #[arg(long, value_name = "US")]
-    offset_us: Option<f64>,
-    /// Clock drifts are drawn in ±PPM ppm [default: 50].
-    #[arg(long, value_name = "PPM")]
-    drift_ppm: Option<f64>,
-    /// An MPI_Allreduce on the world every K iterations, 0 never [default: 2].
-    #[arg(long, value_name = "K")]
-    allreduce_every: Option<u32>,
-    /// An MPI_Bcast on each row every K iterations, 0 never [default: 10].
-    #[arg(long, value_name = "K")]
-    bcast_every: Option<u32>,
-    /// A round of wildcard receives every K iterations, 0 never [default: 4].
-    #[arg(long, value_name = "K")]
-    wildcard_every: Option<u32>,
-}
+use pmtrace_cli::command::{synth_spec, Cli, Command, SynthArgs};
+use pmtrace_cli::launch;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -196,53 +81,8 @@ fn run(cli: Cli) -> Result<ExitCode> {
 }
 
 fn synth(args: SynthArgs) -> Result<ExitCode> {
-    use pmtrace_fixture::synth::{self, ClockMode, Imbalance, SynthSpec};
-    let mut spec = SynthSpec::new(args.ranks);
-    spec.iterations = args.iterations.unwrap_or(spec.iterations);
-    spec.seed = args.seed.unwrap_or(spec.seed);
-    spec.hosts = args.hosts.unwrap_or(spec.hosts);
-    spec.compute_ns = args.compute_us.map_or(spec.compute_ns, |us| us * 1000);
-    spec.offset_us = args.offset_us.unwrap_or(spec.offset_us);
-    spec.drift_ppm = args.drift_ppm.unwrap_or(spec.drift_ppm);
-    spec.allreduce_every = args.allreduce_every.unwrap_or(spec.allreduce_every);
-    spec.bcast_every = args.bcast_every.unwrap_or(spec.bcast_every);
-    spec.wildcard_every = args.wildcard_every.unwrap_or(spec.wildcard_every);
-    spec.clocks = match args.clocks.as_str() {
-        "none" => ClockMode::None,
-        _ => ClockMode::Lamport,
-    };
-    match args.imbalance.as_deref() {
-        None => {}
-        Some("none") => spec.imbalance = None,
-        Some(text) => {
-            let (rank, factor) = text.split_once(':').unwrap_or((text, ""));
-            let default = spec.imbalance.as_ref().map_or(2.0, |im| im.factor);
-            spec.imbalance = Some(Imbalance {
-                rank: rank
-                    .parse()
-                    .with_context(|| format!("--imbalance {text}: {rank} is not a rank"))?,
-                factor: if factor.is_empty() {
-                    default
-                } else {
-                    factor
-                        .parse()
-                        .with_context(|| format!("--imbalance {text}: {factor} is not a factor"))?
-                },
-                iterations: 0..u32::MAX,
-            });
-        }
-    }
-    if let Some(text) = &args.imbalance_iterations {
-        let range = text
-            .split_once("..")
-            .and_then(|(a, b)| Some(a.parse::<u32>().ok()?..b.parse::<u32>().ok()?))
-            .with_context(|| format!("--imbalance-iterations {text} is not FROM..TO"))?;
-        match spec.imbalance.as_mut() {
-            Some(im) => im.iterations = range,
-            None => bail!("--imbalance-iterations needs an imbalance"),
-        }
-    }
-    spec.check().map_err(|e| anyhow::anyhow!("{e}"))?;
+    use pmtrace_fixture::synth;
+    let spec = synth_spec(&args)?;
     if let Ok(entries) = std::fs::read_dir(&args.out) {
         for entry in entries.flatten() {
             let name = entry.file_name();
