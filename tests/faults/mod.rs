@@ -192,9 +192,9 @@ fn a_rank_stopped_for_seconds_loses_nothing() {
         let what = format!("{mpi:?}, a rank stopped");
         let dir = scratch(&format!("faults-stopped-{}", mpi.tag()));
         let prog = mpi.prog("halo2d");
-        let (traced, line) = with_fault(mpi, &dir, &what, &[], |_| {
-            // A rank of this job: the newest process running the program.
-            let pid = ranks_of(&prog)
+        let (traced, line) = with_fault(mpi, &dir, &what, &[], |trace| {
+            // A rank of this job: the newest.
+            let pid = ranks_of(&prog, trace)
                 .pop()
                 .unwrap_or_else(|| panic!("{what}: no rank found"));
             let signal = |sig: &str| {
@@ -216,25 +216,31 @@ fn a_rank_stopped_for_seconds_loses_nothing() {
     }
 }
 
-/// The processes running `prog`, oldest first.
-fn ranks_of(prog: &Path) -> Vec<String> {
-    let out = std::process::Command::new("pgrep")
-        .arg("-f")
-        .arg(prog.to_str().unwrap())
-        .output()
-        .expect("pgrep");
-    let mut pids: Vec<u32> = String::from_utf8_lossy(&out.stdout)
-        .split_whitespace()
-        .filter_map(|p| p.parse().ok())
+/// The ranks of the job tracing into `trace`: the processes running
+/// `prog` with `PMTRACE_DIR=trace` in their environment (not the
+/// launcher, nor another test's job), by pid.
+fn ranks_of(prog: &Path, trace: &Path) -> Vec<String> {
+    let prog = std::fs::canonicalize(prog).unwrap();
+    let mut var = b"PMTRACE_DIR=".to_vec();
+    var.extend_from_slice(trace.as_os_str().as_encoded_bytes());
+    let mut pids: Vec<u32> = std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+        .filter(|pid: &u32| {
+            let exe = std::fs::read_link(format!("/proc/{pid}/exe"));
+            let env = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
+            exe.is_ok_and(|e| e == prog) && env.split(|&b| b == 0).any(|v| v == var)
+        })
         .collect();
     pids.sort_unstable();
     pids.iter().map(u32::to_string).collect()
 }
 
 /// A disk slower than the trace rate, as the writer sees it: every rank's
-/// writer thread stopped for 150 ms, then let run for 5 ms, again and
-/// again until the rank ends (tests/progs/stall, by ptrace: the
-/// application threads run on), with the smallest buffers (64 KiB). The
+/// writer thread stopped until the rank's main thread waits for it, then
+/// let run for 5 ms, again and again until the rank ends
+/// (tests/progs/stall, by ptrace: the application threads run on), with
+/// the smallest buffers (64 KiB). The
 /// application's threads wait for buffers (pmtrace stalls, never drops):
 /// the run is as untraced, the summary line counts the waits, the report
 /// shows them by rank, and the trace holds every call.
@@ -243,17 +249,17 @@ fn a_disk_slower_than_the_trace_rate_stalls_the_ranks_and_loses_nothing() {
     for mpi in [Mpi::OpenMpi, Mpi::Mpich] {
         let what = format!("{mpi:?}, a slow disk");
         let dir = scratch(&format!("faults-slow-{}", mpi.tag()));
-        let prog = mpi.prog("halo2d");
+        let halo = mpi.prog("halo2d");
         let stall = prog("stall");
         let env = [("PMTRACE_BUFFER_SIZE", "64K")];
-        let (traced, line) = with_fault(mpi, &dir, &what, &env, |_| {
-            let ranks = ranks_of(&prog);
+        let (traced, line) = with_fault(mpi, &dir, &what, &env, |trace| {
+            let ranks = ranks_of(&halo, trace);
             assert_eq!(ranks.len(), 4, "{what}: {ranks:?}");
             let stallers: Vec<_> = ranks
                 .iter()
                 .map(|pid| {
                     std::process::Command::new(&stall)
-                        .args([pid.as_str(), "pmtrace-flusher", "150", "5"])
+                        .args([pid.as_str(), "pmtrace-flusher"])
                         .stdout(std::process::Stdio::piped())
                         .spawn()
                         .expect("stall")
@@ -262,8 +268,8 @@ fn a_disk_slower_than_the_trace_rate_stalls_the_ranks_and_loses_nothing() {
             for s in stallers {
                 let out = s.wait_with_output().expect("stall");
                 assert!(out.status.success(), "{what}: stall failed");
-                let stops: u64 = String::from_utf8_lossy(&out.stdout).trim().parse().unwrap();
-                assert!(stops > 0, "{what}: a writer never stopped");
+                let waits: u64 = String::from_utf8_lossy(&out.stdout).trim().parse().unwrap();
+                assert!(waits > 0, "{what}: a rank never waited for its writer");
             }
         });
         assert!(!line.contains("DROPPED"), "{what}: {line}");

@@ -1,8 +1,10 @@
-/* stall PID NAME STOP_MS RUN_MS: a disk slower than the trace rate, as the
- * writer sees it. Stops the threads of process PID whose name is NAME
- * (ptrace: the other threads run on) for STOP_MS, lets them run for
- * RUN_MS, and again, until the process ends. Prints how many times it
- * stopped them. For tests/faults (pmtrace's writer thread is
+/* stall PID NAME: a disk slower than the trace rate, as the writer sees
+ * it, whatever that rate. Stops the threads of process PID whose name is
+ * NAME (ptrace: the other threads run on) until the process's main thread
+ * has slept for 50 ms (MPI's progress spins: a main thread asleep is
+ * waiting for the writer), or for 1 s; then lets them run for 5 ms; and
+ * again, until the process ends. Prints how many times the main thread
+ * was seen waiting. For tests/faults (pmtrace's writer thread is
  * "pmtrace-flusher"). */
 #include <dirent.h>
 #include <errno.h>
@@ -44,14 +46,41 @@ static int threads(int pid, const char *name, int *tids, int max) {
     return n;
 }
 
+/* Whether thread tid of pid is asleep (S or D); -1 once it is gone. */
+static int asleep(int pid, int tid) {
+    char path[64], buf[512];
+    snprintf(path, sizeof path, "/proc/%d/task/%d/stat", pid, tid);
+    FILE *f = fopen(path, "r");
+    if (!f) return -1;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    char *end = strrchr(buf, ')'); /* the name may hold spaces */
+    if (!end || end[1] != ' ') return -1;
+    return end[2] == 'S' || end[2] == 'D';
+}
+
+/* Holds the stopped threads until the main thread has slept for 50 ms, or
+ * for 1 s: 1 if it slept. */
+static int hold(int pid) {
+    long slept = 0;
+    for (long t = 0; t < 1000; t += 5) {
+        int s = asleep(pid, pid);
+        if (s < 0) return 0;
+        slept = s ? slept + 5 : 0;
+        if (slept >= 50) return 1;
+        sleep_ms(5);
+    }
+    return 0;
+}
+
 int main(int argc, char **argv) {
-    if (argc != 5) {
-        fprintf(stderr, "usage: stall PID NAME STOP_MS RUN_MS\n");
+    if (argc != 3) {
+        fprintf(stderr, "usage: stall PID NAME\n");
         return 2;
     }
     int pid = atoi(argv[1]);
-    long stop_ms = atol(argv[3]), run_ms = atol(argv[4]);
-    long stops = 0;
+    long waits = 0;
     for (;;) {
         int tids[16];
         int n = threads(pid, argv[2], tids, 16);
@@ -67,12 +96,11 @@ int main(int argc, char **argv) {
             held[h++] = tids[i];
         }
         if (h > 0) {
-            stops++;
-            sleep_ms(stop_ms);
+            waits += hold(pid);
             for (int i = 0; i < h; i++) ptrace(PTRACE_DETACH, held[i], 0, 0);
         }
-        sleep_ms(h > 0 ? run_ms : 10);
+        sleep_ms(h > 0 ? 5 : 10);
     }
-    printf("%ld\n", stops);
+    printf("%ld\n", waits);
     return 0;
 }

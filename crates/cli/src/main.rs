@@ -13,7 +13,7 @@ mod spill;
 static ALLOCATOR: memory::Guarded = memory::Guarded;
 
 use std::io::{self, BufWriter, Write};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::ExitCode;
 
 use anyhow::{bail, Context, Result};

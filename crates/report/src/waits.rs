@@ -195,11 +195,11 @@ fn roots(trace: &Trace, times: &Times, waits: &[Wait]) -> Vec<RootCause> {
     for w in waits {
         let cause = root_of(w.cause);
         let e = acc.entry((cause.rank, times.name(cause))).or_default();
-        e.0 += w.ns;
+        e.0 = e.0.saturating_add(w.ns);
         e.1 += 1;
         e.2 += u64::from(cause != w.cause);
         if counted.insert(key(cause)) {
-            e.3 += gap_before(cause).map_or(0, |x| x.1);
+            e.3 = e.3.saturating_add(gap_before(cause).map_or(0, |x| x.1));
         }
     }
     top_roots(acc)
@@ -288,7 +288,9 @@ pub fn find(
             continue;
         };
         if blocking && s0 > r0 {
-            let ns = s0.min(r1) - r0;
+            // Saturating here and below: times of a corrupt trace (or
+            // sync.pmts) may end before they start.
+            let ns = s0.min(r1).saturating_sub(r0);
             let key = (r.completion.rank, r.completion.thread, r.completion.index);
             let e = late_send.entry(key).or_insert((0, r.comm, s.call));
             if ns > e.0 {
@@ -306,7 +308,7 @@ pub fn find(
                 kind: LATE_RECEIVER,
                 at: s.call,
                 comm: s.comm,
-                ns: p0 - s0,
+                ns: p0.saturating_sub(s0),
                 cause: r.post,
             });
         }
@@ -383,7 +385,7 @@ pub fn in_collective(
             kind,
             at,
             comm: inst.comm,
-            ns: late.2.min(t1) - t0,
+            ns: late.2.min(t1).saturating_sub(t0),
             cause: late.1,
         });
     }
@@ -399,10 +401,11 @@ fn summarize(trace: &Trace, times: &Times, waits: &[Wait]) -> WaitStates {
             (0..rank.threads.len())
                 .flat_map(|slot| times.calls(rank.rank, slot))
                 .map(|(_, a, b)| b.saturating_sub(a))
-                .sum()
+                .fold(0, u64::saturating_add)
         })
         .collect();
-    let mpi_ns: u64 = mpi_by_rank.iter().sum();
+    // Saturating: a corrupt trace's stamps near 2^64 would overflow.
+    let mpi_ns: u64 = mpi_by_rank.iter().fold(0, |a, &b| a.saturating_add(b));
     let share = |ns: u64, of: u64| if of == 0 { 0.0 } else { ns as f64 / of as f64 };
     let mut by_kind: BTreeMap<&'static str, (u64, u64)> = BTreeMap::new();
     let mut by_rank: BTreeMap<(u32, &'static str), (u64, u64)> = BTreeMap::new();
@@ -410,7 +413,7 @@ fn summarize(trace: &Trace, times: &Times, waits: &[Wait]) -> WaitStates {
     let mut by_comm: BTreeMap<(u64, &'static str), (u64, u64)> = BTreeMap::new();
     let mut causes: BTreeMap<(u32, &str, &'static str), (u64, u64)> = BTreeMap::new();
     let add = |e: &mut (u64, u64), ns: u64| {
-        e.0 += ns;
+        e.0 = e.0.saturating_add(ns);
         e.1 += 1;
     };
     for w in waits {
@@ -428,7 +431,7 @@ fn summarize(trace: &Trace, times: &Times, waits: &[Wait]) -> WaitStates {
             w.ns,
         );
     }
-    let wait_ns = by_kind.values().map(|v| v.0).sum();
+    let wait_ns = by_kind.values().fold(0, |a: u64, v| a.saturating_add(v.0));
     let row = |kind, ns, count, of| WaitRow {
         kind,
         rank: None,

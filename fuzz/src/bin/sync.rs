@@ -7,30 +7,41 @@
 use pmtrace_analysis::sync::Synced;
 use pmtrace_analysis::{Messages, Report, ReportOptions, Trace};
 use pmtrace_fuzz::{copy_golden, justify, scratch, Bounded, GOLDEN};
+use std::sync::OnceLock;
 
 #[global_allocator]
 static ALLOC: Bounded = Bounded;
 
+/// The golden traces, opened with their messages matched: in the fuzzed
+/// process, on its first input (rayon's threads, started before AFL++'s
+/// fork server forks, would not exist in the forked process).
+fn traces() -> &'static [(Trace, Messages, usize)] {
+    static TRACES: OnceLock<Vec<(Trace, Messages, usize)>> = OnceLock::new();
+    TRACES.get_or_init(|| {
+        let root = scratch("sync");
+        GOLDEN
+            .iter()
+            .map(|name| {
+                let dir = root.join(name);
+                copy_golden(name, &dir);
+                let bytes = std::fs::read_dir(&dir)
+                    .unwrap()
+                    .map(|e| e.unwrap().metadata().unwrap().len() as usize)
+                    .sum();
+                let trace = Trace::open(&dir).unwrap();
+                let messages = Messages::build(&trace);
+                (trace, messages, bytes)
+            })
+            .collect()
+    })
+}
+
 fn main() {
-    let root = scratch("sync");
-    let traces: Vec<(Trace, Messages, usize)> = GOLDEN
-        .iter()
-        .map(|name| {
-            let dir = root.join(name);
-            copy_golden(name, &dir);
-            let bytes = std::fs::read_dir(&dir)
-                .unwrap()
-                .map(|e| e.unwrap().metadata().unwrap().len() as usize)
-                .sum();
-            let trace = Trace::open(&dir).unwrap();
-            let messages = Messages::build(&trace);
-            (trace, messages, bytes)
-        })
-        .collect();
     afl::fuzz!(|input: &[u8]| {
         let [which, flags, body @ ..] = input else {
             return;
         };
+        let traces = traces();
         let (trace, messages, bytes) = &traces[usize::from(*which) % traces.len()];
         let mut file = body.to_vec();
         if flags & 1 == 0 {
