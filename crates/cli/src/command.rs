@@ -134,7 +134,11 @@ pub fn synth_spec(args: &SynthArgs) -> Result<SynthSpec> {
     spec.iterations = args.iterations.unwrap_or(spec.iterations);
     spec.seed = args.seed.unwrap_or(spec.seed);
     spec.hosts = args.hosts.unwrap_or(spec.hosts);
-    spec.compute_ns = args.compute_us.map_or(spec.compute_ns, |us| us * 1000);
+    if let Some(us) = args.compute_us {
+        spec.compute_ns = us
+            .checked_mul(1000)
+            .with_context(|| format!("--compute-us {us} is too large"))?;
+    }
     spec.offset_us = args.offset_us.unwrap_or(spec.offset_us);
     spec.drift_ppm = args.drift_ppm.unwrap_or(spec.drift_ppm);
     spec.allreduce_every = args.allreduce_every.unwrap_or(spec.allreduce_every);
@@ -177,4 +181,59 @@ pub fn synth_spec(args: &SynthArgs) -> Result<SynthSpec> {
     }
     spec.check().map_err(|e| anyhow::anyhow!("{e}"))?;
     Ok(spec)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn synth(args: &[&str]) -> Result<SynthSpec> {
+        let cli = Cli::try_parse_from(["pmtrace", "synth", "out"].iter().chain(args))?;
+        let Command::Synth(args) = cli.command else {
+            unreachable!("synth parses as synth")
+        };
+        synth_spec(&args)
+    }
+
+    /// Found by fuzzing (fuzz/regressions/options/compute-us-overflow):
+    /// `--compute-us` times 1000 overflowed.
+    #[test]
+    fn a_computation_too_long_to_count_in_ns_is_an_error() {
+        let e = synth(&["--ranks", "4", "--compute-us", "111111111111111110"]).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "--compute-us 111111111111111110 is too large"
+        );
+        let spec = synth(&["--ranks", "4", "--compute-us", "25"]).unwrap();
+        assert_eq!(spec.compute_ns, 25_000);
+    }
+
+    #[test]
+    fn synth_options_are_checked_before_anything_runs() {
+        let spec = synth(&[
+            "--ranks",
+            "16",
+            "--imbalance",
+            "3:2.5",
+            "--imbalance-iterations",
+            "2..9",
+        ])
+        .unwrap();
+        let im = spec.imbalance.unwrap();
+        assert_eq!((im.rank, im.factor, im.iterations), (3, 2.5, 2..9));
+        assert!(synth(&["--ranks", "16", "--imbalance", "x"]).is_err());
+        assert!(synth(&["--ranks", "16", "--imbalance-iterations", "9"]).is_err());
+        let none = synth(&[
+            "--ranks",
+            "16",
+            "--imbalance",
+            "none",
+            "--imbalance-iterations",
+            "1..2",
+        ]);
+        assert_eq!(
+            none.unwrap_err().to_string(),
+            "--imbalance-iterations needs an imbalance"
+        );
+    }
 }
