@@ -2,7 +2,8 @@
  * it, whatever that rate. Stops the threads of process PID whose name is
  * NAME (ptrace: the other threads run on) until the process's main thread
  * has slept for 50 ms (MPI's progress spins: a main thread asleep is
- * waiting for the writer), or for 1 s; then lets them run for 5 ms; and
+ * waiting for the writer; at the latest in MPI_Finalize, which waits for
+ * the writer); then lets them run for 5 ms; and
  * again, until the process ends. Prints how many times the main thread
  * was seen waiting. For tests/faults (pmtrace's writer thread is
  * "pmtrace-flusher"). */
@@ -60,18 +61,17 @@ static int asleep(int pid, int tid) {
     return end[2] == 'S' || end[2] == 'D';
 }
 
-/* Holds the stopped threads until the main thread has slept for 50 ms, or
- * for 1 s: 1 if it slept. */
+/* Holds the stopped threads until the main thread has slept for 50 ms: 1
+ * if it did, 0 if the process ended first. */
 static int hold(int pid) {
     long slept = 0;
-    for (long t = 0; t < 1000; t += 5) {
+    for (;;) {
         int s = asleep(pid, pid);
         if (s < 0) return 0;
         slept = s ? slept + 5 : 0;
         if (slept >= 50) return 1;
         sleep_ms(5);
     }
-    return 0;
 }
 
 int main(int argc, char **argv) {
