@@ -511,6 +511,16 @@ pub fn sync<'t, F: Fabric + ?Sized>(
     s.forced = Some(outcome.forced);
     steps.push(s);
     let last = steps.last().expect("clc ran");
+    let early = {
+        let mut p = quality::early_parts(trace, g, &lines, &t1, &after, simulated);
+        let mut sums = [p.stamps, u64::from(p.unbounded)];
+        f.sum(&mut sums);
+        p.stamps = sums[0];
+        p.unbounded = sums[1] > 0;
+        p.before_ns = max_of(f, p.before_ns);
+        p.bound_ns = max_of(f, p.bound_ns);
+        p.finish_with(|errs| select::error_stats(f, &errs))
+    };
     let report = SyncReport {
         params: UsedParams {
             gamma: params.clc.gamma,
@@ -527,6 +537,7 @@ pub fn sync<'t, F: Fabric + ?Sized>(
         interval_deviation: last.interval_deviation,
         error_ns: last.error_ns,
         steps,
+        early,
         seconds: began.elapsed().as_secs_f64(),
     };
     BlockSynced {

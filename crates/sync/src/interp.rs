@@ -74,6 +74,26 @@ impl OffsetLine {
 }
 
 impl OffsetLine {
+    /// How far step 1 may place a local time `d` ns before the first
+    /// measurement from the true time, at most: that measurement's bound,
+    /// plus the drift over `d`. The slope is uncertain by the two bounds
+    /// over the time between the measurements; where the line goes on,
+    /// that is all, and where it holds, the largest slope the measurements
+    /// allow. `None` without two measurements (the drift is unknown).
+    pub fn bound_before(&self, d: u64) -> Option<u64> {
+        let (Some(a), Some(b)) = (self.init, self.fin) else {
+            return None;
+        };
+        let span = b.local_ns.checked_sub(a.local_ns).filter(|&s| s > 0)? as f64;
+        let unsure = (a.error_ns + b.error_ns) as f64 / span;
+        let slope = if self.slope_is_known() {
+            unsure
+        } else {
+            (b.offset_ns - a.offset_ns).unsigned_abs() as f64 / span + unsure
+        };
+        Some(a.error_ns + (slope * d as f64).ceil() as u64)
+    }
+
     /// How far step 1 may be off: the larger error bound of the two
     /// measurements; `None` without any.
     pub fn bound(&self) -> Option<u64> {
@@ -204,10 +224,22 @@ impl Stepped<'_, '_> {
         let (line, corrects) = &self.locs[loc as usize];
         match self.correction {
             Some(c) if *corrects => {
+                // Outside the measured range, the correction is held at its
+                // value where the range ends, and step 1's rule carries the
+                // line on: no message there speaks for a slope of its own.
+                let edge = match line.slope {
+                    Some((la, ..)) => r.clamp(la, line.end),
+                    None => r,
+                };
                 let group = self.g.locs[loc as usize].group;
-                let on_line = line.eval(r, false);
+                let on_line = line.eval(edge, false);
                 let e = c.error(group, on_line as f64).unwrap_or(0.0).round() as i64;
-                (on_line as i64 - e).max(0) as u64
+                let at = if edge == r {
+                    on_line
+                } else {
+                    line.eval(r, line.hold)
+                };
+                (at as i64 - e).max(0) as u64
             }
             _ => line.eval(r, line.hold),
         }
@@ -259,6 +291,35 @@ mod tests {
         assert_eq!(line.apply(21_000), 20_500);
         assert_eq!(line.apply(0), 500);
         assert_eq!(line.extrapolate(21_000), 19_500);
+    }
+
+    #[test]
+    fn a_time_before_the_first_measurement_is_bounded_by_the_slope_it_may_have() {
+        // Measured 1 s apart, each within 100 ns: the slope is known to
+        // 200 ns / 1 s = 0.2 ppm.
+        let s = 1_000_000_000;
+        let known = OffsetLine {
+            init: Some(sample(s, 0)),
+            fin: Some(sample(2 * s, 10_000)),
+        };
+        assert!(known.slope_is_known());
+        // 0.5 s before: 100 + 0.2 ppm × 0.5 s.
+        assert_eq!(known.bound_before(s / 2), Some(200));
+        assert_eq!(known.bound_before(0), Some(100));
+        // A rise of 300 ns is not known (2 × 200 ≥ 300): the offset is
+        // held, and the true slope may be up to (300 + 200) ns / 1 s.
+        let held = OffsetLine {
+            init: Some(sample(s, 0)),
+            fin: Some(sample(2 * s, -300)),
+        };
+        assert!(!held.slope_is_known());
+        assert_eq!(held.bound_before(s / 2), Some(100 + 250));
+        // One measurement: the drift is unknown.
+        let once = OffsetLine {
+            init: Some(sample(s, 0)),
+            fin: None,
+        };
+        assert_eq!(once.bound_before(1), None);
     }
 
     #[test]

@@ -121,6 +121,10 @@ pub struct SyncReport {
     pub interval_deviation: f64,
     /// After the last step; `null` unless the run simulated clocks.
     pub error_ns: Option<ErrorStats>,
+    /// The stamps before their rank's first offset measurement, with how
+    /// far they may be off; absent when there are none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub early: Option<quality::Early>,
     pub seconds: f64,
 }
 
@@ -188,6 +192,28 @@ impl SyncReport {
                 format!("{:.4}%", s.interval_deviation * 100.0),
                 err(&s.error_ns),
             )?;
+        }
+        if let Some(e) = &self.early {
+            let bound = e
+                .bound_ns
+                .map_or("unknown (a rank was measured once)".into(), |b| {
+                    format!("±{}", human_ns(b as f64))
+                });
+            write!(
+                w,
+                "  {} stamps before their rank's first clock measurement (in MPI_Init; up to {} before it): within {bound}",
+                e.stamps,
+                human_ns(e.before_ns as f64),
+            )?;
+            match (e.error_ns, e.rest_error_ns) {
+                (Some(a), Some(b)) => writeln!(
+                    w,
+                    "; error {}, every other stamp {}",
+                    err(&Some(a)),
+                    err(&Some(b))
+                )?,
+                _ => writeln!(w)?,
+            }
         }
         Ok(())
     }
@@ -300,6 +326,9 @@ pub fn sync(trace: &Trace, m: &Messages, params: &SyncParams) -> Synced {
     steps.push(s);
     let (mu_intra, mu_inter) = (g.mu_intra, g.mu_inter);
     let last = steps.last().expect("clc ran");
+    let simulated = last.error_ns.is_some();
+    let early = quality::early_parts(trace, &g, &lines, &t1, &after, simulated)
+        .finish_with(quality::error_stats);
     let report = SyncReport {
         params: UsedParams {
             gamma: params.clc.gamma,
@@ -321,6 +350,7 @@ pub fn sync(trace: &Trace, m: &Messages, params: &SyncParams) -> Synced {
         interval_deviation: last.interval_deviation,
         error_ns: last.error_ns,
         steps,
+        early,
         seconds: began.elapsed().as_secs_f64(),
     };
     Synced::from_graph(trace, &g, after, report)

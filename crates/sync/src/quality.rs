@@ -350,6 +350,101 @@ pub fn errors(trace: &Trace, g: &Graph, t: &(impl Times + ?Sized)) -> Vec<u64> {
     errs
 }
 
+/// The stamps before their rank's first offset measurement (the start of
+/// `MPI_Init`, and anything earlier): no measurement and no message places
+/// them, so step 1's line is carried back to them, and how far it may be
+/// off grows with the distance. The report names them with that bound.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Early {
+    pub stamps: u64,
+    /// The farthest of them before its rank's measurement.
+    pub before_ns: u64,
+    /// How far from the true time the last step may have put them, at
+    /// most; `null` where a rank was measured once only (its drift is
+    /// unknown).
+    pub bound_ns: Option<u64>,
+    /// Under `PMTRACE_CLOCK_SIM`: their error after the last step.
+    pub error_ns: Option<ErrorStats>,
+    /// Under `PMTRACE_CLOCK_SIM`: the error of every other stamp after the
+    /// last step.
+    pub rest_error_ns: Option<ErrorStats>,
+}
+
+/// [`Early`] over some locations: the sums, and the errors of the early
+/// stamps and of the rest (if simulated).
+#[derive(Debug, Clone, Default)]
+pub struct EarlyParts {
+    pub stamps: u64,
+    pub before_ns: u64,
+    pub bound_ns: u64,
+    /// Some early stamp has no bound.
+    pub unbounded: bool,
+    pub errors: Option<(Vec<u64>, Vec<u64>)>,
+}
+
+impl EarlyParts {
+    /// The report's part; `None` where no stamp is early. `stats` gives
+    /// the statistics of errors (of every block, where a block has only
+    /// its own).
+    pub fn finish_with(self, mut stats: impl FnMut(Vec<u64>) -> ErrorStats) -> Option<Early> {
+        (self.stamps > 0).then(|| {
+            let (early, rest) = match self.errors {
+                Some((e, r)) => (Some(stats(e)), Some(stats(r))),
+                None => (None, None),
+            };
+            Early {
+                stamps: self.stamps,
+                before_ns: self.before_ns,
+                bound_ns: (!self.unbounded).then_some(self.bound_ns),
+                error_ns: early,
+                rest_error_ns: rest,
+            }
+        })
+    }
+}
+
+/// The early stamps of `g` (see [`Early`]): step 1's bound at each, plus
+/// how far the later steps moved it from step 1's time `t1` to `last`.
+/// `lines`: the offset line of each rank from `g.first`.
+pub fn early_parts(
+    trace: &Trace,
+    g: &Graph,
+    lines: &[super::interp::OffsetLine],
+    t1: &(impl Times + ?Sized),
+    last: &(impl Times + ?Sized),
+    simulated: bool,
+) -> EarlyParts {
+    let mut p = EarlyParts::default();
+    let (mut early, mut rest) = (Vec::new(), Vec::new());
+    for (l, loc) in g.locs.iter().enumerate() {
+        let l = l as u32;
+        let line = &lines[(loc.rank - g.first) as usize];
+        let h = &trace.rank(loc.rank).expect("the graph's rank").header;
+        let first = line.init.map(|a| a.local_ns);
+        for k in 0..g.len(l) as u32 {
+            let raw = g.raw(l, k);
+            let err = simulated.then(|| h.true_time(raw).abs_diff(last.at(l, k)));
+            match first.filter(|&a| raw < a) {
+                Some(a) => {
+                    p.stamps += 1;
+                    p.before_ns = p.before_ns.max(a - raw);
+                    match line.bound_before(a - raw) {
+                        Some(b) => {
+                            let moved = t1.at(l, k).abs_diff(last.at(l, k));
+                            p.bound_ns = p.bound_ns.max(b.saturating_add(moved));
+                        }
+                        None => p.unbounded = true,
+                    }
+                    early.extend(err);
+                }
+                None => rest.extend(err),
+            }
+        }
+    }
+    p.errors = simulated.then_some((early, rest));
+    p
+}
+
 /// Median, 99th percentile and largest of `errs`.
 pub fn error_stats(mut errs: Vec<u64>) -> ErrorStats {
     if errs.is_empty() {
