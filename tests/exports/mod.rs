@@ -415,35 +415,387 @@ fn the_timeline_shows_the_critical_path_phases_wait_states_and_parallelism() {
         html.to_str().unwrap(),
     ]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    // What the trace says, on the synchronized time base the page draws
+    // insight on: `pmtrace merge` writes it.
+    let log = dir.join("merged.log");
+    let o = pmtrace(&[
+        "merge",
+        run.trace.to_str().unwrap(),
+        "-o",
+        log.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let calls = merged_calls(&std::fs::read_to_string(&log).unwrap());
     let url = format!("file://{}", html.display());
     let dom = chromium(&format!("{url}#mode=synced"), None);
-    // 6 phases (the pause included) on each of 4 ranks; the parallelism
-    // profile's 100 bins; waits: at least the 3 MPI_Allreduce of "solve"
-    // on the 3 ranks that wait for rank 2.
-    assert_eq!(body_attr(&dom, "phases"), 24);
-    assert_eq!(body_attr(&dom, "par"), 100);
-    assert!(
-        body_attr(&dom, "waits") >= 9,
-        "{}",
-        body_attr(&dom, "waits")
-    );
+    assert_eq!(body_attr(&dom, "phases"), 24, "6 phases on each of 4 ranks");
     assert!(
         body_attr(&dom, "path-drawn") > 0,
         "the critical path is drawn"
     );
-    for name in [
-        "critical path",
-        "waiting for a late rank",
-        "phase solve",
-        "parallelism",
-    ] {
-        assert!(dom.contains(name), "the legend names {name}");
-    }
-    // Raw time is not the report's base: nothing of it is drawn there.
-    let raw = chromium(&format!("{url}#mode=raw"), None);
-    assert_eq!(body_attr(&raw, "path-drawn"), 0);
+    // The legend, as rendered (not the page's script): its swatches give
+    // the colours the test looks for.
+    let legend = legend_of(&dom);
+    let swatch = |name: &str| {
+        legend
+            .iter()
+            .find(|(n, _)| n == name)
+            .unwrap_or_else(|| panic!("the legend names {name}: {legend:?}"))
+            .1
+    };
+    let collective = swatch("collective");
+    let wait = swatch("waiting for a late rank");
+    let path = swatch("critical path");
+    let par = swatch("parallelism (strip above the axis)");
     let png = root().join("target/test-artifacts/timeline-insight.png");
     std::fs::create_dir_all(png.parent().unwrap()).unwrap();
     chromium(&format!("{url}#mode=synced"), Some(&png));
-    assert!(std::fs::metadata(&png).unwrap().len() > 10_000);
+    let shot = Screenshot::read(&png);
+    let at = Geometry::of(&dom);
+    // 1. Each rank's top-level phases: a band of the phase's colour at
+    //    35% over white, in the strip above the lane's calls.
+    let mut checked = 0;
+    for (rank, phases) in top_level_phases(&calls) {
+        for (name, s, e) in phases {
+            let c = swatch(&format!("phase {name}"));
+            let want = over(c, [255.0, 255.0, 255.0, 1.0], 0.35);
+            let (x, y) = (at.x((s + e) / 2), at.lane_y(rank) + 1.0);
+            shot.expect(x, y, want, 8, &format!("phase {name} on rank {rank}"));
+            checked += 1;
+        }
+    }
+    assert_eq!(checked, 12, "setup, solve and output on 4 ranks");
+    // 2. In each round of "solve", ranks 0, 1 and 3 reach MPI_Allreduce
+    //    long before rank 2: the part of their call until rank 2 enters is
+    //    shaded as waiting; rank 2 computes then, on the critical path,
+    //    and the parallelism strip shows one rank of four computing.
+    let rounds: Vec<Vec<(u64, u64)>> = (0..4)
+        .map(|r| {
+            let (s, e) = calls[&r]
+                .iter()
+                .find(|c| c.name == "pmtrace_phase_begin" && c.arg == "solve")
+                .map(|b| {
+                    let end = calls[&r]
+                        .iter()
+                        .find(|c| c.name == "pmtrace_phase_end" && c.enter > b.enter)
+                        .expect("solve ends");
+                    (b.enter, end.enter)
+                })
+                .expect("solve begins");
+            calls[&r]
+                .iter()
+                .filter(|c| c.name == "MPI_Allreduce" && c.enter > s && c.exit < e)
+                .map(|c| (c.enter, c.exit))
+                .collect()
+        })
+        .collect();
+    assert!(rounds.iter().all(|r| r.len() == 3), "{rounds:?}");
+    let yc = |rank: u32| at.lane_y(rank) + at.lane_h - at.pad / 2.0 - 1.0;
+    for (round, rank2) in rounds[2].iter().enumerate() {
+        let late = rank2.0;
+        let first_waiting = [0, 1, 3].map(|r| rounds[r][round].0);
+        let last_other = *first_waiting.iter().max().unwrap();
+        assert!(late > last_other, "rank 2 is late in round {round}");
+        for r in [0u32, 1, 3] {
+            let enter = rounds[r as usize][round].0;
+            let x = at.x((enter + late) / 2);
+            let want = over(wait, collective, wait[3]);
+            let what = format!("rank {r} waiting in round {round}");
+            shot.expect(x, at.lane_y(r) + at.pad + 3.0, want, 10, &what);
+        }
+        // Where only rank 2 computes.
+        let x = at.x((last_other + late) / 2);
+        let what = format!("round {round}: rank 2 computing, the others waiting");
+        assert!(
+            !shot.near(
+                x,
+                at.lane_y(2) + at.pad + 3.0,
+                over(wait, collective, wait[3]),
+                40
+            ),
+            "{what}: rank 2 is not waiting"
+        );
+        let on_path = |r: u32| (-1..=1).any(|d| shot.near(x, yc(r) + d as f64, path, 30));
+        assert!(on_path(2), "{what}: the critical path runs on rank 2");
+        for r in [0, 1, 3] {
+            assert!(!on_path(r), "{what}: the critical path is not on rank {r}");
+        }
+        // One of four computing: a quarter of the strip's height.
+        let strip = |f: f64| at.top + 3.0 + at.par_h * (1.0 - f);
+        let empty = [0xe9 as f64, 0xed as f64, 0xf2 as f64, 1.0];
+        shot.expect(x, strip(0.1), par, 30, &format!("{what}: the strip's foot"));
+        shot.expect(
+            x,
+            strip(0.6),
+            empty,
+            10,
+            &format!("{what}: above a quarter"),
+        );
+    }
+    // In "setup" every rank computes (its calls come at its end): the
+    // strip is full.
+    let setup_end = calls[&0]
+        .iter()
+        .find(|c| c.name == "MPI_Barrier")
+        .map(|c| c.enter)
+        .unwrap();
+    let setup_start = (0..4)
+        .map(|r| {
+            calls[&r]
+                .iter()
+                .find(|c| c.name == "pmtrace_phase_begin" && c.arg == "setup")
+                .unwrap()
+                .enter
+        })
+        .max()
+        .unwrap();
+    let x = at.x(setup_start + (setup_end - setup_start) / 4);
+    shot.expect(
+        x,
+        at.top + 3.0 + 2.0,
+        par,
+        30,
+        "setup: every rank computing",
+    );
+    // Raw time is not the report's base: nothing of it is drawn there.
+    let raw = chromium(&format!("{url}#mode=raw"), None);
+    assert_eq!(body_attr(&raw, "path-drawn"), 0);
+}
+
+/// One call of a merged log, on the synchronized time base.
+#[derive(Debug)]
+struct Merged {
+    name: String,
+    /// The first argument's value (a phase's name), or "".
+    arg: String,
+    enter: u64,
+    exit: u64,
+}
+
+/// The calls of `pmtrace merge`'s log per rank (main threads), in order.
+fn merged_calls(log: &str) -> std::collections::BTreeMap<u32, Vec<Merged>> {
+    let mut out: std::collections::BTreeMap<u32, Vec<Merged>> = Default::default();
+    let mut open: std::collections::BTreeMap<u32, Vec<Merged>> = Default::default();
+    for line in log.lines().filter(|l| !l.starts_with('#')) {
+        let f: Vec<&str> = line.split(' ').collect();
+        let (time, what, rank) = (f[0].parse::<u64>().unwrap(), f[1], &f[2][1..]);
+        let rank: u32 = rank.parse().unwrap();
+        match what {
+            "enter" => open.entry(rank).or_default().push(Merged {
+                name: f[6].to_string(),
+                arg: f
+                    .get(7)
+                    .and_then(|a| a.split_once('='))
+                    .map_or(String::new(), |(_, v)| v.trim_matches('"').to_string()),
+                enter: time,
+                exit: 0,
+            }),
+            "exit" => {
+                let mut c = open
+                    .get_mut(&rank)
+                    .and_then(Vec::pop)
+                    .unwrap_or_else(|| panic!("an exit without its enter: {line}"));
+                assert_eq!(c.name, f[4], "{line}");
+                c.exit = time;
+                out.entry(rank).or_default().push(c);
+            }
+            _ => {}
+        }
+    }
+    for calls in out.values_mut() {
+        calls.sort_by_key(|c| c.enter);
+    }
+    out
+}
+
+/// A phase: (name, begin, end).
+type Phase = (String, u64, u64);
+
+/// Per rank, its phases at depth 0.
+fn top_level_phases(
+    calls: &std::collections::BTreeMap<u32, Vec<Merged>>,
+) -> Vec<(u32, Vec<Phase>)> {
+    calls
+        .iter()
+        .map(|(&rank, calls)| {
+            let mut stack: Vec<(String, u64)> = Vec::new();
+            let mut phases = Vec::new();
+            for c in calls {
+                match c.name.as_str() {
+                    "pmtrace_phase_begin" => stack.push((c.arg.clone(), c.enter)),
+                    "pmtrace_phase_end" => {
+                        let (name, s) = stack.pop().expect("a phase to end");
+                        if stack.is_empty() {
+                            phases.push((name, s, c.enter));
+                        }
+                    }
+                    _ => {}
+                }
+            }
+            (rank, phases)
+        })
+        .collect()
+}
+
+/// The legend's entries as rendered: (text, swatch colour as RGBA).
+fn legend_of(dom: &str) -> Vec<(String, [f64; 4])> {
+    let at = dom.find("id=\"legend\"").expect("a legend");
+    let legend = &dom[at..at + dom[at..].find("</div>").expect("the legend ends")];
+    let mut out = Vec::new();
+    for item in legend.split("<span class=\"lg\"").skip(1) {
+        // `><span class="sw" style="background:…"></span>TEXT</span>`
+        let text = item.split("</span>").nth(1).unwrap_or("").trim();
+        if let Some(c) = item
+            .find("background:")
+            .map(|i| item[i + 11..].trim_start())
+            .and_then(css_color)
+        {
+            out.push((text.to_string(), c));
+        }
+    }
+    out
+}
+
+/// A CSS colour at the start of `s`: `#rrggbb`, `rgb(…)` or `rgba(…)`.
+fn css_color(s: &str) -> Option<[f64; 4]> {
+    if let Some(h) = s.strip_prefix('#') {
+        let v = |i: usize| u8::from_str_radix(h.get(i..i + 2)?, 16).ok().map(f64::from);
+        return Some([v(0)?, v(2)?, v(4)?, 1.0]);
+    }
+    let inner = s.strip_prefix("rgba(").or_else(|| s.strip_prefix("rgb("))?;
+    let parts: Vec<f64> = inner[..inner.find(')')?]
+        .split(',')
+        .map(|p| p.trim().parse().ok())
+        .collect::<Option<_>>()?;
+    Some([parts[0], parts[1], parts[2], *parts.get(3).unwrap_or(&1.0)])
+}
+
+/// `top` at opacity `alpha` over `under`.
+fn over(top: [f64; 4], under: [f64; 4], alpha: f64) -> [f64; 4] {
+    let m = |i: usize| top[i] * alpha + under[i] * (1.0 - alpha);
+    [m(0), m(1), m(2), 1.0]
+}
+
+/// Where the page draws: from the `data-geom`, `data-view` and `data-t0`
+/// of its body.
+struct Geometry {
+    left: f64,
+    top: f64,
+    plot_x0: f64,
+    plot_w: f64,
+    axis_h: f64,
+    lane_h: f64,
+    pad: f64,
+    scroll: f64,
+    par_h: f64,
+    v0: f64,
+    v1: f64,
+    t0: u64,
+}
+
+impl Geometry {
+    fn of(dom: &str) -> Geometry {
+        let body = &dom[dom.find("<body").expect("a body")..];
+        let attr = |name: &str| {
+            let key = format!("data-{name}=\"");
+            let at = body.find(&key).unwrap_or_else(|| panic!("no {key}")) + key.len();
+            body[at..at + body[at..].find('"').unwrap()].to_string()
+        };
+        let g: Vec<f64> = attr("geom")
+            .split(',')
+            .map(|v| v.parse().unwrap())
+            .collect();
+        let view: Vec<f64> = attr("view")
+            .split(',')
+            .map(|v| v.parse().unwrap())
+            .collect();
+        Geometry {
+            left: g[0],
+            top: g[1],
+            plot_x0: g[2],
+            plot_w: g[3],
+            axis_h: g[4],
+            lane_h: g[5],
+            pad: g[6],
+            scroll: g[7],
+            par_h: g[8],
+            v0: view[0],
+            v1: view[1],
+            t0: attr("t0").parse().unwrap(),
+        }
+    }
+
+    /// The page's x of synchronized time `t`.
+    fn x(&self, t: u64) -> f64 {
+        let rel = t as f64 - self.t0 as f64;
+        let x = self.left + self.plot_x0 + (rel - self.v0) * self.plot_w / (self.v1 - self.v0);
+        assert!(
+            x > self.left + self.plot_x0 && x < self.left + self.plot_x0 + self.plot_w,
+            "time {t} is out of view"
+        );
+        x
+    }
+
+    /// The top of lane `i` (one lane per rank here).
+    fn lane_y(&self, i: u32) -> f64 {
+        self.top + self.axis_h + f64::from(i) * self.lane_h - self.scroll
+    }
+}
+
+/// A screenshot's pixels.
+struct Screenshot {
+    width: usize,
+    height: usize,
+    channels: usize,
+    data: Vec<u8>,
+}
+
+impl Screenshot {
+    fn read(path: &Path) -> Screenshot {
+        let file = std::io::BufReader::new(std::fs::File::open(path).unwrap());
+        let mut reader = png::Decoder::new(file).read_info().expect("a PNG");
+        let mut data = vec![0; reader.output_buffer_size().expect("a PNG's size")];
+        let info = reader.next_frame(&mut data).expect("a frame");
+        data.truncate(info.buffer_size());
+        assert_eq!(info.bit_depth, png::BitDepth::Eight);
+        Screenshot {
+            width: info.width as usize,
+            height: info.height as usize,
+            channels: info.color_type.samples(),
+            data,
+        }
+    }
+
+    /// The colour at (x, y): per channel, the median of the 7 pixels
+    /// from x − 3 to x + 3 (a grid line, one pixel wide, is not the
+    /// colour of what is drawn there).
+    fn at(&self, x: f64, y: f64) -> [f64; 4] {
+        let (x, y) = (x.floor() as usize, y.floor() as usize);
+        assert!(
+            x >= 3 && x + 3 < self.width && y < self.height,
+            "({x}, {y}) is off the page"
+        );
+        let mut out = [0.0, 0.0, 0.0, 1.0];
+        for (c, o) in out.iter_mut().take(3).enumerate() {
+            let mut v: Vec<u8> = (x - 3..=x + 3)
+                .map(|x| self.data[(y * self.width + x) * self.channels + c])
+                .collect();
+            v.sort_unstable();
+            *o = f64::from(v[3]);
+        }
+        out
+    }
+
+    fn near(&self, x: f64, y: f64, want: [f64; 4], tolerance: u8) -> bool {
+        let got = self.at(x, y);
+        (0..3).all(|c| (got[c] - want[c]).abs() <= f64::from(tolerance))
+    }
+
+    fn expect(&self, x: f64, y: f64, want: [f64; 4], tolerance: u8, what: &str) {
+        let got = self.at(x, y);
+        assert!(
+            self.near(x, y, want, tolerance),
+            "{what}: at ({x:.0}, {y:.0}) the screenshot has {got:?}, not {want:?}"
+        );
+    }
 }
