@@ -163,6 +163,9 @@ const KNOWN: &[&str] = &[
     "PMTRACE_LIB",
     // The CLI's (a shell set up to read traces may trace a job too).
     "PMTRACE_MEMORY_CHECK",
+    "PMTRACE_SPILL",
+    "PMTRACE_SPILL_DIR",
+    "PMTRACE_TIMES",
 ];
 
 pub fn parse_size(s: &str) -> Option<usize> {
@@ -379,6 +382,11 @@ mod tests {
             ("PMTRACE_DIR", "/tmp/t"),
             ("PMTRACE_CLOCKS", "vector"),
             ("HOME", "/root"),
+            // The CLI's own, set in a shell that also traces jobs.
+            ("PMTRACE_SPILL", "off"),
+            ("PMTRACE_SPILL_DIR", "/tmp"),
+            ("PMTRACE_TIMES", "1"),
+            ("PMTRACE_MEMORY_CHECK", "1"),
         ]);
         assert_eq!(c.clocks, Mode::Vector);
         assert_eq!(c.buffer_size, 1 << 20);
