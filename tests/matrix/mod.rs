@@ -302,7 +302,7 @@ fn pmtrace_run_traces_every_setup_with_the_one_library() {
                     .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1");
             }
             let out = cmd
-                .args(["-np", "4"])
+                .args(mpi.np_args(4))
                 .arg(&prog)
                 .env_remove("PMTRACE_LIB")
                 .output()
@@ -760,7 +760,7 @@ fn launch(
         }
         _ => mpi.command(&launcher, keep),
     };
-    cmd.args(["-np", &np.to_string()]);
+    cmd.args(mpi.np_args(np));
     let mut pass: Vec<(String, String)> = env
         .iter()
         .map(|(k, v)| (k.to_string(), v.clone()))

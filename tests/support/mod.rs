@@ -205,6 +205,18 @@ impl Mpi {
         }
     }
 
+    /// The launcher's arguments for `np` ranks: `-np N`, and for Intel
+    /// MPI's Hydra `-ppn N` too, every rank on this node (left to itself
+    /// on some machines it places the ranks as if on several nodes, then
+    /// looks for a network fabric the wheel does not have).
+    pub fn np_args(self, np: u32) -> Vec<String> {
+        let mut args = vec!["-np".to_string(), np.to_string()];
+        if matches!(self, Mpi::Impi | Mpi::ImpiAbi) {
+            args.extend(["-ppn".to_string(), np.to_string()]);
+        }
+        args
+    }
+
     /// The launcher, and whether it is Open MPI's (else MPICH's Hydra).
     pub fn launcher(self) -> (PathBuf, bool) {
         match self {
@@ -405,7 +417,7 @@ pub fn mpirun_during(
     std::fs::create_dir_all(&counts_dir).unwrap();
     let (launcher, ompi) = mpi.launcher();
     let mut cmd = mpi.command(launcher, &[]);
-    cmd.arg("-np").arg(np.to_string());
+    cmd.args(mpi.np_args(np));
     if ompi {
         cmd.arg("--oversubscribe");
         cmd.env("OMPI_ALLOW_RUN_AS_ROOT", "1")
