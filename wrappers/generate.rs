@@ -142,7 +142,7 @@ fn format_kind(kind: &str, name: &str) -> Result<&'static str, String> {
         "psend_init" => "PsendInit",
         "precv_init" => "PrecvInit",
         "buffer_attach" | "buffer_detach" => "Plain",
-        "request_free" => "RequestFree",
+        "request_free" => "Freed",
         "comm_new" | "comm_dynamic" | "comm_parent" => "CommNew",
         "comm_idup" => "Icoll",
         "comm_free" => "CommFree",

@@ -216,6 +216,7 @@ own_calls! {
     fn PMPI_Recv(buf: *mut c_void, count: c_int, datatype: MPI_Datatype, source: c_int, tag: c_int, comm: MPI_Comm, status: *mut MPI_Status);
     fn PMPI_Reduce(sendbuf: *const c_void, recvbuf: *mut c_void, count: c_int, datatype: MPI_Datatype, op: MPI_Op, root: c_int, comm: MPI_Comm);
     fn PMPI_Request_free(request: *mut MPI_Request);
+    fn PMPI_Request_get_status(request: MPI_Request, flag: *mut c_int, status: *mut MPI_Status);
     fn PMPI_Send(buf: *const c_void, count: c_int, datatype: MPI_Datatype, dest: c_int, tag: c_int, comm: MPI_Comm);
     fn PMPI_Status_set_cancelled(status: *mut MPI_Status, flag: c_int);
     fn PMPI_Status_set_elements_x(status: *mut MPI_Status, datatype: MPI_Datatype, count: MPI_Count);

@@ -436,8 +436,10 @@ pub fn request_free(call: Call, request: MPI_Request, slot: *mut MPI_Request) {
             }
         }
         let id = op.map(|op| op.id).filter(|&id| id != 0);
+        let cancelled = crate::orphans::take_freed_cancelled() && call.ok();
         if let Some(mut r) = call.begin() {
             r.put_op_ref(id);
+            r.put_u(ST_NONE | if cancelled { ST_CANCELLED } else { 0 });
             r.commit();
         }
     })

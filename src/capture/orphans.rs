@@ -26,6 +26,18 @@ use core::ffi::c_int;
 use parking_lot::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::Relaxed};
 
+thread_local! {
+    /// Set by [`free`] when the request it frees was cancelled, and MPI
+    /// says that succeeded; taken by the hook that records the call.
+    static FREED_CANCELLED: core::cell::Cell<bool> = const { core::cell::Cell::new(false) };
+}
+
+/// Whether the request the last [`free`] of this thread freed had been
+/// cancelled with success (and forgets it).
+pub fn take_freed_cancelled() -> bool {
+    FREED_CANCELLED.replace(false)
+}
+
 /// Non-urgent orphans gathered before a test.
 const BATCH: usize = 64;
 
@@ -61,6 +73,17 @@ pub unsafe fn free(request: *mut MPI_Request) -> c_int {
         // SAFETY: the caller's handle variable.
         let handle = unsafe { *request };
         let op = REQUESTS.get(key(handle), request as usize);
+        if op.is_some_and(|op| op.cancelled) {
+            // Whether the cancellation succeeded, which the trace must say
+            // (a cancelled send moved nothing): asked of MPI without
+            // completing or freeing anything.
+            // SAFETY: MPI_Status is plain data that MPI fills.
+            let mut st: MPI_Status = unsafe { core::mem::zeroed() };
+            let mut flag: c_int = 0;
+            // SAFETY: the application's live request; our flag and status.
+            let rc = unsafe { ffi::PMPI_Request_get_status(handle, &mut flag, &mut st) };
+            FREED_CANCELLED.set(rc == 0 && flag != 0 && ffi::status_cancelled(&st));
+        }
         if let Some(op) = op.filter(|op| piggyback::in_flight(op.pb)) {
             piggyback::forget_pending(op.pb);
             let urgent = piggyback::delivers(op.pb);

@@ -21,6 +21,7 @@
 #define ROLE_A 0 /* even rank of a pair: sends */
 #define ROLE_B 1 /* odd rank of a pair: receives */
 #define NEVER_TAG 12345 /* no message ever carries this tag */
+#define CANCEL_TAG 12346 /* a send to self, cancelled */
 #define BSEND_BYTES (1 << 16)
 
 static int rank, size, partner, role;
@@ -443,6 +444,26 @@ static void test_cancel_free_ignore(void)
     C(MPI_Wait, &req, &st);
     C(MPI_Test_cancelled, &st, &flag);
     CHECK(flag != 0);
+
+    /* every rank: cancel a synchronous send to itself on MPI_COMM_SELF,
+     * ask the request's status, and free it if the cancellation
+     * succeeded (MPICH), else receive it (Open MPI cancels no send):
+     * mpi4py's testProbeCancel */
+    C(MPI_Issend, NULL, 0, MPI_INT, 0, CANCEL_TAG, MPI_COMM_SELF, &req);
+    C(MPI_Probe, 0, CANCEL_TAG, MPI_COMM_SELF, &st);
+    C(MPI_Cancel, &req);
+    flag = 0;
+    C(MPI_Request_get_status, req, &flag, &st);
+    c = 0;
+    if (flag)
+        C(MPI_Test_cancelled, &st, &c);
+    if (c) {
+        C(MPI_Request_free, &req);
+    } else {
+        C(MPI_Recv, NULL, 0, MPI_INT, 0, CANCEL_TAG, MPI_COMM_SELF, MPI_STATUS_IGNORE);
+        C(MPI_Wait, &req, MPI_STATUS_IGNORE);
+    }
+    CHECK(req == MPI_REQUEST_NULL);
 
     if (role == ROLE_A) {
         fill(freed_send_buf, 4, 71);

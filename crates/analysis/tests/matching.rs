@@ -134,7 +134,10 @@ fn persistent_requests_make_one_message_per_start() {
         "MPI_Request_free",
         300,
         301,
-        Payload::OpRef { op: Some(init) },
+        Payload::OpRef {
+            op: Some(init),
+            cancelled: false,
+        },
     );
     let r1 = tb.rank(1).thread(0);
     let init = r1.next_op();
@@ -266,6 +269,7 @@ fn proc_null_cancelled_and_failed_calls_are_not_messages() {
         23,
         Payload::OpRef {
             op: Some(cancelled),
+            cancelled: false,
         },
     );
     r0.call(
@@ -278,7 +282,15 @@ fn proc_null_cancelled_and_failed_calls_are_not_messages() {
     let r1 = tb.rank(1).thread(0);
     let op = r1.next_op();
     r1.call("MPI_Irecv", 10, 11, fixture::irecv(0, 0, 0, 8));
-    r1.call("MPI_Cancel", 12, 13, Payload::OpRef { op: Some(op) });
+    r1.call(
+        "MPI_Cancel",
+        12,
+        13,
+        Payload::OpRef {
+            op: Some(op),
+            cancelled: false,
+        },
+    );
     r1.call(
         "MPI_Wait",
         14,
@@ -293,12 +305,78 @@ fn proc_null_cancelled_and_failed_calls_are_not_messages() {
 }
 
 #[test]
+fn a_send_freed_after_its_cancellation_succeeded_is_not_sent() {
+    // mpi4py's testProbeCancel under MPICH: Issend to self, cancelled,
+    // the status asked, the request freed.
+    let mut tb = two_ranks();
+    let r0 = tb.rank(0).thread(0);
+    let op = r0.next_op();
+    r0.call("MPI_Isend", 10, 11, fixture::send(0, 123, 0, 0));
+    r0.call(
+        "MPI_Cancel",
+        12,
+        13,
+        Payload::OpRef {
+            op: Some(op),
+            cancelled: false,
+        },
+    );
+    r0.call(
+        "MPI_Request_free",
+        14,
+        15,
+        Payload::OpRef {
+            op: Some(op),
+            cancelled: true,
+        },
+    );
+    // Its twin, freed while the cancellation was still unknown, was sent.
+    let twin = r0.next_op();
+    r0.call("MPI_Isend", 20, 21, fixture::send(1, 5, 0, 8));
+    r0.call(
+        "MPI_Cancel",
+        22,
+        23,
+        Payload::OpRef {
+            op: Some(twin),
+            cancelled: false,
+        },
+    );
+    r0.call(
+        "MPI_Request_free",
+        24,
+        25,
+        Payload::OpRef {
+            op: Some(twin),
+            cancelled: false,
+        },
+    );
+    tb.rank(1).thread(0).call(
+        "MPI_Recv",
+        5,
+        50,
+        fixture::recv(0, 5, 0, 8, Status::default()),
+    );
+    let (_, m) = open(&tb, "freed-cancelled");
+    assert_eq!((m.sends.len(), m.matched.len()), (1, 1));
+    assert_eq!(m.unmatched(), 0);
+}
+
+#[test]
 fn send_whose_request_was_freed_still_counts() {
     let mut tb = two_ranks();
     let r0 = tb.rank(0).thread(0);
     let op = r0.next_op();
     r0.call("MPI_Isend", 10, 11, fixture::send(1, 0, 0, 8));
-    r0.call("MPI_Request_free", 12, 13, Payload::OpRef { op: Some(op) });
+    r0.call(
+        "MPI_Request_free",
+        12,
+        13,
+        Payload::OpRef {
+            op: Some(op),
+            cancelled: false,
+        },
+    );
     tb.rank(1).thread(0).call(
         "MPI_Recv",
         5,

@@ -146,6 +146,7 @@ fn every_record_kind_round_trips_with_operation_ids_counted() {
             97,
             Payload::OpRef {
                 op: Some(op_id(0, 8)),
+                cancelled: false,
             },
         )
         .call(
@@ -154,6 +155,7 @@ fn every_record_kind_round_trips_with_operation_ids_counted() {
             99,
             Payload::OpRef {
                 op: Some(op_id(0, 3)),
+                cancelled: false,
             },
         )
         .call("MPI_Barrier", 100, 110, fixture::coll(0, None, 0, 0, 0))
@@ -332,8 +334,24 @@ fn every_record_kind_round_trips_with_operation_ids_counted() {
                 op: None,
             },
         ),
-        call("MPI_Cancel", 96, 97, Payload::OpRef { op: ops(8) }),
-        call("MPI_Request_free", 98, 99, Payload::OpRef { op: ops(3) }),
+        call(
+            "MPI_Cancel",
+            96,
+            97,
+            Payload::OpRef {
+                op: ops(8),
+                cancelled: false,
+            },
+        ),
+        call(
+            "MPI_Request_free",
+            98,
+            99,
+            Payload::OpRef {
+                op: ops(3),
+                cancelled: false,
+            },
+        ),
         call("MPI_Barrier", 100, 110, fixture::coll(0, None, 0, 0, 0)),
         call("MPI_Allreduce", 111, 120, fixture::coll(0, None, 8, 8, 1)),
         call(

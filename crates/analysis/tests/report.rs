@@ -224,7 +224,15 @@ fn never_completed_requests_are_listed_with_their_calls() {
     t.call("MPI_Wait", 110, 111, fixture::complete(&[(a, none)]));
     let c = t.next_op();
     t.call("MPI_Irecv", 120, 121, fixture::irecv(any, 7, 0, 8)); // freed
-    t.call("MPI_Request_free", 122, 123, Payload::OpRef { op: Some(c) });
+    t.call(
+        "MPI_Request_free",
+        122,
+        123,
+        Payload::OpRef {
+            op: Some(c),
+            cancelled: false,
+        },
+    );
     t.call("MPI_Irecv", 130, 131, fixture::irecv(1, 8, 0, 8)); // pending
     t.call("MPI_Send_init", 140, 141, fixture::send(1, 9, 0, 8)); // never started
     let f = t.next_op();

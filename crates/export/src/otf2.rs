@@ -22,7 +22,7 @@
 //! | isend, start of a persistent send | MpiIsend (request id) |
 //! | recv, mrecv | MpiRecv at the end |
 //! | irecv, imrecv, start of a persistent receive | MpiIrecvRequest |
-//! | wait/test family | MpiIrecv, MpiIsendComplete, NonBlockingCollectiveComplete, MpiRequestCancelled per completed request |
+//! | wait/test family | MpiIrecv, MpiIsendComplete, NonBlockingCollectiveComplete, MpiRequestCancelled per completed request (and at `MPI_Request_free` of a request whose cancellation succeeded) |
 //! | collective | MpiCollectiveBegin, MpiCollectiveEnd (op, root, bytes) |
 //! | nonblocking collective | NonBlockingCollectiveRequest |
 //!
@@ -766,6 +766,11 @@ impl<'v, 'a> Writer<'v, 'a> {
                         }
                     }
                 }
+                // Freed once its cancellation succeeded.
+                Payload::OpRef {
+                    op: Some(op),
+                    cancelled: true,
+                } => evs.push((t1, 2, i, Ev::Cancelled(*op))),
                 _ => {}
             }
             // Blocking receives completed by this call itself.

@@ -166,7 +166,12 @@ fn format_call(out: &mut String, rank: &Rank, c: &Call) -> std::fmt::Result {
             let items: Vec<String> = done.iter().map(|d| format!("{}:{}", op_str(d.op), status_str(&d.status))).collect();
             write!(out, " done={}", items.join(","))?;
         }
-        Payload::OpRef { op } => write!(out, " op={}", op_str(*op))?,
+        Payload::OpRef { op, cancelled } => {
+            write!(out, " op={}", op_str(*op))?;
+            if *cancelled {
+                out.push_str(" cancelled");
+            }
+        }
         Payload::Coll { comm, root, sent, recvd, seq, op } => {
             write!(out, " comm={comm}")?;
             if let Some(root) = root {

@@ -60,7 +60,7 @@ pub fn category(kind: Kind) -> &'static str {
         | Kind::PrecvInit
         | Kind::Mrecv
         | Kind::Imrecv => "recv",
-        Kind::Complete | Kind::Cancel | Kind::RequestFree => "wait",
+        Kind::Complete | Kind::Cancel | Kind::RequestFree | Kind::Freed => "wait",
         Kind::Coll | Kind::Icoll | Kind::CollInit => "coll",
         Kind::Probe | Kind::Iprobe | Kind::Mprobe | Kind::Improbe => "probe",
         Kind::CommNew | Kind::CommFree => "comm",

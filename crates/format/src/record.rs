@@ -126,6 +126,10 @@ pub enum Kind {
     Complete,
     Cancel,
     RequestFree,
+    /// `MPI_Request_free` since the trace says whether a cancelled
+    /// operation's cancellation succeeded (the op reference, then status
+    /// flags: `ST_NONE`, with `ST_CANCELLED` when it did).
+    Freed,
     Coll,
     Icoll,
     CommNew,
@@ -139,7 +143,7 @@ pub enum Kind {
 }
 
 impl Kind {
-    pub const ALL: [Kind; 32] = [
+    pub const ALL: [Kind; 33] = [
         Kind::Plain,
         Kind::Init,
         Kind::InitThread,
@@ -163,6 +167,7 @@ impl Kind {
         Kind::Complete,
         Kind::Cancel,
         Kind::RequestFree,
+        Kind::Freed,
         Kind::Coll,
         Kind::Icoll,
         Kind::CommNew,
@@ -199,6 +204,7 @@ impl Kind {
             Kind::Complete => "complete",
             Kind::Cancel => "cancel",
             Kind::RequestFree => "request_free",
+            Kind::Freed => "freed",
             Kind::Coll => "coll",
             Kind::Icoll => "icoll",
             Kind::CommNew => "comm_new",
@@ -495,9 +501,12 @@ pub enum Payload {
     Complete {
         done: Vec<Completion>,
     },
-    /// cancel, request_free
+    /// cancel, request_free, freed
     OpRef {
         op: Option<u64>,
+        /// freed: the operation was cancelled, and that succeeded (it
+        /// moved no data).
+        cancelled: bool,
     },
     Coll {
         comm: u32,
@@ -987,6 +996,11 @@ impl ThreadDecoder {
             }
             Kind::Cancel | Kind::RequestFree => Payload::OpRef {
                 op: self.reference(buf, pos)?,
+                cancelled: false,
+            },
+            Kind::Freed => Payload::OpRef {
+                op: self.reference(buf, pos)?,
+                cancelled: u(buf, pos)? & ST_CANCELLED != 0,
             },
             Kind::Coll | Kind::Icoll | Kind::CollInit => {
                 let comm = u32v(buf, pos)?;

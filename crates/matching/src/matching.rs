@@ -615,7 +615,7 @@ impl<'a> RankScan<'a> {
         for (at, call) in calls(|k| matches!(k, Kind::Start | Kind::Mrecv | Kind::Imrecv)) {
             self.starting(at, &call);
         }
-        for (at, call) in calls(|k| k == Kind::Complete) {
+        for (at, call) in calls(|k| matches!(k, Kind::Complete | Kind::Freed)) {
             self.completing(at, &call);
         }
         let pending = self
@@ -951,6 +951,17 @@ impl<'a> RankScan<'a> {
     /// Pass 3: completions. An operation completes once; a later completion
     /// of the same id (a non-destructive status query before the wait) is ignored.
     fn completing(&mut self, at: EventRef, call: &Call) {
+        // A send freed once its cancellation succeeded moved nothing.
+        if let Payload::OpRef {
+            op: Some(op),
+            cancelled: true,
+        } = &call.payload
+        {
+            if let Some(&mut Op::Send(idx)) = self.ops.get_mut(op) {
+                self.cancelled.push(idx);
+            }
+            return;
+        }
         let Payload::Complete { done } = &call.payload else {
             return;
         };

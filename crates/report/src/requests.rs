@@ -88,6 +88,7 @@ fn pending_of(trace: &Trace, rank: &Rank) -> (u64, Vec<PendingRequest>) {
                 | CollInit
                 | Start
                 | RequestFree
+                | Freed
         )
     };
     let mut made: OpTable<Made> = OpTable::new(rank.events() as usize);
@@ -197,7 +198,7 @@ fn pending_of(trace: &Trace, rank: &Rank) -> (u64, Vec<PendingRequest>) {
                 }
                 continue;
             }
-            Payload::OpRef { op: Some(op) } if kind == RequestFree => {
+            Payload::OpRef { op: Some(op), .. } if matches!(kind, RequestFree | Freed) => {
                 freed.insert(op, ());
                 continue;
             }

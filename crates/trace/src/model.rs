@@ -123,6 +123,8 @@ pub enum Payload<'a> {
     },
     OpRef {
         op: Option<u64>,
+        /// A freed operation whose cancellation succeeded.
+        cancelled: bool,
     },
     Coll {
         comm: u32,
@@ -1071,7 +1073,7 @@ fn view_other(p: &fmt::Payload) -> Payload<'_> {
             status,
             op,
         },
-        fmt::Payload::OpRef { op } => Payload::OpRef { op },
+        fmt::Payload::OpRef { op, cancelled } => Payload::OpRef { op, cancelled },
         fmt::Payload::CommNew { parent, comm } => Payload::CommNew { parent, comm },
         fmt::Payload::CommFree { comm } => Payload::CommFree { comm },
         // Every other variant has a table of its own (`push_payload`).
@@ -1321,7 +1323,15 @@ mod tests {
             ),
             call(131, 1, 0, fmt::Payload::Abort { comm: 0, code: 9 }),
             call(132, 1, 0, fmt::Payload::Pcontrol { level: 1 }),
-            call(133, 1, 0, fmt::Payload::OpRef { op: Some(4) }),
+            call(
+                133,
+                1,
+                0,
+                fmt::Payload::OpRef {
+                    op: Some(4),
+                    cancelled: false,
+                },
+            ),
             call(
                 134,
                 1,
