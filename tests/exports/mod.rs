@@ -242,13 +242,7 @@ fn the_html_timeline_draws_lanes_and_arrows_and_red_backward_messages_in_raw_tim
     let dir = scratch("timeline");
     let (run, rep) = skewed_halo(&dir);
     let html = dir.join("timeline.html");
-    let o = pmtrace(&[
-        "timeline",
-        run.trace.to_str().unwrap(),
-        "-o",
-        html.to_str().unwrap(),
-    ]);
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    written(&run.trace, "timeline", &html);
     let page = std::fs::read_to_string(&html).unwrap();
     for needle in ["http://", "https://"] {
         assert!(
@@ -408,23 +402,11 @@ fn the_timeline_shows_the_critical_path_phases_wait_states_and_parallelism() {
     let run = mpirun(&dir, 4, &prog("phases"), &["40"], Mode::Preload, &[]);
     assert_eq!(run.code, 0, "{}", run.stderr);
     let html = dir.join("timeline.html");
-    let o = pmtrace(&[
-        "timeline",
-        run.trace.to_str().unwrap(),
-        "-o",
-        html.to_str().unwrap(),
-    ]);
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    written(&run.trace, "timeline", &html);
     // What the trace says, on the synchronized time base the page draws
     // insight on: `pmtrace merge` writes it.
     let log = dir.join("merged.log");
-    let o = pmtrace(&[
-        "merge",
-        run.trace.to_str().unwrap(),
-        "-o",
-        log.to_str().unwrap(),
-    ]);
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    written(&run.trace, "merge", &log);
     let calls = merged_calls(&std::fs::read_to_string(&log).unwrap());
     let url = format!("file://{}", html.display());
     let dom = chromium(&format!("{url}#mode=synced"), None);
@@ -560,6 +542,16 @@ fn the_timeline_shows_the_critical_path_phases_wait_states_and_parallelism() {
     // Raw time is not the report's base: nothing of it is drawn there.
     let raw = chromium(&format!("{url}#mode=raw"), None);
     assert_eq!(body_attr(&raw, "path-drawn"), 0);
+}
+
+/// `pmtrace VERB TRACE -o OUT`, which must succeed.
+fn written(trace: &Path, verb: &str, out: &Path) {
+    let o = pmtrace(&[verb, trace.to_str().unwrap(), "-o", out.to_str().unwrap()]);
+    assert!(
+        o.status.success(),
+        "{verb}: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
 }
 
 /// One call of a merged log, on the synchronized time base.

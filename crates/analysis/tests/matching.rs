@@ -306,51 +306,25 @@ fn proc_null_cancelled_and_failed_calls_are_not_messages() {
 
 #[test]
 fn a_send_freed_after_its_cancellation_succeeded_is_not_sent() {
-    // mpi4py's testProbeCancel under MPICH: Issend to self, cancelled,
-    // the status asked, the request freed.
+    // mpi4py's testProbeCancel under MPICH: a send cancelled, the status
+    // asked, the request freed; `cancelled` says whether that succeeded.
     let mut tb = two_ranks();
     let r0 = tb.rank(0).thread(0);
-    let op = r0.next_op();
-    r0.call("MPI_Isend", 10, 11, fixture::send(0, 123, 0, 0));
-    r0.call(
-        "MPI_Cancel",
-        12,
-        13,
-        Payload::OpRef {
-            op: Some(op),
-            cancelled: false,
-        },
-    );
-    r0.call(
-        "MPI_Request_free",
-        14,
-        15,
-        Payload::OpRef {
-            op: Some(op),
-            cancelled: true,
-        },
-    );
-    // Its twin, freed while the cancellation was still unknown, was sent.
-    let twin = r0.next_op();
-    r0.call("MPI_Isend", 20, 21, fixture::send(1, 5, 0, 8));
-    r0.call(
-        "MPI_Cancel",
-        22,
-        23,
-        Payload::OpRef {
-            op: Some(twin),
-            cancelled: false,
-        },
-    );
-    r0.call(
-        "MPI_Request_free",
-        24,
-        25,
-        Payload::OpRef {
-            op: Some(twin),
-            cancelled: false,
-        },
-    );
+    for (t, dest, tag, bytes, cancelled) in [(10, 0, 123, 0, true), (20, 1, 5, 8, false)] {
+        let op = r0.next_op();
+        r0.call("MPI_Isend", t, t + 1, fixture::send(dest, tag, 0, bytes));
+        for (name, t, cancelled) in [
+            ("MPI_Cancel", t + 2, false),
+            ("MPI_Request_free", t + 4, cancelled),
+        ] {
+            let payload = Payload::OpRef {
+                op: Some(op),
+                cancelled,
+            };
+            r0.call(name, t, t + 1, payload);
+        }
+    }
+    // The second, freed while its cancellation was still unknown, was sent.
     tb.rank(1).thread(0).call(
         "MPI_Recv",
         5,

@@ -423,6 +423,11 @@ pub fn early_parts(
         let first = line.init.map(|a| a.local_ns);
         for k in 0..g.len(l) as u32 {
             let raw = g.raw(l, k);
+            // Nodes are in time order: past the measurement, only the
+            // errors of the rest are left to take.
+            if !simulated && first.is_none_or(|a| raw >= a) {
+                break;
+            }
             let err = simulated.then(|| h.true_time(raw).abs_diff(last.at(l, k)));
             match first.filter(|&a| raw < a) {
                 Some(a) => {
