@@ -1592,6 +1592,8 @@ fn a_trace_without_violations_passes_through_sync_unchanged() {
     }
 }
 
+/// Ranks of one host read one clock: rank 0 measures for all of them, and
+/// all of them turn the TSC into time at its scale.
 #[test]
 fn ranks_of_one_host_share_the_offset_their_leader_measured() {
     let dir = scratch("offsets");
@@ -1617,6 +1619,17 @@ fn ranks_of_one_host_share_the_offset_their_leader_measured() {
             let mu = o.latency_intra_ns.expect("two ranks share the host");
             assert!(mu > 0 && mu < 1_000_000, "intra-host latency {mu} ns");
             assert_eq!(o.latency_inter_ns, None);
+        }
+        // And one TSC scale, rank 0's: each rank's own calibration would
+        // drift from the others' by hundreds of ns in ten seconds.
+        let timer = &r.header.timer;
+        assert_eq!(
+            timer, &trace.ranks[0].header.timer,
+            "rank {}",
+            r.header.rank
+        );
+        if timer.source == "tsc" {
+            assert!(timer.tsc_hz.is_some_and(|hz| hz > 1e8), "{timer:?}");
         }
     }
 }

@@ -145,6 +145,54 @@ pub fn start_tsc(first: Pair) -> f64 {
     hz
 }
 
+/// This rank's TSC scale (base tick, base ns, ns per tick in 32.32, the
+/// rate in Hz as f64 bits), or `None` on the monotonic clock.
+pub fn tsc_scale() -> Option<[u64; 4]> {
+    using_tsc().then(|| {
+        [
+            TSC_BASE.load(Relaxed),
+            NS_BASE.load(Relaxed),
+            MULT.load(Relaxed),
+            TSC_HZ_BITS.load(Relaxed),
+        ]
+    })
+}
+
+/// Takes `scale` (another rank's [`tsc_scale`] on this host) as this
+/// rank's, so that every rank of a host turns one TSC reading into one
+/// time: each rank's own calibration over its `MPI_Init` differs by a few
+/// tens of ppb, and two ranks of one host drifted 325 ns apart in 10 s,
+/// enough for a message to seem received before it was sent. Time never
+/// runs back: where the new scale reads earlier, this waits until it
+/// passes the last reading. Only while one thread reads the timer, and
+/// refused (false) when the two scales are more than `limit_ns` apart.
+pub fn adopt_tsc_scale(scale: [u64; 4], limit_ns: u64) -> bool {
+    if !using_tsc() || scale[2] == 0 {
+        return false;
+    }
+    let at = |s: [u64; 4], tick: u64| {
+        let dt = tick.wrapping_sub(s[0]) as i64 as i128;
+        (s[1] as i128 + ((dt * s[2] as i128) >> 32)) as i64
+    };
+    let tick = tsc();
+    if (tick.wrapping_sub(scale[0]) as i64) < 0 {
+        return false;
+    }
+    let mine = tsc_scale().unwrap_or(scale);
+    let (old, new) = (at(mine, tick), at(scale, tick));
+    if old.abs_diff(new) > limit_ns {
+        return false;
+    }
+    TSC_BASE.store(scale[0], Relaxed);
+    NS_BASE.store(scale[1], Relaxed);
+    MULT.store(scale[2], Relaxed);
+    TSC_HZ_BITS.store(scale[3], Relaxed);
+    while (at(scale, tsc())) <= old {
+        core::hint::spin_loop();
+    }
+    true
+}
+
 pub fn using_tsc() -> bool {
     TIMER.load(Relaxed) & TSC != 0
 }
@@ -184,5 +232,44 @@ mod tests {
         // 20 ms at the calibration error of a 1 ms window (tens of ppm)
         // plus read jitter stays far below 50 us.
         assert!(diff < 50_000, "timer {a} vs monotonic {b}: {diff} ns apart");
+    }
+
+    /// A rank takes its leader's scale: from then on its readings are the
+    /// leader's (here: a scale 300 ns ahead, then back), never running
+    /// back; a scale further off than the limit is refused.
+    #[test]
+    fn an_adopted_tsc_scale_gives_its_readings_and_time_never_runs_back() {
+        if !tsc_is_invariant() {
+            eprintln!("SKIP: no invariant TSC here, so no scale to adopt");
+            return;
+        }
+        start_tsc(pair());
+        let own = tsc_scale().unwrap();
+        let ahead = [own[0], own[1] + 300, own[2], own[3]];
+        let offset = |n: usize| {
+            (0..n)
+                .map(|_| {
+                    let (t, m) = (now(), monotonic());
+                    t as i64 - m as i64
+                })
+                .min_by_key(|d| d.abs())
+                .unwrap()
+        };
+        let before = offset(64);
+        assert!(adopt_tsc_scale(ahead, 1_000));
+        assert_eq!(tsc_scale(), Some(ahead));
+        let after = offset(64);
+        assert!(
+            (after - before - 300).abs() < 100,
+            "300 ns ahead: {before} then {after}"
+        );
+        let last = now();
+        assert!(adopt_tsc_scale(own, 1_000));
+        assert!(now() > last, "time ran back");
+        assert!(!adopt_tsc_scale(
+            [own[0], own[1] + 5_000, own[2], own[3]],
+            1_000
+        ));
+        assert_eq!(tsc_scale(), Some(own));
     }
 }

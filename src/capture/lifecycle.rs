@@ -490,6 +490,14 @@ fn start_tracing(
         &hostname(),
         own_clock,
     );
+    if !own_clock {
+        offsets::share_tsc_scale(
+            ffi::world(),
+            rank as usize,
+            size as usize,
+            offset.measured_by as usize,
+        );
+    }
     *SYNC.lock() = Some((rank as usize, size as usize, cfg.sync_reps, own_clock));
     let mut header = build_header(rank, size, t0, thread, use_tsc, &cfg, &dir, clocks);
     header.clock_sim = sim;

@@ -171,6 +171,17 @@ fn host_id(name: &str) -> u64 {
     })
 }
 
+/// Gives every rank of a clock group its leader's TSC scale
+/// ([`clock::adopt_tsc_scale`]); collective over `comm`, at init only
+/// (before any other thread reads the timer).
+pub fn share_tsc_scale(comm: MPI_Comm, rank: usize, size: usize, leader: usize) {
+    let all = allgather(comm, &clock::tsc_scale().unwrap_or([0; 4]), size);
+    if leader != rank && leader < size {
+        let s = &all[4 * leader..4 * leader + 4];
+        clock::adopt_tsc_scale([s[0], s[1], s[2], s[3]], 100_000);
+    }
+}
+
 /// `measure` over a private duplicate of the world: at finalize the
 /// application may have left receives posted (with `MPI_ANY_TAG`) that would
 /// take the tool's messages on `MPI_COMM_WORLD`. (At init it cannot, and a
