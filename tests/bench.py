@@ -32,6 +32,11 @@ step; and its throughput (events per second) and peak memory (bytes per
 event) on the largest of those traces (over 10 million events: syncbench's
 spin loop calls MPI_Wtime, and every call is traced).
 
+Then the engine (issue 38): every verb on halo2d at 100,000 iterations
+(np=4, a message every 5 calls) and on syncbench at np=8 for 8 s (all
+collectives, over 70 million events): wall time, events per second and
+peak bytes per event (`bench.py engine` prints this section only).
+
 Last, parallel post-processing: `mpirun -np P pmtrace-mpi sync` on
 simulated traces of 64 to 65,536 ranks (`pmtrace synth`) at P = 1, 2, 4,
 8 (BENCH_SCALING_RANKS picks the ranks): wall time and the largest peak
@@ -534,6 +539,8 @@ def export_section(scratch):
 # address-space limit of ENGINE_LIMIT bytes, as a machine that must not be
 # taken whole would set one.
 ENGINE_SECONDS = os.environ.get("BENCH_ENGINE_SECONDS", "8")
+# Issue 38's message-heavy trace: halo2d's iterations at np=4.
+ENGINE_HALO_ITERATIONS = os.environ.get("BENCH_ENGINE_HALO_ITERATIONS", "100000")
 ENGINE_LIMIT = int(os.environ.get("BENCH_ENGINE_LIMIT", str(20 << 30)))
 # The memory the out-of-core rows may use: well below what report and sync
 # need for the engine's trace in memory.
@@ -599,9 +606,23 @@ def timed_limited(cmd, stdout=None, cgroup=None):
 
 
 def engine_section(scratch):
-    """Each verb's wall time, events per second and peak memory per event."""
+    """Issue 38's measuring sticks: every verb on a message-heavy trace
+    (halo2d, 100,000 iterations at np=4: one message every 5 calls) and on
+    syncbench (all collectives, over 70 million events)."""
     cli = os.path.join(ROOT, "target/release/pmtrace")
+    halo = traced_run(4, os.path.join(PROGS, "halo2d"), [ENGINE_HALO_ITERATIONS], scratch, {})
+    engine_verbs(cli, halo, f"halo2d {ENGINE_HALO_ITERATIONS} iterations at np=4", scratch)
+    shutil.rmtree(halo, ignore_errors=True)
+    print()
     trace = traced_run(8, os.path.join(PROGS, "syncbench"), [ENGINE_SECONDS], scratch, {})
+    events, report_json = engine_verbs(cli, trace, f"syncbench {ENGINE_SECONDS} s at np=8", scratch)
+    out_of_core(cli, trace, events, report_json, scratch)
+    shutil.rmtree(trace, ignore_errors=True)
+
+
+def engine_verbs(cli, trace, what, scratch):
+    """Each verb's wall time, events per second and peak memory per event
+    on `trace`: (events, the path of its report)."""
     size = size_of(trace)
     # The event count is the report's, if it can be made; else estimated
     # from the size at the 4.1 bytes per call syncbench's records take.
@@ -614,10 +635,12 @@ def engine_section(scratch):
         events = rep["events"]
     else:
         events = int(size / 4.1)
-    print(f"the engine: syncbench {ENGINE_SECONDS} s at np=8, "
-          f"{'' if rep else '~'}{events / 1e6:.1f} M events, {size / 1e6:.0f} MB on disk; "
+    messages = f", {rep['messages']['matched'] / 1e6:.2f} M messages" if rep else ""
+    print(f"the engine: {what}, "
+          f"{'' if rep else '~'}{events / 1e6:.1f} M events{messages}, {size / 1e6:.0f} MB on disk; "
           f"address space limited to {ENGINE_LIMIT >> 30} GiB "
-          f"(targets: report, sync, perfetto >= 5 M events/s and <= 40 B/event)")
+          f"(targets: report, sync, critical-path, races, perfetto, otf2 >= 5 M events/s; "
+          f"every verb <= 40 B/event)")
     print(f"{'verb':<24}{'wall s':>9}{'M events/s':>12}{'peak MiB':>10}{'B/event':>9}  result")
     # After sync, report's wait states and critical paths are on synchronized
     # time; critical-path and races are the insight verbs of issue 19.
@@ -648,8 +671,7 @@ def engine_section(scratch):
             print(f"{verb:<24}{wall:>9.1f}{'-':>12}{rss / 2**20:>10.0f}{'-':>9}  FAILED: {failed}")
         if path and os.path.exists(path):
             shutil.rmtree(path, ignore_errors=True) if os.path.isdir(path) else os.remove(path)
-    out_of_core(cli, trace, events, report_json, scratch)
-    shutil.rmtree(trace, ignore_errors=True)
+    return events, report_json
 
 
 def out_of_core(cli, trace, events, report_json, scratch):
