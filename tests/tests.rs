@@ -10,8 +10,10 @@ mod matrix;
 mod parallel;
 mod support;
 
-use pmtrace_analysis::{Call, Payload, Trace};
 use pmtrace_format::record::Status;
+use pmtrace_trace::Call;
+use pmtrace_trace::Payload;
+use pmtrace_trace::Trace;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
@@ -1126,16 +1128,16 @@ fn a_rank_that_cannot_create_its_file_turns_tracing_off_on_every_rank() {
 /// Clocks of a scenario run, addressed by function name and occurrence.
 struct ScenarioClocks {
     trace: Trace,
-    messages: pmtrace_analysis::Messages,
-    clocks: pmtrace_analysis::Clocks,
+    messages: pmtrace_matching::Messages,
+    clocks: pmtrace_matching::Clocks,
 }
 
 impl ScenarioClocks {
     fn run(scenario: &str, np: u32, mode: &str) -> ScenarioClocks {
         let traced = check_clocked("scenario", "scenarios", np, &[scenario], mode);
         let trace = Trace::open(&traced.trace).unwrap();
-        let messages = pmtrace_analysis::Messages::build(&trace);
-        let clocks = pmtrace_analysis::clocks::compute(&trace, &messages);
+        let messages = pmtrace_matching::Messages::build(&trace);
+        let clocks = pmtrace_matching::clocks::compute(&trace, &messages);
         ScenarioClocks {
             trace,
             messages,
@@ -1144,7 +1146,7 @@ impl ScenarioClocks {
     }
 
     /// The n-th call of `name` on `rank`.
-    fn call(&self, rank: usize, name: &str, n: usize) -> pmtrace_analysis::EventRef {
+    fn call(&self, rank: usize, name: &str, n: usize) -> pmtrace_trace::EventRef {
         let r = &self.trace.ranks[rank];
         r.calls()
             .filter(|(_, c)| r.function_name(c.func) == name)
@@ -1398,7 +1400,7 @@ fn simulated_clocks_skew_every_rank_but_zero_and_the_true_time_is_recovered() {
             );
             assert!(s.offset_ns.abs() > 1.0, "rank {r} is skewed");
         }
-        let messages = pmtrace_analysis::Messages::build(&trace);
+        let messages = pmtrace_matching::Messages::build(&trace);
         let raw = messages.violations(0);
         assert!(
             raw.reversed * 4 >= messages.matched.len() as u64,

@@ -668,9 +668,10 @@ impl Recorder {
 mod tests {
     use super::*;
     use crate::flusher::{Flusher, Totals};
-    use pmtrace_analysis::{Payload, Record};
     use pmtrace_format::meta::{self, FunctionDef, Header};
     use pmtrace_format::record::{CODE_DEF_COMM, MAX_FIXED_RECORD};
+    use pmtrace_trace::Payload;
+    use pmtrace_trace::Record;
     use std::io::Write;
 
     /// The buffer machinery end to end, without MPI: one thread writes more
@@ -777,7 +778,7 @@ mod tests {
             totals.chunks
         );
 
-        let trace = pmtrace_analysis::Trace::open(&dir).unwrap();
+        let trace = pmtrace_trace::Trace::open(&dir).unwrap();
         let records = &trace.ranks[0].threads[0].records;
         let sends = records
             .iter()

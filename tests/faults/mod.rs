@@ -6,7 +6,7 @@
 //! is counted, per rank and thread.
 
 use crate::support::*;
-use pmtrace_analysis::Trace;
+use pmtrace_trace::Trace;
 use std::path::Path;
 use std::time::{Duration, Instant};
 

@@ -12,7 +12,7 @@
 use crate::check_on;
 use crate::exports::{check_chrome, check_otf2, check_perfetto};
 use crate::support::*;
-use pmtrace_analysis::Trace;
+use pmtrace_trace::Trace;
 
 /// Transparency, exact call counts, every message matched through its
 /// piggybacked id and every clock check: point to point in every mode,
@@ -346,7 +346,7 @@ fn errors_the_application_handles_stay_its_own() {
                 .and_then(|l| l.split_whitespace().next())
                 .and_then(|n| n.parse().ok())
                 .expect("the program's count of failed calls");
-            let trace = pmtrace_analysis::Trace::open(&traced.trace).unwrap();
+            let trace = pmtrace_trace::Trace::open(&traced.trace).unwrap();
             let recorded: u64 = trace
                 .ranks
                 .iter()
@@ -375,7 +375,7 @@ fn mpi4_operations_are_traced_exactly() {
             let plain = mpirun_on(mpi, &dir, np, &prog, &[], Mode::Plain, &[]);
             let traced = mpirun_on(mpi, &dir, np, &prog, &[], Mode::Preload, &[]);
             assert_transparent(&plain, &traced, np);
-            let trace = pmtrace_analysis::Trace::open(&traced.trace).unwrap();
+            let trace = pmtrace_trace::Trace::open(&traced.trace).unwrap();
             assert_eq!(
                 recorded_counts(&trace),
                 traced.expected_counts(np),

@@ -2,7 +2,7 @@
 //! and without the library, the call counts the test programs write, and
 //! the CLI.
 
-use pmtrace_analysis::Trace;
+use pmtrace_trace::Trace;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};

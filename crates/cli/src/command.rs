@@ -6,7 +6,7 @@ use std::path::PathBuf;
 
 use anyhow::{bail, Context, Result};
 use clap::{Args, Parser, Subcommand};
-use pmtrace_fixture::synth::{ClockMode, Imbalance, SynthSpec};
+use pmtrace_synth::{ClockMode, Imbalance, SynthSpec};
 
 use crate::args::*;
 use crate::launch;

@@ -1,8 +1,9 @@
 //! `pmtrace`: run MPI programs under the tracer, then read, summarise and
 //! export their traces.
 //!
-//! The binary is thin: it parses arguments, calls `pmtrace_analysis`, and
-//! turns any error into one line on stderr (`pmtrace: error: ...`, exit 1).
+//! The binary is thin: it parses arguments, calls the crates along the data
+//! flow (trace, matching, sync, report, export), and turns any error into
+//! one line on stderr (`pmtrace: error: ...`, exit 1).
 //! Usage errors are clap's (exit 2). It never links the `MPI_*` wrappers.
 
 mod memory;
@@ -18,15 +19,18 @@ use std::process::ExitCode;
 
 use anyhow::{bail, Context, Result};
 use clap::Parser;
-use pmtrace_analysis::clocks::RaceClocks;
-use pmtrace_analysis::export::view::View;
-use pmtrace_analysis::export::{chrome, merged, otf2, perfetto, text, timeline};
-use pmtrace_analysis::report::races::{self, Races};
-use pmtrace_analysis::sync::{ClcParams, SyncParams, Synced};
-use pmtrace_analysis::{Messages, Report, ReportOptions, Trace};
 use pmtrace_cli::args::*;
 use pmtrace_cli::command::{synth_spec, Cli, Command, SynthArgs};
 use pmtrace_cli::launch;
+use pmtrace_export::view::View;
+use pmtrace_export::{chrome, merged, otf2, perfetto, text, timeline};
+use pmtrace_matching::clocks::RaceClocks;
+use pmtrace_matching::Messages;
+use pmtrace_report::races::{self, Races};
+use pmtrace_report::Report;
+use pmtrace_report::ReportOptions;
+use pmtrace_sync::{ClcParams, SyncParams, Synced};
+use pmtrace_trace::Trace;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -81,7 +85,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
 }
 
 fn synth(args: SynthArgs) -> Result<ExitCode> {
-    use pmtrace_fixture::synth;
+    use pmtrace_synth as synth;
     let spec = synth_spec(&args)?;
     if let Ok(entries) = std::fs::read_dir(&args.out) {
         for entry in entries.flatten() {
@@ -116,7 +120,7 @@ fn synth(args: SynthArgs) -> Result<ExitCode> {
         truth.iterations,
         truth.events,
         truth.messages,
-        pmtrace_analysis::report::human_bytes(truth.bytes),
+        pmtrace_report::human_bytes(truth.bytes),
         began.elapsed().as_secs_f64(),
         args.out.display(),
     );
@@ -239,7 +243,7 @@ fn sync(args: SyncArgs) -> Result<ExitCode> {
         regression: !args.no_regression,
     };
     progress.phase("synchronizing timestamps");
-    let synced = pmtrace_analysis::sync::sync(&trace, &messages, &params);
+    let synced = pmtrace_sync::sync(&trace, &messages, &params);
     progress.phase("writing");
     let path = synced.write(&trace)?;
     drop(progress);
@@ -265,7 +269,7 @@ fn merge(args: MergeArgs) -> Result<ExitCode> {
         Some(s) => s,
         None => {
             note_not_synced(&args.dir);
-            pmtrace_analysis::sync::sync(&trace, &messages, &SyncParams::default())
+            pmtrace_sync::sync(&trace, &messages, &SyncParams::default())
         }
     };
     let write = |out: &mut dyn Write| -> io::Result<()> {
@@ -305,7 +309,7 @@ fn timeline(args: TimelineArgs) -> Result<ExitCode> {
         None => {
             note_not_synced(&args.dir);
             progress.phase("synchronizing timestamps");
-            pmtrace_analysis::sync::sync(&trace, &messages, &SyncParams::default())
+            pmtrace_sync::sync(&trace, &messages, &SyncParams::default())
         }
     };
     progress.phase("computing clocks and collectives");
@@ -372,7 +376,7 @@ fn timeline(args: TimelineArgs) -> Result<ExitCode> {
             s.calls,
             s.messages,
             s.reversed_raw,
-            pmtrace_analysis::report::human_bytes(s.bytes)
+            pmtrace_report::human_bytes(s.bytes)
         );
     }
     leave(trace);
@@ -442,7 +446,7 @@ fn export(args: ExportArgs) -> Result<ExitCode> {
         (None, _) => {
             note_not_synced(&args.dir);
             progress.phase("synchronizing timestamps");
-            Some(pmtrace_analysis::sync::sync(
+            Some(pmtrace_sync::sync(
                 &trace,
                 &messages,
                 &SyncParams::default(),

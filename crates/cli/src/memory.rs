@@ -195,7 +195,7 @@ pub fn check(dir: &std::path::Path, verb: &str, cost: Cost) -> anyhow::Result<()
     if std::env::var("PMTRACE_MEMORY_CHECK").is_ok_and(|v| v == "off") {
         return Ok(());
     }
-    let Ok(census) = pmtrace_analysis::census(dir) else {
+    let Ok(census) = pmtrace_trace::census(dir) else {
         return Ok(());
     };
     let room = Room::now();

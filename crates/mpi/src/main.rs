@@ -13,6 +13,7 @@
 //! 0's stderr and exit status 1 on every process.
 
 mod fabric;
+mod verbs;
 
 use std::io::Write;
 use std::process::ExitCode;
@@ -20,7 +21,6 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 use pmtrace_cli::args::{CriticalPathArgs, ExportArgs, RacesArgs, ReportArgs, SyncArgs};
 use pmtrace_parallel::fabric::Fabric;
-use pmtrace_parallel::verbs;
 
 /// Analyse a trace in parallel: mpirun -np P pmtrace-mpi VERB DIR [options].
 #[derive(Debug, Parser)]

@@ -10,10 +10,10 @@
 use std::ops::Range;
 use std::path::Path;
 
-use pmtrace_analysis::comm::Comms;
-use pmtrace_analysis::read;
-use pmtrace_analysis::Trace;
 use pmtrace_format::record::CommDef;
+use pmtrace_trace::comm::Comms;
+use pmtrace_trace::read;
+use pmtrace_trace::Trace;
 
 use crate::fabric::{agree, Fabric};
 use crate::wire::{In, Out};

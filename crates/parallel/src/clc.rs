@@ -1,6 +1,6 @@
 //! The controlled logical clock over blocks: forward amortization as a
 //! replay in rounds, backward amortization with the slacks of cross edges
-//! brought home ([`pmtrace_analysis::sync::clc`] says what each computes).
+//! brought home ([`pmtrace_sync::clc`] says what each computes).
 //!
 //! **Forward.** A stamp's forward time depends only on its location's
 //! previous stamp and on the sends (collective enters) it receives from,
@@ -22,8 +22,8 @@
 
 use std::collections::VecDeque;
 
-use pmtrace_analysis::sync::clc::{backward_with, paced, ClcOutcome, ClcParams};
-use pmtrace_analysis::sync::graph::{Ahead, Dep, Node, Out as GOut, Times};
+use pmtrace_sync::clc::{backward_with, paced, ClcOutcome, ClcParams};
+use pmtrace_sync::graph::{Ahead, Dep, Node, Out as GOut, Times};
 
 use crate::colls::Progress;
 use crate::fabric::Fabric;

@@ -1,4 +1,4 @@
-//! The clock checks over blocks ([`pmtrace_analysis::clocks`]), the parts
+//! The clock checks over blocks ([`pmtrace_matching::clocks`]), the parts
 //! that need no replay: how receives matched by their piggybacked ids
 //! (counted where each receive is), and whether the clocks one sender's
 //! thread piggybacked ever decreased with its message ids (its receives
@@ -6,10 +6,11 @@
 
 use rustc_hash::FxHashMap as HashMap;
 
-use pmtrace_analysis::clocks::{
+use pmtrace_matching::clocks::{
     self, ClockReport, HbCheck, Part, PartClocks, PartPlan, PartVectors, Shape,
 };
-use pmtrace_analysis::{Messages, Trace};
+use pmtrace_matching::Messages;
+use pmtrace_trace::Trace;
 
 use crate::block::Block;
 use crate::fabric::Fabric;

@@ -3,7 +3,7 @@
 //! (Becker et al. §4: logical messages from enters to exits).
 //!
 //! Member `k` sends to member `i` (`Inst::sends`, the serial
-//! [`Instance::sends`](pmtrace_analysis::collective::Instance::sends))
+//! [`Instance::sends`](pmtrace_matching::collective::Instance::sends))
 //! when `k` may send (`in_s`), `i` may receive (`in_r`), `k ≠ i`, and for
 //! a scan `k` comes before `i`. So an exit depends on every sender but
 //! itself (a prefix of them for a scan), and an enter limits every
@@ -21,8 +21,8 @@ use std::cmp::Ordering;
 
 use rustc_hash::FxHashMap as HashMap;
 
-use pmtrace_analysis::clocks::Shape;
-use pmtrace_analysis::collective::Flow;
+use pmtrace_matching::clocks::Shape;
+use pmtrace_matching::collective::Flow;
 
 /// A member as the owner knows it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

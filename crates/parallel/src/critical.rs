@@ -1,5 +1,5 @@
 //! The critical path over blocks: the serial backward walk
-//! ([`pmtrace_analysis::report::critical`]) as a token that goes from
+//! ([`pmtrace_report::critical`]) as a token that goes from
 //! block to block. The block that holds the walk's rank takes its steps;
 //! a hop to a rank of another block hands the walk's place over in the
 //! next all-to-all. Each block logs what the walk passed, numbered, and
@@ -7,12 +7,12 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use pmtrace_analysis::read::EventRef;
-use pmtrace_analysis::report::critical::{self, CriticalPath, Cursor, Step};
-use pmtrace_analysis::report::path::{Walk, COMPUTING};
-use pmtrace_analysis::report::phases::{self, PhaseTimeline};
-use pmtrace_analysis::report::times::Times;
-use pmtrace_analysis::report::waits::Wait;
+use pmtrace_report::critical::{self, CriticalPath, Cursor, Step};
+use pmtrace_report::path::{Walk, COMPUTING};
+use pmtrace_report::phases::{self, PhaseTimeline};
+use pmtrace_report::times::Times;
+use pmtrace_report::waits::Wait;
+use pmtrace_trace::read::EventRef;
 
 use crate::block::Block;
 use crate::fabric::{sum_of, Fabric};

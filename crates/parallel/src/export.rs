@@ -22,13 +22,13 @@
 
 use std::path::{Path, PathBuf};
 
-use pmtrace_analysis::clocks::{ClockReport, Clocks, PartPlan, PartVectors};
-use pmtrace_analysis::collective::MemberCalls;
-use pmtrace_analysis::export::otf2::{self, Globals, Offset, Summary, Tables};
-use pmtrace_analysis::export::perfetto;
-use pmtrace_analysis::export::view::{Location, View};
-use pmtrace_analysis::read::EventRef;
-use pmtrace_analysis::sync::Synced;
+use pmtrace_export::otf2::{self, Globals, Offset, Summary, Tables};
+use pmtrace_export::perfetto;
+use pmtrace_export::view::{Location, View};
+use pmtrace_matching::clocks::{ClockReport, Clocks, PartPlan, PartVectors};
+use pmtrace_matching::collective::MemberCalls;
+use pmtrace_sync::Synced;
+use pmtrace_trace::read::EventRef;
 
 use crate::block::Block;
 use crate::fabric::{agree, Fabric};
@@ -239,7 +239,7 @@ pub fn perfetto<F: Fabric + ?Sized>(
 ) -> Result<perfetto::Summary, String> {
     let is = crate::insts::gather(f, &b.trace);
     let view = block_view(f, b, bm, synced)
-        .with_collectives(pmtrace_analysis::collective::instances(&b.trace));
+        .with_collectives(pmtrace_matching::collective::instances(&b.trace));
     let names = perfetto_names(f, &view);
     let (flows, message_flows, collective_flows) = flows(f, b, bm, &is, &view);
     let body = perfetto::Body::new(&view, view.span.0, &names, flows);
@@ -379,7 +379,7 @@ fn flows<F: Fabric + ?Sized>(
     }
     // Collectives: each owner numbers its instances' logical messages.
     let mut o = Out::default();
-    let flows_of = |inst: &pmtrace_analysis::collective::Instance<_>| -> Vec<(EventRef, EventRef)> {
+    let flows_of = |inst: &pmtrace_matching::collective::Instance<_>| -> Vec<(EventRef, EventRef)> {
         inst.drawn_messages()
             .filter_map(|(from, to)| {
                 let a: &MemberCalls = inst.members[from as usize].as_ref()?;

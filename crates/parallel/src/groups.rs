@@ -6,7 +6,7 @@
 
 use rustc_hash::FxHashMap as HashMap;
 
-use pmtrace_analysis::Trace;
+use pmtrace_trace::Trace;
 
 use crate::fabric::Fabric;
 use crate::wire::{In, Out};

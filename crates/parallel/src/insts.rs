@@ -5,9 +5,9 @@
 
 use rustc_hash::FxHashMap as HashMap;
 
-use pmtrace_analysis::clocks::Shape;
-use pmtrace_analysis::collective::{self, Flow, Instance, MemberCalls};
-use pmtrace_analysis::Trace;
+use pmtrace_matching::clocks::Shape;
+use pmtrace_matching::collective::{self, Flow, Instance, MemberCalls};
+use pmtrace_trace::Trace;
 
 use crate::fabric::Fabric;
 use crate::wire::{In, Out};

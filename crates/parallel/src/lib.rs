@@ -23,7 +23,6 @@ pub mod races;
 pub mod report;
 pub mod select;
 pub mod sync;
-pub mod verbs;
 pub mod waits;
 pub mod weighted;
 pub mod wire;

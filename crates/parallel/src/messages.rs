@@ -17,10 +17,10 @@
 //! with both ends. A message whose ends lie in two blocks is in both, and
 //! is counted by its receiver's; an unmatched send by its sender's.
 
-use pmtrace_analysis::matching::{RecvEvent, RecvHow, SendEvent};
-use pmtrace_analysis::read::EventRef;
-use pmtrace_analysis::Messages;
 use pmtrace_format::record::Pb;
+use pmtrace_matching::matching::{RecvEvent, RecvHow, SendEvent};
+use pmtrace_matching::Messages;
+use pmtrace_trace::read::EventRef;
 
 use crate::block::{Block, Blocks};
 use crate::fabric::Fabric;

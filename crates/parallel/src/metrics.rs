@@ -1,12 +1,12 @@
-//! Jiang's metrics over blocks ([`pmtrace_analysis::report::metrics`]):
+//! Jiang's metrics over blocks ([`pmtrace_report::metrics`]):
 //! the window from every block's parts, each rank's part where it is held,
 //! assembled at process 0 in rank order (so the parallelism profile's
 //! floating-point sums are the serial ones).
 
 use rayon::prelude::*;
 
-use pmtrace_analysis::report::metrics::{self, Metrics, RankMetrics};
-use pmtrace_analysis::report::times::Times;
+use pmtrace_report::metrics::{self, Metrics, RankMetrics};
+use pmtrace_report::times::Times;
 
 use crate::block::Block;
 use crate::fabric::Fabric;

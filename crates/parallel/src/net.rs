@@ -17,9 +17,9 @@
 
 use rustc_hash::FxHashMap as HashMap;
 
-use pmtrace_analysis::collective;
-use pmtrace_analysis::read::EventRef;
-use pmtrace_analysis::sync::graph::{Graph, Node};
+use pmtrace_matching::collective;
+use pmtrace_sync::graph::{Graph, Node};
+use pmtrace_trace::read::EventRef;
 
 use crate::block::{Block, Blocks};
 use crate::colls::{Inst, Mu, Part};

@@ -1,4 +1,4 @@
-//! Message races over blocks ([`pmtrace_analysis::report::races`]).
+//! Message races over blocks ([`pmtrace_report::races`]).
 //!
 //! A wildcard receive's candidates are the later receives of its own rank,
 //! so each block finds the races of its ranks, as the serial code does, on
@@ -8,8 +8,8 @@
 //! lists the sites in block order, which is rank order, and the races in
 //! their order.
 
-use pmtrace_analysis::clocks::{PartPlan, PartVectors};
-use pmtrace_analysis::report::races::{self, Race, RaceCall, RaceMessage, RaceSite, Races};
+use pmtrace_matching::clocks::{PartPlan, PartVectors};
+use pmtrace_report::races::{self, Race, RaceCall, RaceMessage, RaceSite, Races};
 
 use crate::block::Block;
 use crate::fabric::Fabric;

@@ -1,4 +1,4 @@
-//! The report over blocks ([`pmtrace_analysis::report::Report`]): what
+//! The report over blocks ([`pmtrace_report::Report`]): what
 //! adds up over ranks is counted where each rank, message or instance is
 //! held, and process 0 assembles it in the serial order.
 //!
@@ -15,16 +15,16 @@
 
 use std::collections::BTreeMap;
 
-use pmtrace_analysis::matching::Violations;
-use pmtrace_analysis::report::phases;
-use pmtrace_analysis::report::requests::{self, PendingRequest};
-use pmtrace_analysis::report::times::Times;
-use pmtrace_analysis::report::{
+use pmtrace_matching::matching::Violations;
+use pmtrace_report::phases;
+use pmtrace_report::requests::{self, PendingRequest};
+use pmtrace_report::times::Times;
+use pmtrace_report::{
     profile, spawned_worlds, CollectiveCounts, FunctionStats, MatrixCell, MessageCounts,
     RankSummary, Report, RunSummary, UnmatchedMessage, UNMATCHED_SHOWN,
 };
 
-use pmtrace_analysis::sync::{SyncViolations, Synced};
+use pmtrace_sync::{SyncViolations, Synced};
 
 use crate::block::Block;
 use crate::fabric::{sum_of, Fabric};

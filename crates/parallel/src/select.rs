@@ -4,7 +4,7 @@
 //! bytes found so far, summed over the processes (8 rounds for 64 bits;
 //! no process ever holds another's values).
 
-use pmtrace_analysis::sync::quality::ErrorStats;
+use pmtrace_sync::quality::ErrorStats;
 
 use crate::fabric::{sum_of, Fabric};
 
@@ -40,7 +40,7 @@ pub fn kth<F: Fabric + ?Sized>(f: &F, values: &[u64], ks: &[u64]) -> Vec<u64> {
 }
 
 /// Median, 99th percentile and largest of every process's `errs`, as
-/// [`pmtrace_analysis::sync::quality::error_stats`] gives them of all.
+/// [`pmtrace_sync::quality::error_stats`] gives them of all.
 pub fn error_stats<F: Fabric + ?Sized>(f: &F, errs: &[u64]) -> ErrorStats {
     let n = sum_of(f, errs.len() as u64);
     if n == 0 {
@@ -57,7 +57,7 @@ pub fn error_stats<F: Fabric + ?Sized>(f: &F, errs: &[u64]) -> ErrorStats {
 }
 
 /// The 1st percentile of every process's latencies, 0 if negative; `None`
-/// if there are none (as [`pmtrace_analysis::sync::quality::floor`]).
+/// if there are none (as [`pmtrace_sync::quality::floor`]).
 pub fn latency_floor<F: Fabric + ?Sized>(f: &F, lat: &[i64]) -> Option<u64> {
     let n = sum_of(f, lat.len() as u64);
     if n == 0 {
@@ -73,7 +73,7 @@ pub fn latency_floor<F: Fabric + ?Sized>(f: &F, lat: &[i64]) -> Option<u64> {
 mod tests {
     use super::*;
     use crate::fabric::Threads;
-    use pmtrace_analysis::sync::quality;
+    use pmtrace_sync::quality;
 
     #[test]
     fn order_statistics_over_processes_are_those_of_all_values() {

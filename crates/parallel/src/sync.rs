@@ -1,5 +1,5 @@
 //! `pmtrace sync` over blocks: the same three steps, measured the same
-//! way, and the same `sync.pmts` ([`pmtrace_analysis::sync::sync`] is the
+//! way, and the same `sync.pmts` ([`pmtrace_sync::sync`] is the
 //! serial original, step for step).
 //!
 //! - Step 1 is each rank's own offset line: local.
@@ -20,12 +20,12 @@ use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
 use std::time::Instant;
 
-use pmtrace_analysis::sync::graph::Times;
-use pmtrace_analysis::sync::interp::{self, OffsetLine, Stepped};
-use pmtrace_analysis::sync::quality::{self, ErrorStats, SyncViolations};
-use pmtrace_analysis::sync::regress::{self, Checks, Correction, PairFit, Pwl, Samples};
-use pmtrace_analysis::sync::store::{self, RankPrint, SYNC_FILE};
-use pmtrace_analysis::sync::{Recorded, StepReport, SyncParams, SyncReport, UsedParams};
+use pmtrace_sync::graph::Times;
+use pmtrace_sync::interp::{self, OffsetLine, Stepped};
+use pmtrace_sync::quality::{self, ErrorStats, SyncViolations};
+use pmtrace_sync::regress::{self, Checks, Correction, PairFit, Pwl, Samples};
+use pmtrace_sync::store::{self, RankPrint, SYNC_FILE};
+use pmtrace_sync::{Recorded, StepReport, SyncParams, SyncReport, UsedParams};
 
 use crate::block::Block;
 use crate::fabric::{sum_of, Fabric};
@@ -548,7 +548,7 @@ pub fn sync<'t, F: Fabric + ?Sized>(
 }
 
 /// Writes `DIR/sync.pmts` from every block: the same bytes as the serial
-/// [`pmtrace_analysis::Synced::write`]. Returns its path.
+/// [`pmtrace_sync::Synced::write`]. Returns its path.
 pub fn write<F: Fabric + ?Sized>(f: &F, b: &Block, s: &BlockSynced) -> Result<PathBuf, String> {
     let trace = &b.trace;
     let g = &s.net.g;

@@ -1,4 +1,4 @@
-//! Wait states over blocks: [`pmtrace_analysis::report::waits::find`]'s
+//! Wait states over blocks: [`pmtrace_report::waits::find`]'s
 //! waits, each held by the block of the call that waited, in the serial
 //! order (late receivers, late senders, collectives; then by call, ties in
 //! that order).
@@ -12,10 +12,10 @@
 
 use std::collections::BTreeMap;
 
-use pmtrace_analysis::read::EventRef;
-use pmtrace_analysis::report::times::Times;
-use pmtrace_analysis::report::waits::{self, Wait, LATE_RECEIVER, LATE_SENDER};
 use pmtrace_format::Kind;
+use pmtrace_report::times::Times;
+use pmtrace_report::waits::{self, Wait, LATE_RECEIVER, LATE_SENDER};
+use pmtrace_trace::read::EventRef;
 
 use crate::block::Block;
 use crate::fabric::Fabric;
@@ -434,7 +434,7 @@ fn roots<F: Fabric + ?Sized>(
     let gap_before = |at: EventRef| waits::gap_before(trace, times, at);
     let next = |at: EventRef| {
         waits::chain_next(at, gap_before(at), |c| {
-            pmtrace_analysis::report::critical::largest_wait(found, c)
+            pmtrace_report::critical::largest_wait(found, c)
         })
     };
     // Tokens: (the wait's ns, where its chain started, where it is, steps).

@@ -1,5 +1,5 @@
 //! Jiang's weighted critical path over blocks
-//! ([`pmtrace_analysis::report::weighted`] says what it weighs).
+//! ([`pmtrace_report::weighted`] says what it weighs).
 //!
 //! **F(t).** Each block adds its ranks' integer shares of computing per
 //! bin; the sums over blocks are the whole trace's, so every process holds
@@ -28,14 +28,14 @@ use std::collections::BTreeSet;
 
 use rustc_hash::FxHashMap as HashMap;
 
-use pmtrace_analysis::read::EventRef;
-use pmtrace_analysis::report::path::{Walk, COMPUTING};
-use pmtrace_analysis::report::times::Times;
-use pmtrace_analysis::report::waits::Wait;
-use pmtrace_analysis::report::weighted::{
+use pmtrace_report::path::{Walk, COMPUTING};
+use pmtrace_report::times::Times;
+use pmtrace_report::waits::Wait;
+use pmtrace_report::weighted::{
     waited_by_call, Arrivals, Back, BackStep, Computing, ComputingParts, Edges, Jump, Mark, Stop,
     Stream, Weigh,
 };
+use pmtrace_trace::read::EventRef;
 
 use crate::block::Block;
 use crate::fabric::{sum_of, Fabric};

@@ -2,7 +2,7 @@
 //! the same order by the same code. A short buffer is a bug of ours, not
 //! of the trace, and panics.
 
-use pmtrace_analysis::read::EventRef;
+use pmtrace_trace::read::EventRef;
 
 /// A buffer being written.
 #[derive(Debug, Default, Clone)]

@@ -6,12 +6,13 @@ use common::*;
 
 use std::collections::BTreeMap;
 
-use pmtrace_analysis::sync::clc::{self, ClcParams};
-use pmtrace_analysis::sync::graph::{Graph, Times as GraphTimes};
-use pmtrace_analysis::{Messages, Trace};
+use pmtrace_matching::Messages;
 use pmtrace_parallel::fabric::{Fabric, Threads};
 use pmtrace_parallel::net::Net;
 use pmtrace_parallel::{block, groups, messages};
+use pmtrace_sync::clc::{self, ClcParams};
+use pmtrace_sync::graph::{Graph, Times as GraphTimes};
+use pmtrace_trace::Trace;
 
 type Times = BTreeMap<(u32, usize), Vec<u64>>;
 

@@ -8,13 +8,14 @@ use common::*;
 
 use std::path::PathBuf;
 
-use pmtrace_analysis::collective;
-use pmtrace_analysis::report::times::Times;
-use pmtrace_analysis::report::waits;
-use pmtrace_analysis::sync::{self, SyncParams, Synced};
-use pmtrace_analysis::{Messages, Trace};
+use pmtrace_matching::collective;
+use pmtrace_matching::Messages;
 use pmtrace_parallel::fabric::Threads;
 use pmtrace_parallel::{block, insts, messages};
+use pmtrace_report::times::Times;
+use pmtrace_report::waits;
+use pmtrace_sync::{self as sync, SyncParams, Synced};
+use pmtrace_trace::Trace;
 
 /// A copy of the rank files of `case`, synced by the serial sync.
 fn synced_copy(case: &str, tag: &str) -> PathBuf {
@@ -30,7 +31,7 @@ fn synced_copy(case: &str, tag: &str) -> PathBuf {
 type Row = (&'static str, (u32, u32, u32), u64, u64, (u32, u32, u32));
 
 fn rows(w: &[waits::Wait]) -> Vec<Row> {
-    let key = |at: pmtrace_analysis::read::EventRef| (at.rank, at.thread, at.index);
+    let key = |at: pmtrace_trace::read::EventRef| (at.rank, at.thread, at.index);
     w.iter()
         .map(|w| (w.kind, key(w.at), w.comm, w.ns, key(w.cause)))
         .collect()
@@ -73,7 +74,7 @@ fn blocks_hold_the_serial_waits_of_their_calls() {
 
 #[test]
 fn process_zero_assembles_the_serial_metrics() {
-    use pmtrace_analysis::report::metrics;
+    use pmtrace_report::metrics;
     for case in CASES {
         let dir = synced_copy(case, "metrics");
         for on_sync in [false, true] {
@@ -109,7 +110,7 @@ fn process_zero_assembles_the_serial_metrics() {
 
 #[test]
 fn the_walk_over_blocks_finds_the_serial_critical_path() {
-    use pmtrace_analysis::report::{critical, metrics};
+    use pmtrace_report::{critical, metrics};
     for case in CASES {
         let dir = synced_copy(case, "critical");
         for on_sync in [false, true] {
@@ -154,7 +155,7 @@ fn the_walk_over_blocks_finds_the_serial_critical_path() {
 
 #[test]
 fn the_report_and_critical_path_verb_find_the_serial_paths() {
-    use pmtrace_analysis::report::{Report, ReportOptions};
+    use pmtrace_report::{Report, ReportOptions};
     for case in CASES {
         let dir = synced_copy(case, "weighted");
         for on_sync in [false, true] {
@@ -241,8 +242,8 @@ fn process_zero_assembles_the_serial_wait_states() {
 
 #[test]
 fn the_whole_report_over_blocks_is_the_serial_report() {
-    use pmtrace_analysis::report::{Report, ReportOptions};
     use pmtrace_parallel::{insts, report};
+    use pmtrace_report::{Report, ReportOptions};
     for case in CASES {
         let dir = synced_copy(case, "report");
         for on_sync in [false, true] {

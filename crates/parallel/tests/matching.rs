@@ -6,11 +6,12 @@ use common::*;
 
 use std::collections::BTreeSet;
 
-use pmtrace_analysis::read::EventRef;
-use pmtrace_analysis::{Messages, Trace};
+use pmtrace_matching::Messages;
 use pmtrace_parallel::block;
 use pmtrace_parallel::fabric::{Fabric, Threads};
 use pmtrace_parallel::messages;
+use pmtrace_trace::read::EventRef;
+use pmtrace_trace::Trace;
 
 type Pair = ((EventRef, u32), (EventRef, u32));
 

@@ -5,11 +5,12 @@
 mod common;
 use common::*;
 
-use pmtrace_analysis::report::times::Times;
-use pmtrace_analysis::report::{Report, ReportOptions};
-use pmtrace_analysis::{Messages, Trace};
+use pmtrace_matching::Messages;
 use pmtrace_parallel::fabric::Threads;
 use pmtrace_parallel::{block, insts, messages};
+use pmtrace_report::times::Times;
+use pmtrace_report::{Report, ReportOptions};
+use pmtrace_trace::Trace;
 use serde_json::json;
 
 #[test]
@@ -77,7 +78,7 @@ fn process_zero_assembles_the_serial_plain_parts() {
 
 #[test]
 fn the_violations_left_after_sync_are_the_serial_ones() {
-    use pmtrace_analysis::sync::{self, SyncParams, Synced};
+    use pmtrace_sync::{self as sync, SyncParams, Synced};
     let mut counted = 0;
     for case in CASES {
         let dir = copy(case, "after-sync");
@@ -114,7 +115,7 @@ fn the_violations_left_after_sync_are_the_serial_ones() {
 
 #[test]
 fn receives_matched_by_id_and_senders_clocks_are_counted_as_serially() {
-    use pmtrace_analysis::clocks;
+    use pmtrace_matching::clocks;
     let mut with_ids = 0;
     for case in CASES {
         let dir = copy(case, "ids");
@@ -154,7 +155,7 @@ fn receives_matched_by_id_and_senders_clocks_are_counted_as_serially() {
 
 #[test]
 fn the_clock_replay_over_blocks_gives_the_serial_clock_report() {
-    use pmtrace_analysis::clocks;
+    use pmtrace_matching::clocks;
     let check = |dir: &std::path::Path, procs: std::ops::RangeInclusive<usize>| {
         let trace = Trace::open(dir).unwrap();
         let m = Messages::build(&trace);
@@ -201,8 +202,8 @@ fn the_clock_replay_over_blocks_gives_the_serial_clock_report() {
 
 #[test]
 fn races_over_blocks_are_the_serial_races_in_both_clock_modes() {
-    use pmtrace_analysis::clocks::RaceClocks;
-    use pmtrace_analysis::report::races::{self, Races};
+    use pmtrace_matching::clocks::RaceClocks;
+    use pmtrace_report::races::{self, Races};
     let serial = |dir: &std::path::Path, vector: bool| {
         let trace = Trace::open(dir).unwrap();
         let m = Messages::build(&trace);

@@ -7,10 +7,11 @@ use common::*;
 
 use std::path::Path;
 
-use pmtrace_analysis::sync::{self, SyncParams, Synced};
-use pmtrace_analysis::{Messages, Trace};
+use pmtrace_matching::Messages;
 use pmtrace_parallel::fabric::Threads;
 use pmtrace_parallel::{block, messages};
+use pmtrace_sync::{self as sync, SyncParams, Synced};
+use pmtrace_trace::Trace;
 
 /// The sync file's JSON (its seconds zeroed) and its times.
 fn parts(dir: &Path) -> (serde_json::Value, Vec<u8>) {

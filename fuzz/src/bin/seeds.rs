@@ -1,8 +1,9 @@
 //! Writes the seed corpora of the targets (corpus/<target>/) from the
 //! golden traces: `cargo run --release --bin seeds` in fuzz/. Not a target.
 
-use pmtrace_analysis::sync::{sync, SyncParams};
-use pmtrace_analysis::{Messages, Trace};
+use pmtrace_sync::{sync, SyncParams};
+use pmtrace_matching::Messages;
+use pmtrace_trace::Trace;
 use pmtrace_fuzz::{copy_golden, golden, layout, scratch, GOLDEN};
 use std::path::Path;
 

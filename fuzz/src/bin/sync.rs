@@ -4,8 +4,11 @@
 //! checksum as the input has it; else the checksum is appended), then the
 //! file's bytes.
 
-use pmtrace_analysis::sync::Synced;
-use pmtrace_analysis::{Messages, Report, ReportOptions, Trace};
+use pmtrace_sync::Synced;
+use pmtrace_matching::Messages;
+use pmtrace_report::Report;
+use pmtrace_report::ReportOptions;
+use pmtrace_trace::Trace;
 use pmtrace_fuzz::{copy_golden, justify, scratch, Bounded, GOLDEN};
 use std::sync::OnceLock;
 

@@ -5,8 +5,11 @@
 //! `pmtrace report` do. A readable error is a good outcome; a panic, a
 //! hang or an allocation the input does not justify is a finding.
 
-use pmtrace_analysis::sync::{sync, SyncParams};
-use pmtrace_analysis::{Messages, Report, ReportOptions, Trace};
+use pmtrace_sync::{sync, SyncParams};
+use pmtrace_matching::Messages;
+use pmtrace_report::Report;
+use pmtrace_report::ReportOptions;
+use pmtrace_trace::Trace;
 use pmtrace_fuzz::{golden, justify, layout, scratch, Bounded};
 
 #[global_allocator]

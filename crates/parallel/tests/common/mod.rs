@@ -49,7 +49,7 @@ pub fn copy(case: &str, tag: &str) -> PathBuf {
 /// it: messages without their other end and collectives some members
 /// never entered.
 pub fn synth(ranks: u32, iterations: u32, cut: Option<u32>, tag: &str) -> PathBuf {
-    use pmtrace_fixture::synth::{self, SynthSpec};
+    use pmtrace_synth::{self as synth, SynthSpec};
     let dir = std::env::temp_dir().join(format!("pmtrace-p{tag}-{}-synth", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     let spec = SynthSpec {

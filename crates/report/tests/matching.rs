@@ -1,11 +1,12 @@
 //! Message matching: which sends and receives exist, and which pairs MPI's
 //! FIFO rule makes.
 
-use pmtrace_analysis::{Messages, Trace};
 use pmtrace_fixture::{self as fixture, TraceBuilder};
 use pmtrace_format::meta::MpiConstants;
 use pmtrace_format::record::{CommDef, Payload};
 use pmtrace_format::Status;
+use pmtrace_matching::Messages;
+use pmtrace_trace::Trace;
 
 use crate::util::Scratch;
 

@@ -6,10 +6,11 @@
 //! graph (100 ns here). Records 0 and 1 of every rank define the
 //! communicators; calls start at record 2.
 
-use pmtrace_analysis::sync::{clc, ClcParams, Graph, SyncParams, Synced};
-use pmtrace_analysis::{Messages, Trace};
 use pmtrace_fixture::{coll, recv, send, status, TraceBuilder};
 use pmtrace_format::record::Payload;
+use pmtrace_matching::Messages;
+use pmtrace_sync::{clc, ClcParams, Graph, SyncParams, Synced};
+use pmtrace_trace::Trace;
 
 use crate::util::Scratch;
 
@@ -390,7 +391,7 @@ fn sync_writes_times_beside_the_trace_and_reads_them_back() {
         mu_inter_ns: Some(MU),
         ..SyncParams::default()
     };
-    let synced = pmtrace_analysis::sync::sync(&trace, &m, &params);
+    let synced = pmtrace_sync::sync(&trace, &m, &params);
     let names: Vec<&str> = synced
         .report
         .steps
@@ -411,7 +412,7 @@ fn sync_writes_times_beside_the_trace_and_reads_them_back() {
     assert!(path.ends_with("sync.pmts"));
     let back = Synced::load(&trace).unwrap().expect("written");
     assert_eq!(back.report, synced.report);
-    let recv_call = pmtrace_analysis::EventRef {
+    let recv_call = pmtrace_trace::EventRef {
         rank: 1,
         thread: 0,
         index: 2,
@@ -424,7 +425,7 @@ fn sync_writes_times_beside_the_trace_and_reads_them_back() {
     // The rank files are untouched: the recorded time is still there.
     let again = Trace::open(dir.path()).unwrap();
     assert!(
-        matches!(again.record(recv_call), Some(pmtrace_analysis::Record::Call(c)) if c.t_end == 950)
+        matches!(again.record(recv_call), Some(pmtrace_trace::Record::Call(c)) if c.t_end == 950)
     );
     // A damaged file is an error that says what to do.
     let bytes = std::fs::read(&path).unwrap();
@@ -451,14 +452,14 @@ fn synced_times_keep_shifts_past_32_bits_through_the_file() {
                 .collect()
         })
         .collect();
-    let report = pmtrace_analysis::sync::sync(&trace, &m, &SyncParams::default()).report;
+    let report = pmtrace_sync::sync(&trace, &m, &SyncParams::default()).report;
     let synced = Synced::from_graph(&trace, &g, t, report);
     synced.write(&trace).unwrap();
     let back = Synced::load(&trace).unwrap().expect("written");
     for (rank, r) in trace.ranks.iter().enumerate() {
         for th in &r.threads {
             for index in 0..th.records.len() {
-                let at = pmtrace_analysis::EventRef {
+                let at = pmtrace_trace::EventRef {
                     rank: rank as u32,
                     thread: th.index,
                     index: index as u32,
@@ -474,7 +475,7 @@ fn synced_times_keep_shifts_past_32_bits_through_the_file() {
     // Rank 1's last record ends 3 s after it was recorded.
     let th = &trace.ranks[1].threads[0];
     let last = th.records.len() - 1;
-    let at = pmtrace_analysis::EventRef {
+    let at = pmtrace_trace::EventRef {
         rank: 1,
         thread: th.index,
         index: last as u32,
@@ -493,9 +494,9 @@ fn the_merged_log_is_in_synchronized_time_and_a_receive_follows_its_send() {
         mu_inter_ns: Some(0),
         ..SyncParams::default()
     };
-    let synced = pmtrace_analysis::sync::sync(&trace, &m, &params);
+    let synced = pmtrace_sync::sync(&trace, &m, &params);
     let mut out = Vec::new();
-    let lines = pmtrace_analysis::export::merged::write(&trace, &m, &synced, &mut out).unwrap();
+    let lines = pmtrace_export::merged::write(&trace, &m, &synced, &mut out).unwrap();
     let text = String::from_utf8(out).unwrap();
     let body: Vec<&str> = text.lines().skip(1).collect();
     assert_eq!(lines as usize, body.len() + 1);

@@ -1,4 +1,5 @@
-//! Integration tests of pmtrace-analysis on hand-built traces
+//! Integration tests of the post-processing crates (trace, matching,
+//! sync, report, export) on hand-built traces
 //! (`pmtrace_fixture`). Each test gets its own scratch directory.
 
 mod util;

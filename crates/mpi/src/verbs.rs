@@ -1,20 +1,20 @@
 //! The verbs of `pmtrace-mpi`: each takes the arguments of its `pmtrace`
 //! verb and returns what process 0 prints (empty elsewhere).
 
-use pmtrace_analysis::export::otf2;
 use pmtrace_cli::args::{
     CriticalPathArgs, ExportArgs, ExportFormat, RacesArgs, ReportArgs, SyncArgs,
 };
+use pmtrace_export::otf2;
 
 use std::io::Write;
 
-use pmtrace_analysis::sync::{ClcParams, SyncParams};
+use pmtrace_sync::{ClcParams, SyncParams};
 
-use pmtrace_analysis::report::times::Times;
-use pmtrace_analysis::sync::Synced;
+use pmtrace_report::times::Times;
+use pmtrace_sync::Synced;
 
-use crate::fabric::{agree, Fabric};
-use crate::{block, critical, insts, messages, metrics, waits};
+use pmtrace_parallel::fabric::{agree, Fabric};
+use pmtrace_parallel::{block, critical, insts, messages, metrics, waits};
 
 /// The verbs that do not run in parallel yet say so in one line.
 fn not_yet(verb: &str) -> Result<Vec<u8>, String> {
@@ -30,7 +30,7 @@ pub fn report<F: Fabric + ?Sized>(f: &F, a: &ReportArgs) -> Result<Vec<u8>, Stri
     let bm = messages::build(f, &b);
     let is = insts::gather(f, &b.trace);
     let synced = agree(f, Synced::load(&b.trace).map_err(|e| e.to_string()))?;
-    let report = crate::report::build(f, &b, &bm, &is, synced.as_ref(), a.mu_ns);
+    let report = pmtrace_parallel::report::build(f, &b, &bm, &is, synced.as_ref(), a.mu_ns);
     let mut out = Vec::new();
     if let Some(report) = report {
         if a.json {
@@ -58,8 +58,8 @@ pub fn sync<F: Fabric + ?Sized>(f: &F, a: &SyncArgs) -> Result<Vec<u8>, String> 
         mu_inter_ns: a.mu_inter_ns,
         regression: !a.no_regression,
     };
-    let synced = crate::sync::sync(f, &b, &bm, &params);
-    let path = crate::sync::write(f, &b, &synced)?;
+    let synced = pmtrace_parallel::sync::sync(f, &b, &bm, &params);
+    let path = pmtrace_parallel::sync::write(f, &b, &synced)?;
     let mut out = Vec::new();
     if f.index() == 0 {
         if a.json {
@@ -107,13 +107,13 @@ pub fn critical_path<F: Fabric + ?Sized>(f: &F, a: &CriticalPathArgs) -> Result<
 pub fn races<F: Fabric + ?Sized>(f: &F, a: &RacesArgs) -> Result<Vec<u8>, String> {
     let b = block::open(f, &a.dir)?;
     let bm = messages::build(f, &b);
-    let (recorded, any_tag) = crate::clocks::first_header(f, &b);
+    let (recorded, any_tag) = pmtrace_parallel::clocks::first_header(f, &b);
     let vector = match a.clocks.as_deref() {
         Some(mode) => mode == "vector",
         None => recorded == "vector",
     };
     let mut out = Vec::new();
-    if let Some(races) = crate::races::find(f, &b, &bm, vector) {
+    if let Some(races) = pmtrace_parallel::races::find(f, &b, &bm, vector) {
         if a.json {
             serde_json::to_writer_pretty(&mut out, &races).map_err(|e| e.to_string())?;
             out.push(b'\n');
@@ -153,7 +153,7 @@ fn export_perfetto<F: Fabric + ?Sized>(f: &F, a: &ExportArgs) -> Result<Vec<u8>,
                     a.dir.display()
                 );
             }
-            let s = crate::sync::sync(f, &b, &bm, &SyncParams::default());
+            let s = pmtrace_parallel::sync::sync(f, &b, &bm, &SyncParams::default());
             Synced::from_graph(&b.trace, &s.net.g, s.times, s.report)
         }
     };
@@ -178,7 +178,7 @@ fn export_perfetto<F: Fabric + ?Sized>(f: &F, a: &ExportArgs) -> Result<Vec<u8>,
         (0, None) => Some(&mut out),
         _ => None,
     };
-    let summary = crate::export::perfetto(f, &b, &bm, Some(&synced), &parts, w)?;
+    let summary = pmtrace_parallel::export::perfetto(f, &b, &bm, Some(&synced), &parts, w)?;
     drop(file);
     if f.index() == 0 && !to_stdout {
         eprintln!(
@@ -202,7 +202,7 @@ fn export_otf2<F: Fabric + ?Sized>(f: &F, a: &ExportArgs) -> Result<Vec<u8>, Str
     let b = block::open(f, &a.dir)?;
     let bm = messages::build(f, &b);
     let synced = agree(f, Synced::load(&b.trace).map_err(|e| e.to_string()))?;
-    let s = crate::export::otf2(f, &b, &bm, synced.as_ref(), &a.output)?;
+    let s = pmtrace_parallel::export::otf2(f, &b, &bm, synced.as_ref(), &a.output)?;
     let mut out = Vec::new();
     if f.index() == 0 {
         writeln!(

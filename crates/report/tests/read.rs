@@ -1,10 +1,12 @@
 //! The reader: files, chunks, records, and every way a trace can be broken.
 
-use pmtrace_analysis::{model, ReadError, Trace};
 use pmtrace_fixture::{self as fixture, TraceBuilder};
 use pmtrace_format::pending::{PENDING_AT, PENDING_LEN};
 use pmtrace_format::record::{op_id, Call, CommDef, Completion, Payload, Record};
 use pmtrace_format::{encode_file_header, rank_file_name, Status, CHUNK_HEADER_LEN};
+use pmtrace_trace::model;
+use pmtrace_trace::ReadError;
+use pmtrace_trace::Trace;
 
 use crate::util::{chunks_of, sealed_payloads, Scratch};
 

@@ -18,10 +18,11 @@
 
 use std::collections::BTreeSet;
 
-use pmtrace_analysis::clocks::RaceClocks;
-use pmtrace_analysis::report::races;
-use pmtrace_analysis::{Messages, Trace};
 use pmtrace_fixture::{self as fixture, TraceBuilder};
+use pmtrace_matching::clocks::RaceClocks;
+use pmtrace_matching::Messages;
+use pmtrace_report::races;
+use pmtrace_trace::Trace;
 
 use crate::util::Scratch;
 

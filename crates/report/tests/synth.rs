@@ -1,9 +1,12 @@
-//! The simulated traces of `pmtrace_fixture::synth` read, matched, checked
+//! The simulated traces of `pmtrace_synth` read, matched, checked
 //! and synchronized like recorded ones, against their known truth.
 
-use pmtrace_analysis::sync::SyncParams;
-use pmtrace_analysis::{Messages, Report, ReportOptions, Trace};
-use pmtrace_fixture::synth::{self, SynthSpec};
+use pmtrace_matching::Messages;
+use pmtrace_report::Report;
+use pmtrace_report::ReportOptions;
+use pmtrace_sync::SyncParams;
+use pmtrace_synth::{self as synth, SynthSpec};
+use pmtrace_trace::Trace;
 
 use crate::util::Scratch;
 
@@ -36,7 +39,7 @@ fn a_synthesized_trace_matches_keeps_its_clocks_and_syncs_without_violations() {
     assert_eq!(clocks.decreasing, 0);
     // The skewed clocks reverse messages as recorded; sync removes them all.
     assert!(report.violations.reversed > 0);
-    let synced = pmtrace_analysis::sync::sync(&trace, &m, &SyncParams::default());
+    let synced = pmtrace_sync::sync(&trace, &m, &SyncParams::default());
     let after = Report::build_on(&trace, &m, ReportOptions::default(), Some(&synced))
         .with_sync(&trace, &m, &synced);
     let v = after.violations_after_sync.unwrap();
@@ -77,7 +80,7 @@ fn a_synthesized_trace_matches_keeps_its_clocks_and_syncs_without_violations() {
 /// of one clock each, with μ within and across hosts.
 #[test]
 fn collective_violations_count_alike_by_pairs_and_by_search() {
-    use pmtrace_analysis::sync::{quality, Graph};
+    use pmtrace_sync::{quality, Graph};
     let dir = Scratch::new("synth300");
     let spec = SynthSpec {
         iterations: 6,
@@ -109,7 +112,7 @@ fn collective_violations_count_alike_by_pairs_and_by_search() {
 /// group, host and pair (`forward_with` 0: every instance that can).
 #[test]
 fn collective_shortcuts_give_what_the_pairs_give() {
-    use pmtrace_analysis::sync::{clc, quality, ClcParams, Graph};
+    use pmtrace_sync::{clc, quality, ClcParams, Graph};
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/golden");
     let mut dirs: Vec<std::path::PathBuf> = std::fs::read_dir(&root)
         .unwrap()

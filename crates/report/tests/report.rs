@@ -1,10 +1,13 @@
 //! The report (profile, matrix, counts) and the text export.
 
-use pmtrace_analysis::export::text;
-use pmtrace_analysis::report::{FunctionStats, MatrixCell};
-use pmtrace_analysis::{Messages, Report, ReportOptions, Trace};
+use pmtrace_export::text;
 use pmtrace_fixture::{self as fixture, TraceBuilder};
 use pmtrace_format::record::Payload;
+use pmtrace_matching::Messages;
+use pmtrace_report::Report;
+use pmtrace_report::ReportOptions;
+use pmtrace_report::{FunctionStats, MatrixCell};
+use pmtrace_trace::Trace;
 
 use crate::util::Scratch;
 
@@ -143,7 +146,7 @@ fn text_export_writes_one_line_per_record_in_time_order() {
 
 #[test]
 fn each_start_of_a_persistent_collective_is_an_instance_of_its_own() {
-    use pmtrace_analysis::collective;
+    use pmtrace_matching::collective;
     let mut tb = TraceBuilder::new(2);
     for r in 0..2u32 {
         tb.rank(r).define_world_and_self(0);
@@ -180,7 +183,7 @@ fn each_start_of_a_persistent_collective_is_an_instance_of_its_own() {
         assert!(inst.members.iter().all(Option::is_some));
     }
     let call = |at| match trace.record(at) {
-        Some(pmtrace_analysis::Record::Call(c)) => c,
+        Some(pmtrace_trace::Record::Call(c)) => c,
         other => panic!("not a call: {other:?}"),
     };
     let enters: Vec<Vec<u64>> = insts[1..]
@@ -448,7 +451,7 @@ fn the_weighted_critical_path_weighs_work_done_while_others_idle() {
     };
     let r = Report::build(&trace, &Messages::build(&trace), options);
     let plain = r.critical_path.expect("a critical path");
-    let ns = |v: &[pmtrace_analysis::report::critical::Share]| -> Vec<(u32, u64)> {
+    let ns = |v: &[pmtrace_report::critical::Share]| -> Vec<(u32, u64)> {
         v.iter().map(|s| (s.rank.unwrap(), s.ns)).collect()
     };
     // Plain: rank 0 9 + 2 (the receive after it stopped waiting), rank 1
