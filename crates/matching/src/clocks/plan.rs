@@ -1,0 +1,424 @@
+//! The plan of the rules' walk: every rank's steps in order, what each
+//! refers to, and the collectives' shapes.
+
+use super::*;
+
+/// One step of a rank, in order.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Ev {
+    Send(u32),
+    /// A message to MPI_PROC_NULL, or from a failed call: it still went
+    /// through the piggyback layer (an id and a vector-clock tick).
+    SendNowhere,
+    /// A nonblocking receive posted (index into `recvs`, post order).
+    Post(u32),
+    Recv(u32),
+    /// A collective instance: entered, exited.
+    Enter(u32),
+    Exit(u32),
+    /// The end of a call record (its index; the stream is its thread).
+    /// Only calls that communicate get one, unless the stream's clocks
+    /// are dense (`Plan::dense`).
+    End(u32),
+}
+
+/// Which vector clocks a pass keeps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Vectors {
+    None,
+    /// Happens-before vectors, as the runtime's vector mode piggybacks:
+    /// a rank's own entry ticks at every send, receive, enter and exit.
+    Eager,
+    /// LVCP's (`003_…` §5.2): a rank's own entry ticks exactly where its
+    /// LLCP clock does (the completion of a wildcard receive), and entries
+    /// merge by maximum along messages and collectives.
+    Lazy,
+}
+
+/// How a collective's enters and exits depend on each other (Becker et al. §4).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Shape {
+    OneToN,
+    NToOne,
+    NToN,
+    Scan,
+    Exscan,
+}
+
+impl Shape {
+    pub const ALL: [Shape; 5] = [
+        Shape::OneToN,
+        Shape::NToOne,
+        Shape::NToN,
+        Shape::Scan,
+        Shape::Exscan,
+    ];
+}
+
+pub fn shape_of(name: &str) -> Shape {
+    let n = name.trim_start_matches("MPI_").to_ascii_lowercase();
+    // Large-count forms and persistent collectives have the shape of their base.
+    let n = n.strip_suffix("_c").unwrap_or(&n);
+    let n = n.strip_suffix("_init").unwrap_or(n).to_string();
+    let n = n
+        .strip_prefix('i')
+        .filter(|rest| {
+            [
+                "bcast",
+                "scatter",
+                "reduce",
+                "gather",
+                "allreduce",
+                "allgather",
+                "alltoall",
+                "scan",
+                "exscan",
+                "barrier",
+                "neighbor",
+            ]
+            .iter()
+            .any(|k| rest.starts_with(k))
+        })
+        .unwrap_or(&n);
+    if n.starts_with("bcast") || n.starts_with("scatter") {
+        Shape::OneToN
+    } else if n == "reduce" || n.starts_with("gather") {
+        Shape::NToOne
+    } else if n == "scan" {
+        Shape::Scan
+    } else if n == "exscan" {
+        Shape::Exscan
+    } else {
+        Shape::NToN
+    }
+}
+
+#[derive(Debug, Clone)]
+pub(super) struct Instance {
+    pub(super) shape: Shape,
+    /// World rank of the root, for rooted shapes.
+    pub(super) root: Option<u32>,
+    pub(super) size: usize,
+    /// (comm rank, clock at the enter, vector clock at the enter) per member.
+    pub(super) enters: Vec<(u32, u64, Vec<u64>)>,
+    /// Every entered member's merge ([`merges`]), made once all entered,
+    /// with the number of enters it was made from.
+    pub(super) merged: Option<(usize, Merged)>,
+}
+
+/// Each member's (clock, vector clock) merge, by member.
+pub(super) type Merged = HashMap<u32, (u64, Vec<u64>)>;
+
+/// The events of every rank, and what they refer to.
+pub(super) struct Plan {
+    /// Per stream (one application thread of one rank), in order.
+    pub(super) events: Vec<Vec<Ev>>,
+    /// The rank (index into `trace.ranks`) of each stream.
+    pub(super) stream_rank: Vec<usize>,
+    pub(super) instances: Vec<Instance>,
+    /// For each instance, comm ranks by world rank.
+    pub(super) comm_rank: Vec<HashMap<u32, u32>>,
+    /// (communicator, sequence number, start) of each instance.
+    pub(super) keys: Vec<(u64, u64, u64)>,
+    /// World ranks with more than one thread, sorted (the replay is exact
+    /// on the others).
+    pub(super) multi: Vec<u32>,
+    /// Per rank, per thread: its calls' time order is not their record
+    /// order, so each call gets a clock of its own (`CallClocks`).
+    pub(super) dense: Vec<Vec<bool>>,
+    /// (world rank, thread index) of each stream.
+    pub(super) stream_at: Vec<(u32, u32)>,
+}
+
+/// The collective instances found so far, by (communicator, sequence
+/// number, start): the start is 0 but for a persistent collective, whose
+/// k-th start is an instance of its own.
+#[derive(Default)]
+pub(super) struct Found {
+    pub(super) instances: Vec<Instance>,
+    pub(super) comm_rank: Vec<HashMap<u32, u32>>,
+    pub(super) of: HashMap<(u64, u64, u64), usize>,
+}
+
+impl Found {
+    /// The instance a collective call (its `start`-th start) belongs to.
+    pub(super) fn instance(
+        &mut self,
+        trace: &Trace,
+        rank: &Rank,
+        call: &Call,
+        start: u64,
+    ) -> Option<usize> {
+        let &Payload::Coll {
+            comm, root, seq, ..
+        } = &call.payload
+        else {
+            return None;
+        };
+        let gid = rank.comm_at(comm, call.t_start)?.global_id;
+        let c = trace.comms.get(gid)?;
+        let size = c.members.len() + c.remote_members.len();
+        if size == 0 {
+            return None;
+        }
+        Some(*self.of.entry((gid, seq, start)).or_insert_with(|| {
+            let shape = shape_of(rank.function_name(call.func));
+            let rooted = matches!(shape, Shape::OneToN | Shape::NToOne);
+            let root = if rooted && !c.inter {
+                root.and_then(|r| u32::try_from(r).ok())
+                    .and_then(|r| c.members.get(r as usize).copied())
+            } else {
+                None
+            };
+            self.instances.push(Instance {
+                shape: if rooted && root.is_none() {
+                    Shape::NToN
+                } else {
+                    shape
+                },
+                root,
+                size,
+                enters: Vec::new(),
+                merged: None,
+            });
+            self.comm_rank.push(
+                c.members
+                    .iter()
+                    .chain(&c.remote_members)
+                    .enumerate()
+                    .map(|(k, &w)| (w, k as u32))
+                    .collect(),
+            );
+            self.instances.len() - 1
+        }))
+    }
+}
+
+pub(super) fn plan(trace: &Trace, m: &Messages) -> Plan {
+    let n = trace.ranks.len();
+    let mut found = Found::default();
+    let mut events: Vec<Vec<Ev>> = Vec::new();
+    let mut stream_rank = Vec::new();
+    let mut stream_at = Vec::new();
+    let mut dense = Vec::with_capacity(n);
+    let mut multi = Vec::new();
+    for (ri, rank) in trace.ranks.iter().enumerate() {
+        if rank.threads.len() > 1 {
+            multi.push(rank.rank);
+        }
+        // Threads are separate streams: their order is not MPI's to know.
+        let mut stream_of: HashMap<u32, usize> = HashMap::default();
+        for th in &rank.threads {
+            stream_of.insert(th.index, events.len());
+            events.push(Vec::new());
+            stream_rank.push(ri);
+            stream_at.push((rank.rank, th.index));
+        }
+        // Persistent sends, and the instances of icolls, by op id.
+        let send_inits = crate::matching::send_inits(rank);
+        let mut icoll_of: HashMap<u64, usize> = HashMap::default();
+        // Persistent collectives by op id: the call that made them and how
+        // often they were started.
+        let mut coll_inits: HashMap<u64, (Call, u64)> = HashMap::default();
+        // Calls of all threads in time order.
+        let (steps, rank_dense) = call_order(rank);
+        // Per thread slot: its sends, receives completed and posted.
+        let mut cursors: Vec<[Cursor; 3]> = (0..rank.threads.len())
+            .map(|slot| {
+                let t = m.ends.thread(rank.rank, slot);
+                [
+                    Cursor::new(&t.sends),
+                    Cursor::new(&t.done),
+                    Cursor::new(&t.posted),
+                ]
+            })
+            .collect();
+        for (slot, index) in steps {
+            let slot = slot as usize;
+            let [sends, done, posted] = &mut cursors[slot];
+            let (sends, done) = (sends.at(index), done.at(index));
+            let posted = posted.at(index);
+            let item_of =
+                |run: &[End], item: u32| run.iter().find(|e| e.item == item).map(|e| e.msg);
+            let send_at = |item: u32| item_of(sends, item);
+            let recv_done = |item: u32| item_of(done, item);
+            // Nonblocking receives posted here (a blocking one is posted and
+            // completed at once).
+            let recv_post = |item: u32| {
+                posted
+                    .iter()
+                    .find(|e| e.item == item && m.recvs[e.msg as usize].how != RecvHow::Blocking)
+                    .map(|e| e.msg)
+            };
+            let records = &rank.threads[slot].records;
+            let at = EventRef {
+                rank: rank.rank,
+                thread: rank.threads[slot].index,
+                index,
+            };
+            let stream = stream_of[&at.thread];
+            let before = events[stream].len();
+            let call = &records.call(at.pos()).expect("a call");
+            let evs = &mut events[stream];
+            let kind = rank.kind(call.func);
+            // Every call that sends went through the piggyback layer, even
+            // when it sent nothing (see `matching::send_ids`).
+            let send = |item: u32| match send_at(item) {
+                Some(s) => Ev::Send(s),
+                None => Ev::SendNowhere,
+            };
+            match (&call.payload, kind) {
+                (Payload::Send { .. }, Kind::Send | Kind::Isend) => evs.push(send(0)),
+                (Payload::Sendrecv { .. }, _) => {
+                    evs.push(send(0));
+                    if let Some(r) = recv_done(0) {
+                        evs.push(Ev::Recv(r));
+                    }
+                }
+                (Payload::Isendrecv { .. }, _) => {
+                    evs.push(send(0));
+                    if let Some(r) = recv_post(0) {
+                        evs.push(Ev::Post(r));
+                    }
+                }
+                (Payload::Recv { .. } | Payload::Mrecv { .. }, _) => {
+                    if let Some(r) = recv_done(0) {
+                        evs.push(Ev::Recv(r));
+                    }
+                    if let Some(r) = recv_post(0) {
+                        evs.push(Ev::Post(r));
+                    }
+                }
+                (Payload::Start { started }, _) => {
+                    for (item, &(init, instance)) in started.iter().enumerate() {
+                        let (init, item) = (init.unwrap_or(0), item as u32);
+                        if send_inits.contains(&init) {
+                            evs.push(send(item));
+                        } else if let Some(s) = send_at(item) {
+                            // A partitioned send: no header, but a message.
+                            evs.push(Ev::Send(s));
+                        } else if let Some(r) = recv_post(item) {
+                            evs.push(Ev::Post(r));
+                        } else if let Some((made, k)) = coll_inits.get_mut(&init) {
+                            *k += 1;
+                            if let Some(inst) = found.instance(trace, rank, &*made, *k) {
+                                evs.push(Ev::Enter(inst as u32));
+                                icoll_of.insert(instance, inst);
+                            }
+                        }
+                    }
+                }
+                (Payload::Complete { done }, _) => {
+                    for (item, c) in done.iter().enumerate() {
+                        if let Some(r) = recv_done(item as u32) {
+                            evs.push(Ev::Recv(r));
+                        } else if let Some(inst) = c.op.and_then(|op| icoll_of.remove(&op)) {
+                            evs.push(Ev::Exit(inst as u32));
+                        }
+                    }
+                }
+                (&Payload::Coll { op, .. }, _) if call.rc == 0 => {
+                    if kind == Kind::CollInit {
+                        if let Some(op) = op {
+                            coll_inits.insert(op, (*call, 0));
+                        }
+                    } else if let Some(inst) = found.instance(trace, rank, call, 0) {
+                        evs.push(Ev::Enter(inst as u32));
+                        if kind == Kind::Icoll {
+                            if let Some(op) = op {
+                                icoll_of.insert(op, inst);
+                            }
+                        } else {
+                            evs.push(Ev::Exit(inst as u32));
+                        }
+                    }
+                }
+                _ => {}
+            }
+            let evs = &mut events[stream];
+            if evs.len() > before || rank_dense[slot] {
+                evs.push(Ev::End(at.index));
+            }
+        }
+        dense.push(rank_dense);
+    }
+    let Found {
+        instances,
+        comm_rank,
+        of,
+    } = found;
+    let mut keys = vec![(0, 0, 0); instances.len()];
+    for (key, i) in of {
+        keys[i] = key;
+    }
+    multi.sort_unstable();
+    Plan {
+        events,
+        stream_rank,
+        instances,
+        comm_rank,
+        keys,
+        multi,
+        dense,
+        stream_at,
+    }
+}
+
+/// The calls of `rank` the rules visit, (thread slot, record) in time
+/// order, and whether each thread's calls come out of record order (then
+/// every call is visited, so that each gets a clock of its own; else only
+/// calls with a payload, since the others take part in no rule).
+pub(super) fn call_order(rank: &Rank) -> (Vec<(u32, u32)>, Vec<bool>) {
+    let with_payload = |ev: &pmtrace_trace::Events, slot: u32| {
+        (0..ev.len() as u32)
+            .filter(|&i| ev.has_payload(i as usize))
+            .map(move |i| (slot, i))
+            .collect::<Vec<_>>()
+    };
+    // One thread whose calls start in record order (the common case):
+    // time order is record order, without a sort.
+    if let [th] = rank.threads.as_slice() {
+        let ev = &th.records;
+        let mut last = 0;
+        let in_order = (0..ev.len()).filter(|&i| ev.is_call(i)).all(|i| {
+            let t = ev.stamps(i).0;
+            let ok = last <= t;
+            last = t;
+            ok
+        });
+        if in_order {
+            return (with_payload(ev, 0), vec![false]);
+        }
+    }
+    // (start, thread slot, record) of every call, in time order (threads
+    // are sorted by index, so slot order is thread order).
+    let mut calls: Vec<(u64, u32, u32)> = Vec::new();
+    for (slot, th) in rank.threads.iter().enumerate() {
+        let ev = &th.records;
+        calls.extend(
+            (0..ev.len())
+                .filter(|&i| ev.is_call(i))
+                .map(|i| (ev.stamps(i).0, slot as u32, i as u32)),
+        );
+    }
+    calls.sort_unstable();
+    let mut last: Vec<Option<u32>> = vec![None; rank.threads.len()];
+    let mut dense = vec![false; rank.threads.len()];
+    for &(_, slot, index) in &calls {
+        let slot = slot as usize;
+        if last[slot].replace(index).is_some_and(|prev| prev > index) {
+            dense[slot] = true;
+        }
+    }
+    let steps = calls
+        .into_iter()
+        .filter(|&(_, slot, index)| {
+            dense[slot as usize]
+                || rank.threads[slot as usize]
+                    .records
+                    .has_payload(index as usize)
+        })
+        .map(|(_, slot, index)| (slot, index))
+        .collect();
+    (steps, dense)
+}
