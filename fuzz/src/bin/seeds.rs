@@ -1,10 +1,10 @@
 //! Writes the seed corpora of the targets (corpus/<target>/) from the
 //! golden traces: `cargo run --release --bin seeds` in fuzz/. Not a target.
 
-use pmtrace_sync::{sync, SyncParams};
-use pmtrace_matching::Messages;
-use pmtrace_trace::Trace;
 use pmtrace_fuzz::{copy_golden, golden, layout, scratch, GOLDEN};
+use pmtrace_matching::Messages;
+use pmtrace_sync::{sync, SyncParams};
+use pmtrace_trace::Trace;
 use std::path::Path;
 
 fn main() {

@@ -4,12 +4,12 @@
 //! checksum as the input has it; else the checksum is appended), then the
 //! file's bytes.
 
-use pmtrace_sync::Synced;
+use pmtrace_fuzz::{copy_golden, justify, scratch, Bounded, GOLDEN};
 use pmtrace_matching::Messages;
 use pmtrace_report::Report;
 use pmtrace_report::ReportOptions;
+use pmtrace_sync::Synced;
 use pmtrace_trace::Trace;
-use pmtrace_fuzz::{copy_golden, justify, scratch, Bounded, GOLDEN};
 use std::sync::OnceLock;
 
 #[global_allocator]

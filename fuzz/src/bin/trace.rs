@@ -5,12 +5,12 @@
 //! `pmtrace report` do. A readable error is a good outcome; a panic, a
 //! hang or an allocation the input does not justify is a finding.
 
-use pmtrace_sync::{sync, SyncParams};
+use pmtrace_fuzz::{golden, justify, layout, scratch, Bounded};
 use pmtrace_matching::Messages;
 use pmtrace_report::Report;
 use pmtrace_report::ReportOptions;
+use pmtrace_sync::{sync, SyncParams};
 use pmtrace_trace::Trace;
-use pmtrace_fuzz::{golden, justify, layout, scratch, Bounded};
 
 #[global_allocator]
 static ALLOC: Bounded = Bounded;
