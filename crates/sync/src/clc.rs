@@ -148,6 +148,13 @@ const ONE_BY_ONE: usize = 64;
 /// and of each (host, group), taken once per instance. An exit forced
 /// before its senders entered (lost events), a scan and a small instance
 /// ask the senders one by one.
+///
+/// Left to mend (issue 38's one collective rule): `Tops` repeats what
+/// `pmtrace_parallel::colls::Extremes` (with `Top2`) does for the owners'
+/// answers; this one stays exact where a clock group spans hosts, which
+/// Extremes assumes never happens. One shared type in this crate should
+/// serve both. The senders that entered are counted here and again by the
+/// replay (`Replay::senders_in`), which could hand its count to the visitor.
 struct Latest {
     one_by_one: usize,
     /// Per instance: its members that may send, and how many of them
