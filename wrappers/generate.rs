@@ -1039,6 +1039,23 @@ pub fn generate(entries: &[Entry], declared: &BTreeSet<String>) -> Result<String
         .unwrap();
     }
     writeln!(o, "];\n").unwrap();
+    // What the analyses need of a collective: its shape as described
+    // here, written into the trace's header (pmtrace_format::coll).
+    writeln!(
+        o,
+        "/// Each described function's collective shape (\"\": none), by function id."
+    )
+    .unwrap();
+    writeln!(o, "pub static COLL_SHAPES: [&str; {}] = [", entries.len()).unwrap();
+    for e in entries {
+        let shape = match e.kind.split_once(':') {
+            Some(("coll" | "icoll" | "pcoll", shape)) => shape,
+            _ if e.kind == "comm_idup" => "comm_idup",
+            _ => "",
+        };
+        writeln!(o, "    \"{shape}\",").unwrap();
+    }
+    writeln!(o, "];\n").unwrap();
     writeln!(o, "/// Function ids.\n#[allow(dead_code)]\npub mod ids {{").unwrap();
     for (i, e) in entries.iter().enumerate() {
         writeln!(

@@ -19,6 +19,7 @@ pub enum Shape {
     Reduce,
     Allreduce,
     Scan,
+    Exscan,
     ReduceScatter,
     ReduceScatterBlock,
     Gather,
@@ -237,7 +238,7 @@ fn coll_bytes(sizes: &mut TypeSizes, shape: Shape, a: &CollArgs, info: &CommInfo
             Role::Leaf => (data!(), 0),
             Role::Idle => (0, 0),
         },
-        Shape::Allreduce | Shape::Scan => (data!(), data!()),
+        Shape::Allreduce | Shape::Scan | Shape::Exscan => (data!(), data!()),
         Shape::ReduceScatterBlock => (
             b!(a.recvcount, a.datatype) * info.size as u64,
             b!(a.recvcount, a.datatype),
@@ -393,7 +394,7 @@ impl Call<'_> {
         // The commonest shapes without a call.
         match shape {
             Shape::Barrier => (0, 0),
-            Shape::Allreduce | Shape::Scan => {
+            Shape::Allreduce | Shape::Scan | Shape::Exscan => {
                 let data = self.bytes(args.count, args.datatype);
                 (data, data)
             }

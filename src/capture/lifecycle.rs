@@ -20,7 +20,7 @@ use crate::config::{Config, TimerChoice};
 use crate::ffi::{self, MPI_Comm};
 use crate::flusher::{Flusher, Msg, Totals};
 use crate::guard::{self, Guard, State};
-use crate::mpi::{ids, pass, real, FUNCTIONS};
+use crate::mpi::{ids, pass, real, COLL_SHAPES, FUNCTIONS};
 use crate::offsets;
 use crate::peers;
 use crate::piggyback::{self, Mode};
@@ -28,6 +28,7 @@ use crate::recorder::{self, Recorder, Writer};
 use core::ffi::{c_char, c_int, c_void};
 use core::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use parking_lot::Mutex;
+use pmtrace_format::coll::Coll;
 use pmtrace_format::meta::{self, FunctionDef, MpiConstants, RunInfo, TimerDef};
 use pmtrace_format::record::{put_name, MAX_FIXED_RECORD, PHASE_NAME_MAX};
 use pmtrace_format::varint::Sink;
@@ -588,14 +589,7 @@ fn build_header(
             root: c.root,
             undefined: c.undefined,
         },
-        functions: FUNCTIONS
-            .iter()
-            .chain(&PHASE_FUNCTIONS)
-            .map(|(n, k)| FunctionDef {
-                name: n.to_string(),
-                kind: k.name().to_string(),
-            })
-            .collect(),
+        functions: function_defs(),
         run: (rank == 0).then(|| RunInfo {
             command_line: command_line(),
             world_size: size as u32,
@@ -900,6 +894,23 @@ pub unsafe extern "C" fn MPI_Pcontrol(level: c_int) -> c_int {
 
 /// pmtrace's own functions in the trace's function table, after the MPI
 /// ones: a phase's begin and end.
+/// The header's function table: every described function (a
+/// collective with its shape and flow), then the phase marks.
+fn function_defs() -> Vec<FunctionDef> {
+    let described = FUNCTIONS.iter().zip(COLL_SHAPES).map(|(&(n, k), wrap)| {
+        let coll = Coll::of_wrap(wrap);
+        FunctionDef {
+            shape: coll.map(|c| c.shape),
+            flow: coll.map(|c| c.flow),
+            ..FunctionDef::new(n, k.name())
+        }
+    });
+    let phases = PHASE_FUNCTIONS
+        .iter()
+        .map(|&(n, k)| FunctionDef::new(n, k.name()));
+    described.chain(phases).collect()
+}
+
 const PHASE_FUNCTIONS: [(&str, pmtrace_format::Kind); 2] = [
     ("pmtrace_phase_begin", pmtrace_format::Kind::Phase),
     ("pmtrace_phase_end", pmtrace_format::Kind::Phase),
@@ -968,4 +979,38 @@ pub unsafe extern "C" fn pmtrace_phase_begin_(name: *const c_char, len: usize) {
 /// Fortran: `call pmtrace_phase_end()`.
 pub extern "C" fn pmtrace_phase_end_() {
     phase(None);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pmtrace_format::Kind;
+
+    /// Every collective of the description has a shape the analyses know,
+    /// and the same one they would work out from its name (what they do
+    /// for traces without it): a new trace and an old one of the same
+    /// program are analysed alike.
+    #[test]
+    fn every_collective_gets_its_shape_and_flow_in_the_header() {
+        let defs = function_defs();
+        let mut colls = 0;
+        for d in &defs {
+            let kind = Kind::from_name(&d.kind).unwrap();
+            let coll = matches!(kind, Kind::Coll | Kind::Icoll | Kind::CollInit);
+            assert_eq!(d.shape.is_some(), coll, "{}", d.name);
+            assert_eq!(d.flow.is_some(), coll, "{}", d.name);
+            if coll {
+                colls += 1;
+                let by_name = Coll::of_name(&d.name);
+                assert_eq!(d.coll(), by_name, "{}", d.name);
+            }
+        }
+        // 21 shapes, each blocking, nonblocking and persistent, in
+        // both count forms where the standard has them, and comm_idup.
+        assert!(colls > 100, "{colls} collectives");
+        let exscan = defs.iter().find(|d| d.name == "MPI_Iexscan").unwrap();
+        assert_eq!(exscan.shape, Some(pmtrace_format::coll::Shape::Exscan));
+        let idup = defs.iter().find(|d| d.name == "MPI_Comm_idup").unwrap();
+        assert_eq!(idup.flow, Some(pmtrace_format::coll::Flow::Unordered));
+    }
 }

@@ -686,14 +686,8 @@ mod tests {
         let mut header = Header::example();
         header.world_size = 1;
         header.functions = vec![
-            FunctionDef {
-                name: "MPI_Send".into(),
-                kind: "send".into(),
-            },
-            FunctionDef {
-                name: "MPI_Startall".into(),
-                kind: "start".into(),
-            },
+            FunctionDef::new("MPI_Send", "send"),
+            FunctionDef::new("MPI_Startall", "start"),
         ];
         let bytes = pmtrace_format::encode_file_header(&header);
         let path = dir.join(pmtrace_format::rank_file_name(0));

@@ -531,10 +531,7 @@ fn data_moving_functions() -> Vec<(String, String)> {
         "Neighbor_alltoallv",
         "Neighbor_alltoallw",
     ] {
-        let shape = match name {
-            "Exscan" => "scan".to_string(),
-            _ => name.to_lowercase(),
-        };
+        let shape = name.to_lowercase();
         let c = name != "Barrier";
         with_c(name, &format!("coll:{shape}"), c);
         with_c(

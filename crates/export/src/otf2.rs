@@ -46,7 +46,7 @@ use pmtrace_trace::{Payload, Record};
 
 use super::view::{Location, View};
 use super::ExportError;
-use pmtrace_matching::clocks::{shape_of, Shape};
+use pmtrace_format::coll::{Coll, Flow, Shape};
 use pmtrace_matching::ends::{Cursor, End};
 use pmtrace_matching::matching::RecvHow;
 use pmtrace_sync::interp;
@@ -114,8 +114,9 @@ struct CollEnd {
     recvd: u64,
 }
 
-/// OTF2's collective operation for an MPI function name.
-fn collective_op(name: &str) -> CollectiveOp {
+/// OTF2's collective operation for an MPI function name, from its shape
+/// where OTF2 has no operation of that name.
+fn collective_op(name: &str, shape: Shape) -> CollectiveOp {
     let n = name.trim_start_matches("MPI_").to_ascii_lowercase();
     let n = n.strip_suffix("_init").unwrap_or(&n);
     let base = n.strip_prefix('i').filter(|r| {
@@ -154,7 +155,7 @@ fn collective_op(name: &str) -> CollectiveOp {
         "reduce_scatter_block" => ffi::OTF2_COLLECTIVE_OP_REDUCE_SCATTER_BLOCK,
         "scan" => ffi::OTF2_COLLECTIVE_OP_SCAN,
         "exscan" => ffi::OTF2_COLLECTIVE_OP_EXSCAN,
-        _ => match shape_of(name) {
+        _ => match shape {
             Shape::OneToN => ffi::OTF2_COLLECTIVE_OP_BCAST,
             Shape::NToOne => ffi::OTF2_COLLECTIVE_OP_REDUCE,
             Shape::Scan | Shape::Exscan => ffi::OTF2_COLLECTIVE_OP_SCAN,
@@ -163,7 +164,7 @@ fn collective_op(name: &str) -> CollectiveOp {
     }) as CollectiveOp
 }
 
-fn region_role(kind: Kind, name: &str) -> ffi::OTF2_RegionRole {
+fn region_role(kind: Kind, name: &str, coll: Option<Coll>) -> ffi::OTF2_RegionRole {
     (match kind {
         Kind::Send
         | Kind::Isend
@@ -177,17 +178,18 @@ fn region_role(kind: Kind, name: &str) -> ffi::OTF2_RegionRole {
         | Kind::Isendrecv
         | Kind::PsendInit
         | Kind::PrecvInit => ffi::OTF2_REGION_ROLE_POINT2POINT,
-        Kind::Coll | Kind::Icoll | Kind::CollInit => {
-            if name.to_ascii_lowercase().contains("barrier") {
-                ffi::OTF2_REGION_ROLE_BARRIER
-            } else {
-                match shape_of(name) {
-                    Shape::OneToN => ffi::OTF2_REGION_ROLE_COLL_ONE2ALL,
-                    Shape::NToOne => ffi::OTF2_REGION_ROLE_COLL_ALL2ONE,
-                    _ => ffi::OTF2_REGION_ROLE_COLL_ALL2ALL,
-                }
-            }
-        }
+        Kind::Coll | Kind::Icoll | Kind::CollInit => match coll {
+            Some(c) if c.flow == Flow::Barrier => ffi::OTF2_REGION_ROLE_BARRIER,
+            Some(Coll {
+                shape: Shape::OneToN,
+                ..
+            }) => ffi::OTF2_REGION_ROLE_COLL_ONE2ALL,
+            Some(Coll {
+                shape: Shape::NToOne,
+                ..
+            }) => ffi::OTF2_REGION_ROLE_COLL_ALL2ONE,
+            _ => ffi::OTF2_REGION_ROLE_COLL_ALL2ALL,
+        },
         // A user phase (the pseudo-calls that mark one are functions).
         Kind::Phase if !name.starts_with("pmtrace_phase_") => ffi::OTF2_REGION_ROLE_CODE,
         _ => ffi::OTF2_REGION_ROLE_FUNCTION,
@@ -447,12 +449,12 @@ impl<'v, 'a> Writer<'v, 'a> {
         }
     }
 
-    fn region(&mut self, name: &str, kind: Kind) -> u32 {
+    fn region(&mut self, name: &str, kind: Kind, coll: Option<Coll>) -> u32 {
         let n = self.regions.len() as u32;
         match self.regions.get(name) {
             Some(&(id, _)) => id,
             None => {
-                let role = region_role(kind, name);
+                let role = region_role(kind, name, coll);
                 self.regions.insert(name.to_owned(), (n, role));
                 n
             }
@@ -483,7 +485,7 @@ impl<'v, 'a> Writer<'v, 'a> {
         }
     }
 
-    fn coll_end(&self, at: EventRef, name: &str, p: &Payload) -> Option<CollEnd> {
+    fn coll_end(&self, at: EventRef, func: u32, p: &Payload) -> Option<CollEnd> {
         let &Payload::Coll {
             comm,
             root,
@@ -495,6 +497,7 @@ impl<'v, 'a> Writer<'v, 'a> {
             return None;
         };
         let rank = &self.view.trace.held(at.rank);
+        let name = rank.function_name(func);
         let gid = rank.comm_at(comm, u64::MAX)?.global_id;
         let k = self.view.trace.constants();
         let root = match root {
@@ -504,7 +507,7 @@ impl<'v, 'a> Writer<'v, 'a> {
             Some(r) => u32::try_from(r).unwrap_or(UNDEFINED_U32),
         };
         Some(CollEnd {
-            op: collective_op(name),
+            op: collective_op(name, rank.coll(func).shape),
             comm: *self.comm_ids.get(&gid)?,
             root,
             sent,
@@ -582,7 +585,7 @@ impl<'v, 'a> Writer<'v, 'a> {
                     persistent.insert(*op, Op::Recv);
                 }
                 (p @ Payload::Coll { op: Some(op), .. }, kind) => {
-                    if let Some(e) = self.coll_end(at, r.function_name(c.func), p) {
+                    if let Some(e) = self.coll_end(at, c.func, p) {
                         if kind == Kind::CollInit {
                             persistent.insert(*op, Op::Coll(e));
                         } else {
@@ -675,7 +678,7 @@ impl<'v, 'a> Writer<'v, 'a> {
             };
             let name = rank.function_name(c.func);
             let kind = rank.kind(c.func);
-            let region = self.region(name, kind);
+            let region = self.region(name, kind, Some(rank.coll(c.func)));
             evs.push((t0, 0, i, Ev::Enter(region)));
             evs.push((
                 t1,
@@ -732,7 +735,7 @@ impl<'v, 'a> Writer<'v, 'a> {
                     }
                 }
                 p @ Payload::Coll { op, .. } if c.rc == 0 => {
-                    if let Some(e) = self.coll_end(at, name, p) {
+                    if let Some(e) = self.coll_end(at, c.func, p) {
                         self.summary.collectives += 1;
                         match (kind, op) {
                             (Kind::Icoll, Some(op)) => evs.push((t0, 1, i, Ev::NbcRequest(*op))),
@@ -807,7 +810,7 @@ impl<'v, 'a> Writer<'v, 'a> {
         // at one record a phase ends before the next begins.
         phases.sort_by_key(|p| std::cmp::Reverse(p.depth));
         for p in &phases {
-            let region = self.region(&p.name, Kind::Phase);
+            let region = self.region(&p.name, Kind::Phase, None);
             // After the end of the call that closed it.
             let closed = view
                 .time(view.at(loc, p.to_index as usize), true)
@@ -815,7 +818,7 @@ impl<'v, 'a> Writer<'v, 'a> {
             evs.push((closed, 4, p.to_index as usize, Ev::Leave(region, None)));
         }
         for p in phases.iter().rev() {
-            let region = self.region(&p.name, Kind::Phase);
+            let region = self.region(&p.name, Kind::Phase, None);
             evs.push((p.from_ns, 4, p.from_index as usize, Ev::Enter(region)));
             self.summary.phases += 1;
         }

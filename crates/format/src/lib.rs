@@ -62,6 +62,7 @@
 //! payload whose layout the function's [`Kind`] fixes. One record per MPI call.
 
 pub mod chunk;
+pub mod coll;
 pub mod error;
 pub mod meta;
 pub mod pending;

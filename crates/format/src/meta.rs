@@ -6,11 +6,42 @@
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
+use crate::coll::{Coll, Flow, Shape};
+
 /// One traced function: its name and the kind that fixes its payload layout.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FunctionDef {
     pub name: String,
     pub kind: String,
+    /// A collective's shape and flow, from `wrappers/mpi.wrap` (absent
+    /// for other functions, and in traces written before they were
+    /// given: see [`FunctionDef::coll`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shape: Option<Shape>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub flow: Option<Flow>,
+}
+
+impl FunctionDef {
+    /// A function that is no collective.
+    pub fn new(name: impl Into<String>, kind: impl Into<String>) -> FunctionDef {
+        FunctionDef {
+            name: name.into(),
+            kind: kind.into(),
+            shape: None,
+            flow: None,
+        }
+    }
+
+    /// The function's shape and flow as a collective: as the header
+    /// gives them, else worked out from its name ([`Coll::of_name`]).
+    pub fn coll(&self) -> Coll {
+        let guess = || Coll::of_name(&self.name);
+        Coll {
+            shape: self.shape.unwrap_or_else(|| guess().shape),
+            flow: self.flow.unwrap_or_else(|| guess().flow),
+        }
+    }
 }
 
 /// How the runtime read time.
@@ -117,14 +148,8 @@ impl Header {
             thread_level: 0,
             constants: MpiConstants::OPEN_MPI,
             functions: vec![
-                FunctionDef {
-                    name: "MPI_Send".into(),
-                    kind: "send".into(),
-                },
-                FunctionDef {
-                    name: "MPI_Recv".into(),
-                    kind: "recv".into(),
-                },
+                FunctionDef::new("MPI_Send", "send"),
+                FunctionDef::new("MPI_Recv", "recv"),
             ],
             run: None,
             clocks: "none".into(),

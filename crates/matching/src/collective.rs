@@ -28,7 +28,7 @@ use rustc_hash::FxHashMap as HashMap;
 use pmtrace_format::Kind;
 use pmtrace_trace::{Call, Payload};
 
-use crate::clocks::{shape_of, Shape};
+use crate::clocks::Shape;
 use pmtrace_trace::read::{EventRef, Rank, Trace};
 
 /// What a member contributes: the bytes it sent and received.
@@ -41,28 +41,86 @@ pub trait Part {
 /// [`Instance::drawn_messages`]).
 pub const DRAWN: u64 = 4096;
 
-/// What orders the members of a collective.
+pub use pmtrace_format::coll::Flow;
+
+/// Who sends to whom in a collective (Becker et al. §4: logical messages
+/// from enters to exits), one rule for whoever holds the members: this
+/// crate's [`Instance`], and the owner of an instance in `pmtrace-mpi`.
+/// Members are taken in communicator-rank order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Flow {
-    /// The data each member sends (see the module docs).
-    Data,
-    /// A barrier: every exit after every enter.
-    Barrier,
-    /// Nothing pmtrace can tell.
-    Unordered,
+pub struct Rule {
+    pub shape: Shape,
+    pub flow: Flow,
+    /// Communicator rank of the root (rooted shapes only).
+    pub root: Option<u32>,
 }
 
-impl Flow {
-    /// The flow of a collective function.
-    pub fn of(name: &str) -> Flow {
-        let n = name.to_ascii_lowercase();
-        if n.contains("barrier") {
-            Flow::Barrier
-        } else if n.contains("neighbor") || n.contains("comm_idup") {
-            Flow::Unordered
-        } else {
-            Flow::Data
+impl Rule {
+    /// Whether the member of communicator rank `me`, which sent `sent`
+    /// bytes, sends to the members that may receive (but itself, and for
+    /// a scan those before it).
+    pub fn may_send(&self, me: u32, sent: u64) -> bool {
+        match self.flow {
+            Flow::Unordered => false,
+            Flow::Barrier => true,
+            Flow::Data => sent > 0 && (self.shape != Shape::OneToN || Some(me) == self.root),
         }
+    }
+
+    /// Whether the member of communicator rank `me`, which received
+    /// `recvd` bytes, receives from the members that may send.
+    pub fn may_recv(&self, me: u32, recvd: u64) -> bool {
+        match self.flow {
+            Flow::Unordered => false,
+            Flow::Barrier => true,
+            Flow::Data => recvd > 0 && (self.shape != Shape::NToOne || Some(me) == self.root),
+        }
+    }
+
+    /// Whether a member sends only to the members after it (a scan).
+    pub fn is_ordered(&self) -> bool {
+        self.flow == Flow::Data && matches!(self.shape, Shape::Scan | Shape::Exscan)
+    }
+
+    /// Whether the member at position `k` sends to the one at `i`, given
+    /// that the first may send and the second may receive.
+    pub fn sends(&self, (k, may_send): (usize, bool), (i, may_recv): (usize, bool)) -> bool {
+        k != i && may_send && may_recv && (!self.is_ordered() || k < i)
+    }
+
+    /// Per member, in linear time, from which members may send and which
+    /// may receive: whether it receives a logical message and whether it
+    /// sends one.
+    pub fn ends(&self, may_send: &[bool], may_recv: &[bool]) -> (Vec<bool>, Vec<bool>) {
+        let n = may_send.len();
+        let (s, r) = (
+            may_send.iter().filter(|&&x| x).count(),
+            may_recv.iter().filter(|&&x| x).count(),
+        );
+        let first_sender = may_send.iter().position(|&x| x).unwrap_or(n);
+        let last_receiver = may_recv.iter().rposition(|&x| x);
+        let ordered = self.is_ordered();
+        let receives = (0..n)
+            .map(|i| {
+                may_recv[i]
+                    && if ordered {
+                        first_sender < i
+                    } else {
+                        s > usize::from(may_send[i])
+                    }
+            })
+            .collect();
+        let sends = (0..n)
+            .map(|k| {
+                may_send[k]
+                    && if ordered {
+                        last_receiver.is_some_and(|l| l > k)
+                    } else {
+                        r > usize::from(may_recv[k])
+                    }
+            })
+            .collect();
+        (receives, sends)
     }
 }
 
@@ -110,37 +168,36 @@ impl<P: Part> Instance<P> {
     /// Whether the exit of member `i` depends on the enter of member `k`
     /// (one logical message `k` → `i`), in constant time.
     pub fn sends(&self, k: u32, i: u32) -> bool {
-        k != i && self.may_send(k) && self.may_recv(i) && (!self.ordered() || k < i)
+        let (k_send, i_recv) = (self.may_send(k), self.may_recv(i));
+        self.rule()
+            .sends((k as usize, k_send), (i as usize, i_recv))
+    }
+
+    /// The instance's rule of who sends to whom.
+    pub fn rule(&self) -> Rule {
+        Rule {
+            shape: self.shape,
+            flow: self.flow,
+            root: self.root,
+        }
     }
 
     /// Whether member `k` sends to the members that may receive (but
     /// itself, and for a scan those before it).
     pub fn may_send(&self, k: u32) -> bool {
-        let Some(m) = self.members.get(k as usize).and_then(Option::as_ref) else {
-            return false;
-        };
-        match self.flow {
-            Flow::Unordered => false,
-            Flow::Barrier => true,
-            Flow::Data => m.sent() > 0 && (self.shape != Shape::OneToN || Some(k) == self.root),
-        }
+        let m = self.members.get(k as usize).and_then(Option::as_ref);
+        m.is_some_and(|m| self.rule().may_send(k, m.sent()))
     }
 
     /// Whether member `i` receives from the members that may send.
     pub fn may_recv(&self, i: u32) -> bool {
-        let Some(m) = self.members.get(i as usize).and_then(Option::as_ref) else {
-            return false;
-        };
-        match self.flow {
-            Flow::Unordered => false,
-            Flow::Barrier => true,
-            Flow::Data => m.recvd() > 0 && (self.shape != Shape::NToOne || Some(i) == self.root),
-        }
+        let m = self.members.get(i as usize).and_then(Option::as_ref);
+        m.is_some_and(|m| self.rule().may_recv(i, m.recvd()))
     }
 
     /// Whether a member sends only to the members after it (a scan).
     pub fn ordered(&self) -> bool {
-        self.flow == Flow::Data && matches!(self.shape, Shape::Scan | Shape::Exscan)
+        self.rule().is_ordered()
     }
 
     /// Whether every member's exit depends on every other member's enter
@@ -170,34 +227,7 @@ impl<P: Part> Instance<P> {
         let n = self.members.len() as u32;
         let may_send: Vec<bool> = (0..n).map(|k| self.may_send(k)).collect();
         let may_recv: Vec<bool> = (0..n).map(|i| self.may_recv(i)).collect();
-        let (s, r) = (
-            may_send.iter().filter(|&&x| x).count(),
-            may_recv.iter().filter(|&&x| x).count(),
-        );
-        let first_sender = may_send.iter().position(|&x| x).unwrap_or(n as usize);
-        let last_receiver = may_recv.iter().rposition(|&x| x);
-        let ordered = self.ordered();
-        let receives = (0..n as usize)
-            .map(|i| {
-                may_recv[i]
-                    && if ordered {
-                        first_sender < i
-                    } else {
-                        s > usize::from(may_send[i])
-                    }
-            })
-            .collect();
-        let sends = (0..n as usize)
-            .map(|k| {
-                may_send[k]
-                    && if ordered {
-                        last_receiver.is_some_and(|l| l > k)
-                    } else {
-                        r > usize::from(may_recv[k])
-                    }
-            })
-            .collect();
-        (receives, sends)
+        self.rule().ends(&may_send, &may_recv)
     }
 
     /// Every logical message (sender, receiver) of the instance.
@@ -406,8 +436,9 @@ fn member_of(
         Some(p) => p as usize,
         None => cm.members.len() + cm.remote_rank_of(rank.rank)? as usize,
     };
-    let shape = shape_of(rank.function_name(c.func));
-    let rooted = matches!(shape, Shape::OneToN | Shape::NToOne);
+    let coll = rank.coll(c.func);
+    let shape = coll.shape;
+    let rooted = shape.rooted();
     let root = root
         .filter(|_| rooted && !cm.inter)
         .and_then(|r| u32::try_from(r).ok())
@@ -421,7 +452,7 @@ fn member_of(
         } else {
             shape
         },
-        flow: Flow::of(rank.function_name(c.func)),
+        flow: coll.flow,
         root,
         calls: MemberCalls {
             enter,

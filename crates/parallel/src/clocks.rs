@@ -14,7 +14,7 @@ use pmtrace_trace::Trace;
 
 use crate::block::Block;
 use crate::fabric::Fabric;
-use crate::insts::{owner_of, shape_code, shape_of_code};
+use crate::insts::owner_of;
 use crate::messages::BlockMessages;
 use crate::wire::{In, Out};
 
@@ -149,7 +149,7 @@ pub fn replay<F: Fabric + ?Sized>(
             let o = &mut out[owner_of(key, procs)];
             o.u8(ENTER);
             put_key(o, key);
-            o.u8(shape_code(shape))
+            o.u8(shape.code())
                 .u32(root.unwrap_or(u32::MAX))
                 .u64(size as u64)
                 .u32(member)
@@ -171,7 +171,7 @@ pub fn replay<F: Fabric + ?Sized>(
                     }
                     ENTER => {
                         let key = get_key(&mut i);
-                        let shape = shape_of_code(i.u8());
+                        let shape = Shape::from_code(i.u8()).expect("a shape code");
                         let root = Some(i.u32()).filter(|&r| r != u32::MAX);
                         let size = i.u64() as usize;
                         let (member, lc) = (i.u32(), i.u64());

@@ -2,27 +2,24 @@
 //! members' clock groups, hosts and bytes, and what sync asks of it
 //! (Becker et al. §4: logical messages from enters to exits).
 //!
-//! Member `k` sends to member `i` (`Inst::sends`, the serial
-//! [`Instance::sends`](pmtrace_matching::collective::Instance::sends))
-//! when `k` may send (`in_s`), `i` may receive (`in_r`), `k ≠ i`, and for
-//! a scan `k` comes before `i`. So an exit depends on every sender but
-//! itself (a prefix of them for a scan), and an enter limits every
-//! receiver's exit but its own.
+//! Who sends to whom is the serial [`Rule`]: member `k` sends to member
+//! `i` when `k` may send (`in_s`), `i` may receive (`in_r`), `k ≠ i`,
+//! and for a scan `k` comes before `i`. So an exit depends on every
+//! sender but itself (a prefix of them for a scan), and an enter limits
+//! every receiver's exit but its own.
 //!
 //! Over a communicator of N members that is N² pairs; the owner answers
-//! in O(N) by the three values the minimum latency takes: 0 within a clock
-//! group, μ_intra within a host, μ_inter across hosts. The latest enter
-//! of each class, excluding the member asking, is the best of the top two
-//! members of its group, of the top two groups of its host, and of the
-//! top two hosts ([`Extremes`]); violations are counted by binary search
-//! in the enter times sorted per class.
+//! in about O(N) with the serial sync's own types: the best enter (or
+//! exit) of each μ class but the member asking ([`Extremes`]), and the
+//! violations by binary search in the enter times sorted per class
+//! ([`Enters`]), exact also where a clock group spans hosts.
 
 use std::cmp::Ordering;
 
-use rustc_hash::FxHashMap as HashMap;
-
-use pmtrace_matching::clocks::Shape;
-use pmtrace_matching::collective::Flow;
+use pmtrace_format::coll::{Flow, Shape};
+use pmtrace_matching::collective::Rule;
+pub use pmtrace_sync::extremes::Mu;
+use pmtrace_sync::extremes::{Enters, Extremes, Place};
 
 /// A member as the owner knows it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -45,102 +42,59 @@ pub struct Inst {
     pub parts: Vec<Part>,
 }
 
-/// Minimum latencies: within a host across clock groups, and across hosts.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct Mu {
-    pub intra: u64,
-    pub inter: u64,
-}
-
-impl Mu {
-    fn between(&self, a: &Part, b: &Part) -> u64 {
-        if a.group == b.group {
-            0
-        } else if a.host == b.host {
-            self.intra
-        } else {
-            self.inter
+impl Part {
+    pub fn place(&self) -> Place {
+        Place {
+            group: self.group,
+            host: self.host,
         }
     }
 }
 
 impl Inst {
+    fn rule(&self) -> Rule {
+        Rule {
+            shape: self.shape,
+            flow: self.flow,
+            root: self.root,
+        }
+    }
+
     fn scan(&self) -> bool {
-        matches!(self.shape, Shape::Scan | Shape::Exscan)
+        self.rule().is_ordered()
+    }
+
+    /// What `ex` says for member `i`: the best of the others' values,
+    /// moved by μ (`by`).
+    fn best(&self, ex: &Extremes, i: usize, mu: Mu, by: impl Fn(u64, u64) -> u64) -> Option<u64> {
+        ex.best(i as u32, self.parts[i].place(), mu, by)
     }
 
     /// Whether member `k` (an index into `parts`) may send.
     pub fn in_s(&self, k: usize) -> bool {
         let p = &self.parts[k];
-        match self.flow {
-            Flow::Unordered => false,
-            Flow::Barrier => true,
-            Flow::Data => p.sent > 0 && (self.shape != Shape::OneToN || Some(p.me) == self.root),
-        }
+        self.rule().may_send(p.me, p.sent)
     }
 
     /// Whether member `i` may receive.
     pub fn in_r(&self, i: usize) -> bool {
         let p = &self.parts[i];
-        match self.flow {
-            Flow::Unordered => false,
-            Flow::Barrier => true,
-            Flow::Data => p.recvd > 0 && (self.shape != Shape::NToOne || Some(p.me) == self.root),
-        }
+        self.rule().may_recv(p.me, p.recvd)
     }
 
     /// Whether `k`'s enter orders `i`'s exit.
     pub fn sends(&self, k: usize, i: usize) -> bool {
-        k != i && self.in_s(k) && self.in_r(i) && (!self.scan() || k < i)
-    }
-
-    /// Whether `i`'s exit depends on some enter.
-    pub fn has_deps(&self, i: usize) -> bool {
-        self.in_r(i)
-            && (0..self.parts.len())
-                .filter(|&k| self.in_s(k) && k != i)
-                .any(|k| !self.scan() || k < i)
-    }
-
-    /// Whether `k`'s enter orders some exit (of a member with an exit or not).
-    pub fn is_sender(&self, k: usize) -> bool {
-        self.in_s(k)
-            && (0..self.parts.len())
-                .filter(|&i| self.in_r(i) && i != k)
-                .any(|i| !self.scan() || k < i)
+        (self.rule()).sends((k, self.in_s(k)), (i, self.in_r(i)))
     }
 
     /// Per member, in linear time: (its exit depends on some enter, its
-    /// enter orders some exit), as [`Inst::has_deps`] and
-    /// [`Inst::is_sender`] say one by one.
+    /// enter orders some exit).
     pub fn roles(&self) -> Vec<(bool, bool)> {
         let n = self.parts.len();
         let s: Vec<bool> = (0..n).map(|k| self.in_s(k)).collect();
         let r: Vec<bool> = (0..n).map(|k| self.in_r(k)).collect();
-        if self.scan() {
-            let mut out = vec![(false, false); n];
-            let mut senders_before = 0;
-            for i in 0..n {
-                out[i].0 = r[i] && senders_before > 0;
-                senders_before += usize::from(s[i]);
-            }
-            let mut receivers_after = 0;
-            for k in (0..n).rev() {
-                out[k].1 = s[k] && receivers_after > 0;
-                receivers_after += usize::from(r[k]);
-            }
-            return out;
-        }
-        let ns = s.iter().filter(|&&x| x).count();
-        let nr = r.iter().filter(|&&x| x).count();
-        (0..n)
-            .map(|k| {
-                (
-                    r[k] && ns - usize::from(s[k]) > 0,
-                    s[k] && nr - usize::from(r[k]) > 0,
-                )
-            })
-            .collect()
+        let (receives, sends) = self.rule().ends(&s, &r);
+        receives.into_iter().zip(sends).collect()
     }
 
     /// What each member's exit must be at least (`None`: no sender), from
@@ -152,19 +106,27 @@ impl Inst {
         // its enter is never asked for.
         let roles = self.roles();
         let mut ex = Extremes::new(Ordering::Greater);
-        let value = |ex: &Extremes, i: usize| ex.best(&self.parts[i], i, mu, |v, m| v + m);
+        let value = |ex: &Extremes, i: usize| self.best(ex, i, mu, |v, m| v + m);
         if self.scan() {
             for i in 0..n {
                 if self.in_r(i) {
                     out[i] = value(&ex, i);
                 }
                 if roles[i].1 {
-                    ex.add(&self.parts[i], i, enter[i].expect("a sender's enter"));
+                    ex.add(
+                        i as u32,
+                        self.parts[i].place(),
+                        enter[i].expect("a sender's enter"),
+                    );
                 }
             }
         } else {
             for k in (0..n).filter(|&k| roles[k].1) {
-                ex.add(&self.parts[k], k, enter[k].expect("a sender's enter"));
+                ex.add(
+                    k as u32,
+                    self.parts[k].place(),
+                    enter[k].expect("a sender's enter"),
+                );
             }
             for i in (0..n).filter(|&i| self.in_r(i)) {
                 out[i] = value(&ex, i);
@@ -183,12 +145,12 @@ impl Inst {
         let roles = self.roles();
         let mut ex = Extremes::new(Ordering::Less);
         let limit = |ex: &Extremes, k: usize| {
-            ex.best(&self.parts[k], k, mu, |v, m| v.saturating_sub(m))
+            self.best(ex, k, mu, |v, m| v.saturating_sub(m))
                 .unwrap_or(u64::MAX)
         };
         let add = |ex: &mut Extremes, i: usize| {
             if let (true, Some(t)) = (self.in_r(i), exit[i]) {
-                ex.add(&self.parts[i], i, t);
+                ex.add(i as u32, self.parts[i].place(), t);
             }
         };
         if self.scan() {
@@ -222,42 +184,22 @@ impl Inst {
                     let (a, b) = (&self.parts[k], &self.parts[i]);
                     if a.group != b.group {
                         reversed += u64::from(tx < enter[k]);
-                        cc += u64::from(tx < enter[k] + mu.between(a, b));
+                        cc += u64::from(tx < enter[k] + mu.between(a.place(), b.place()));
                     }
                 }
             }
             return (reversed, cc);
         }
-        // Enter times of the senders, sorted, over all, per host, per group.
-        let mut all: Vec<u64> = Vec::new();
-        let mut hosts: HashMap<u32, Vec<u64>> = HashMap::default();
-        let mut groups: HashMap<u32, Vec<u64>> = HashMap::default();
-        for k in (0..n).filter(|&k| self.in_s(k)) {
-            let p = &self.parts[k];
-            all.push(enter[k]);
-            hosts.entry(p.host).or_default().push(enter[k]);
-            groups.entry(p.group).or_default().push(enter[k]);
-        }
-        all.sort_unstable();
-        for v in hosts.values_mut().chain(groups.values_mut()) {
-            v.sort_unstable();
-        }
-        let empty = Vec::new();
-        // How many of `v` are later than `tx − μ` (all of them when tx < μ).
-        let later = |v: &[u64], tx: u64, m: u64| match tx.checked_sub(m) {
-            Some(x) => v.len() - v.partition_point(|&t| t <= x),
-            None => v.len(),
-        };
+        let enters = Enters::new(
+            (0..n)
+                .filter(|&k| self.in_s(k))
+                .map(|k| (self.parts[k].place(), enter[k])),
+        );
         for i in (0..n).filter(|&i| self.in_r(i)) {
             let Some(tx) = exit[i] else { continue };
-            let p = &self.parts[i];
-            let host = hosts.get(&p.host).unwrap_or(&empty);
-            let group = groups.get(&p.group).unwrap_or(&empty);
-            // The member itself is of its own group: never counted.
-            reversed += (later(&all, tx, 0) - later(host, tx, 0)) as u64
-                + (later(host, tx, 0) - later(group, tx, 0)) as u64;
-            cc += (later(&all, tx, mu.inter) - later(host, tx, mu.inter)) as u64
-                + (later(host, tx, mu.intra) - later(group, tx, mu.intra)) as u64;
+            let (r, c) = enters.late(self.parts[i].place(), tx, mu);
+            reversed += r;
+            cc += c;
         }
         (reversed, cc)
     }
@@ -307,12 +249,12 @@ impl Inst {
                     break;
                 }
                 if self.in_r(i) {
-                    if let Some(v) = p.before.best(&self.parts[i], i, mu, |v, m| v + m) {
+                    if let Some(v) = self.best(&p.before, i, mu, |v, m| v + m) {
                         out.push((i, v));
                     }
                 }
                 if p.sender[i] {
-                    p.before.add(&self.parts[i], i, enter[i].expect("entered"));
+                    (p.before).add(i as u32, self.parts[i].place(), enter[i].expect("entered"));
                 }
                 p.at += 1;
             }
@@ -328,110 +270,6 @@ impl Inst {
             }
         }
         out
-    }
-}
-
-/// The best two entries with different keys.
-#[derive(Debug, Clone, Copy)]
-struct Top2 {
-    /// (value, key), best first.
-    e: [Option<(u64, u64)>; 2],
-}
-
-impl Top2 {
-    const EMPTY: Top2 = Top2 { e: [None, None] };
-
-    fn add(&mut self, better: Ordering, v: u64, key: u64) {
-        let beats = |a: u64, b: u64| a.cmp(&b) == better;
-        match self.e {
-            [Some((v0, k0)), _] if k0 == key => {
-                if beats(v, v0) {
-                    self.e[0] = Some((v, key));
-                }
-            }
-            [_, Some((v1, k1))] if k1 == key => {
-                if beats(v, v1) {
-                    self.e[1] = Some((v, key));
-                    if beats(v, self.e[0].expect("first").0) {
-                        self.e.swap(0, 1);
-                    }
-                }
-            }
-            [None, _] => self.e[0] = Some((v, key)),
-            [Some((v0, _)), second] => {
-                if beats(v, v0) {
-                    self.e = [Some((v, key)), self.e[0]];
-                } else if second.is_none_or(|(v1, _)| beats(v, v1)) {
-                    self.e[1] = Some((v, key));
-                }
-            }
-        }
-    }
-
-    /// The best value whose key is not `not`.
-    fn best_but(&self, not: u64) -> Option<u64> {
-        self.e
-            .iter()
-            .flatten()
-            .find(|(_, k)| *k != not)
-            .map(|(v, _)| *v)
-    }
-
-    fn best(&self) -> Option<u64> {
-        self.e[0].map(|(v, _)| v)
-    }
-}
-
-/// The latest (or earliest) values of members, by member within each
-/// clock group, by group within each host, and by host.
-struct Extremes {
-    better: Ordering,
-    groups: HashMap<u32, Top2>,
-    hosts: HashMap<u32, Top2>,
-    all: Top2,
-}
-
-impl Extremes {
-    fn new(better: Ordering) -> Extremes {
-        Extremes {
-            better,
-            groups: HashMap::default(),
-            hosts: HashMap::default(),
-            all: Top2::EMPTY,
-        }
-    }
-
-    fn add(&mut self, p: &Part, member: usize, v: u64) {
-        let g = self.groups.entry(p.group).or_insert(Top2::EMPTY);
-        g.add(self.better, v, member as u64);
-        let gv = g.best().expect("just added");
-        let h = self.hosts.entry(p.host).or_insert(Top2::EMPTY);
-        h.add(self.better, gv, u64::from(p.group));
-        let hv = h.best().expect("just added");
-        self.all.add(self.better, hv, u64::from(p.host));
-    }
-
-    /// The best over every member but `member` (of part `p`) of its value
-    /// moved by the μ between the two (`by(v, μ)`).
-    fn best(&self, p: &Part, member: usize, mu: Mu, by: impl Fn(u64, u64) -> u64) -> Option<u64> {
-        let same_group = self
-            .groups
-            .get(&p.group)
-            .and_then(|g| g.best_but(member as u64))
-            .map(|v| by(v, 0));
-        let same_host = self
-            .hosts
-            .get(&p.host)
-            .and_then(|h| h.best_but(u64::from(p.group)))
-            .map(|v| by(v, mu.intra));
-        let other = self
-            .all
-            .best_but(u64::from(p.host))
-            .map(|v| by(v, mu.inter));
-        [same_group, same_host, other]
-            .into_iter()
-            .flatten()
-            .reduce(|a, b| if a.cmp(&b) == self.better { a } else { b })
     }
 }
 
@@ -465,8 +303,12 @@ mod tests {
                 Part {
                     me: me - 1,
                     host,
-                    // Groups within hosts, as clocks are.
-                    group: host * 10 + r.next(3) as u32,
+                    // Groups within hosts, as clocks mostly are, but
+                    // some (group 99) span hosts.
+                    group: match r.next(4) {
+                        0 => 99,
+                        g => host * 10 + g as u32,
+                    },
                     sent: r.next(3),
                     recvd: r.next(3),
                     has_exit: r.next(5) > 0,
@@ -499,14 +341,15 @@ mod tests {
                 .collect();
             let inst = &inst;
             let pairs = |i: usize| (0..n).filter(move |&k| inst.sends(k, i));
-            let between = |k: usize, i: usize| mu.between(&inst.parts[k], &inst.parts[i]);
+            let between =
+                |k: usize, i: usize| mu.between(inst.parts[k].place(), inst.parts[i].place());
             let needs = inst.exit_needs(&enter.iter().map(|&t| Some(t)).collect::<Vec<_>>(), mu);
             let limits = inst.enter_limits(&exit, mu);
             let (mut rev, mut cc) = (0, 0);
             for i in 0..n {
                 let want = pairs(i).map(|k| enter[k] + between(k, i)).max();
                 assert_eq!(needs[i], want, "exit need of {i} in {inst:?}");
-                assert_eq!(inst.has_deps(i), pairs(i).next().is_some());
+                assert_eq!(inst.roles()[i].0, pairs(i).next().is_some());
                 if let Some(tx) = exit[i] {
                     for k in pairs(i).filter(|&k| inst.parts[k].group != inst.parts[i].group) {
                         rev += u64::from(tx < enter[k]);
@@ -517,8 +360,7 @@ mod tests {
             #[allow(clippy::needless_range_loop)]
             for k in 0..n {
                 let receivers: Vec<usize> = (0..n).filter(|&i| inst.sends(k, i)).collect();
-                assert_eq!(inst.is_sender(k), !receivers.is_empty());
-                assert_eq!(inst.roles()[k], (inst.has_deps(k), inst.is_sender(k)));
+                assert_eq!(inst.roles()[k].1, !receivers.is_empty());
                 let want = (!receivers.is_empty()).then(|| {
                     receivers
                         .iter()
@@ -538,7 +380,7 @@ mod tests {
             let mut p = inst.progress();
             let mut seen: Vec<Option<u64>> = vec![None; n];
             let mut known = vec![None; n];
-            for &k in order.iter().filter(|&&k| inst.is_sender(k)) {
+            for &k in order.iter().filter(|&&k| inst.roles()[k].1) {
                 seen[k] = Some(enter[k]);
                 for (i, v) in inst.ready(&mut p, &seen, &[k], mu) {
                     assert!(known[i].is_none(), "twice");

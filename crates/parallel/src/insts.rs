@@ -48,38 +48,6 @@ pub fn owner_of(key: (u64, u64, u64), procs: usize) -> usize {
     (h % procs as u64) as usize
 }
 
-pub(crate) fn shape_code(s: Shape) -> u8 {
-    match s {
-        Shape::OneToN => 0,
-        Shape::NToOne => 1,
-        Shape::NToN => 2,
-        Shape::Scan => 3,
-        Shape::Exscan => 4,
-    }
-}
-
-pub(crate) fn flow_code(f: Flow) -> u8 {
-    match f {
-        Flow::Data => 0,
-        Flow::Barrier => 1,
-        Flow::Unordered => 2,
-    }
-}
-
-pub(crate) fn shape_of_code(c: u8) -> Shape {
-    [
-        Shape::OneToN,
-        Shape::NToOne,
-        Shape::NToN,
-        Shape::Scan,
-        Shape::Exscan,
-    ][c as usize]
-}
-
-pub(crate) fn flow_of_code(c: u8) -> Flow {
-    [Flow::Data, Flow::Barrier, Flow::Unordered][c as usize]
-}
-
 /// Sends every member of the block to its instance's owner.
 pub fn gather<F: Fabric + ?Sized>(f: &F, trace: &Trace) -> Insts {
     let procs = f.size();
@@ -93,8 +61,8 @@ pub fn gather<F: Fabric + ?Sized>(f: &F, trace: &Trace) -> Insts {
         let o = &mut out[owner];
         o.u64(m.key.0).u64(m.key.1).u64(m.key.2);
         o.u32(m.me as u32).u32(m.size as u32);
-        o.u8(shape_code(m.shape))
-            .u8(flow_code(m.flow))
+        o.u8(m.shape.code())
+            .u8(m.flow.code())
             .u32(m.root.unwrap_or(u32::MAX));
         o.at(m.calls.enter);
         match m.calls.exit {
@@ -123,14 +91,8 @@ pub fn gather<F: Fabric + ?Sized>(f: &F, trace: &Trace) -> Insts {
         while !i.done() {
             let key = (i.u64(), i.u64(), i.u64());
             let (me, size) = (i.u32(), i.u32() as usize);
-            let shape = [
-                Shape::OneToN,
-                Shape::NToOne,
-                Shape::NToN,
-                Shape::Scan,
-                Shape::Exscan,
-            ][i.u8() as usize];
-            let flow = [Flow::Data, Flow::Barrier, Flow::Unordered][i.u8() as usize];
+            let shape = Shape::from_code(i.u8()).expect("a shape code");
+            let flow = Flow::from_code(i.u8()).expect("a flow code");
             let root = Some(i.u32()).filter(|&r| r != u32::MAX);
             let enter = i.at();
             let exit = (i.u8() == 1).then(|| i.at());

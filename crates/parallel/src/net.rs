@@ -17,6 +17,7 @@
 
 use rustc_hash::FxHashMap as HashMap;
 
+use pmtrace_format::coll::{Flow, Shape};
 use pmtrace_matching::collective;
 use pmtrace_sync::graph::{Graph, Node};
 use pmtrace_trace::read::EventRef;
@@ -25,7 +26,7 @@ use crate::block::{Block, Blocks};
 use crate::colls::{Inst, Mu, Part};
 use crate::fabric::Fabric;
 use crate::groups::Groups;
-use crate::insts::{flow_code, flow_of_code, owner_of, shape_code, shape_of_code};
+use crate::insts::owner_of;
 use crate::messages::BlockMessages;
 use crate::wire::{In, Out};
 
@@ -323,9 +324,7 @@ fn collectives<F: Fabric + ?Sized>(
         let rank = m.calls.enter.rank as usize;
         let o = &mut out[owner];
         o.u64(m.key.0).u64(m.key.1).u64(m.key.2);
-        o.u32(m.me as u32)
-            .u8(shape_code(m.shape))
-            .u8(flow_code(m.flow));
+        o.u32(m.me as u32).u8(m.shape.code()).u8(m.flow.code());
         o.u32(m.root.unwrap_or(u32::MAX));
         o.u64(m.calls.sent).u64(m.calls.recvd).bool(exit.is_some());
         o.u32(groups.group[rank]).u32(groups.host[rank]);
@@ -349,7 +348,10 @@ fn collectives<F: Fabric + ?Sized>(
         while !i.done() {
             let key = (i.u64(), i.u64(), i.u64());
             let me = i.u32();
-            let (shape, flow) = (shape_of_code(i.u8()), flow_of_code(i.u8()));
+            let (shape, flow) = (
+                Shape::from_code(i.u8()).expect("a shape code"),
+                Flow::from_code(i.u8()).expect("a flow code"),
+            );
             let root = Some(i.u32()).filter(|&r| r != u32::MAX);
             let (sent, recvd, has_exit) = (i.u64(), i.u64(), i.bool());
             let (group, host, slot) = (i.u32(), i.u32(), i.u32());

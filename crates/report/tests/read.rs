@@ -52,7 +52,7 @@ fn small_trace() -> TraceBuilder {
 fn call(func: &str, t_start: u64, t_end: u64, payload: Payload) -> Record {
     let func = fixture::FUNCTIONS
         .iter()
-        .position(|(n, _)| *n == func)
+        .position(|(n, ..)| *n == func)
         .unwrap() as u32;
     Record::Call(Call {
         func,

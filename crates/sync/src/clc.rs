@@ -36,7 +36,9 @@
 
 use super::graph::{Ahead, Dep, Graph, Inst, Node, Out, Times};
 use super::replay::replay;
-use rustc_hash::FxHashMap as HashMap;
+use std::cmp::Ordering;
+
+use crate::extremes::Extremes;
 
 /// CLC parameters.
 #[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
@@ -144,33 +146,17 @@ const ONE_BY_ONE: usize = 64;
 /// What a collective exit asks of its time in the forward pass, the
 /// latest of its senders' enters plus μ ([`Graph::dep_time`]), in about
 /// constant time for a large instance whose senders all entered: from the
-/// latest enters of each clock group, of each group within each host,
-/// and of each (host, group), taken once per instance. An exit forced
+/// latest enters by class ([`Extremes`], which the owners of
+/// `pmtrace-mpi` ask too), taken once per instance. An exit forced
 /// before its senders entered (lost events), a scan and a small instance
 /// ask the senders one by one.
-///
-/// Left to mend (issue 38's one collective rule): `Tops` repeats what
-/// `pmtrace_parallel::colls::Extremes` (with `Top2`) does for the owners'
-/// answers; this one stays exact where a clock group spans hosts, which
-/// Extremes assumes never happens. One shared type in this crate should
-/// serve both. The senders that entered are counted here and again by the
-/// replay (`Replay::senders_in`), which could hand its count to the visitor.
 struct Latest {
     one_by_one: usize,
     /// Per instance: its members that may send, and how many of them
     /// the pass has visited the enter of.
     senders: Vec<u32>,
     senders_in: Vec<u32>,
-    tops: Vec<Option<Tops>>,
-}
-
-/// The latest enters of an instance's senders: in each group the two
-/// latest (member, time), in each host the latest of each group, and the
-/// latest of each (host, group) pair, latest first.
-struct Tops {
-    group: HashMap<u32, Vec<(u64, u32)>>,
-    host: HashMap<u32, Vec<(u64, u32)>>,
-    pairs: Vec<(u64, u32, u32)>,
+    tops: Vec<Option<Extremes>>,
 }
 
 impl Latest {
@@ -212,50 +198,20 @@ impl Latest {
         let Some(m) = instance.members[member as usize].as_ref() else {
             return g.dep_time(t, recv, dep);
         };
-        let tops = self.tops[i].get_or_insert_with(|| Tops::of(g, instance, t));
-        let here = &g.locs[m.loc as usize];
-        let (group, host) = (here.group, here.host);
-        // Same group, μ 0 (but the member itself); same host, other
-        // group, μ within a host; other host and group, μ across hosts.
-        let same = (tops.group.get(&group))
-            .and_then(|v| v.iter().find(|&&(_, k)| k != member))
-            .map(|&(te, _)| te);
-        let near = (tops.host.get(&host))
-            .and_then(|v| v.iter().find(|&&(_, gr)| gr != group))
-            .map(|&(te, _)| te + g.mu_intra);
-        let far = (tops.pairs.iter())
-            .find(|&&(_, h, gr)| h != host && gr != group)
-            .map(|&(te, _, _)| te + g.mu_inter);
-        [same, near, far].into_iter().flatten().max().unwrap_or(0)
-    }
-}
-
-impl Tops {
-    fn of(g: &Graph, inst: &Inst, t: &[Vec<u64>]) -> Tops {
-        let mut group: HashMap<u32, Vec<(u64, u32)>> = HashMap::default();
-        let mut host_group: HashMap<(u32, u32), u64> = HashMap::default();
-        for (k, m) in inst.members.iter().enumerate() {
-            let Some(m) = m.as_ref().filter(|_| inst.may_send(k as u32)) else {
-                continue;
-            };
-            let te = t[m.loc as usize][m.enter as usize];
-            let l = &g.locs[m.loc as usize];
-            let best = group.entry(l.group).or_default();
-            best.push((te, k as u32));
-            best.sort_unstable_by(|a, b| b.cmp(a));
-            best.truncate(2);
-            let e = host_group.entry((l.host, l.group)).or_insert(te);
-            *e = (*e).max(te);
-        }
-        let mut pairs: Vec<(u64, u32, u32)> = (host_group.into_iter())
-            .map(|((h, gr), te)| (te, h, gr))
-            .collect();
-        pairs.sort_unstable_by(|a, b| b.cmp(a));
-        let mut host: HashMap<u32, Vec<(u64, u32)>> = HashMap::default();
-        for &(te, h, gr) in &pairs {
-            host.entry(h).or_default().push((te, gr));
-        }
-        Tops { group, host, pairs }
+        let tops = self.tops[i].get_or_insert_with(|| {
+            let mut ex = Extremes::new(Ordering::Greater);
+            for (k, m) in instance.members.iter().enumerate() {
+                if let Some(m) = m.as_ref().filter(|_| instance.may_send(k as u32)) {
+                    ex.add(
+                        k as u32,
+                        g.place(m.loc),
+                        t[m.loc as usize][m.enter as usize],
+                    );
+                }
+            }
+            ex
+        });
+        (tops.best(member, g.place(m.loc), g.mus(), |v, m| v + m)).unwrap_or(0)
     }
 }
 

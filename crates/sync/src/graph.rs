@@ -39,6 +39,7 @@ use rustc_hash::FxHashMap as HashMap;
 
 use pmtrace_trace::Events;
 
+use crate::extremes::{Mu, Place};
 use pmtrace_matching::collective::{self, Instance, Part};
 use pmtrace_matching::matching::Messages;
 use pmtrace_trace::read::{EventRef, Thread, Trace};
@@ -510,13 +511,23 @@ impl<'t> Graph<'t> {
     /// Minimum latency of a message from location `a` to location `b`:
     /// none within one clock group (one clock cannot reverse a message).
     pub fn mu(&self, a: u32, b: u32) -> u64 {
-        let (a, b) = (&self.locs[a as usize], &self.locs[b as usize]);
-        if a.group == b.group {
-            0
-        } else if a.host == b.host {
-            self.mu_intra
-        } else {
-            self.mu_inter
+        self.mus().between(self.place(a), self.place(b))
+    }
+
+    /// The minimum latencies across clock groups.
+    pub fn mus(&self) -> Mu {
+        Mu {
+            intra: self.mu_intra,
+            inter: self.mu_inter,
+        }
+    }
+
+    /// Location `loc`'s clock group and host.
+    pub fn place(&self, loc: u32) -> Place {
+        let l = &self.locs[loc as usize];
+        Place {
+            group: l.group,
+            host: l.host,
         }
     }
 

@@ -21,6 +21,7 @@
 //! recorded times are never touched.
 
 pub mod clc;
+pub mod extremes;
 pub mod graph;
 pub mod interp;
 pub mod quality;

@@ -4,9 +4,9 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::extremes::Enters;
 use super::graph::{Graph, Inst, Times};
 use pmtrace_trace::read::Trace;
-use rustc_hash::FxHashMap as HashMap;
 
 /// Messages that point backward in time, or arrive sooner than μ.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -98,36 +98,11 @@ fn collective_pairs(g: &Graph, inst: &Inst, t: &(impl Times + ?Sized)) -> (u64, 
 /// group and by both, and the senders of its own group (whose messages
 /// one clock cannot misorder) are taken out by inclusion and exclusion.
 fn collective_counts(g: &Graph, inst: &Inst, t: &(impl Times + ?Sized)) -> (u64, u64) {
-    let loc = |l: u32| &g.locs[l as usize];
-    let mut all = Vec::new();
-    let mut by_host: HashMap<u32, Vec<u64>> = HashMap::default();
-    let mut by_group: HashMap<u32, Vec<u64>> = HashMap::default();
-    let mut by_both: HashMap<(u32, u32), Vec<u64>> = HashMap::default();
-    for (k, m) in inst.members.iter().enumerate() {
-        let Some(m) = m.as_ref().filter(|_| inst.may_send(k as u32)) else {
-            continue;
-        };
-        let (te, l) = (t.at(m.loc, m.enter), loc(m.loc));
-        all.push(te);
-        by_host.entry(l.host).or_default().push(te);
-        by_group.entry(l.group).or_default().push(te);
-        by_both.entry((l.group, l.host)).or_default().push(te);
-    }
-    all.sort_unstable();
-    for v in (by_host.values_mut())
-        .chain(by_group.values_mut())
-        .chain(by_both.values_mut())
-    {
-        v.sort_unstable();
-    }
-    // How many of the sorted times `v` are later than `x`.
-    let later = |v: &[u64], x: u64| (v.len() - v.partition_point(|&e| e <= x)) as u64;
-    // How many te of `v` have te + μ > tx.
-    let within = |v: &[u64], tx: u64, mu: u64| match tx.checked_sub(mu) {
-        Some(x) => later(v, x),
-        None => v.len() as u64,
-    };
-    let none: &[u64] = &[];
+    let senders = (inst.members.iter().enumerate())
+        .filter(|&(k, _)| inst.may_send(k as u32))
+        .filter_map(|(_, m)| m.as_ref())
+        .map(|m| (g.place(m.loc), t.at(m.loc, m.enter)));
+    let enters = Enters::new(senders);
     let (mut reversed, mut clock) = (0, 0);
     for (i, m) in inst.members.iter().enumerate() {
         let Some((m, exit)) = m.as_ref().and_then(|m| Some((m, m.exit?))) else {
@@ -136,18 +111,9 @@ fn collective_counts(g: &Graph, inst: &Inst, t: &(impl Times + ?Sized)) -> (u64,
         if !inst.may_recv(i as u32) {
             continue;
         }
-        let (tx, l) = (t.at(m.loc, exit), loc(m.loc));
-        let host = by_host.get(&l.host).map_or(none, Vec::as_slice);
-        let group = by_group.get(&l.group).map_or(none, Vec::as_slice);
-        let both = (by_both.get(&(l.group, l.host))).map_or(none, Vec::as_slice);
-        reversed += later(&all, tx) - later(group, tx);
-        // Other groups of this host at μ within a host; other hosts at μ
-        // across hosts (all, less this host, less this group, plus both).
-        let (intra, inter) = (g.mu_intra, g.mu_inter);
-        clock += within(host, tx, intra) - within(both, tx, intra);
-        clock += within(&all, tx, inter) + within(both, tx, inter)
-            - within(host, tx, inter)
-            - within(group, tx, inter);
+        let (r, c) = enters.late(g.place(m.loc), t.at(m.loc, exit), g.mus());
+        reversed += r;
+        clock += c;
     }
     (reversed, clock)
 }

@@ -33,6 +33,7 @@ use std::io;
 use std::path::Path;
 
 use pmtrace_format::chunk::{ChunkHeader, ChunkKind, ChunkState, CHUNK_HEADER_LEN, PAGE};
+use pmtrace_format::coll::Coll;
 use pmtrace_format::meta::{
     FunctionDef, Header, MpiConstants, OffsetSample, RunInfo, ThreadDef, TimerDef, Trailer,
 };
@@ -48,62 +49,63 @@ use pmtrace_format::{encode_file_header, payload_crc, rank_file_name, Kind, Stat
 
 use pmtrace_trace::comm::{self_comm_id, WORLD_ID};
 
-/// The function table every fixture rank declares, by function id.
-pub const FUNCTIONS: &[(&str, Kind)] = &[
-    ("MPI_Init", Kind::Init),
-    ("MPI_Finalize", Kind::Finalize),
-    ("MPI_Comm_rank", Kind::Plain),
-    ("MPI_Send", Kind::Send),
-    ("MPI_Ssend", Kind::Send),
-    ("MPI_Isend", Kind::Isend),
-    ("MPI_Send_init", Kind::SendInit),
-    ("MPI_Recv", Kind::Recv),
-    ("MPI_Irecv", Kind::Irecv),
-    ("MPI_Recv_init", Kind::RecvInit),
-    ("MPI_Sendrecv", Kind::Sendrecv),
-    ("MPI_Probe", Kind::Probe),
-    ("MPI_Iprobe", Kind::Iprobe),
-    ("MPI_Mprobe", Kind::Mprobe),
-    ("MPI_Improbe", Kind::Improbe),
-    ("MPI_Mrecv", Kind::Mrecv),
-    ("MPI_Imrecv", Kind::Imrecv),
-    ("MPI_Start", Kind::Start),
-    ("MPI_Startall", Kind::Start),
-    ("MPI_Wait", Kind::Complete),
-    ("MPI_Waitall", Kind::Complete),
-    ("MPI_Test", Kind::Complete),
-    ("MPI_Cancel", Kind::Cancel),
-    ("MPI_Request_free", Kind::Freed),
-    ("MPI_Barrier", Kind::Coll),
-    ("MPI_Bcast", Kind::Coll),
-    ("MPI_Allreduce", Kind::Coll),
-    ("MPI_Ibarrier", Kind::Icoll),
-    ("MPI_Comm_split", Kind::CommNew),
-    ("MPI_Comm_free", Kind::CommFree),
-    ("MPI_Init_thread", Kind::InitThread),
-    ("MPI_Abort", Kind::Abort),
-    ("MPI_Pcontrol", Kind::Pcontrol),
-    ("MPI_Reduce", Kind::Coll),
-    ("MPI_Scan", Kind::Coll),
-    ("MPI_Exscan", Kind::Coll),
-    ("MPI_Isendrecv", Kind::Isendrecv),
-    ("MPI_Allreduce_init", Kind::CollInit),
-    ("MPI_Psend_init", Kind::PsendInit),
-    ("MPI_Precv_init", Kind::PrecvInit),
-    ("MPI_Alltoall", Kind::Coll),
-    ("MPI_Gather", Kind::Coll),
-    ("MPI_Allgatherv", Kind::Coll),
-    ("MPI_Neighbor_alltoall", Kind::Coll),
-    ("MPI_Comm_idup", Kind::Icoll),
-    ("MPI_Iallreduce", Kind::Icoll),
-    ("pmtrace_phase_begin", Kind::Phase),
-    ("pmtrace_phase_end", Kind::Phase),
+/// The function table every fixture rank declares, by function id: name,
+/// kind, and a collective's shape as `wrappers/mpi.wrap` names it.
+pub const FUNCTIONS: &[(&str, Kind, &str)] = &[
+    ("MPI_Init", Kind::Init, ""),
+    ("MPI_Finalize", Kind::Finalize, ""),
+    ("MPI_Comm_rank", Kind::Plain, ""),
+    ("MPI_Send", Kind::Send, ""),
+    ("MPI_Ssend", Kind::Send, ""),
+    ("MPI_Isend", Kind::Isend, ""),
+    ("MPI_Send_init", Kind::SendInit, ""),
+    ("MPI_Recv", Kind::Recv, ""),
+    ("MPI_Irecv", Kind::Irecv, ""),
+    ("MPI_Recv_init", Kind::RecvInit, ""),
+    ("MPI_Sendrecv", Kind::Sendrecv, ""),
+    ("MPI_Probe", Kind::Probe, ""),
+    ("MPI_Iprobe", Kind::Iprobe, ""),
+    ("MPI_Mprobe", Kind::Mprobe, ""),
+    ("MPI_Improbe", Kind::Improbe, ""),
+    ("MPI_Mrecv", Kind::Mrecv, ""),
+    ("MPI_Imrecv", Kind::Imrecv, ""),
+    ("MPI_Start", Kind::Start, ""),
+    ("MPI_Startall", Kind::Start, ""),
+    ("MPI_Wait", Kind::Complete, ""),
+    ("MPI_Waitall", Kind::Complete, ""),
+    ("MPI_Test", Kind::Complete, ""),
+    ("MPI_Cancel", Kind::Cancel, ""),
+    ("MPI_Request_free", Kind::Freed, ""),
+    ("MPI_Barrier", Kind::Coll, "barrier"),
+    ("MPI_Bcast", Kind::Coll, "bcast"),
+    ("MPI_Allreduce", Kind::Coll, "allreduce"),
+    ("MPI_Ibarrier", Kind::Icoll, "barrier"),
+    ("MPI_Comm_split", Kind::CommNew, ""),
+    ("MPI_Comm_free", Kind::CommFree, ""),
+    ("MPI_Init_thread", Kind::InitThread, ""),
+    ("MPI_Abort", Kind::Abort, ""),
+    ("MPI_Pcontrol", Kind::Pcontrol, ""),
+    ("MPI_Reduce", Kind::Coll, "reduce"),
+    ("MPI_Scan", Kind::Coll, "scan"),
+    ("MPI_Exscan", Kind::Coll, "exscan"),
+    ("MPI_Isendrecv", Kind::Isendrecv, ""),
+    ("MPI_Allreduce_init", Kind::CollInit, "allreduce"),
+    ("MPI_Psend_init", Kind::PsendInit, ""),
+    ("MPI_Precv_init", Kind::PrecvInit, ""),
+    ("MPI_Alltoall", Kind::Coll, "alltoall"),
+    ("MPI_Gather", Kind::Coll, "gather"),
+    ("MPI_Allgatherv", Kind::Coll, "allgatherv"),
+    ("MPI_Neighbor_alltoall", Kind::Coll, "neighbor_alltoall"),
+    ("MPI_Comm_idup", Kind::Icoll, "comm_idup"),
+    ("MPI_Iallreduce", Kind::Icoll, "allreduce"),
+    ("pmtrace_phase_begin", Kind::Phase, ""),
+    ("pmtrace_phase_end", Kind::Phase, ""),
 ];
 
 pub(crate) fn function_id(name: &str) -> u32 {
     FUNCTIONS
         .iter()
-        .position(|(n, _)| *n == name)
+        .position(|(n, ..)| *n == name)
         .unwrap_or_else(|| panic!("fixture: {name} is not in fixture::FUNCTIONS")) as u32
 }
 
@@ -358,9 +360,13 @@ impl RankBuilder {
             constants,
             functions: FUNCTIONS
                 .iter()
-                .map(|(n, k)| FunctionDef {
-                    name: (*n).into(),
-                    kind: k.name().into(),
+                .map(|&(n, k, wrap)| {
+                    let coll = Coll::of_wrap(wrap);
+                    FunctionDef {
+                        shape: coll.map(|c| c.shape),
+                        flow: coll.map(|c| c.flow),
+                        ..FunctionDef::new(n, k.name())
+                    }
                 })
                 .collect(),
             run: (rank == 0).then(|| RunInfo {

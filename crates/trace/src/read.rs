@@ -28,6 +28,7 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 use pmtrace_format::chunk::{ChunkHeader, ChunkKind, ChunkState, CHUNK_HEADER_LEN};
+use pmtrace_format::coll::{Coll, Flow, Shape};
 use pmtrace_format::meta::{Header, MpiConstants, Trailer};
 use pmtrace_format::pending::PendingRecv;
 use pmtrace_format::record::{self as fmt, CommDef, ThreadDecoder, CODE_CONTINUATION};
@@ -72,6 +73,12 @@ pub struct Thread {
     pub vcs: Vec<u64>,
 }
 
+/// What [`Rank::coll`] holds for a function that is no collective.
+const NOT_A_COLLECTIVE: Coll = Coll {
+    shape: Shape::NToN,
+    flow: Flow::Unordered,
+};
+
 /// One rank's file, decoded.
 #[derive(Debug, Clone)]
 pub struct Rank {
@@ -86,6 +93,9 @@ pub struct Rank {
     pub header: Header,
     /// Kind of each function of `header.functions`, by function id.
     pub kinds: Vec<Kind>,
+    /// Shape and flow of each collective function, by function id (see
+    /// [`Rank::coll`]).
+    colls: Vec<Coll>,
     /// Written at `MPI_Finalize`; `None` if the rank never got there.
     pub trailer: Option<Trailer>,
     /// Threads sorted by index.
@@ -114,6 +124,13 @@ impl Rank {
     /// call's `func` is in range.
     pub fn kind(&self, func: u32) -> Kind {
         self.kinds[func as usize]
+    }
+
+    /// The shape and flow of collective function `func`, as the header
+    /// gives them or (older traces) as its name says. Meaningless for a
+    /// function that is no collective.
+    pub fn coll(&self, func: u32) -> Coll {
+        self.colls[func as usize]
     }
 
     /// The definition of communicator `index` in force at time `t`: the
@@ -622,6 +639,15 @@ impl RankFile {
                 format!("{} functions in the header", kinds.len()),
             ));
         }
+        let colls = header
+            .functions
+            .iter()
+            .zip(&kinds)
+            .map(|(f, k)| match k {
+                Kind::Coll | Kind::Icoll | Kind::CollInit => f.coll(),
+                _ => NOT_A_COLLECTIVE,
+            })
+            .collect();
         let mut warnings = Vec::new();
         let chunks = self.walk_chunks(first_chunk, &mut warnings)?;
 
@@ -726,6 +752,7 @@ impl RankFile {
             chunks: n_chunks,
             header,
             kinds,
+            colls,
             trailer,
             threads,
             comms,

@@ -52,7 +52,7 @@ mod results;
 mod walk;
 
 pub use parts::{Part, PartClocks, PartPlan, PartVectors};
-pub use plan::{shape_of, Shape};
+pub use plan::Shape;
 pub use races::RaceClocks;
 pub use results::{CallClocks, ClockReport, Clocks, HbCheck, RecvClocks, ThreadClockReader};
 pub use walk::{merge_for, merges};

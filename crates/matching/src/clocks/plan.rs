@@ -35,63 +35,7 @@ pub(super) enum Vectors {
     Lazy,
 }
 
-/// How a collective's enters and exits depend on each other (Becker et al. §4).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Shape {
-    OneToN,
-    NToOne,
-    NToN,
-    Scan,
-    Exscan,
-}
-
-impl Shape {
-    pub const ALL: [Shape; 5] = [
-        Shape::OneToN,
-        Shape::NToOne,
-        Shape::NToN,
-        Shape::Scan,
-        Shape::Exscan,
-    ];
-}
-
-pub fn shape_of(name: &str) -> Shape {
-    let n = name.trim_start_matches("MPI_").to_ascii_lowercase();
-    // Large-count forms and persistent collectives have the shape of their base.
-    let n = n.strip_suffix("_c").unwrap_or(&n);
-    let n = n.strip_suffix("_init").unwrap_or(n).to_string();
-    let n = n
-        .strip_prefix('i')
-        .filter(|rest| {
-            [
-                "bcast",
-                "scatter",
-                "reduce",
-                "gather",
-                "allreduce",
-                "allgather",
-                "alltoall",
-                "scan",
-                "exscan",
-                "barrier",
-                "neighbor",
-            ]
-            .iter()
-            .any(|k| rest.starts_with(k))
-        })
-        .unwrap_or(&n);
-    if n.starts_with("bcast") || n.starts_with("scatter") {
-        Shape::OneToN
-    } else if n == "reduce" || n.starts_with("gather") {
-        Shape::NToOne
-    } else if n == "scan" {
-        Shape::Scan
-    } else if n == "exscan" {
-        Shape::Exscan
-    } else {
-        Shape::NToN
-    }
-}
+pub use pmtrace_format::coll::Shape;
 
 #[derive(Debug, Clone)]
 pub(super) struct Instance {
@@ -162,8 +106,8 @@ impl Found {
             return None;
         }
         Some(*self.of.entry((gid, seq, start)).or_insert_with(|| {
-            let shape = shape_of(rank.function_name(call.func));
-            let rooted = matches!(shape, Shape::OneToN | Shape::NToOne);
+            let shape = rank.coll(call.func).shape;
+            let rooted = shape.rooted();
             let root = if rooted && !c.inter {
                 root.and_then(|r| u32::try_from(r).ok())
                     .and_then(|r| c.members.get(r as usize).copied())
