@@ -389,11 +389,22 @@ impl Messages {
     /// Violations with every time mapped through `time(rank, t)` first (to
     /// corrected or true time).
     pub fn violations_in(&self, mu_ns: u64, time: impl Fn(u32, u64) -> u64) -> Violations {
+        self.violations_of(&self.matched, mu_ns, time)
+    }
+
+    /// [`Messages::violations_in`] of the messages `matched` only (a
+    /// block's share of them, say).
+    pub fn violations_of<'m>(
+        &self,
+        matched: impl IntoIterator<Item = &'m Message>,
+        mu_ns: u64,
+        time: impl Fn(u32, u64) -> u64,
+    ) -> Violations {
         let mut v = Violations {
             mu_ns,
             ..Violations::default()
         };
-        for m in &self.matched {
+        for m in matched {
             let (s, r) = (&self.sends[m.send], &self.recvs[m.recv]);
             let (sent, received) = (time(s.src, s.time), time(r.dst, r.time));
             v.reversed += u64::from(received < sent);

@@ -247,15 +247,7 @@ pub fn plain<F: Fabric + ?Sized>(
     let unmatched_recvs: Vec<usize> = (m.unmatched_recvs.iter().copied())
         .filter(|&i| i < bm.own_recvs)
         .collect();
-    let mut v = Violations {
-        mu_ns,
-        ..Violations::default()
-    };
-    for p in &matched {
-        let (s, r) = (&m.sends[p.send], &m.recvs[p.recv]);
-        v.reversed += u64::from(r.time < s.time);
-        v.clock_condition += u64::from(r.time < s.time.saturating_add(mu_ns));
-    }
+    let v = m.violations_of(matched.iter().copied(), mu_ns, |_, t| t);
     let (pending_requests, pending_first) = requests::pending(trace);
     let mut sums = [
         trace.events(),

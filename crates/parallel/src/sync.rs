@@ -25,7 +25,9 @@ use pmtrace_sync::interp::{self, OffsetLine, Stepped};
 use pmtrace_sync::quality::{self, ErrorStats, SyncViolations};
 use pmtrace_sync::regress::{self, Checks, Correction, PairFit, Pwl, Samples};
 use pmtrace_sync::store::{self, RankPrint, SYNC_FILE};
-use pmtrace_sync::{Recorded, StepReport, SyncParams, SyncReport, UsedParams};
+use pmtrace_sync::{
+    choose_mu, measured_mu, Recorded, StepReport, SyncParams, SyncReport, UsedParams,
+};
 
 use crate::block::Block;
 use crate::fabric::{sum_of, Fabric};
@@ -242,15 +244,6 @@ fn step<F: Fabric + ?Sized>(
     }
 }
 
-/// The measured μ, lowered to what the messages show; 0 if unmeasured.
-fn cap(measured: Option<u64>, shown: Option<u64>) -> u64 {
-    match (measured, shown) {
-        (Some(m), Some(s)) => m.min(s),
-        (Some(m), None) => m,
-        (None, _) => 0,
-    }
-}
-
 /// The owner of the pair of clock groups `(a, b)`.
 fn pair_owner(a: u32, b: u32, procs: usize) -> usize {
     let mut h = (u64::from(a) << 32 | u64::from(b)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
@@ -378,18 +371,7 @@ pub fn sync<'t, F: Fabric + ?Sized>(
     let began = Instant::now();
     let trace = &b.trace;
     let lines: Vec<OffsetLine> = interp::lines(trace);
-    let samples = lines
-        .iter()
-        .flat_map(|l| [l.init, l.fin].into_iter().flatten());
-    let (mut intra, mut inter) = (None::<u64>, None::<u64>);
-    for s in samples {
-        if let Some(v) = s.latency_intra_ns {
-            intra = Some(intra.map_or(v, |m: u64| m.min(v)));
-        }
-        if let Some(v) = s.latency_inter_ns {
-            inter = Some(inter.map_or(v, |m: u64| m.min(v)));
-        }
-    }
+    let (intra, inter) = measured_mu(&lines);
     let (intra, inter) = (min_opt(f, intra), min_opt(f, inter));
     let gs = groups::compute(f, trace);
     let mut net = Net::build(f, b, bm, gs);
@@ -464,17 +446,14 @@ pub fn sync<'t, F: Fabric + ?Sized>(
         reached = Some(correction.reached() as u64);
         correction
     });
-    let (floor_intra, floor_inter) = {
+    let floors = {
         let input = Stepped::new(&net.g, &lines, correction.as_ref());
         (
             select::latency_floor(f, &latencies(f, &net, &input, true)),
             select::latency_floor(f, &latencies(f, &net, &input, false)),
         )
     };
-    net.g.mu_intra = params.mu_intra_ns.unwrap_or(cap(intra, floor_intra));
-    net.g.mu_inter = params
-        .mu_inter_ns
-        .unwrap_or(cap(inter.or(intra), floor_inter));
+    (net.g.mu_intra, net.g.mu_inter) = choose_mu(params, (intra, inter), floors);
     let g = &net.g;
     let recorded = Recorded {
         violations: violations(f, &net, &g.recorded()),

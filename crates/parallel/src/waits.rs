@@ -12,9 +12,8 @@
 
 use std::collections::BTreeMap;
 
-use pmtrace_format::Kind;
 use pmtrace_report::times::Times;
-use pmtrace_report::waits::{self, Wait, LATE_RECEIVER, LATE_SENDER};
+use pmtrace_report::waits::{self, Wait};
 use pmtrace_trace::read::EventRef;
 
 use crate::block::Block;
@@ -53,8 +52,6 @@ pub fn find<F: Fabric + ?Sized>(
 ) -> Vec<Wait> {
     let trace = &b.trace;
     let m = &bm.m;
-    let kind_of = |at: EventRef| times.func(at).map(|func| trace.held(at.rank).kind(func));
-    let name = |at: EventRef| times.name(at);
     let crossing = bm.crossing(&b.blocks);
     // The times of sends made elsewhere, and of receives made elsewhere.
     let mut send_times: BTreeMap<usize, Option<(u64, u64)>> = BTreeMap::new();
@@ -93,23 +90,11 @@ pub fn find<F: Fabric + ?Sized>(
             Some(&(done, post)) => (done, post),
             None => (times.of(r.completion).is_some(), times.of(r.post)),
         };
-        let Some((s0, s1)) = times.of(s.call) else {
+        let (Some(send), true, Some((posted, _))) = (times.of(s.call), done, post) else {
             continue;
         };
-        if !done {
-            continue;
-        }
-        let blocking_send = matches!(kind_of(s.call), Some(Kind::Send | Kind::Sendrecv))
-            && !name(s.call).contains("Bsend");
-        let Some((p0, _)) = post else { continue };
-        if blocking_send && p0 > s0 && s1 > p0 {
-            found.push(Wait {
-                kind: LATE_RECEIVER,
-                at: s.call,
-                comm: s.comm,
-                ns: p0 - s0,
-                cause: r.post,
-            });
+        if waits::blocking(trace, times, s.call).1 {
+            found.extend(waits::late_receiver(s, r, send, posted));
         }
     }
     // Late senders, at the receives of this block: per completing call
@@ -118,40 +103,18 @@ pub fn find<F: Fabric + ?Sized>(
         .filter(|&k| m.matched[k].recv < bm.own_recvs)
         .collect();
     mine.sort_by_key(|&k| bm.send_key(m.matched[k].send));
-    let mut late_send: BTreeMap<(u32, u32, u32), (u64, u64, EventRef)> = BTreeMap::new();
+    let mut late_senders = waits::LateSenders::default();
     for k in mine {
         let p = &m.matched[k];
         let (s, r) = (&m.sends[p.send], &m.recvs[p.recv]);
-        let blocking = match kind_of(r.completion) {
-            Some(Kind::Recv | Kind::Sendrecv | Kind::Mrecv) => true,
-            Some(Kind::Complete) => name(r.completion).starts_with("MPI_Wait"),
-            _ => false,
-        };
-        let (Some((r0, r1)), Some((s0, _))) = (times.of(r.completion), send_of(k)) else {
+        let (Some(done), Some(send)) = (times.of(r.completion), send_of(k)) else {
             continue;
         };
-        if blocking && s0 > r0 {
-            let ns = s0.min(r1) - r0;
-            let key = (r.completion.rank, r.completion.thread, r.completion.index);
-            let e = late_send.entry(key).or_insert((0, r.comm, s.call));
-            if ns > e.0 {
-                *e = (ns, r.comm, s.call);
-            }
+        if waits::blocking(trace, times, r.completion).0 {
+            late_senders.add(s, r, done, send.0);
         }
     }
-    found.extend(late_send.into_iter().filter(|(_, (ns, _, _))| *ns > 0).map(
-        |((rank, thread, index), (ns, comm, cause))| Wait {
-            kind: LATE_SENDER,
-            at: EventRef {
-                rank,
-                thread,
-                index,
-            },
-            comm,
-            ns,
-            cause,
-        },
-    ));
+    found.extend(late_senders.waits());
     // Collectives, at their owners, from the members' enter times.
     let mut enters: BTreeMap<(usize, u32), Option<(u64, u64)>> = BTreeMap::new();
     insts.to_owners(

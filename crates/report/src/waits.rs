@@ -37,7 +37,7 @@ use std::collections::BTreeMap;
 use pmtrace_format::Kind;
 use pmtrace_matching::clocks::Shape;
 use pmtrace_matching::collective::{Flow, Instance, MemberCalls};
-use pmtrace_matching::matching::Messages;
+use pmtrace_matching::matching::{Messages, RecvEvent, SendEvent};
 use pmtrace_trace::read::{EventRef, Trace};
 use rayon::prelude::*;
 use serde::Serialize;
@@ -257,6 +257,76 @@ pub struct Wait {
     pub cause: EventRef,
 }
 
+/// What blocks in the calls that messages wait in: whether `at` is a
+/// blocking call that completes a receive (a late sender's victim), and
+/// whether it is a blocking send (a late receiver's).
+pub fn blocking(trace: &Trace, times: &Times, at: EventRef) -> (bool, bool) {
+    let kind = times.func(at).map(|f| trace.held(at.rank).kind(f));
+    let name = times.name(at);
+    let receive = match kind {
+        Some(Kind::Recv | Kind::Sendrecv | Kind::Mrecv) => true,
+        Some(Kind::Complete) => name.starts_with("MPI_Wait"),
+        _ => false,
+    };
+    let send = matches!(kind, Some(Kind::Send | Kind::Sendrecv)) && !name.contains("Bsend");
+    (receive, send)
+}
+
+/// The late-receiver wait of a blocking send that ran over `send` (its
+/// call's start and end) while its receive was posted at `posted`: from
+/// the send's start to the posting, if the posting came inside it.
+pub fn late_receiver(s: &SendEvent, r: &RecvEvent, send: (u64, u64), posted: u64) -> Option<Wait> {
+    let (s0, s1) = send;
+    (posted > s0 && s1 > posted).then(|| Wait {
+        kind: LATE_RECEIVER,
+        at: s.call,
+        comm: s.comm,
+        ns: posted.saturating_sub(s0),
+        cause: r.post,
+    })
+}
+
+/// The late senders, one per blocking call that completed receives: the
+/// latest send it waited for (the first of equals in the order offered).
+#[derive(Debug, Default)]
+pub struct LateSenders(BTreeMap<(u32, u32, u32), (u64, u64, EventRef)>);
+
+impl LateSenders {
+    /// Receive `r` of send `s`, completed by a blocking call that ran over
+    /// `done`, the send having started at `sent`.
+    pub fn add(&mut self, s: &SendEvent, r: &RecvEvent, done: (u64, u64), sent: u64) {
+        let (r0, r1) = done;
+        if sent <= r0 {
+            return;
+        }
+        // Saturating: times of a corrupt trace (or sync.pmts) may end
+        // before they start.
+        let ns = sent.min(r1).saturating_sub(r0);
+        let key = (r.completion.rank, r.completion.thread, r.completion.index);
+        let e = self.0.entry(key).or_insert((0, r.comm, s.call));
+        if ns > e.0 {
+            *e = (ns, r.comm, s.call);
+        }
+    }
+
+    /// The waits, by waiting call.
+    pub fn waits(self) -> impl Iterator<Item = Wait> {
+        (self.0.into_iter()).filter(|(_, (ns, _, _))| *ns > 0).map(
+            |((rank, thread, index), (ns, comm, cause))| Wait {
+                kind: LATE_SENDER,
+                at: EventRef {
+                    rank,
+                    thread,
+                    index,
+                },
+                comm,
+                ns,
+                cause,
+            },
+        )
+    }
+}
+
 /// The wait states of the waits [`find`] found.
 pub fn states(trace: &Trace, times: &Times, waits: &[Wait]) -> WaitStates {
     summarize(trace, times, waits)
@@ -271,61 +341,24 @@ pub fn find(
     instances: &[Instance<MemberCalls>],
     times: &Times,
 ) -> Vec<Wait> {
-    let name = |at: EventRef| times.name(at);
-    let kind_of = |at: EventRef| times.func(at).map(|f| trace.held(at.rank).kind(f));
     let mut waits: Vec<Wait> = Vec::new();
-
-    // Late senders: per completing call, the latest send it waited for.
-    let mut late_send: BTreeMap<(u32, u32, u32), (u64, u64, EventRef)> = BTreeMap::new();
+    let mut late_senders = LateSenders::default();
     for m in &messages.matched {
         let (s, r) = (&messages.sends[m.send], &messages.recvs[m.recv]);
-        let blocking = match kind_of(r.completion) {
-            Some(Kind::Recv | Kind::Sendrecv | Kind::Mrecv) => true,
-            Some(Kind::Complete) => name(r.completion).starts_with("MPI_Wait"),
-            _ => false,
-        };
-        let (Some((r0, r1)), Some((s0, _))) = (times.of(r.completion), times.of(s.call)) else {
+        let (Some(done), Some(send)) = (times.of(r.completion), times.of(s.call)) else {
             continue;
         };
-        if blocking && s0 > r0 {
-            // Saturating here and below: times of a corrupt trace (or
-            // sync.pmts) may end before they start.
-            let ns = s0.min(r1).saturating_sub(r0);
-            let key = (r.completion.rank, r.completion.thread, r.completion.index);
-            let e = late_send.entry(key).or_insert((0, r.comm, s.call));
-            if ns > e.0 {
-                *e = (ns, r.comm, s.call);
-            }
+        if blocking(trace, times, r.completion).0 {
+            late_senders.add(s, r, done, send.0);
         }
-        // Late receivers.
-        let blocking_send = matches!(kind_of(s.call), Some(Kind::Send | Kind::Sendrecv))
-            && !name(s.call).contains("Bsend");
-        let (Some((p0, _)), Some((s0, s1))) = (times.of(r.post), times.of(s.call)) else {
+        let Some((posted, _)) = times.of(r.post) else {
             continue;
         };
-        if blocking_send && p0 > s0 && s1 > p0 {
-            waits.push(Wait {
-                kind: LATE_RECEIVER,
-                at: s.call,
-                comm: s.comm,
-                ns: p0.saturating_sub(s0),
-                cause: r.post,
-            });
+        if blocking(trace, times, s.call).1 {
+            waits.extend(late_receiver(s, r, send, posted));
         }
     }
-    waits.extend(late_send.into_iter().filter(|(_, (ns, _, _))| *ns > 0).map(
-        |((rank, thread, index), (ns, comm, cause))| Wait {
-            kind: LATE_SENDER,
-            at: EventRef {
-                rank,
-                thread,
-                index,
-            },
-            comm,
-            ns,
-            cause,
-        },
-    ));
+    waits.extend(late_senders.waits());
 
     // Blocking collectives.
     for inst in instances {

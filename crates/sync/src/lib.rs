@@ -246,6 +246,24 @@ fn cap(measured: Option<u64>, shown: Option<u64>) -> u64 {
     }
 }
 
+/// μ within a host and across hosts: as given, else as measured at init
+/// (across hosts: within a host where only that was measured), but never
+/// more than the messages themselves show (`floors`, the 1st percentiles
+/// of their latencies): a startup measurement on a loaded node can be far
+/// above the latency of the run.
+pub fn choose_mu(
+    params: &SyncParams,
+    (intra, inter): (Option<u64>, Option<u64>),
+    (floor_intra, floor_inter): (Option<u64>, Option<u64>),
+) -> (u64, u64) {
+    (
+        params.mu_intra_ns.unwrap_or(cap(intra, floor_intra)),
+        params
+            .mu_inter_ns
+            .unwrap_or(cap(inter.or(intra), floor_inter)),
+    )
+}
+
 /// Synchronizes the timestamps of `trace`.
 pub fn sync(trace: &Trace, m: &Messages, params: &SyncParams) -> Synced {
     let began = Instant::now();
@@ -283,20 +301,14 @@ pub fn sync(trace: &Trace, m: &Messages, params: &SyncParams) -> Synced {
         reached = Some(correction.reached() as u64);
         correction
     });
-    // μ: as given, else as measured at init, but never more than the
-    // messages themselves show (a startup measurement on a loaded node
-    // can be far above the latency of the run).
-    let (floor_intra, floor_inter) = {
+    let floors = {
         let input = interp::Stepped::new(&g, &lines, correction.as_ref());
         (
             quality::latency_floor(&g, &input, true),
             quality::latency_floor(&g, &input, false),
         )
     };
-    g.mu_intra = params.mu_intra_ns.unwrap_or(cap(intra, floor_intra));
-    g.mu_inter = params
-        .mu_inter_ns
-        .unwrap_or(cap(inter.or(intra), floor_inter));
+    (g.mu_intra, g.mu_inter) = choose_mu(params, (intra, inter), floors);
     let recorded = Recorded {
         violations: quality::violations(&g, &g.recorded()),
         error_ns: quality::error(trace, &g, &g.recorded()),
