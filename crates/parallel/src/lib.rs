@@ -25,4 +25,6 @@ pub mod select;
 pub mod sync;
 pub mod waits;
 pub mod weighted;
-pub mod wire;
+/// Records between processes: [`pmtrace_trace::wire`], where the types
+/// that travel have their wire forms.
+pub use pmtrace_trace::wire;

@@ -13,7 +13,7 @@
 use std::collections::BTreeMap;
 
 use pmtrace_report::times::Times;
-use pmtrace_report::waits::{self, Wait};
+use pmtrace_report::waits::{self, kind_code, Wait, KINDS};
 use pmtrace_trace::read::EventRef;
 
 use crate::block::Block;
@@ -32,14 +32,6 @@ fn put_times(o: &mut Out, t: Option<(u64, u64)>) {
 fn get_times(i: &mut In) -> Option<(u64, u64)> {
     (i.u8() == 1).then(|| (i.u64(), i.u64()))
 }
-
-const KINDS: [&str; 5] = [
-    waits::LATE_SENDER,
-    waits::LATE_RECEIVER,
-    waits::WAIT_AT_NXN,
-    waits::WAIT_AT_BARRIER,
-    waits::LATE_BROADCAST,
-];
 
 /// Every wait of a call of this block, sorted by call as the serial
 /// report sorts them.
@@ -173,29 +165,14 @@ pub fn find<F: Fabric + ?Sized>(
     found
 }
 
-fn kind_code(kind: &str) -> u8 {
-    KINDS
-        .iter()
-        .position(|k| *k == kind)
-        .expect("a kind of wait") as u8
-}
-
-/// (ns, count) keyed by `K`, over waits.
-type Tally<K> = BTreeMap<K, (u64, u64)>;
-
-fn tally<K: Ord>(t: &mut Tally<K>, k: K, ns: u64, n: u64) {
-    let e = t.entry(k).or_default();
-    e.0 += ns;
-    e.1 += n;
-}
-
 /// The wait states' summary ([`waits::states`]) over blocks, on process 0
 /// (`None` elsewhere); `found` are this block's waits, sorted by call.
 ///
-/// The tables add up over blocks; a cause is named by the block of the
-/// late call; each root-cause chain is followed as a token from block to
-/// block (a chain's root does not depend on the order chains run, see
-/// [`waits::CHAIN_STEPS`]) and counted at the root's block.
+/// The tables add up over blocks ([`waits::Tallies`]); a cause is named
+/// by the block of the late call; each root-cause chain is followed as a
+/// token from block to block (a chain's root does not depend on the
+/// order chains run, see [`waits::CHAIN_STEPS`]) and counted at the
+/// root's block.
 pub fn states<F: Fabric + ?Sized>(
     f: &F,
     b: &Block,
@@ -203,183 +180,41 @@ pub fn states<F: Fabric + ?Sized>(
     found: &[Wait],
 ) -> Option<waits::WaitStates> {
     let trace = &b.trace;
-    let me = f.index();
-    let procs = f.size();
-    let mpi_by_rank: BTreeMap<u32, u64> = trace
-        .ranks
-        .iter()
-        .map(|rank| {
-            let ns = (0..rank.threads.len())
-                .flat_map(|slot| times.calls(rank.rank, slot))
-                .map(|(_, a, b)| b.saturating_sub(a))
-                .sum();
-            (rank.rank, ns)
-        })
-        .collect();
-    let mut by_kind: Tally<u8> = BTreeMap::new();
-    let mut by_rank: Tally<(u32, &'static str)> = BTreeMap::new();
-    let mut by_function: Tally<(String, u8)> = BTreeMap::new();
-    let mut by_comm: Tally<(u64, u8)> = BTreeMap::new();
-    let mut to_cause = vec![Out::default(); procs];
+    let mut t = waits::Tallies::default();
+    for rank in &trace.ranks {
+        t.mpi_time(
+            rank.rank,
+            waits::mpi_time(times, rank.rank, rank.threads.len()),
+        );
+    }
+    let mut to_cause = vec![Out::default(); f.size()];
     for w in found {
-        let k = kind_code(w.kind);
-        tally(&mut by_kind, k, w.ns, 1);
-        tally(&mut by_rank, (w.at.rank, w.kind), w.ns, 1);
-        tally(&mut by_function, (times.name(w.at).to_owned(), k), w.ns, 1);
-        tally(&mut by_comm, (w.comm, k), w.ns, 1);
-        to_cause[b.blocks.owner(w.cause.rank)]
-            .at(w.cause)
-            .u8(k)
-            .u64(w.ns);
+        t.wait(w, times.name(w.at));
+        let o = &mut to_cause[b.blocks.owner(w.cause.rank)];
+        o.at(w.cause).u8(kind_code(w.kind)).u64(w.ns);
     }
     // Causes, named where the late call is.
-    let mut causes: Tally<(u32, String, u8)> = BTreeMap::new();
     for bytes in f.exchange(to_cause.into_iter().map(|o| o.0).collect()) {
         let mut i = In::new(&bytes);
         while !i.done() {
-            let (at, k, ns) = (i.at(), i.u8(), i.u64());
-            tally(&mut causes, (at.rank, times.name(at).to_owned(), k), ns, 1);
+            let (at, kind, ns) = (i.at(), KINDS[i.u8() as usize], i.u64());
+            t.cause(at.rank, times.name(at), kind, ns);
         }
     }
-    let roots = roots(f, b, times, found);
-
+    for ((rank, function), v) in roots(f, b, times, found) {
+        t.root(rank, function, v);
+    }
     let mut o = Out::default();
-    o.u64(mpi_by_rank.values().sum());
-    let put = |o: &mut Out, ns: u64, n: u64| {
-        o.u64(ns).u64(n);
-    };
-    o.u64(by_kind.len() as u64);
-    for (k, (ns, n)) in &by_kind {
-        o.u8(*k);
-        put(&mut o, *ns, *n);
-    }
-    o.u64(by_rank.len() as u64);
-    for ((r, k), (ns, n)) in &by_rank {
-        o.u32(*r).u8(kind_code(k)).f64(share(*ns, mpi_by_rank[r]));
-        put(&mut o, *ns, *n);
-    }
-    o.u64(by_function.len() as u64);
-    for ((name, k), (ns, n)) in &by_function {
-        o.str(name).u8(*k);
-        put(&mut o, *ns, *n);
-    }
-    o.u64(by_comm.len() as u64);
-    for ((c, k), (ns, n)) in &by_comm {
-        o.u64(*c).u8(*k);
-        put(&mut o, *ns, *n);
-    }
-    o.u64(causes.len() as u64);
-    for ((r, name, k), (ns, n)) in &causes {
-        o.u32(*r).str(name).u8(*k);
-        put(&mut o, *ns, *n);
-    }
-    o.u64(roots.len() as u64);
-    for ((r, name), (ns, n, indirect, delay)) in &roots {
-        o.u32(*r)
-            .str(name)
-            .u64(*ns)
-            .u64(*n)
-            .u64(*indirect)
-            .u64(*delay);
-    }
+    t.put(&mut o);
     let got = f.gather(o.0);
-    if me != 0 {
+    if f.index() != 0 {
         return None;
     }
-    let mut mpi_ns = 0u64;
-    let mut by_kind: Tally<&'static str> = BTreeMap::new();
-    let mut rank_rows: Vec<waits::WaitRow> = Vec::new();
-    let mut by_function: Tally<(String, &'static str)> = BTreeMap::new();
-    let mut by_comm: Tally<(u64, &'static str)> = BTreeMap::new();
-    let mut causes: Tally<(u32, String, &'static str)> = BTreeMap::new();
-    let mut roots: BTreeMap<(u32, String), (u64, u64, u64, u64)> = BTreeMap::new();
+    let mut all = waits::Tallies::default();
     for bytes in &got {
-        let mut i = In::new(bytes);
-        mpi_ns += i.u64();
-        for _ in 0..i.u64() {
-            let k = KINDS[i.u8() as usize];
-            tally(&mut by_kind, k, i.u64(), i.u64());
-        }
-        for _ in 0..i.u64() {
-            let (rank, k, share_of_mpi) = (i.u32(), KINDS[i.u8() as usize], i.f64());
-            rank_rows.push(waits::WaitRow {
-                kind: k,
-                rank: Some(rank),
-                function: None,
-                comm: None,
-                ns: i.u64(),
-                count: i.u64(),
-                share_of_mpi,
-            });
-        }
-        for _ in 0..i.u64() {
-            let key = (i.str(), KINDS[i.u8() as usize]);
-            tally(&mut by_function, key, i.u64(), i.u64());
-        }
-        for _ in 0..i.u64() {
-            let key = (i.u64(), KINDS[i.u8() as usize]);
-            tally(&mut by_comm, key, i.u64(), i.u64());
-        }
-        for _ in 0..i.u64() {
-            let key = (i.u32(), i.str(), KINDS[i.u8() as usize]);
-            tally(&mut causes, key, i.u64(), i.u64());
-        }
-        for _ in 0..i.u64() {
-            let key = (i.u32(), i.str());
-            let e = roots.entry(key).or_default();
-            e.0 += i.u64();
-            e.1 += i.u64();
-            e.2 += i.u64();
-            e.3 += i.u64();
-        }
+        all.merge(waits::Tallies::get(&mut In::new(bytes)));
     }
-    let row = |kind, ns, count| waits::WaitRow {
-        kind,
-        rank: None,
-        function: None,
-        comm: None,
-        ns,
-        count,
-        share_of_mpi: share(ns, mpi_ns),
-    };
-    let wait_ns = by_kind.values().map(|v| v.0).sum();
-    let causes = waits::top_causes(causes);
-    let root_causes = waits::top_roots(roots);
-    Some(waits::WaitStates {
-        time_base: times.base(),
-        mpi_ns,
-        wait_ns,
-        share_of_mpi: share(wait_ns, mpi_ns),
-        by_kind: by_kind
-            .into_iter()
-            .map(|(k, (ns, n))| row(k, ns, n))
-            .collect(),
-        by_rank: rank_rows,
-        by_function: by_function
-            .into_iter()
-            .map(|((name, k), (ns, n))| waits::WaitRow {
-                function: Some(name),
-                ..row(k, ns, n)
-            })
-            .collect(),
-        by_comm: by_comm
-            .into_iter()
-            .map(|((c, k), (ns, n))| waits::WaitRow {
-                comm: Some(c),
-                ..row(k, ns, n)
-            })
-            .collect(),
-        causes,
-        root_causes,
-    })
-}
-
-fn share(ns: u64, of: u64) -> f64 {
-    if of == 0 {
-        0.0
-    } else {
-        ns as f64 / of as f64
-    }
+    Some(all.finish(times.base()))
 }
 
 /// Each wait's root cause, followed as a token from the block of each

@@ -32,6 +32,7 @@
 //! wait to its root (`indirect`: waits that reached it through another
 //! rank's wait).
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 use pmtrace_format::Kind;
@@ -39,6 +40,7 @@ use pmtrace_matching::clocks::Shape;
 use pmtrace_matching::collective::{Flow, Instance, MemberCalls};
 use pmtrace_matching::matching::{Messages, RecvEvent, SendEvent};
 use pmtrace_trace::read::{EventRef, Trace};
+use pmtrace_trace::wire::{In, Out};
 use rayon::prelude::*;
 use serde::Serialize;
 
@@ -147,7 +149,7 @@ pub fn chain_next(
 /// ranks (module docs). `waits` are sorted by the waiting call. A chain's
 /// root is where it ends, or its call after [`CHAIN_STEPS`] steps: which
 /// chain ran first does not change it.
-fn roots(trace: &Trace, times: &Times, waits: &[Wait]) -> Vec<RootCause> {
+fn roots<'t>(trace: &Trace, times: &'t Times, waits: &[Wait]) -> BTreeMap<(u32, &'t str), Roots> {
     let key = |at: EventRef| (at.rank, at.thread, at.index);
     // The longest wait of a call.
     let wait_at = |at: EventRef| -> Option<Wait> {
@@ -190,7 +192,7 @@ fn roots(trace: &Trace, times: &Times, waits: &[Wait]) -> Vec<RootCause> {
         }
         root
     };
-    let mut acc: BTreeMap<(u32, &str), (u64, u64, u64, u64)> = BTreeMap::new();
+    let mut acc: BTreeMap<(u32, &str), Roots> = BTreeMap::new();
     let mut counted: rustc_hash::FxHashSet<(u32, u32, u32)> = Default::default();
     for w in waits {
         let cause = root_of(w.cause);
@@ -202,8 +204,12 @@ fn roots(trace: &Trace, times: &Times, waits: &[Wait]) -> Vec<RootCause> {
             e.3 = e.3.saturating_add(gap_before(cause).map_or(0, |x| x.1));
         }
     }
-    top_roots(acc)
+    acc
 }
+
+/// A root cause's tallies: the waiting it caused, the waits, the
+/// indirect ones, and the delay before its calls.
+pub type Roots = (u64, u64, u64, u64);
 
 /// Root causes from their tallies by (rank, function): (ns, waits,
 /// indirect, delay); the largest first (of equals the lowest rank), at
@@ -426,88 +432,259 @@ pub fn in_collective(
 }
 
 fn summarize(trace: &Trace, times: &Times, waits: &[Wait]) -> WaitStates {
+    let mut t = Tallies::default();
     // MPI time per rank, on the same time base.
-    let mpi_by_rank: Vec<u64> = trace
-        .ranks
-        .par_iter()
-        .map(|rank| {
-            (0..rank.threads.len())
-                .flat_map(|slot| times.calls(rank.rank, slot))
-                .map(|(_, a, b)| b.saturating_sub(a))
-                .fold(0, u64::saturating_add)
-        })
+    let mpi_by_rank: Vec<u64> = (trace.ranks.par_iter())
+        .map(|rank| mpi_time(times, rank.rank, rank.threads.len()))
         .collect();
-    // Saturating: a corrupt trace's stamps near 2^64 would overflow.
-    let mpi_ns: u64 = mpi_by_rank.iter().fold(0, |a, &b| a.saturating_add(b));
-    let share = |ns: u64, of: u64| if of == 0 { 0.0 } else { ns as f64 / of as f64 };
-    let mut by_kind: BTreeMap<&'static str, (u64, u64)> = BTreeMap::new();
-    let mut by_rank: BTreeMap<(u32, &'static str), (u64, u64)> = BTreeMap::new();
-    let mut by_function: BTreeMap<(&str, &'static str), (u64, u64)> = BTreeMap::new();
-    let mut by_comm: BTreeMap<(u64, &'static str), (u64, u64)> = BTreeMap::new();
-    let mut causes: BTreeMap<(u32, &str, &'static str), (u64, u64)> = BTreeMap::new();
-    let add = |e: &mut (u64, u64), ns: u64| {
-        e.0 = e.0.saturating_add(ns);
-        e.1 += 1;
-    };
-    for w in waits {
-        add(by_kind.entry(w.kind).or_default(), w.ns);
-        add(by_rank.entry((w.at.rank, w.kind)).or_default(), w.ns);
-        add(
-            by_function.entry((times.name(w.at), w.kind)).or_default(),
-            w.ns,
-        );
-        add(by_comm.entry((w.comm, w.kind)).or_default(), w.ns);
-        add(
-            causes
-                .entry((w.cause.rank, times.name(w.cause), w.kind))
-                .or_default(),
-            w.ns,
-        );
+    for (rank, ns) in trace.ranks.iter().zip(mpi_by_rank) {
+        t.mpi_time(rank.rank, ns);
     }
-    let wait_ns = by_kind.values().fold(0, |a: u64, v| a.saturating_add(v.0));
-    let row = |kind, ns, count, of| WaitRow {
-        kind,
-        rank: None,
-        function: None,
-        comm: None,
-        ns,
-        count,
-        share_of_mpi: share(ns, of),
-    };
-    let causes = top_causes(causes);
-    let root_causes = roots(trace, times, waits);
-    WaitStates {
-        time_base: times.base(),
-        mpi_ns,
-        wait_ns,
-        share_of_mpi: share(wait_ns, mpi_ns),
-        by_kind: by_kind
-            .into_iter()
-            .map(|(k, (ns, n))| row(k, ns, n, mpi_ns))
-            .collect(),
-        by_rank: by_rank
-            .into_iter()
-            .map(|((r, k), (ns, n))| WaitRow {
-                rank: Some(r),
-                ..row(k, ns, n, mpi_by_rank[r as usize])
-            })
-            .collect(),
-        by_function: by_function
-            .into_iter()
-            .map(|((f, k), (ns, n))| WaitRow {
-                function: Some(f.to_owned()),
-                ..row(k, ns, n, mpi_ns)
-            })
-            .collect(),
-        by_comm: by_comm
-            .into_iter()
-            .map(|((c, k), (ns, n))| WaitRow {
-                comm: Some(c),
-                ..row(k, ns, n, mpi_ns)
-            })
-            .collect(),
-        causes,
-        root_causes,
+    for w in waits {
+        t.wait(w, times.name(w.at));
+        t.cause(w.cause.rank, times.name(w.cause), w.kind, w.ns);
+    }
+    for ((rank, function), v) in roots(trace, times, waits) {
+        t.root(rank, function, v);
+    }
+    t.finish(times.base())
+}
+
+/// The time rank `rank` (of `threads` threads) spent in MPI calls.
+pub fn mpi_time(times: &Times, rank: u32, threads: usize) -> u64 {
+    (0..threads)
+        .flat_map(|slot| times.calls(rank, slot))
+        .map(|(_, a, b)| b.saturating_sub(a))
+        .fold(0, u64::saturating_add)
+}
+
+/// (ns, count) of waits by `K`.
+type Tally<K> = BTreeMap<K, (u64, u64)>;
+
+/// The wait states' tables before they are ranked and shared out: sums
+/// that add up over any split of the trace, so that the blocks of
+/// `pmtrace-mpi` each make theirs and [`Tallies::merge`] them. Function
+/// names are borrowed where the tallies are made, owned where they came
+/// over the wire.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Tallies<'a> {
+    mpi_by_rank: BTreeMap<u32, u64>,
+    by_kind: Tally<&'static str>,
+    by_rank: Tally<(u32, &'static str)>,
+    by_function: Tally<(Cow<'a, str>, &'static str)>,
+    by_comm: Tally<(u64, &'static str)>,
+    causes: Tally<(u32, Cow<'a, str>, &'static str)>,
+    roots: BTreeMap<(u32, Cow<'a, str>), Roots>,
+}
+
+/// The kinds of wait, by their code on the wire.
+pub const KINDS: [&str; 5] = [
+    LATE_SENDER,
+    LATE_RECEIVER,
+    WAIT_AT_NXN,
+    WAIT_AT_BARRIER,
+    LATE_BROADCAST,
+];
+
+/// A kind of wait's code on the wire.
+pub fn kind_code(kind: &str) -> u8 {
+    KINDS
+        .iter()
+        .position(|k| *k == kind)
+        .expect("a kind of wait") as u8
+}
+
+fn kind_of(code: u8) -> &'static str {
+    KINDS[usize::from(code)]
+}
+
+fn tally<K: Ord>(t: &mut Tally<K>, k: K, (ns, n): (u64, u64)) {
+    let e = t.entry(k).or_default();
+    // Saturating: a corrupt trace's stamps near 2^64 would overflow.
+    e.0 = e.0.saturating_add(ns);
+    e.1 += n;
+}
+
+impl<'a> Tallies<'a> {
+    /// Rank `rank` spent `ns` in MPI calls.
+    pub fn mpi_time(&mut self, rank: u32, ns: u64) {
+        let e = self.mpi_by_rank.entry(rank).or_default();
+        *e = e.saturating_add(ns);
+    }
+
+    /// Wait `w`, in a call of `function`.
+    pub fn wait(&mut self, w: &Wait, function: &'a str) {
+        let one = (w.ns, 1);
+        tally(&mut self.by_kind, w.kind, one);
+        tally(&mut self.by_rank, (w.at.rank, w.kind), one);
+        tally(&mut self.by_function, (function.into(), w.kind), one);
+        tally(&mut self.by_comm, (w.comm, w.kind), one);
+    }
+
+    /// A wait of `kind` for `ns` caused by rank `rank`'s call of
+    /// `function` (named where that call was made).
+    pub fn cause(
+        &mut self,
+        rank: u32,
+        function: impl Into<Cow<'a, str>>,
+        kind: &'static str,
+        ns: u64,
+    ) {
+        tally(&mut self.causes, (rank, function.into(), kind), (ns, 1));
+    }
+
+    /// A root cause's tallies, at rank `rank`'s calls of `function`.
+    pub fn root(&mut self, rank: u32, function: impl Into<Cow<'a, str>>, v: Roots) {
+        self.add_root((rank, function.into()), v);
+    }
+
+    fn add_root(&mut self, key: (u32, Cow<'a, str>), v: Roots) {
+        let e = self.roots.entry(key).or_default();
+        e.0 = e.0.saturating_add(v.0);
+        e.1 += v.1;
+        e.2 += v.2;
+        e.3 = e.3.saturating_add(v.3);
+    }
+
+    /// Adds `other`'s tallies to these.
+    pub fn merge(&mut self, other: Tallies<'a>) {
+        for (r, ns) in other.mpi_by_rank {
+            self.mpi_time(r, ns);
+        }
+        for (k, v) in other.by_kind {
+            tally(&mut self.by_kind, k, v);
+        }
+        for (k, v) in other.by_rank {
+            tally(&mut self.by_rank, k, v);
+        }
+        for (k, v) in other.by_function {
+            tally(&mut self.by_function, k, v);
+        }
+        for (k, v) in other.by_comm {
+            tally(&mut self.by_comm, k, v);
+        }
+        for (k, v) in other.causes {
+            tally(&mut self.causes, k, v);
+        }
+        for (k, v) in other.roots {
+            self.add_root(k, v);
+        }
+    }
+
+    /// The wait states on `time_base`: shares, causes ranked.
+    pub fn finish(self, time_base: &'static str) -> WaitStates {
+        let mpi_ns = (self.mpi_by_rank.values()).fold(0, |a: u64, &b| a.saturating_add(b));
+        let share = |ns: u64, of: u64| if of == 0 { 0.0 } else { ns as f64 / of as f64 };
+        let wait_ns = (self.by_kind.values()).fold(0, |a: u64, v| a.saturating_add(v.0));
+        let row = |kind, ns, count, of| WaitRow {
+            kind,
+            rank: None,
+            function: None,
+            comm: None,
+            ns,
+            count,
+            share_of_mpi: share(ns, of),
+        };
+        let mpi_by_rank = &self.mpi_by_rank;
+        WaitStates {
+            time_base,
+            mpi_ns,
+            wait_ns,
+            share_of_mpi: share(wait_ns, mpi_ns),
+            by_kind: (self.by_kind.into_iter())
+                .map(|(k, (ns, n))| row(k, ns, n, mpi_ns))
+                .collect(),
+            by_rank: (self.by_rank.into_iter())
+                .map(|((r, k), (ns, n))| WaitRow {
+                    rank: Some(r),
+                    ..row(k, ns, n, mpi_by_rank.get(&r).copied().unwrap_or(0))
+                })
+                .collect(),
+            by_function: (self.by_function.into_iter())
+                .map(|((f, k), (ns, n))| WaitRow {
+                    function: Some(f.into_owned()),
+                    ..row(k, ns, n, mpi_ns)
+                })
+                .collect(),
+            by_comm: (self.by_comm.into_iter())
+                .map(|((c, k), (ns, n))| WaitRow {
+                    comm: Some(c),
+                    ..row(k, ns, n, mpi_ns)
+                })
+                .collect(),
+            causes: top_causes(self.causes),
+            root_causes: top_roots(self.roots),
+        }
+    }
+
+    /// The wire form (for `pmtrace-mpi`).
+    pub fn put(&self, o: &mut Out) {
+        let put = |o: &mut Out, &(ns, n): &(u64, u64)| {
+            o.u64(ns).u64(n);
+        };
+        o.u64(self.mpi_by_rank.len() as u64);
+        for (&r, &ns) in &self.mpi_by_rank {
+            o.u32(r).u64(ns);
+        }
+        o.u64(self.by_kind.len() as u64);
+        for (k, v) in &self.by_kind {
+            put(o.u8(kind_code(k)), v);
+        }
+        o.u64(self.by_rank.len() as u64);
+        for ((r, k), v) in &self.by_rank {
+            put(o.u32(*r).u8(kind_code(k)), v);
+        }
+        o.u64(self.by_function.len() as u64);
+        for ((f, k), v) in &self.by_function {
+            put(o.str(f).u8(kind_code(k)), v);
+        }
+        o.u64(self.by_comm.len() as u64);
+        for ((c, k), v) in &self.by_comm {
+            put(o.u64(*c).u8(kind_code(k)), v);
+        }
+        o.u64(self.causes.len() as u64);
+        for ((r, f, k), v) in &self.causes {
+            put(o.u32(*r).str(f).u8(kind_code(k)), v);
+        }
+        o.u64(self.roots.len() as u64);
+        for ((r, f), v) in &self.roots {
+            o.u32(*r).str(f).u64(v.0).u64(v.1).u64(v.2).u64(v.3);
+        }
+    }
+
+    /// Reads what [`Tallies::put`] wrote.
+    pub fn get(i: &mut In) -> Tallies<'static> {
+        let mut t = Tallies::default();
+        let pair = |i: &mut In| (i.u64(), i.u64());
+        for _ in 0..i.u64() {
+            let (r, ns) = (i.u32(), i.u64());
+            t.mpi_time(r, ns);
+        }
+        for _ in 0..i.u64() {
+            let k = kind_of(i.u8());
+            t.by_kind.insert(k, pair(i));
+        }
+        for _ in 0..i.u64() {
+            let k = (i.u32(), kind_of(i.u8()));
+            t.by_rank.insert(k, pair(i));
+        }
+        for _ in 0..i.u64() {
+            let k = (Cow::Owned(i.str()), kind_of(i.u8()));
+            t.by_function.insert(k, pair(i));
+        }
+        for _ in 0..i.u64() {
+            let k = (i.u64(), kind_of(i.u8()));
+            t.by_comm.insert(k, pair(i));
+        }
+        for _ in 0..i.u64() {
+            let k = (i.u32(), Cow::Owned(i.str()), kind_of(i.u8()));
+            t.causes.insert(k, pair(i));
+        }
+        for _ in 0..i.u64() {
+            let k = (i.u32(), Cow::Owned(i.str()));
+            t.roots.insert(k, (i.u64(), i.u64(), i.u64(), i.u64()));
+        }
+        t
     }
 }
 
@@ -582,5 +759,76 @@ impl WaitStates {
             )?;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(rank: u32, index: u32) -> EventRef {
+        EventRef {
+            rank,
+            thread: 0,
+            index,
+        }
+    }
+
+    fn wait(kind: &'static str, rank: u32, ns: u64, cause: u32) -> Wait {
+        Wait {
+            kind,
+            at: at(rank, 7),
+            comm: 1,
+            ns,
+            cause: at(cause, 3),
+        }
+    }
+
+    fn add<'a>(t: &mut Tallies<'a>, w: &Wait) {
+        t.wait(w, "MPI_Recv");
+        t.cause(w.cause.rank, "MPI_Send", w.kind, w.ns);
+    }
+
+    /// Tallies made in two parts and merged (one of them through its wire
+    /// form) give the wait states of the whole.
+    #[test]
+    fn tallies_of_parts_merge_into_those_of_the_whole() {
+        let waits = [
+            wait(LATE_SENDER, 0, 100, 1),
+            wait(LATE_SENDER, 1, 50, 0),
+            wait(WAIT_AT_BARRIER, 1, 30, 0),
+        ];
+        let mut whole = Tallies::default();
+        let (mut a, mut b) = (Tallies::default(), Tallies::default());
+        for (i, w) in waits.iter().enumerate() {
+            add(&mut whole, w);
+            add(if i == 0 { &mut a } else { &mut b }, w);
+        }
+        whole.mpi_time(0, 1_000);
+        whole.mpi_time(1, 400);
+        whole.root(1, "MPI_Send", (100, 1, 0, 20));
+        a.mpi_time(0, 1_000);
+        a.root(1, "MPI_Send", (60, 1, 0, 20));
+        b.mpi_time(1, 400);
+        let mut o = Out::default();
+        b.put(&mut o);
+        let b = Tallies::get(&mut In::new(&o.0));
+        a.merge(b);
+        // The roots' tallies add: merge one more.
+        whole.root(1, "MPI_Send", (0, 0, 0, 0));
+        let mut extra = Tallies::default();
+        extra.root(1, "MPI_Send", (40, 0, 0, 0));
+        a.merge(extra);
+        let (w, m) = (whole.finish("recorded"), a.finish("recorded"));
+        assert_eq!(w, m);
+        assert_eq!((w.mpi_ns, w.wait_ns), (1_400, 180));
+        let rank1: Vec<(u64, f64)> = (w.by_rank.iter())
+            .filter(|r| r.rank == Some(1))
+            .map(|r| (r.ns, r.share_of_mpi))
+            .collect();
+        assert_eq!(rank1, [(50, 0.125), (30, 0.075)]);
+        assert_eq!(w.causes[0].function, "MPI_Send");
+        assert_eq!((w.causes[0].rank, w.causes[0].ns), (1, 100));
+        assert_eq!(w.root_causes[0].ns, 100);
     }
 }

@@ -18,6 +18,7 @@ pub mod ops;
 pub mod phases;
 pub mod read;
 pub mod units;
+pub mod wire;
 
 pub use comm::{Comm, Comms};
 pub use error::ReadError;

@@ -1,8 +1,8 @@
-//! Records between processes: little-endian fields, written and read in
+//! Records between the processes of `pmtrace-mpi`: little-endian fields, written and read in
 //! the same order by the same code. A short buffer is a bug of ours, not
 //! of the trace, and panics.
 
-use pmtrace_trace::read::EventRef;
+use crate::read::EventRef;
 
 /// A buffer being written.
 #[derive(Debug, Default, Clone)]
