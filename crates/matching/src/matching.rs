@@ -46,6 +46,7 @@ use pmtrace_trace::{Call, Payload};
 
 use pmtrace_trace::ops::OpTable;
 use pmtrace_trace::read::{EventRef, Rank, Trace};
+use pmtrace_trace::wire::{In, Out, Wire};
 
 use crate::ends::{Cursor, Ends};
 
@@ -102,11 +103,72 @@ pub struct RecvEvent {
     pub pb: Option<Pb>,
 }
 
+impl Wire for SendEvent {
+    fn put(&self, o: &mut Out) {
+        o.u32(self.src).put(&self.dst);
+        o.u64(self.comm)
+            .i32(self.tag)
+            .u64(self.bytes)
+            .u64(self.time);
+        o.at(self.call).u32(self.item);
+    }
+    fn get(i: &mut In) -> SendEvent {
+        SendEvent {
+            src: i.u32(),
+            dst: i.get(),
+            comm: i.u64(),
+            tag: i.i32(),
+            bytes: i.u64(),
+            time: i.u64(),
+            call: i.at(),
+            item: i.u32(),
+        }
+    }
+}
+
+impl Wire for RecvEvent {
+    fn put(&self, o: &mut Out) {
+        o.put(&self.src).u32(self.dst).u64(self.comm).i32(self.tag);
+        o.u64(self.bytes).u64(self.time).u64(self.posted_at);
+        o.at(self.post).u32(self.post_item);
+        o.at(self.completion).u32(self.completion_item);
+        o.u8(self.how as u8)
+            .bool(self.wildcard)
+            .i32(self.posted_tag);
+        let pb = self.pb.map(|pb| ((pb.id, pb.lc), (pb.sent, pb.vc)));
+        o.put(&pb);
+    }
+    fn get(i: &mut In) -> RecvEvent {
+        RecvEvent {
+            src: i.get(),
+            dst: i.u32(),
+            comm: i.u64(),
+            tag: i.i32(),
+            bytes: i.u64(),
+            time: i.u64(),
+            posted_at: i.u64(),
+            post: i.at(),
+            post_item: i.u32(),
+            completion: i.at(),
+            completion_item: i.u32(),
+            how: match i.u8() {
+                0 => RecvHow::Blocking,
+                1 => RecvHow::Nonblocking,
+                _ => RecvHow::Probed,
+            },
+            wildcard: i.bool(),
+            posted_tag: i.i32(),
+            pb: (i.get::<Option<((u64, u64), (u64, Option<u32>))>>())
+                .map(|((id, lc), (sent, vc))| Pb { id, lc, sent, vc }),
+        }
+    }
+}
+
 /// How a receive was made.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RecvHow {
     /// `recv`, `sendrecv`: posted and completed by one call.
-    Blocking,
+    Blocking = 0,
     /// `irecv`, started `recv_init`: completed by a wait or test.
     Nonblocking,
     /// `mrecv`, `imrecv`: the message was matched by a probe.

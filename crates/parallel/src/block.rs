@@ -129,7 +129,7 @@ fn resolve_comms<F: Fabric + ?Sized>(f: &F, trace: &Trace) -> (Comms, Vec<String
     let mut out = Out::default();
     for rank in &trace.ranks {
         for def in rank.comm_defs().filter(|d| !d.members.is_empty()) {
-            put_def(&mut out, rank.rank, def);
+            out.u32(rank.rank).put(def);
         }
     }
     let all = f.all_gather(out.0);
@@ -137,7 +137,7 @@ fn resolve_comms<F: Fabric + ?Sized>(f: &F, trace: &Trace) -> (Comms, Vec<String
     for bytes in &all {
         let mut i = In::new(bytes);
         while !i.done() {
-            defs.push(get_def(&mut i));
+            defs.push((i.u32(), i.get()));
         }
     }
     let own = trace
@@ -152,28 +152,6 @@ fn resolve_comms<F: Fabric + ?Sized>(f: &F, trace: &Trace) -> (Comms, Vec<String
         &mut warnings,
     );
     (comms, warnings)
-}
-
-fn put_def(o: &mut Out, writer: u32, d: &CommDef) {
-    o.u32(writer).u32(d.index).u64(d.global_id).bool(d.inter);
-    o.u32(d.size)
-        .u32(d.rank)
-        .u32(d.remote_size)
-        .u32s(&d.members);
-}
-
-fn get_def(i: &mut In) -> (u32, CommDef) {
-    let writer = i.u32();
-    let def = CommDef {
-        index: i.u32(),
-        global_id: i.u64(),
-        inter: i.bool(),
-        size: i.u32(),
-        rank: i.u32(),
-        remote_size: i.u32(),
-        members: i.u32s(),
-    };
-    (writer, def)
 }
 
 #[cfg(test)]

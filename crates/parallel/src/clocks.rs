@@ -82,26 +82,6 @@ const ANSWER: u8 = 2;
 
 type Key = (u64, u64, u64);
 
-fn put_key(o: &mut Out, k: Key) {
-    o.u64(k.0).u64(k.1).u64(k.2);
-}
-
-fn get_key(i: &mut In) -> Key {
-    (i.u64(), i.u64(), i.u64())
-}
-
-fn put_vc(o: &mut Out, vc: &[u64]) {
-    o.u32(vc.len() as u32);
-    for &x in vc {
-        o.u64(x);
-    }
-}
-
-fn get_vc(i: &mut In) -> Vec<u64> {
-    let n = i.u32() as usize;
-    (0..n).map(|_| i.u64()).collect()
-}
-
 /// The clock rules over blocks ([`clocks::Part`]), in rounds: every block
 /// steps its streams as far as it can; then one all-to-all carries the
 /// clocks of sends received in another block (to the receiver's process),
@@ -141,20 +121,20 @@ pub fn replay<F: Fabric + ?Sized>(
             };
             if let (true, (Some(lc), vc)) = (to != me, part.send(si)) {
                 out[to].u8(SEND).u32(si as u32).u64(lc);
-                put_vc(&mut out[to], vc.unwrap_or_default());
+                out[to].put_all(vc.unwrap_or_default());
             }
         }
         for (i, member, lc, vc) in part.take_enters() {
             let (key, shape, root, size) = plan.instance(i as usize);
             let o = &mut out[owner_of(key, procs)];
             o.u8(ENTER);
-            put_key(o, key);
+            o.put(&key);
             o.u8(shape.code())
                 .u32(root.unwrap_or(u32::MAX))
                 .u64(size as u64)
                 .u32(member)
                 .u64(lc);
-            put_vc(o, &vc);
+            o.put(&vc);
         }
         let got = f.exchange(out.into_iter().map(|o| o.0).collect());
         let mut received = 0;
@@ -165,17 +145,17 @@ pub fn replay<F: Fabric + ?Sized>(
                 match i.u8() {
                     SEND => {
                         let (index, lc) = (i.u32(), i.u64());
-                        let vc = get_vc(&mut i);
+                        let vc = i.get::<Vec<u64>>();
                         let si = foreign[&(from, index)];
                         part.set_send(si, lc, (!vc.is_empty()).then_some(vc));
                     }
                     ENTER => {
-                        let key = get_key(&mut i);
+                        let key = i.get::<Key>();
                         let shape = Shape::from_code(i.u8()).expect("a shape code");
                         let root = Some(i.u32()).filter(|&r| r != u32::MAX);
                         let size = i.u64() as usize;
                         let (member, lc) = (i.u32(), i.u64());
-                        let vc = get_vc(&mut i);
+                        let vc = i.get::<Vec<u64>>();
                         let g = owned.entry(key).or_insert_with(|| Gathering {
                             shape,
                             root,
@@ -192,9 +172,9 @@ pub fn replay<F: Fabric + ?Sized>(
                         }
                     }
                     _ => {
-                        let key = get_key(&mut i);
+                        let key = i.get::<Key>();
                         let (member, lc) = (i.u32(), i.u64());
-                        let vc = get_vc(&mut i);
+                        let vc = i.get::<Vec<u64>>();
                         part.answer(local[&key], member, lc, vc);
                     }
                 }
@@ -229,9 +209,9 @@ fn answer(g: &Gathering, key: Key, out: &mut [Out]) {
         while at < to.len() && to[at].0 == member {
             let o = &mut out[to[at].1 as usize];
             o.u8(ANSWER);
-            put_key(o, key);
+            o.put(&key);
             o.u32(member).u64(lc);
-            put_vc(o, &vc);
+            o.put(&vc);
             at += 1;
         }
     }
@@ -256,7 +236,7 @@ fn force<F: Fabric + ?Sized>(
     if let Some((i, member)) = waits {
         let key = plan.instance(i).0;
         let o = &mut query[owner_of(key, procs)];
-        put_key(o, key);
+        o.put(&key);
         o.u32(member);
     }
     let got = f.exchange(query.into_iter().map(|o| o.0).collect());
@@ -264,19 +244,19 @@ fn force<F: Fabric + ?Sized>(
     for (from, bytes) in got.iter().enumerate() {
         let mut i = In::new(bytes);
         while !i.done() {
-            let (key, member) = (get_key(&mut i), i.u32());
+            let (key, member) = (i.get::<Key>(), i.u32());
             let (lc, vc) = owned
                 .get(&key)
                 .map(|g| clocks::merge_for(g.shape, g.root, &g.enters, member))
                 .unwrap_or_default();
             back[from].u64(lc);
-            put_vc(&mut back[from], &vc);
+            back[from].put_all(&vc);
         }
     }
     let got = f.exchange(back.into_iter().map(|o| o.0).collect());
     let partial = waits.map(|(i, _)| {
         let mut i = In::new(&got[owner_of(plan.instance(i).0, procs)]);
-        (i.u64(), get_vc(&mut i))
+        (i.u64(), i.get::<Vec<u64>>())
     });
     if let Some(r) = r {
         part.force(r, partial);

@@ -51,44 +51,6 @@ fn end_point<F: Fabric + ?Sized>(f: &F, b: &Block, times: &Times, to: u64) -> Op
     best.map(|(a, r)| (r, a.min(to)))
 }
 
-fn put_cursor(o: &mut Out, c: &Cursor, pending: Option<(EventRef, u64)>, seq: u64) {
-    o.u32(c.rank)
-        .u64(c.t)
-        .u64(c.guard as u64)
-        .u64(c.hops)
-        .u64(seq);
-    match c.next {
-        Some(at) => o.u8(1).u32(at.rank).u32(at.thread).u32(at.index),
-        None => o.u8(0),
-    };
-    match pending {
-        Some((at, resumed)) => o
-            .u8(1)
-            .u32(at.rank)
-            .u32(at.thread)
-            .u32(at.index)
-            .u64(resumed),
-        None => o.u8(0),
-    };
-}
-
-fn get_cursor(i: &mut In) -> (Cursor, Option<(EventRef, u64)>, u64) {
-    let (rank, t, guard, hops, seq) = (i.u32(), i.u64(), i.u64() as usize, i.u64(), i.u64());
-    let next = (i.u8() == 1).then(|| i.at());
-    let pending = (i.u8() == 1).then(|| (i.at(), i.u64()));
-    (
-        Cursor {
-            rank,
-            t,
-            next,
-            guard,
-            hops,
-        },
-        pending,
-        seq,
-    )
-}
-
 /// Message kinds between rounds.
 const TOKEN: u8 = 0;
 const DONE: u8 = 1;
@@ -304,7 +266,7 @@ fn plain<F: Fabric + ?Sized>(
                     let to = b.blocks.owner(cause.rank);
                     if to != me {
                         out[to].u8(TOKEN);
-                        put_cursor(&mut out[to], &c, pending, seq);
+                        out[to].put(&c).put(&pending).u64(seq);
                         break false;
                     }
                     pending = None;
@@ -332,7 +294,7 @@ fn plain<F: Fabric + ?Sized>(
             let mut i = In::new(&bytes);
             while !i.done() {
                 match i.u8() {
-                    TOKEN => token = Some(get_cursor(&mut i)),
+                    TOKEN => token = Some((i.get(), i.get(), i.u64())),
                     _ => {
                         hops = i.u64();
                         done = true;

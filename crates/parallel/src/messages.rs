@@ -17,8 +17,6 @@
 //! with both ends. A message whose ends lie in two blocks is in both, and
 //! is counted by its receiver's; an unmatched send by its sender's.
 
-use pmtrace_format::record::Pb;
-use pmtrace_matching::matching::{RecvEvent, RecvHow, SendEvent};
 use pmtrace_matching::Messages;
 use pmtrace_trace::read::EventRef;
 
@@ -141,7 +139,7 @@ pub fn build<F: Fabric + ?Sized>(f: &F, b: &Block) -> BlockMessages {
         let to = b.blocks.owner(dst);
         if to != me && dst < b.blocks.ranks {
             out[to].u32(i as u32).u64(m.send_ids[i]);
-            put_send(&mut out[to], s);
+            out[to].put(s);
         }
     }
     let got = f.exchange(out.into_iter().map(|o| o.0).collect());
@@ -153,7 +151,7 @@ pub fn build<F: Fabric + ?Sized>(f: &F, b: &Block) -> BlockMessages {
         while !i.done() {
             let index = i.u32();
             let id = i.u64();
-            foreign.push((get_send(&mut i), id));
+            foreign.push((i.get(), id));
             origin.push((from, index));
         }
     }
@@ -164,7 +162,7 @@ pub fn build<F: Fabric + ?Sized>(f: &F, b: &Block) -> BlockMessages {
         if p.send >= own_sends {
             let (to, index) = origin[p.send - own_sends];
             back[to].u32(index);
-            put_recv(&mut back[to], &m.recvs[p.recv]);
+            back[to].put(&m.recvs[p.recv]);
         }
     }
     let got = f.exchange(back.into_iter().map(|o| o.0).collect());
@@ -173,7 +171,7 @@ pub fn build<F: Fabric + ?Sized>(f: &F, b: &Block) -> BlockMessages {
         let mut i = In::new(bytes);
         while !i.done() {
             let send = i.u32() as usize;
-            received.push((send, get_recv(&mut i)));
+            received.push((send, i.get()));
         }
     }
     m.add_received(received, own_sends);
@@ -183,96 +181,5 @@ pub fn build<F: Fabric + ?Sized>(f: &F, b: &Block) -> BlockMessages {
         own_recvs,
         origin,
         me,
-    }
-}
-
-/// An optional rank as a u32 (`u32::MAX`: none).
-fn put_opt(o: &mut Out, x: Option<u32>) {
-    o.u32(x.unwrap_or(u32::MAX));
-}
-
-fn get_opt(i: &mut In) -> Option<u32> {
-    Some(i.u32()).filter(|&x| x != u32::MAX)
-}
-
-pub(crate) fn put_send(o: &mut Out, s: &SendEvent) {
-    o.u32(s.src);
-    put_opt(o, s.dst);
-    o.u64(s.comm).i32(s.tag).u64(s.bytes).u64(s.time);
-    o.at(s.call);
-    o.u32(s.item);
-}
-
-pub(crate) fn get_send(i: &mut In) -> SendEvent {
-    SendEvent {
-        src: i.u32(),
-        dst: get_opt(i),
-        comm: i.u64(),
-        tag: i.i32(),
-        bytes: i.u64(),
-        time: i.u64(),
-        call: i.at(),
-        item: i.u32(),
-    }
-}
-
-pub(crate) fn put_recv(o: &mut Out, r: &RecvEvent) {
-    put_opt(o, r.src);
-    o.u32(r.dst)
-        .u64(r.comm)
-        .i32(r.tag)
-        .u64(r.bytes)
-        .u64(r.time)
-        .u64(r.posted_at);
-    o.at(r.post);
-    o.u32(r.post_item);
-    o.at(r.completion);
-    o.u32(r.completion_item);
-    o.u8(match r.how {
-        RecvHow::Blocking => 0,
-        RecvHow::Nonblocking => 1,
-        RecvHow::Probed => 2,
-    });
-    o.bool(r.wildcard).i32(r.posted_tag);
-    match r.pb {
-        None => {
-            o.u8(0);
-        }
-        Some(pb) => {
-            o.u8(1).u64(pb.id).u64(pb.lc).u64(pb.sent);
-            put_opt(o, pb.vc);
-        }
-    }
-}
-
-pub(crate) fn get_recv(i: &mut In) -> RecvEvent {
-    RecvEvent {
-        src: get_opt(i),
-        dst: i.u32(),
-        comm: i.u64(),
-        tag: i.i32(),
-        bytes: i.u64(),
-        time: i.u64(),
-        posted_at: i.u64(),
-        post: i.at(),
-        post_item: i.u32(),
-        completion: i.at(),
-        completion_item: i.u32(),
-        how: match i.u8() {
-            0 => RecvHow::Blocking,
-            1 => RecvHow::Nonblocking,
-            _ => RecvHow::Probed,
-        },
-        wildcard: i.bool(),
-        posted_tag: i.i32(),
-        pb: match i.u8() {
-            0 => None,
-            _ => Some(Pb {
-                id: i.u64(),
-                lc: i.u64(),
-                sent: i.u64(),
-                vc: get_opt(i),
-            }),
-        },
     }
 }

@@ -9,7 +9,7 @@
 //! their order.
 
 use pmtrace_matching::clocks::{PartPlan, PartVectors};
-use pmtrace_report::races::{self, Race, RaceCall, RaceMessage, RaceSite, Races};
+use pmtrace_report::races::{self, Race, Races};
 
 use crate::block::Block;
 use crate::fabric::Fabric;
@@ -40,7 +40,7 @@ pub fn find<F: Fabric + ?Sized>(
     let clocks = crate::clocks::replay(f, b, bm, &plan, true, vectors, Some(&probed)).races(vector);
     let mut o = Out::default();
     if !b.trace.ranks.is_empty() {
-        put(&mut o, &Races::build(&b.trace, m, &wild, &clocks));
+        o.put(&Races::build(&b.trace, m, &wild, &clocks));
     }
     let got = f.gather(o.0);
     if f.index() != 0 {
@@ -57,7 +57,7 @@ pub fn find<F: Fabric + ?Sized>(
         races: Vec::new(),
     };
     for bytes in got.iter().filter(|b| !b.is_empty()) {
-        let part = get(&mut In::new(bytes));
+        let part: Races = In::new(bytes).get();
         all.wildcard_receives += part.wildcard_receives;
         all.racy_receives += part.racy_receives;
         all.alternatives += part.alternatives;
@@ -67,89 +67,4 @@ pub fn find<F: Fabric + ?Sized>(
     }
     all.races.sort_unstable_by_key(Race::order);
     Some(all)
-}
-
-fn put_msg(o: &mut Out, m: &RaceMessage) {
-    o.u32(m.source).u64(m.message_id);
-}
-
-fn get_msg(i: &mut In) -> RaceMessage {
-    RaceMessage {
-        source: i.u32(),
-        message_id: i.u64(),
-    }
-}
-
-/// A block's races (its mode aside).
-fn put(o: &mut Out, r: &Races) {
-    o.u64(r.wildcard_receives)
-        .u64(r.racy_receives)
-        .u64(r.alternatives)
-        .u64(r.unresolved);
-    o.u64(r.sites.len() as u64);
-    for s in &r.sites {
-        o.u32(s.rank)
-            .str(&s.function)
-            .u64(s.comm)
-            .i32(s.tag)
-            .u64(s.receives)
-            .u64(s.racy)
-            .u32s(&s.matched_sources)
-            .u32s(&s.other_sources);
-    }
-    o.u64(r.races.len() as u64);
-    for x in &r.races {
-        o.u32(x.rank)
-            .u32(x.thread)
-            .str(&x.call.function)
-            .u32(x.call.position)
-            .u64(x.comm)
-            .i32(x.tag);
-        put_msg(o, &x.matched);
-        o.u64(x.alternatives.len() as u64);
-        for a in &x.alternatives {
-            put_msg(o, a);
-        }
-    }
-}
-
-fn get(i: &mut In) -> Races {
-    let (wildcard_receives, racy_receives, alternatives, unresolved) =
-        (i.u64(), i.u64(), i.u64(), i.u64());
-    let sites = (0..i.u64())
-        .map(|_| RaceSite {
-            rank: i.u32(),
-            function: i.str(),
-            comm: i.u64(),
-            tag: i.i32(),
-            receives: i.u64(),
-            racy: i.u64(),
-            matched_sources: i.u32s(),
-            other_sources: i.u32s(),
-        })
-        .collect();
-    let races = (0..i.u64())
-        .map(|_| Race {
-            rank: i.u32(),
-            thread: i.u32(),
-            call: RaceCall {
-                function: i.str(),
-                position: i.u32(),
-            },
-            comm: i.u64(),
-            tag: i.i32(),
-            matched: get_msg(i),
-            alternatives: (0..i.u64()).map(|_| get_msg(i)).collect(),
-        })
-        .collect();
-    Races {
-        mode: "",
-        exact: false,
-        wildcard_receives,
-        racy_receives,
-        alternatives,
-        unresolved,
-        sites,
-        races,
-    }
 }

@@ -17,7 +17,7 @@ use std::collections::BTreeMap;
 
 use pmtrace_matching::matching::Violations;
 use pmtrace_report::phases;
-use pmtrace_report::requests::{self, PendingRequest};
+use pmtrace_report::requests;
 use pmtrace_report::times::Times;
 use pmtrace_report::{
     profile, spawned_worlds, CollectiveCounts, FunctionStats, MatrixCell, MessageCounts,
@@ -53,156 +53,9 @@ pub struct Plain {
     pub warnings: Vec<String>,
 }
 
-fn put_rank(o: &mut Out, r: &RankSummary) {
-    o.u32(r.rank)
-        .str(&r.host)
-        .bool(r.complete)
-        .u64(r.events)
-        .u64(r.messages_sent)
-        .u64(r.messages_received)
-        .u64(r.threads)
-        .u64(r.span_ns)
-        .u64(r.mpi_ns)
-        .u64(r.file_bytes)
-        .u64(r.dropped_events)
-        .u64(r.buffer_waits)
-        .u64(r.dropped_by_thread.len() as u64);
-    for (&thread, &n) in &r.dropped_by_thread {
-        o.u32(thread).u64(n);
-    }
-    o.u64(r.functions.len() as u64);
-    for (name, f) in &r.functions {
-        o.str(name)
-            .u64(f.calls)
-            .u64(f.total_ns)
-            .f64(f.mean_ns)
-            .u64(f.bytes);
-    }
-}
-
-fn get_rank(i: &mut In) -> RankSummary {
-    let mut r = RankSummary {
-        rank: i.u32(),
-        host: i.str(),
-        complete: i.bool(),
-        events: i.u64(),
-        messages_sent: i.u64(),
-        messages_received: i.u64(),
-        threads: i.u64(),
-        span_ns: i.u64(),
-        mpi_ns: i.u64(),
-        file_bytes: i.u64(),
-        dropped_events: i.u64(),
-        buffer_waits: i.u64(),
-        dropped_by_thread: BTreeMap::new(),
-        functions: BTreeMap::new(),
-    };
-    for _ in 0..i.u64() {
-        let thread = i.u32();
-        r.dropped_by_thread.insert(thread, i.u64());
-    }
-    for _ in 0..i.u64() {
-        let name = i.str();
-        let f = FunctionStats {
-            calls: i.u64(),
-            total_ns: i.u64(),
-            mean_ns: i.f64(),
-            bytes: i.u64(),
-        };
-        r.functions.insert(name, f);
-    }
-    r
-}
-
-fn put_unmatched(o: &mut Out, u: &UnmatchedMessage) {
-    let opt = |x: Option<u32>| x.unwrap_or(u32::MAX);
-    o.bool(u.side == "send")
-        .u32(opt(u.src))
-        .u32(opt(u.dst))
-        .u64(u.comm)
-        .i32(u.tag)
-        .u64(u.bytes)
-        .u64(u.time_ns)
-        .u32(u.rank)
-        .u32(u.thread)
-        .str(&u.function)
-        .u32(u.position);
-}
-
-fn get_unmatched(i: &mut In) -> UnmatchedMessage {
-    let opt = |x: u32| (x != u32::MAX).then_some(x);
-    UnmatchedMessage {
-        side: if i.bool() { "send" } else { "receive" },
-        src: opt(i.u32()),
-        dst: opt(i.u32()),
-        comm: i.u64(),
-        tag: i.i32(),
-        bytes: i.u64(),
-        time_ns: i.u64(),
-        rank: i.u32(),
-        thread: i.u32(),
-        function: i.str(),
-        position: i.u32(),
-    }
-}
-
-fn put_pending(o: &mut Out, p: &PendingRequest) {
-    o.u32(p.rank)
-        .u32(p.thread)
-        .str(&p.function)
-        .u32(p.position)
-        .u64(p.time_ns)
-        .str(p.kind);
-    match p.peer {
-        Some(x) => o.u8(1).i32(x),
-        None => o.u8(0),
-    };
-    match p.peer_world {
-        Some(x) => o.u8(1).u32(x),
-        None => o.u8(0),
-    };
-    match p.tag {
-        Some(x) => o.u8(1).i32(x),
-        None => o.u8(0),
-    };
-    match p.comm {
-        Some(x) => o.u8(1).u64(x),
-        None => o.u8(0),
-    };
-}
-
-fn get_pending(i: &mut In) -> PendingRequest {
-    let (rank, thread, function, position, time_ns) = (i.u32(), i.u32(), i.str(), i.u32(), i.u64());
-    let kind = match i.str().as_str() {
-        "send" => "send",
-        "receive" => "receive",
-        _ => "collective",
-    };
-    PendingRequest {
-        rank,
-        thread,
-        function,
-        position,
-        time_ns,
-        kind,
-        peer: (i.u8() == 1).then(|| i.i32()),
-        peer_world: (i.u8() == 1).then(|| i.u32()),
-        tag: (i.u8() == 1).then(|| i.i32()),
-        comm: (i.u8() == 1).then(|| i.u64()),
-    }
-}
-
-fn put_counts(o: &mut Out, m: &BTreeMap<String, u64>) {
-    o.u64(m.len() as u64);
-    for (k, v) in m {
-        o.str(k).u64(*v);
-    }
-}
-
 fn add_counts(i: &mut In, into: &mut BTreeMap<String, u64>) {
-    for _ in 0..i.u64() {
-        let k = i.str();
-        *into.entry(k).or_default() += i.u64();
+    for (k, n) in i.get::<BTreeMap<String, u64>>() {
+        *into.entry(k).or_default() += n;
     }
 }
 
@@ -235,7 +88,7 @@ pub fn plain<F: Fabric + ?Sized>(
     }
     let mut o = Out::default();
     for rank in &trace.ranks {
-        put_rank(&mut o, &profile(rank, m, &sent, &received));
+        o.put(&profile(rank, m, &sent, &received));
     }
     let profiles = f.gather(o.0);
 
@@ -281,11 +134,11 @@ pub fn plain<F: Fabric + ?Sized>(
         .collect();
     o.u64(firsts.len() as u64);
     for u in &firsts {
-        put_unmatched(&mut o, u);
+        o.put(u);
     }
     o.u64(pending_first.len() as u64);
     for p in &pending_first {
-        put_pending(&mut o, p);
+        o.put(p);
     }
     let mut cells: BTreeMap<(u32, u32), (u64, u64)> = BTreeMap::new();
     for s in own_sends {
@@ -301,7 +154,8 @@ pub fn plain<F: Fabric + ?Sized>(
     }
     let incomplete = trace.incomplete_ranks();
     o.u32s(&incomplete);
-    let (mut excluded, mut paused) = (BTreeMap::new(), BTreeMap::new());
+    let mut excluded: BTreeMap<String, u64> = BTreeMap::new();
+    let mut paused: BTreeMap<String, u64> = BTreeMap::new();
     for t in trace.ranks.iter().filter_map(|r| r.trailer.as_ref()) {
         for (k, n) in &t.excluded {
             *excluded.entry(k.clone()).or_default() += n;
@@ -310,8 +164,8 @@ pub fn plain<F: Fabric + ?Sized>(
             *paused.entry(k.clone()).or_default() += n;
         }
     }
-    put_counts(&mut o, &excluded);
-    put_counts(&mut o, &paused);
+    o.put(&excluded);
+    o.put(&paused);
     match trace
         .ranks
         .first()
@@ -342,11 +196,11 @@ pub fn plain<F: Fabric + ?Sized>(
         return None;
     }
 
-    let mut per_rank = Vec::with_capacity(ranks as usize);
+    let mut per_rank: Vec<RankSummary> = Vec::with_capacity(ranks as usize);
     for bytes in &profiles {
         let mut i = In::new(bytes);
         while !i.done() {
-            per_rank.push(get_rank(&mut i));
+            per_rank.push(i.get());
         }
     }
     let mut functions: BTreeMap<String, FunctionStats> = BTreeMap::new();
@@ -365,7 +219,7 @@ pub fn plain<F: Fabric + ?Sized>(
     for bytes in &lists {
         let mut i = In::new(bytes);
         for _ in 0..i.u64() {
-            let u = get_unmatched(&mut i);
+            let u: UnmatchedMessage = i.get();
             if u.side == "send" {
                 sends_first.push(u);
             } else {
@@ -373,7 +227,7 @@ pub fn plain<F: Fabric + ?Sized>(
             }
         }
         for _ in 0..i.u64() {
-            pending_first.push(get_pending(&mut i));
+            pending_first.push(i.get());
         }
         for _ in 0..i.u64() {
             matrix.push(MatrixCell {

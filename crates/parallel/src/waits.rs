@@ -22,17 +22,6 @@ use crate::insts::Insts;
 use crate::messages::BlockMessages;
 use crate::wire::{In, Out};
 
-fn put_times(o: &mut Out, t: Option<(u64, u64)>) {
-    match t {
-        Some((a, b)) => o.u8(1).u64(a).u64(b),
-        None => o.u8(0),
-    };
-}
-
-fn get_times(i: &mut In) -> Option<(u64, u64)> {
-    (i.u8() == 1).then(|| (i.u64(), i.u64()))
-}
-
 /// Every wait of a call of this block, sorted by call as the serial
 /// report sorts them.
 pub fn find<F: Fabric + ?Sized>(
@@ -49,9 +38,11 @@ pub fn find<F: Fabric + ?Sized>(
     let mut send_times: BTreeMap<usize, Option<(u64, u64)>> = BTreeMap::new();
     crossing.to_receivers(
         f,
-        |k, o| put_times(o, times.of(m.sends[m.matched[k].send].call)),
+        |k, o| {
+            o.put(&times.of(m.sends[m.matched[k].send].call));
+        },
         |k, i| {
-            send_times.insert(k, get_times(i));
+            send_times.insert(k, i.get());
         },
     );
     let mut recv_times: BTreeMap<usize, (bool, Option<(u64, u64)>)> = BTreeMap::new();
@@ -60,11 +51,11 @@ pub fn find<F: Fabric + ?Sized>(
         |k, o| {
             let r = &m.recvs[m.matched[k].recv];
             o.bool(times.of(r.completion).is_some());
-            put_times(o, times.of(r.post));
+            o.put(&times.of(r.post));
         },
         |k, i| {
             let done = i.bool();
-            recv_times.insert(k, (done, get_times(i)));
+            recv_times.insert(k, (done, i.get()));
         },
     );
     let send_of = |k: usize| match send_times.get(&k) {
@@ -111,9 +102,11 @@ pub fn find<F: Fabric + ?Sized>(
     let mut enters: BTreeMap<(usize, u32), Option<(u64, u64)>> = BTreeMap::new();
     insts.to_owners(
         f,
-        |slot, o| put_times(o, times.of(insts.members[slot].calls.enter)),
+        |slot, o| {
+            o.put(&times.of(insts.members[slot].calls.enter));
+        },
         |ii, me, i| {
-            enters.insert((ii, me), get_times(i));
+            enters.insert((ii, me), i.get());
         },
     );
     let mut out = vec![Out::default(); f.size()];

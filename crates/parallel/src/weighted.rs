@@ -158,37 +158,6 @@ const RESULT: u8 = 2;
 const QUERY: u8 = 3;
 const PARTIAL: u8 = 4;
 
-fn put_mark(o: &mut Out, m: Mark) {
-    o.f64(m.best).u32(m.rank).u32(m.pos);
-}
-
-fn get_mark(i: &mut In) -> Mark {
-    Mark {
-        best: i.f64(),
-        rank: i.u32(),
-        pos: i.u32(),
-    }
-}
-
-fn put_arrivals(o: &mut Out, a: &Arrivals) {
-    o.u64(a.missing);
-    match a.won {
-        Some(m) => {
-            o.u8(1);
-            put_mark(o, m);
-        }
-        None => {
-            o.u8(0);
-        }
-    }
-}
-
-fn get_arrivals(i: &mut In) -> Arrivals {
-    let missing = i.u64();
-    let won = (i.u8() == 1).then(|| get_mark(i));
-    Arrivals { won, missing }
-}
-
 /// What the sweep keeps beside the streams.
 struct State {
     me: usize,
@@ -232,7 +201,7 @@ impl Edges<Edge, Source> for State {
             Source::Cross(p, j) => {
                 let o = &mut self.out[p as usize];
                 o.u8(MARK).u32(j);
-                put_mark(o, mark);
+                o.put(&mark);
             }
             Source::Enter(slot) => {
                 let owner = self.member_owner[slot];
@@ -241,7 +210,7 @@ impl Edges<Edge, Source> for State {
                 } else {
                     let o = &mut self.out[owner as usize];
                     o.u8(ENTER).u32(slot as u32);
-                    put_mark(o, mark);
+                    o.put(&mark);
                 }
             }
         }
@@ -274,7 +243,7 @@ impl State {
         } else {
             let o = &mut self.out[p as usize];
             o.u8(kind).u32(slot);
-            put_arrivals(o, &a);
+            o.put(&a);
         }
     }
 
@@ -286,12 +255,12 @@ impl State {
             match i.u8() {
                 MARK => {
                     let slot = self.in_start[from] + i.u32() as usize;
-                    self.inbox[slot] = get_mark(&mut i);
+                    self.inbox[slot] = i.get::<Mark>();
                     self.woken.push(self.inbox_stream[slot]);
                 }
                 ENTER => {
                     let slot = i.u32();
-                    let m = get_mark(&mut i);
+                    let m = i.get::<Mark>();
                     self.enter(from as u32, slot, m);
                 }
                 QUERY => {
@@ -302,7 +271,7 @@ impl State {
                 }
                 _ => {
                     let slot = i.u32() as usize;
-                    self.coll[slot] = Some(get_arrivals(&mut i));
+                    self.coll[slot] = Some(i.get::<Arrivals>());
                     if let Some(r) = self.member_stream[slot] {
                         self.woken.push(r);
                     }
@@ -691,37 +660,6 @@ type Logged = (u64, u32, u32, u64, u64, u64);
 const TOKEN: u8 = 0;
 const DONE: u8 = 1;
 
-fn put_back(o: &mut Out, c: &Back, hop: Option<Jump>, seq: u64) {
-    o.at(c.at)
-        .bool(c.on_exit)
-        .u64(c.t)
-        .u64(c.guard as u64)
-        .u64(c.hops)
-        .u64(seq);
-    match hop {
-        Some(j) => o.u8(1).u32(j.at).u32(j.rank).u32(j.pos).u32(j.activity),
-        None => o.u8(0),
-    };
-}
-
-fn get_back(i: &mut In) -> (Back, Option<Jump>, u64) {
-    let back = Back {
-        at: i.at(),
-        on_exit: i.bool(),
-        t: i.u64(),
-        guard: i.u64() as usize,
-        hops: i.u64(),
-    };
-    let seq = i.u64();
-    let hop = (i.u8() == 1).then(|| Jump {
-        at: i.u32(),
-        rank: i.u32(),
-        pos: i.u32(),
-        activity: i.u32(),
-    });
-    (back, hop, seq)
-}
-
 /// The walk back from `end`'s last call as a token: this block's log,
 /// the hops, and the (rank, function) pairs of its ranks it passed.
 #[allow(clippy::too_many_arguments)]
@@ -785,14 +723,14 @@ fn walk_back<F: Fabric + ?Sized>(
                 let j = hop.expect("a hop to another block");
                 let o = &mut out[b.blocks.owner(j.rank)];
                 o.u8(TOKEN);
-                put_back(o, &c, hop, seq);
+                o.put(&c).put(&hop).u64(seq);
             }
         }
         for bytes in f.exchange(out.into_iter().map(|o| o.0).collect()) {
             let mut i = In::new(&bytes);
             while !i.done() {
                 match i.u8() {
-                    TOKEN => token = Some(get_back(&mut i)),
+                    TOKEN => token = Some((i.get(), i.get(), i.u64())),
                     _ => {
                         hops = i.u64();
                         done = true;

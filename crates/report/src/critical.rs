@@ -13,6 +13,7 @@
 //! window is on the path exactly once, so the shares add up to 1.
 
 use pmtrace_trace::read::{EventRef, Trace};
+use pmtrace_trace::wire::{In, Out, Wire};
 use rustc_hash::FxHashMap as HashMap;
 use serde::Serialize;
 
@@ -156,6 +157,25 @@ pub struct Cursor {
     pub next: Option<EventRef>,
     pub guard: usize,
     pub hops: u64,
+}
+
+impl Wire for Cursor {
+    fn put(&self, o: &mut Out) {
+        o.u32(self.rank)
+            .u64(self.t)
+            .u64(self.guard as u64)
+            .u64(self.hops);
+        o.put(&self.next);
+    }
+    fn get(i: &mut In) -> Cursor {
+        Cursor {
+            rank: i.u32(),
+            t: i.u64(),
+            guard: i.u64() as usize,
+            hops: i.u64(),
+            next: i.get(),
+        }
+    }
 }
 
 /// What one step of the walk did.

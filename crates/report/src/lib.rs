@@ -36,6 +36,7 @@ use pmtrace_matching::ends::Cursor;
 use pmtrace_matching::matching::{Messages, Violations};
 use pmtrace_sync::{quality, Graph, SyncReport, SyncViolations, Synced};
 use pmtrace_trace::read::{Rank, Trace};
+use pmtrace_trace::wire::{In, Out, Wire};
 
 pub mod critical;
 pub mod metrics;
@@ -923,6 +924,82 @@ pub fn human_bytes(b: u64) -> String {
         format!("{:.1} MiB", f / (1024.0 * 1024.0))
     } else {
         format!("{:.2} GiB", f / (1024.0 * 1024.0 * 1024.0))
+    }
+}
+
+impl Wire for FunctionStats {
+    fn put(&self, o: &mut Out) {
+        o.u64(self.calls)
+            .u64(self.total_ns)
+            .f64(self.mean_ns)
+            .u64(self.bytes);
+    }
+    fn get(i: &mut In) -> FunctionStats {
+        FunctionStats {
+            calls: i.u64(),
+            total_ns: i.u64(),
+            mean_ns: i.f64(),
+            bytes: i.u64(),
+        }
+    }
+}
+
+impl Wire for RankSummary {
+    fn put(&self, o: &mut Out) {
+        o.u32(self.rank).str(&self.host).bool(self.complete);
+        o.u64(self.events)
+            .u64(self.messages_sent)
+            .u64(self.messages_received);
+        o.u64(self.threads).u64(self.span_ns).u64(self.mpi_ns);
+        o.u64(self.file_bytes)
+            .u64(self.dropped_events)
+            .u64(self.buffer_waits);
+        o.put(&self.dropped_by_thread).put(&self.functions);
+    }
+    fn get(i: &mut In) -> RankSummary {
+        RankSummary {
+            rank: i.u32(),
+            host: i.str(),
+            complete: i.bool(),
+            events: i.u64(),
+            messages_sent: i.u64(),
+            messages_received: i.u64(),
+            threads: i.u64(),
+            span_ns: i.u64(),
+            mpi_ns: i.u64(),
+            file_bytes: i.u64(),
+            dropped_events: i.u64(),
+            buffer_waits: i.u64(),
+            dropped_by_thread: i.get(),
+            functions: i.get(),
+        }
+    }
+}
+
+impl Wire for UnmatchedMessage {
+    fn put(&self, o: &mut Out) {
+        o.bool(self.side == "send").put(&self.src).put(&self.dst);
+        o.u64(self.comm)
+            .i32(self.tag)
+            .u64(self.bytes)
+            .u64(self.time_ns);
+        o.u32(self.rank).u32(self.thread).str(&self.function);
+        o.u32(self.position);
+    }
+    fn get(i: &mut In) -> UnmatchedMessage {
+        UnmatchedMessage {
+            side: if i.bool() { "send" } else { "receive" },
+            src: i.get(),
+            dst: i.get(),
+            comm: i.u64(),
+            tag: i.i32(),
+            bytes: i.u64(),
+            time_ns: i.u64(),
+            rank: i.u32(),
+            thread: i.u32(),
+            function: i.str(),
+            position: i.u32(),
+        }
     }
 }
 

@@ -36,6 +36,7 @@ use pmtrace_format::Kind;
 use pmtrace_matching::clocks::RaceClocks;
 use pmtrace_matching::matching::{Messages, RecvHow};
 use pmtrace_trace::read::{EventRef, Trace};
+use pmtrace_trace::wire::{In, Out, Wire};
 use pmtrace_trace::Payload;
 use rustc_hash::FxHashMap as HashMap;
 use serde::Serialize;
@@ -102,6 +103,85 @@ pub struct Races {
     pub unresolved: u64,
     pub sites: Vec<RaceSite>,
     pub races: Vec<Race>,
+}
+
+impl Wire for RaceMessage {
+    fn put(&self, o: &mut Out) {
+        o.u32(self.source).u64(self.message_id);
+    }
+    fn get(i: &mut In) -> RaceMessage {
+        RaceMessage {
+            source: i.u32(),
+            message_id: i.u64(),
+        }
+    }
+}
+
+impl Wire for RaceSite {
+    fn put(&self, o: &mut Out) {
+        o.u32(self.rank)
+            .str(&self.function)
+            .u64(self.comm)
+            .i32(self.tag);
+        o.u64(self.receives).u64(self.racy);
+        o.u32s(&self.matched_sources).u32s(&self.other_sources);
+    }
+    fn get(i: &mut In) -> RaceSite {
+        RaceSite {
+            rank: i.u32(),
+            function: i.str(),
+            comm: i.u64(),
+            tag: i.i32(),
+            receives: i.u64(),
+            racy: i.u64(),
+            matched_sources: i.u32s(),
+            other_sources: i.u32s(),
+        }
+    }
+}
+
+impl Wire for Race {
+    fn put(&self, o: &mut Out) {
+        o.u32(self.rank).u32(self.thread);
+        o.str(&self.call.function).u32(self.call.position);
+        o.u64(self.comm).i32(self.tag);
+        o.put(&self.matched).put(&self.alternatives);
+    }
+    fn get(i: &mut In) -> Race {
+        Race {
+            rank: i.u32(),
+            thread: i.u32(),
+            call: RaceCall {
+                function: i.str(),
+                position: i.u32(),
+            },
+            comm: i.u64(),
+            tag: i.i32(),
+            matched: i.get(),
+            alternatives: i.get(),
+        }
+    }
+}
+
+/// A block's races, its mode aside (what `pmtrace-mpi` merges).
+impl Wire for Races {
+    fn put(&self, o: &mut Out) {
+        o.u64(self.wildcard_receives).u64(self.racy_receives);
+        o.u64(self.alternatives).u64(self.unresolved);
+        o.put(&self.sites).put(&self.races);
+    }
+    fn get(i: &mut In) -> Races {
+        Races {
+            mode: "",
+            exact: false,
+            wildcard_receives: i.u64(),
+            racy_receives: i.u64(),
+            alternatives: i.u64(),
+            unresolved: i.u64(),
+            sites: i.get(),
+            races: i.get(),
+        }
+    }
 }
 
 /// A receive site: rank, function, communicator, tag.

@@ -9,6 +9,7 @@
 use pmtrace_format::Kind;
 use pmtrace_trace::ops::OpTable;
 use pmtrace_trace::read::{EventRef, Rank, Trace};
+use pmtrace_trace::wire::{In, Out, Wire};
 use pmtrace_trace::Payload;
 use rayon::prelude::*;
 use serde::Serialize;
@@ -250,4 +251,34 @@ fn pending_of(trace: &Trace, rank: &Rank) -> (u64, Vec<PendingRequest>) {
         })
         .collect();
     (n, shown)
+}
+
+impl Wire for PendingRequest {
+    fn put(&self, o: &mut Out) {
+        o.u32(self.rank).u32(self.thread).str(&self.function);
+        o.u32(self.position).u64(self.time_ns).str(self.kind);
+        o.put(&self.peer).put(&self.peer_world);
+        o.put(&self.tag).put(&self.comm);
+    }
+    fn get(i: &mut In) -> PendingRequest {
+        let (rank, thread, function) = (i.u32(), i.u32(), i.str());
+        let (position, time_ns) = (i.u32(), i.u64());
+        let kind = match i.str().as_str() {
+            "send" => "send",
+            "receive" => "receive",
+            _ => "collective",
+        };
+        PendingRequest {
+            rank,
+            thread,
+            function,
+            position,
+            time_ns,
+            kind,
+            peer: i.get(),
+            peer_world: i.get(),
+            tag: i.get(),
+            comm: i.get(),
+        }
+    }
 }

@@ -34,6 +34,7 @@
 use pmtrace_matching::collective::{Instance, MemberCalls};
 use pmtrace_matching::matching::Messages;
 use pmtrace_trace::read::{EventRef, Trace};
+use pmtrace_trace::wire::{In, Out, Wire};
 
 use crate::path::{previous_call, Stretch, Walk, COMPUTING};
 use crate::times::Times;
@@ -51,6 +52,23 @@ pub struct Jump {
     pub activity: u32,
 }
 
+impl Wire for Jump {
+    fn put(&self, o: &mut Out) {
+        o.u32(self.at)
+            .u32(self.rank)
+            .u32(self.pos)
+            .u32(self.activity);
+    }
+    fn get(i: &mut In) -> Jump {
+        Jump {
+            at: i.u32(),
+            rank: i.u32(),
+            pos: i.u32(),
+            activity: i.u32(),
+        }
+    }
+}
+
 /// A source node (an enter) when swept: the weight of the heaviest path
 /// to it, and where it is. `best` is NaN until swept.
 #[derive(Debug, Clone, Copy)]
@@ -58,6 +76,32 @@ pub struct Mark {
     pub best: f64,
     pub rank: u32,
     pub pos: u32,
+}
+
+impl Wire for Mark {
+    fn put(&self, o: &mut Out) {
+        o.f64(self.best).u32(self.rank).u32(self.pos);
+    }
+    fn get(i: &mut In) -> Mark {
+        Mark {
+            best: i.f64(),
+            rank: i.u32(),
+            pos: i.u32(),
+        }
+    }
+}
+
+impl Wire for Arrivals {
+    fn put(&self, o: &mut Out) {
+        o.u64(self.missing).put(&self.won);
+    }
+    fn get(i: &mut In) -> Arrivals {
+        let missing = i.u64();
+        Arrivals {
+            won: i.get(),
+            missing,
+        }
+    }
 }
 
 impl Mark {
@@ -744,6 +788,22 @@ pub struct Back {
     pub t: u64,
     pub guard: usize,
     pub hops: u64,
+}
+
+impl Wire for Back {
+    fn put(&self, o: &mut Out) {
+        o.at(self.at).bool(self.on_exit).u64(self.t);
+        o.u64(self.guard as u64).u64(self.hops);
+    }
+    fn get(i: &mut In) -> Back {
+        Back {
+            at: i.at(),
+            on_exit: i.bool(),
+            t: i.u64(),
+            guard: i.u64() as usize,
+            hops: i.u64(),
+        }
+    }
 }
 
 /// What one step of [`Back`] did.

@@ -2,6 +2,8 @@
 //! the same order by the same code. A short buffer is a bug of ours, not
 //! of the trace, and panics.
 
+use pmtrace_format::record::CommDef;
+
 use crate::read::EventRef;
 
 /// A buffer being written.
@@ -109,6 +111,189 @@ impl<'a> In<'a> {
     }
 }
 
+/// A type's wire form, written beside the type: [`Wire::put`] writes what
+/// [`Wire::get`] reads back.
+pub trait Wire: Sized {
+    fn put(&self, o: &mut Out);
+    fn get(i: &mut In) -> Self;
+}
+
+impl Out {
+    /// Any value with a wire form.
+    pub fn put<T: Wire>(&mut self, x: &T) -> &mut Self {
+        x.put(self);
+        self
+    }
+
+    /// A count, then the values: what a `Vec<T>` reads back.
+    pub fn put_all<T: Wire>(&mut self, v: &[T]) -> &mut Self {
+        self.u64(v.len() as u64);
+        for x in v {
+            x.put(self);
+        }
+        self
+    }
+}
+
+impl In<'_> {
+    /// Any value with a wire form.
+    pub fn get<T: Wire>(&mut self) -> T {
+        T::get(self)
+    }
+}
+
+impl Wire for u32 {
+    fn put(&self, o: &mut Out) {
+        o.u32(*self);
+    }
+    fn get(i: &mut In) -> u32 {
+        i.u32()
+    }
+}
+
+impl Wire for u64 {
+    fn put(&self, o: &mut Out) {
+        o.u64(*self);
+    }
+    fn get(i: &mut In) -> u64 {
+        i.u64()
+    }
+}
+
+impl Wire for i32 {
+    fn put(&self, o: &mut Out) {
+        o.i32(*self);
+    }
+    fn get(i: &mut In) -> i32 {
+        i.i32()
+    }
+}
+
+impl Wire for f64 {
+    fn put(&self, o: &mut Out) {
+        o.f64(*self);
+    }
+    fn get(i: &mut In) -> f64 {
+        i.f64()
+    }
+}
+
+impl Wire for bool {
+    fn put(&self, o: &mut Out) {
+        o.bool(*self);
+    }
+    fn get(i: &mut In) -> bool {
+        i.bool()
+    }
+}
+
+impl Wire for String {
+    fn put(&self, o: &mut Out) {
+        o.str(self);
+    }
+    fn get(i: &mut In) -> String {
+        i.str()
+    }
+}
+
+/// A count, then the entries in key order.
+impl<K: Wire + Ord, V: Wire> Wire for std::collections::BTreeMap<K, V> {
+    fn put(&self, o: &mut Out) {
+        o.u64(self.len() as u64);
+        for (k, v) in self {
+            k.put(o);
+            v.put(o);
+        }
+    }
+    fn get(i: &mut In) -> Self {
+        let n = i.u64() as usize;
+        (0..n)
+            .map(|_| {
+                let k = K::get(i);
+                (k, V::get(i))
+            })
+            .collect()
+    }
+}
+
+impl Wire for EventRef {
+    fn put(&self, o: &mut Out) {
+        o.at(*self);
+    }
+    fn get(i: &mut In) -> EventRef {
+        i.at()
+    }
+}
+
+impl<A: Wire, B: Wire> Wire for (A, B) {
+    fn put(&self, o: &mut Out) {
+        self.0.put(o);
+        self.1.put(o);
+    }
+    fn get(i: &mut In) -> (A, B) {
+        let a = A::get(i);
+        (a, B::get(i))
+    }
+}
+
+impl<A: Wire, B: Wire, C: Wire> Wire for (A, B, C) {
+    fn put(&self, o: &mut Out) {
+        self.0.put(o);
+        self.1.put(o);
+        self.2.put(o);
+    }
+    fn get(i: &mut In) -> (A, B, C) {
+        let (a, b) = (A::get(i), B::get(i));
+        (a, b, C::get(i))
+    }
+}
+
+/// A communicator's definition, as its rank wrote it.
+impl Wire for CommDef {
+    fn put(&self, o: &mut Out) {
+        o.u32(self.index).u64(self.global_id).bool(self.inter);
+        o.u32(self.size).u32(self.rank).u32(self.remote_size);
+        o.u32s(&self.members);
+    }
+    fn get(i: &mut In) -> CommDef {
+        CommDef {
+            index: i.u32(),
+            global_id: i.u64(),
+            inter: i.bool(),
+            size: i.u32(),
+            rank: i.u32(),
+            remote_size: i.u32(),
+            members: i.u32s(),
+        }
+    }
+}
+
+/// A flag byte, then the value if there is one.
+impl<T: Wire> Wire for Option<T> {
+    fn put(&self, o: &mut Out) {
+        match self {
+            None => {
+                o.u8(0);
+            }
+            Some(x) => x.put(o.u8(1)),
+        }
+    }
+    fn get(i: &mut In) -> Option<T> {
+        (i.u8() == 1).then(|| T::get(i))
+    }
+}
+
+/// A count, then the values.
+impl<T: Wire> Wire for Vec<T> {
+    fn put(&self, o: &mut Out) {
+        o.put_all(self);
+    }
+    fn get(i: &mut In) -> Vec<T> {
+        let n = i.u64() as usize;
+        (0..n).map(|_| T::get(i)).collect()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -129,6 +314,17 @@ mod tests {
             (7, 1 << 31, -3, u64::MAX, 1.5, true)
         );
         assert_eq!((i.str(), i.u32s()), ("ring".to_string(), vec![4, 5]));
+        assert!(i.done());
+    }
+
+    #[test]
+    fn wire_forms_come_back() {
+        let x: (Option<(u64, u64)>, Vec<Option<u32>>) = (Some((3, 4)), vec![None, Some(9)]);
+        let mut o = Out::default();
+        o.put(&x).put(&None::<u64>);
+        let mut i = In::new(&o.0);
+        assert_eq!(i.get::<(Option<(u64, u64)>, Vec<Option<u32>>)>(), x);
+        assert_eq!(i.get::<Option<u64>>(), None);
         assert!(i.done());
     }
 }
