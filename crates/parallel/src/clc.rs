@@ -28,6 +28,7 @@ use pmtrace_sync::graph::{Ahead, Dep, Node, Out as GOut, Times};
 use crate::colls::Progress;
 use crate::fabric::Fabric;
 use crate::net::{Net, RemoteDep, RemoteOut};
+use crate::rounds::{self, Round};
 use crate::wire::{In, Out};
 
 /// Message kinds of a forward round.
@@ -201,7 +202,7 @@ impl<T: Times> State<'_, '_, T> {
     }
 
     /// Visits every ready node.
-    fn advance(&mut self) {
+    fn visit_ready(&mut self) {
         while let Some(l) = self.queue.pop_front() {
             self.queued[l as usize] = false;
             while let Some(n) = self.head(l) {
@@ -214,7 +215,7 @@ impl<T: Times> State<'_, '_, T> {
     }
 
     /// Applies what came from process `from`.
-    fn take(&mut self, from: usize, bytes: &[u8]) {
+    fn apply(&mut self, from: usize, bytes: &[u8]) {
         let mut i = In::new(bytes);
         while !i.done() {
             self.sent_count += 1;
@@ -299,33 +300,38 @@ pub fn forward<F: Fabric + ?Sized>(
             }
         }
     }
-    let mut forced = 0;
-    loop {
-        s.advance();
-        let out = std::mem::replace(&mut s.out, vec![Out::default(); procs]);
-        let got = f.exchange(out.into_iter().map(|o| o.0).collect());
-        for (from, bytes) in got.iter().enumerate() {
-            s.take(from, bytes);
-        }
-        let mut v = [
-            s.left,
-            s.visited,
-            s.sent_count + s.out.iter().map(|o| o.0.len() as u64).sum::<u64>(),
-        ];
-        s.visited = 0;
-        s.sent_count = 0;
-        f.sum(&mut v);
-        if v[0] == 0 {
-            break;
-        }
-        if v[1] == 0 && v[2] == 0 {
-            // Stuck: the blocked head with the earliest input time overall
-            // (ties to the lowest location, rank by rank) goes anyway.
-            forced += 1;
-            force(f, &mut s);
-        }
-    }
+    let forced = rounds::run(f, &mut s);
     (s.t, s.jumps, forced)
+}
+
+impl<T: Times> Round for State<'_, '_, T> {
+    fn advance(&mut self) -> u64 {
+        self.visit_ready();
+        std::mem::take(&mut self.visited)
+    }
+
+    fn outgoing(&mut self) -> Vec<Out> {
+        let procs = self.out.len();
+        std::mem::replace(&mut self.out, vec![Out::default(); procs])
+    }
+
+    fn take(&mut self, from: usize, bytes: &[u8]) {
+        self.apply(from, bytes);
+    }
+
+    fn left(&self) -> u64 {
+        self.left
+    }
+
+    fn moved(&mut self) -> u64 {
+        std::mem::take(&mut self.sent_count) + rounds::pending(&self.out)
+    }
+
+    /// Stuck: the blocked head with the earliest input time overall (ties
+    /// to the lowest location, rank by rank) goes anyway.
+    fn force<F: Fabric + ?Sized>(&mut self, f: &F) {
+        force(f, self);
+    }
 }
 
 /// Visits the blocked head with the earliest input time over every block.

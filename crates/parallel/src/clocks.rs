@@ -16,6 +16,7 @@ use crate::block::Block;
 use crate::fabric::Fabric;
 use crate::insts::owner_of;
 use crate::messages::BlockMessages;
+use crate::rounds::{self, Round};
 use crate::wire::{In, Out};
 
 /// Receives matched by id, without one, and disagreeing with the FIFO
@@ -101,31 +102,67 @@ pub fn replay<F: Fabric + ?Sized>(
     vectors: PartVectors,
     races: Option<&[bool]>,
 ) -> PartClocks {
-    let (me, procs) = (f.index(), f.size());
     let m = &bm.m;
-    let mut part = Part::new(&b.trace, m, plan, collectives, vectors, races);
-    let foreign: HashMap<(usize, u32), usize> = (bm.own_sends..m.sends.len())
-        .map(|i| (bm.send_key(i), i))
-        .collect();
-    let local = plan.instances();
-    let mut owned: HashMap<Key, Gathering> = HashMap::default();
-    let mut answers = vec![Out::default(); procs];
-    loop {
-        let stepped = part.advance();
-        let mut out = std::mem::replace(&mut answers, vec![Out::default(); procs]);
-        for si in part.take_sends() {
+    let mut r = Rules {
+        me: f.index(),
+        b,
+        bm,
+        plan,
+        part: Part::new(&b.trace, m, plan, collectives, vectors, races),
+        foreign: (bm.own_sends..m.sends.len())
+            .map(|i| (bm.send_key(i), i))
+            .collect(),
+        local: plan.instances(),
+        owned: HashMap::default(),
+        answers: vec![Out::default(); f.size()],
+        received: 0,
+    };
+    rounds::run(f, &mut r);
+    r.part.finish()
+}
+
+/// The clock rules over blocks, as [`rounds::run`] drives them.
+struct Rules<'x> {
+    me: usize,
+    b: &'x Block,
+    bm: &'x BlockMessages,
+    plan: &'x PartPlan,
+    part: Part<'x>,
+    /// The sends of other blocks that this block's receives took, by
+    /// (process, index there).
+    foreign: HashMap<(usize, u32), usize>,
+    /// This block's instances, by key.
+    local: HashMap<Key, u32>,
+    /// The instances owned here, as their enters come.
+    owned: HashMap<Key, Gathering>,
+    /// The owners' answers, for the next round.
+    answers: Vec<Out>,
+    received: u64,
+}
+
+impl Round for Rules<'_> {
+    fn advance(&mut self) -> u64 {
+        self.part.advance()
+    }
+
+    fn outgoing(&mut self) -> Vec<Out> {
+        let (m, procs) = (&self.bm.m, self.answers.len());
+        let mut out = std::mem::replace(&mut self.answers, vec![Out::default(); procs]);
+        for si in self.part.take_sends() {
             let si = si as usize;
             let to = match m.sends[si].dst {
-                Some(d) if si < bm.own_sends && d < b.blocks.ranks => b.blocks.owner(d),
+                Some(d) if si < self.bm.own_sends && d < self.b.blocks.ranks => {
+                    self.b.blocks.owner(d)
+                }
                 _ => continue,
             };
-            if let (true, (Some(lc), vc)) = (to != me, part.send(si)) {
+            if let (true, (Some(lc), vc)) = (to != self.me, self.part.send(si)) {
                 out[to].u8(SEND).u32(si as u32).u64(lc);
                 out[to].put_all(vc.unwrap_or_default());
             }
         }
-        for (i, member, lc, vc) in part.take_enters() {
-            let (key, shape, root, size) = plan.instance(i as usize);
+        for (i, member, lc, vc) in self.part.take_enters() {
+            let (key, shape, root, size) = self.plan.instance(i as usize);
             let o = &mut out[owner_of(key, procs)];
             o.u8(ENTER);
             o.put(&key);
@@ -136,60 +173,65 @@ pub fn replay<F: Fabric + ?Sized>(
                 .u64(lc);
             o.put(&vc);
         }
-        let got = f.exchange(out.into_iter().map(|o| o.0).collect());
-        let mut received = 0;
-        for (from, bytes) in got.iter().enumerate() {
-            let mut i = In::new(bytes);
-            while !i.done() {
-                received += 1;
-                match i.u8() {
-                    SEND => {
-                        let (index, lc) = (i.u32(), i.u64());
-                        let vc = i.get::<Vec<u64>>();
-                        let si = foreign[&(from, index)];
-                        part.set_send(si, lc, (!vc.is_empty()).then_some(vc));
+        out
+    }
+
+    fn take(&mut self, from: usize, bytes: &[u8]) {
+        let mut i = In::new(bytes);
+        while !i.done() {
+            self.received += 1;
+            match i.u8() {
+                SEND => {
+                    let (index, lc) = (i.u32(), i.u64());
+                    let vc = i.get::<Vec<u64>>();
+                    let si = self.foreign[&(from, index)];
+                    self.part.set_send(si, lc, (!vc.is_empty()).then_some(vc));
+                }
+                ENTER => {
+                    let key = i.get::<Key>();
+                    let shape = Shape::from_code(i.u8()).expect("a shape code");
+                    let root = Some(i.u32()).filter(|&r| r != u32::MAX);
+                    let size = i.u64() as usize;
+                    let (member, lc) = (i.u32(), i.u64());
+                    let vc = i.get::<Vec<u64>>();
+                    let g = self.owned.entry(key).or_insert_with(|| Gathering {
+                        shape,
+                        root,
+                        size,
+                        enters: Vec::new(),
+                        from: Vec::new(),
+                        answered: false,
+                    });
+                    g.enters.push((member, lc, vc));
+                    g.from.push(from as u32);
+                    if !g.answered && g.enters.len() >= g.size {
+                        g.answered = true;
+                        answer(g, key, &mut self.answers);
                     }
-                    ENTER => {
-                        let key = i.get::<Key>();
-                        let shape = Shape::from_code(i.u8()).expect("a shape code");
-                        let root = Some(i.u32()).filter(|&r| r != u32::MAX);
-                        let size = i.u64() as usize;
-                        let (member, lc) = (i.u32(), i.u64());
-                        let vc = i.get::<Vec<u64>>();
-                        let g = owned.entry(key).or_insert_with(|| Gathering {
-                            shape,
-                            root,
-                            size,
-                            enters: Vec::new(),
-                            from: Vec::new(),
-                            answered: false,
-                        });
-                        g.enters.push((member, lc, vc));
-                        g.from.push(from as u32);
-                        if !g.answered && g.enters.len() >= g.size {
-                            g.answered = true;
-                            answer(g, key, &mut answers);
-                        }
-                    }
-                    _ => {
-                        let key = i.get::<Key>();
-                        let (member, lc) = (i.u32(), i.u64());
-                        let vc = i.get::<Vec<u64>>();
-                        part.answer(local[&key], member, lc, vc);
-                    }
+                }
+                _ => {
+                    let key = i.get::<Key>();
+                    let (member, lc) = (i.u32(), i.u64());
+                    let vc = i.get::<Vec<u64>>();
+                    self.part.answer(self.local[&key], member, lc, vc);
                 }
             }
         }
-        let mut v = [stepped + received, u64::from(part.blocked().is_some())];
-        f.sum(&mut v);
-        if v[1] == 0 {
-            break;
-        }
-        if v[0] == 0 {
-            force(f, plan, &mut part, &owned);
-        }
     }
-    part.finish()
+
+    /// Work is left while some stream is blocked.
+    fn left(&self) -> u64 {
+        u64::from(self.part.blocked().is_some())
+    }
+
+    /// The records taken (an owner's answers come of enters taken).
+    fn moved(&mut self) -> u64 {
+        std::mem::take(&mut self.received)
+    }
+
+    fn force<F: Fabric + ?Sized>(&mut self, f: &F) {
+        force(f, self.plan, &mut self.part, &self.owned);
+    }
 }
 
 /// What every member of a gathered instance merges, to each process that

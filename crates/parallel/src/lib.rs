@@ -21,6 +21,7 @@ pub mod metrics;
 pub mod net;
 pub mod races;
 pub mod report;
+pub mod rounds;
 pub mod select;
 pub mod sync;
 pub mod waits;

@@ -41,6 +41,7 @@ use crate::block::Block;
 use crate::fabric::{sum_of, Fabric};
 use crate::insts::Insts;
 use crate::messages::BlockMessages;
+use crate::rounds::{self, Round};
 use crate::wire::{In, Out};
 
 /// F over the window from every block's parts.
@@ -488,52 +489,20 @@ pub fn compute<F: Fabric + ?Sized>(
             st.result(p, slot, a, RESULT);
         }
     }
-    let mut dropped = 0u64;
-    let mut finished = vec![false; streams.len()];
-    let mut blocked: Vec<Option<u64>> = vec![None; streams.len()];
-    let mut left = streams.len() as u64;
-    let mut force: Option<usize> = None;
-    loop {
-        let mut swept = 0u64;
-        while let Some(r) = st.woken.pop() {
-            if finished[r] {
-                continue;
-            }
-            let now = force == Some(r);
-            if now {
-                force = None;
-            }
-            let (went, stop) = streams[r].advance(&w, &mut st, now, &mut dropped);
-            swept += u64::from(went);
-            blocked[r] = match stop {
-                Stop::End => {
-                    finished[r] = true;
-                    left -= 1;
-                    None
-                }
-                Stop::Blocked(t) => Some(t),
-            };
-        }
-        let out = std::mem::replace(&mut st.out, vec![Out::default(); procs]);
-        let got = f.exchange(out.into_iter().map(|o| o.0).collect());
-        for (from, bytes) in got.iter().enumerate() {
-            st.take(from, bytes);
-        }
-        let pending = st.out.iter().map(|o| o.0.len() as u64).sum::<u64>();
-        let mut v = [left, swept, st.moved + pending];
-        st.moved = 0;
-        f.sum(&mut v);
-        if v[0] == 0 {
-            break;
-        }
-        if v[1] == 0 && v[2] == 0 {
-            // Stuck: the earliest blocked exit over all blocks goes.
-            force = forced(f, &mut st, &streams, &blocked);
-            if let Some(r) = force {
-                st.woken.push(r);
-            }
-        }
-    }
+    let mut sweep = Sweep {
+        w: &w,
+        finished: vec![false; streams.len()],
+        blocked: vec![None; streams.len()],
+        left: streams.len() as u64,
+        streams,
+        st,
+        force: None,
+        dropped: 0,
+    };
+    rounds::run(f, &mut sweep);
+    let Sweep {
+        streams, dropped, ..
+    } = sweep;
     let dropped = sum_of(f, dropped);
 
     // The heaviest end over every block (of equals the last rank).
@@ -599,6 +568,72 @@ pub fn compute<F: Fabric + ?Sized>(
 /// Picks the blocked exit that is earliest over all blocks (ties to the
 /// lowest rank); its block asks the owners of its collectives what came so
 /// far. Returns the stream to force, on its block.
+/// The forward sweep over blocks, as [`rounds::run`] drives it.
+struct Sweep<'w, 'a> {
+    w: &'w Weigh,
+    streams: Vec<Stream<'a, Edge, Source>>,
+    st: State,
+    finished: Vec<bool>,
+    /// Per stream: the time of the exit it is blocked at.
+    blocked: Vec<Option<u64>>,
+    left: u64,
+    /// The stream that goes on past its blocked exit in the next round.
+    force: Option<usize>,
+    dropped: u64,
+}
+
+impl Round for Sweep<'_, '_> {
+    fn advance(&mut self) -> u64 {
+        let mut swept = 0u64;
+        while let Some(r) = self.st.woken.pop() {
+            if self.finished[r] {
+                continue;
+            }
+            let now = self.force == Some(r);
+            if now {
+                self.force = None;
+            }
+            let (went, stop) =
+                self.streams[r].advance(self.w, &mut self.st, now, &mut self.dropped);
+            swept += u64::from(went);
+            self.blocked[r] = match stop {
+                Stop::End => {
+                    self.finished[r] = true;
+                    self.left -= 1;
+                    None
+                }
+                Stop::Blocked(t) => Some(t),
+            };
+        }
+        swept
+    }
+
+    fn outgoing(&mut self) -> Vec<Out> {
+        let procs = self.st.out.len();
+        std::mem::replace(&mut self.st.out, vec![Out::default(); procs])
+    }
+
+    fn take(&mut self, from: usize, bytes: &[u8]) {
+        self.st.take(from, bytes);
+    }
+
+    fn left(&self) -> u64 {
+        self.left
+    }
+
+    fn moved(&mut self) -> u64 {
+        std::mem::take(&mut self.st.moved) + rounds::pending(&self.st.out)
+    }
+
+    /// Stuck: the earliest blocked exit over all blocks goes.
+    fn force<F: Fabric + ?Sized>(&mut self, f: &F) {
+        self.force = forced(f, &mut self.st, &self.streams, &self.blocked);
+        if let Some(r) = self.force {
+            self.st.woken.push(r);
+        }
+    }
+}
+
 fn forced<F: Fabric + ?Sized>(
     f: &F,
     st: &mut State,
