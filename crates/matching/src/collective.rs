@@ -124,6 +124,112 @@ impl Rule {
     }
 }
 
+/// Which exits of an instance are ready as its members' enters come in:
+/// an exit once every member that sends to it has entered (for a scan,
+/// every one before it), in constant time per question and O(N) per
+/// instance over all its enters. The one readiness rule of the forward
+/// replays.
+#[derive(Debug, Clone)]
+pub struct Readiness {
+    entered: Vec<bool>,
+    count: u32,
+    /// Every exit depends on every enter ([`Instance::all_to_all`]).
+    all_to_all: bool,
+    present: u32,
+    /// The members that may send, and how many of them entered.
+    senders: u32,
+    senders_in: u32,
+    /// For a scan: the first member that may send and has not entered
+    /// (the members' count if none), since an exit waits for the senders
+    /// before it.
+    open_sender: u32,
+}
+
+impl Readiness {
+    pub fn new<P: Part>(inst: &Instance<P>) -> Readiness {
+        let n = inst.members.len();
+        let mut r = Readiness {
+            entered: vec![false; n],
+            count: 0,
+            all_to_all: inst.all_to_all(),
+            present: inst.members.iter().flatten().count() as u32,
+            senders: inst.sender_count(),
+            senders_in: 0,
+            open_sender: 0,
+        };
+        r.open_sender = r.next_open(inst, 0);
+        r
+    }
+
+    /// The first member from `from` on that may send and has not entered.
+    fn next_open<P: Part>(&self, inst: &Instance<P>, from: u32) -> u32 {
+        let n = inst.members.len() as u32;
+        (from..n)
+            .find(|&k| inst.may_send(k) && !self.entered[k as usize])
+            .unwrap_or(n)
+    }
+
+    /// Whether every member that may send has entered.
+    pub fn senders_all_in(&self) -> bool {
+        self.senders_in >= self.senders
+    }
+
+    /// Whether the exit of `member` is ready: every member that sends to
+    /// it entered.
+    pub fn ready<P: Part>(&self, inst: &Instance<P>, member: u32) -> bool {
+        if self.all_to_all {
+            // Every present member, this one included (its enter came
+            // first on its own location).
+            self.count >= self.present
+        } else if !inst.may_recv(member) {
+            true
+        } else if inst.ordered() {
+            self.open_sender >= member
+        } else {
+            let own = u32::from(inst.may_send(member));
+            let own_in = own & u32::from(self.entered[member as usize]);
+            self.senders_in - own_in >= self.senders - own
+        }
+    }
+
+    /// `member` entered; returns the members whose exits may have become
+    /// ready by it: all of them when the instance's last enters come in,
+    /// for a scan those up to its next sender still out, else none.
+    pub fn enter<P: Part>(&mut self, inst: &Instance<P>, member: u32) -> std::ops::Range<u32> {
+        let n = inst.members.len() as u32;
+        self.entered[member as usize] = true;
+        self.count += 1;
+        if self.all_to_all {
+            return if self.count == self.present {
+                0..n
+            } else {
+                0..0
+            };
+        }
+        if !inst.may_send(member) {
+            return 0..0;
+        }
+        self.senders_in += 1;
+        if inst.ordered() {
+            let open = self.open_sender;
+            if member != open {
+                return 0..0;
+            }
+            let next = self.next_open(inst, open + 1);
+            self.open_sender = next;
+            // Members open + 1 ..= next now have every sender before them in.
+            return (open + 1).min(n)..(next + 1).min(n);
+        }
+        // A member that may send waits for the others (all but one in),
+        // any other member for all of them.
+        if self.senders_in + 1 >= self.senders {
+            0..n
+        } else {
+            0..0
+        }
+    }
+}
+
 /// One collective call across its communicator.
 #[derive(Debug, Clone)]
 pub struct Instance<P> {

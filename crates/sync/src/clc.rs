@@ -34,8 +34,9 @@
 //! move stamps later, so a receive never gets closer to its send, and the
 //! slacks, computed from the forward times, stay valid.
 
-use super::graph::{Ahead, Dep, Graph, Inst, Node, Out, Times};
-use super::replay::replay;
+use super::graph::{Ahead, Dep, Graph, Node, Times};
+use super::replay::replay_ready;
+use pmtrace_matching::collective::Readiness;
 use std::cmp::Ordering;
 
 use crate::extremes::Extremes;
@@ -113,10 +114,10 @@ pub fn forward_with(
     let mut prev_c: Vec<u64> = vec![0; locs];
     let ahead = std::cell::RefCell::new(Ahead::new(g, c));
     let mut latest = Latest::new(g, one_by_one);
-    let forced = replay(
+    let forced = replay_ready(
         g,
         |n| ahead.borrow_mut().get(n.loc, n.k),
-        |n, cn| {
+        |n, cn, ready| {
             let (l, k) = (n.loc as usize, n.k as usize);
             let before = std::mem::replace(&mut prev_c[l], cn);
             let base = if k == 0 {
@@ -125,7 +126,7 @@ pub fn forward_with(
                 paced(p, cn, before, t[l][k - 1])
             };
             let need = (g.deps(n).iter())
-                .map(|&d| latest.dep_time(g, &t, n, d))
+                .map(|&d| latest.dep_time(g, &t, ready, n, d))
                 .max();
             t[l][k] = match need {
                 Some(x) if x > base => {
@@ -134,7 +135,6 @@ pub fn forward_with(
                 }
                 _ => base,
             };
-            latest.visited(g, n);
         },
     );
     (t, jumps, forced)
@@ -152,10 +152,6 @@ const ONE_BY_ONE: usize = 64;
 /// ask the senders one by one.
 struct Latest {
     one_by_one: usize,
-    /// Per instance: its members that may send, and how many of them
-    /// the pass has visited the enter of.
-    senders: Vec<u32>,
-    senders_in: Vec<u32>,
     tops: Vec<Option<Extremes>>,
 }
 
@@ -163,24 +159,19 @@ impl Latest {
     fn new(g: &Graph, one_by_one: usize) -> Latest {
         Latest {
             one_by_one,
-            senders: g.insts.iter().map(Inst::sender_count).collect(),
-            senders_in: vec![0; g.insts.len()],
             tops: (0..g.insts.len()).map(|_| None).collect(),
         }
     }
 
-    /// Counts the enters that `n` (just given its time) is.
-    fn visited(&mut self, g: &Graph, n: Node) {
-        for &out in g.outs(n) {
-            if let Out::Enter { inst, member } = out {
-                if g.insts[inst as usize].may_send(member) {
-                    self.senders_in[inst as usize] += 1;
-                }
-            }
-        }
-    }
-
-    fn dep_time(&mut self, g: &Graph, t: &[Vec<u64>], recv: Node, dep: Dep) -> u64 {
+    /// `ready`: how far each instance got, as the replay counts it.
+    fn dep_time(
+        &mut self,
+        g: &Graph,
+        t: &[Vec<u64>],
+        ready: &[Readiness],
+        recv: Node,
+        dep: Dep,
+    ) -> u64 {
         let Dep::Coll { inst, member } = dep else {
             return g.dep_time(t, recv, dep);
         };
@@ -188,7 +179,7 @@ impl Latest {
         let instance = &g.insts[i];
         if instance.ordered()
             || instance.members.len() <= self.one_by_one
-            || self.senders_in[i] < self.senders[i]
+            || !ready[i].senders_all_in()
         {
             return g.dep_time(t, recv, dep);
         }

@@ -11,7 +11,9 @@
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
-use super::graph::{Dep, Graph, Inst, Node, Out};
+use pmtrace_matching::collective::Readiness;
+
+use super::graph::{Dep, Graph, Node, Out};
 
 /// Visits every node of `g` once, in a causal order, smallest `key` first
 /// among the ready ones (ties by location), giving `visit` the node and
@@ -22,24 +24,20 @@ pub fn replay<K: Ord + Copy>(
     key: impl Fn(Node) -> K,
     mut visit: impl FnMut(Node, K),
 ) -> u64 {
+    replay_ready(g, key, |n, k, _| visit(n, k))
+}
+
+/// [`replay`], `visit` seeing also how far each collective instance got
+/// (its [`Readiness`], by instance) before the node.
+pub fn replay_ready<K: Ord + Copy>(
+    g: &Graph,
+    key: impl Fn(Node) -> K,
+    mut visit: impl FnMut(Node, K, &[Readiness]),
+) -> u64 {
     let mut r = Replay {
         g,
         next: vec![0; g.locs.len()],
-        entered: g
-            .insts
-            .iter()
-            .map(|i| vec![false; i.members.len()])
-            .collect(),
-        count: vec![0; g.insts.len()],
-        all_to_all: g.insts.iter().map(|i| i.all_to_all()).collect(),
-        present: g
-            .insts
-            .iter()
-            .map(|i| i.members.iter().flatten().count() as u32)
-            .collect(),
-        senders: g.insts.iter().map(Inst::sender_count).collect(),
-        senders_in: vec![0; g.insts.len()],
-        open_sender: g.insts.iter().map(|i| next_open(i, &[], 0)).collect(),
+        insts: g.insts.iter().map(Readiness::new).collect(),
         queued: vec![false; g.locs.len()],
     };
     let mut heap: BinaryHeap<Reverse<(K, u32)>> = BinaryHeap::new();
@@ -67,7 +65,7 @@ pub fn replay<K: Ord + Copy>(
         // everything queued: what the heap would give, without it.
         loop {
             let n = r.head(loc);
-            visit(n, k);
+            visit(n, k, &r.insts);
             left -= 1;
             r.next[loc as usize] += 1;
             for &out in g.outs(n) {
@@ -77,7 +75,7 @@ pub fn replay<K: Ord + Copy>(
                         // The members whose exits this enter may have made
                         // ready (offering one that is not ready does nothing).
                         let i = inst as usize;
-                        for j in r.enter(inst, member) {
+                        for j in r.insts[i].enter(&g.insts[i], member) {
                             if let Some(m) = &g.insts[i].members[j as usize] {
                                 if m.loc != loc {
                                     r.offer(m.loc, &key, &mut heap);
@@ -107,29 +105,10 @@ struct Replay<'g, 't> {
     g: &'g Graph<'t>,
     /// Per location: the next node to visit.
     next: Vec<u32>,
-    /// Per instance and member: its enter was visited.
-    entered: Vec<Vec<bool>>,
-    count: Vec<u32>,
-    /// Per instance: every exit depends on every enter (`Instance::all_to_all`).
-    all_to_all: Vec<bool>,
-    present: Vec<u32>,
-    /// Per instance: its members that may send, and how many of them
-    /// entered; for a scan, the first member that may send and did not
-    /// enter yet (the members' count if none), since a member's exit
-    /// waits for the senders before it.
-    senders: Vec<u32>,
-    senders_in: Vec<u32>,
-    open_sender: Vec<u32>,
+    /// Per instance: which exits its enters so far made ready.
+    insts: Vec<Readiness>,
     /// The location's next node is in the heap.
     queued: Vec<bool>,
-}
-
-/// The first member from `from` on that may send and has not entered.
-fn next_open(inst: &Inst, entered: &[bool], from: u32) -> u32 {
-    let n = inst.members.len() as u32;
-    (from..n)
-        .find(|&k| inst.may_send(k) && !entered.get(k as usize).copied().unwrap_or(false))
-        .unwrap_or(n)
 }
 
 impl Replay<'_, '_> {
@@ -164,68 +143,14 @@ impl Replay<'_, '_> {
     }
 
     /// Whether what `d` waits for was visited: in constant time, also for
-    /// a collective exit (whether every sender but itself entered).
+    /// a collective exit.
     fn ready(&self, d: Dep) -> bool {
         match d {
             Dep::Msg(s) => self.next[s.loc as usize] > s.k,
             Dep::Coll { inst, member } => {
                 let i = inst as usize;
-                let inst = &self.g.insts[i];
-                if self.all_to_all[i] {
-                    // Every present member, this one included (its enter
-                    // came first on its own location).
-                    self.count[i] >= self.present[i]
-                } else if !inst.may_recv(member) {
-                    true
-                } else if inst.ordered() {
-                    self.open_sender[i] >= member
-                } else {
-                    let own = u32::from(inst.may_send(member));
-                    let own_in = own & u32::from(self.entered[i][member as usize]);
-                    self.senders_in[i] - own_in >= self.senders[i] - own
-                }
+                self.insts[i].ready(&self.g.insts[i], member)
             }
-        }
-    }
-
-    /// Visits the enter of `member`; returns the members whose exits may
-    /// have become ready by it: all of them when the instance's last
-    /// enters come in, for a scan those up to its next sender still out,
-    /// else none (O(N) per instance in all, not per enter).
-    fn enter(&mut self, inst: u32, member: u32) -> std::ops::Range<u32> {
-        let i = inst as usize;
-        let g = self.g;
-        let instance = &g.insts[i];
-        let n = instance.members.len() as u32;
-        self.entered[i][member as usize] = true;
-        self.count[i] += 1;
-        if self.all_to_all[i] {
-            return if self.count[i] == self.present[i] {
-                0..n
-            } else {
-                0..0
-            };
-        }
-        if !instance.may_send(member) {
-            return 0..0;
-        }
-        self.senders_in[i] += 1;
-        if instance.ordered() {
-            let open = self.open_sender[i];
-            if member != open {
-                return 0..0;
-            }
-            let next = next_open(instance, &self.entered[i], open + 1);
-            self.open_sender[i] = next;
-            // Members open + 1 ..= next now have every sender before them in.
-            return (open + 1).min(n)..(next + 1).min(n);
-        }
-        // A member that may send waits for the others (all but one in),
-        // any other member for all of them.
-        if self.senders_in[i] + 1 >= self.senders[i] {
-            0..n
-        } else {
-            0..0
         }
     }
 }
