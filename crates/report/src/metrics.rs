@@ -112,8 +112,10 @@ pub fn assemble(
         }
     }
     let per_rank: Vec<RankMetrics> = per_rank.into_iter().map(|(m, _)| m).collect();
-    let computation: u64 = per_rank.iter().map(|r| r.computation_ns).sum();
-    let mpi: u64 = per_rank.iter().map(|r| r.mpi_ns).sum();
+    // Saturating: each rank's share is at most the window, but a corrupt
+    // trace's window can be near 2^64.
+    let computation = (per_rank.iter()).fold(0u64, |a, r| a.saturating_add(r.computation_ns));
+    let mpi = (per_rank.iter()).fold(0u64, |a, r| a.saturating_add(r.mpi_ns));
     let n = per_rank.len().max(1) as f64;
     let ratio = |a: f64, b: f64| if b > 0.0 { a / b } else { 0.0 };
     let mean = computation as f64 / n;
@@ -312,5 +314,26 @@ impl Metrics {
             .collect();
         writeln!(w, "  parallelism  |{line}|  (ranks computing, 0 to {n})")?;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A corrupt trace's window near 2^64: the sums saturate (the fuzz
+    /// regression `metrics-computation-sum-overflow` is such a trace).
+    #[test]
+    fn sums_over_ranks_saturate() {
+        let part = |rank| {
+            let m = RankMetrics {
+                rank,
+                computation_ns: u64::MAX - 10,
+                mpi_ns: u64::MAX / 2 + 1,
+            };
+            (m, vec![0.0; BINS])
+        };
+        let m = assemble("recorded", (0, u64::MAX), vec![part(0), part(1)]);
+        assert_eq!((m.computation_ns, m.mpi_ns), (u64::MAX, u64::MAX));
     }
 }
