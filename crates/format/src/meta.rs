@@ -36,10 +36,9 @@ impl FunctionDef {
     /// The function's shape and flow as a collective: as the header
     /// gives them, else worked out from its name ([`Coll::of_name`]).
     pub fn coll(&self) -> Coll {
-        let guess = || Coll::of_name(&self.name);
-        Coll {
-            shape: self.shape.unwrap_or_else(|| guess().shape),
-            flow: self.flow.unwrap_or_else(|| guess().flow),
+        match (self.shape, self.flow) {
+            (Some(shape), Some(flow)) => Coll { shape, flow },
+            _ => Coll::of_name(&self.name),
         }
     }
 }
