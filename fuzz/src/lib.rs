@@ -61,11 +61,25 @@ pub fn justify(bytes: usize, per_byte: usize) {
 }
 
 /// A directory of this process in memory (/dev/shm), empty.
+///
+/// A process killed mid-input (a crash, a hang) or one whose directory
+/// lives as long as it does (`sync`'s traces) leaves its own behind: each
+/// process first removes those of processes that are gone, so that
+/// replaying a corpus, one process per input, does not fill the memory.
 pub fn scratch(name: &str) -> PathBuf {
-    let dir = PathBuf::from(format!(
-        "/dev/shm/pmtrace-fuzz-{name}-{}",
-        std::process::id()
-    ));
+    let prefix = format!("pmtrace-fuzz-{name}-");
+    for e in std::fs::read_dir("/dev/shm")
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
+        let file = e.file_name();
+        let pid = file.to_str().and_then(|f| f.strip_prefix(&prefix));
+        if pid.is_some_and(|p| !Path::new("/proc").join(p).exists()) {
+            let _ = std::fs::remove_dir_all(e.path());
+        }
+    }
+    let dir = PathBuf::from(format!("/dev/shm/{prefix}{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).expect("a scratch directory in /dev/shm");
     dir
