@@ -50,6 +50,7 @@ use pmtrace_format::coll::{Coll, Flow, Shape};
 use pmtrace_matching::ends::{Cursor, End};
 use pmtrace_matching::matching::RecvHow;
 use pmtrace_sync::interp;
+use pmtrace_trace::ops::OpTable;
 use pmtrace_trace::read::EventRef;
 
 pub use pmtrace_otf2::ClockOffset as Offset;
@@ -208,10 +209,20 @@ pub fn write(
     dir: &Path,
     progress: &mut dyn FnMut(u64),
 ) -> Result<Summary, ExportError> {
+    write_windowed(view, dir, progress, WINDOW)
+}
+
+fn write_windowed(
+    view: &View,
+    dir: &Path,
+    progress: &mut dyn FnMut(u64),
+    window: usize,
+) -> Result<Summary, ExportError> {
     clear(dir)?;
     let mut archive = Archive::create(dir, ARCHIVE_NAME)?;
     describe(&mut archive, view.trace.world_size, view.synced.is_some())?;
     let mut w = Writer::new(view);
+    w.window = window;
     let mut done = 0;
     let mut events = Vec::with_capacity(view.locations.len());
     for &loc in &view.locations {
@@ -392,11 +403,27 @@ struct Writer<'v, 'a> {
     comm_ids: BTreeMap<u64, u32>,
     summary: Summary,
     vector: bool,
+    /// Records sorted together ([`WINDOW`]; tests make it small).
+    window: usize,
 }
 
 /// One event of a location before sorting: time, then the order within a
 /// call (Enter 0, at-start events 1, at-end events 2, Leave 3).
 type Pending = (u64, u8, usize, Ev);
+
+/// Records of a location whose events are sorted together (see
+/// `Writer::events_of`).
+const WINDOW: usize = 4096;
+
+/// What writing a location's events carries from one run to the next.
+#[derive(Default)]
+struct Emitted {
+    /// The last time written (times go out monotone).
+    last: u64,
+    /// Events written.
+    n: u64,
+    vc_text: String,
+}
 
 #[derive(Debug, Clone, Copy)]
 enum Ev {
@@ -446,6 +473,7 @@ impl<'v, 'a> Writer<'v, 'a> {
             comm_ids,
             summary: Summary::default(),
             vector: view.clocks.report.mode == "vector",
+            window: WINDOW,
         }
     }
 
@@ -560,9 +588,9 @@ impl<'v, 'a> Writer<'v, 'a> {
     }
 
     /// Request ids of the rank's nonblocking operations.
-    fn ops(&self, rank: u32) -> HashMap<u64, Op> {
+    fn ops(&self, rank: u32) -> OpTable<Op> {
         let r = &self.view.trace.held(rank);
-        let mut ops = HashMap::default();
+        let mut ops = OpTable::new(r.events() as usize);
         let mut persistent: HashMap<u64, Op> = HashMap::default();
         for (at, c) in r.payload_calls() {
             match (&c.payload, r.kind(c.func)) {
@@ -617,8 +645,10 @@ impl<'v, 'a> Writer<'v, 'a> {
         loc: Location,
         progress: &mut dyn FnMut(u64),
     ) -> Result<u64, ExportError> {
-        let evs = self.events_of(loc, progress);
-        self.emit(out, loc, &evs)
+        let mut st = Emitted::default();
+        self.events_of(loc, progress, &mut |w, evs| w.emit(out, loc, evs, &mut st))?;
+        self.summary.events += st.n;
+        Ok(st.n)
     }
 
     /// The vector clock a receive carried, as a string id.
@@ -639,22 +669,64 @@ impl<'v, 'a> Writer<'v, 'a> {
     /// Gives ids to the regions and strings of one location's events, as
     /// writing them would.
     fn name_location(&mut self, loc: Location) {
-        let evs = self.events_of(loc, &mut |_| {});
         let mut text = String::new();
-        for &(_, _, _, e) in &evs {
-            if let (true, Ev::Recv { vc: Some(vc), .. }) = (self.vector, e) {
-                self.vc_string(loc, vc, &mut text);
+        let named = self.events_of(loc, &mut |_| {}, &mut |w, evs| {
+            for &(_, _, _, e) in evs {
+                if let (true, Ev::Recv { vc: Some(vc), .. }) = (w.vector, e) {
+                    w.vc_string(loc, vc, &mut text);
+                }
             }
-        }
+            Ok(())
+        });
+        named.expect("naming writes nothing, so it cannot fail");
     }
 
-    /// One location's events, in the order they are written.
-    fn events_of(&mut self, loc: Location, progress: &mut dyn FnMut(u64)) -> Vec<Pending> {
+    /// One location's events, in the order they are written, given to
+    /// `sink` a run at a time: a window of records at a time ([`WINDOW`])
+    /// is sorted, and what no later record can come before goes out, so
+    /// that a location's events are never all held at once.
+    fn events_of(
+        &mut self,
+        loc: Location,
+        progress: &mut dyn FnMut(u64),
+        sink: &mut dyn FnMut(&mut Self, &[Pending]) -> Result<(), ExportError>,
+    ) -> Result<(), ExportError> {
         let view = self.view;
         let ops = self.ops(loc.rank);
         let rank = &view.trace.held(loc.rank);
-        let mut evs: Vec<Pending> = Vec::with_capacity(view.records(loc).len() * 3);
         let times = view.times(loc);
+        let records = view.records(loc);
+        // Regions get their ids in the order of first use: the location's
+        // calls in record order, then its phases.
+        let mut region_of: Vec<Option<u32>> = vec![None; rank.header.functions.len()];
+        // The earliest time of any event of window w's records or later's.
+        let window = self.window;
+        let windows = records.len().div_ceil(window);
+        let mut from = vec![u64::MAX; windows + 1];
+        for i in 0..records.len() {
+            if let Some(f) = records.func(i) {
+                if let Some(r @ None) = region_of.get_mut(f as usize) {
+                    let kind = rank.kind(f);
+                    *r = Some(self.region(rank.function_name(f), kind, Some(rank.coll(f))));
+                }
+            } else if !records.is_buffer_wait(i) {
+                continue;
+            }
+            let (t0, t1) = times.get(i);
+            from[i / window] = from[i / window].min(t0.min(t1));
+        }
+        for w in (0..windows).rev() {
+            from[w] = from[w].min(from[w + 1]);
+        }
+        let mut evs: Vec<Pending> = self.phase_events(loc);
+        let key = |&(t, order, i, _): &Pending| (t, i, order);
+        let mut flush = |w: &mut Self, evs: &mut Vec<Pending>, bound: u64| {
+            evs.sort_by_key(key);
+            let ready = evs.partition_point(|e| e.0 < bound);
+            sink(w, &evs[..ready])?;
+            evs.drain(..ready);
+            Ok::<(), ExportError>(())
+        };
         // The location's message ends and clocks, walked in record order.
         let ends = view.messages.ends.thread(loc.rank, loc.slot);
         let mut sends_of = Cursor::new(&ends.sends);
@@ -662,9 +734,12 @@ impl<'v, 'a> Writer<'v, 'a> {
         let mut done_of = Cursor::new(&ends.done);
         let mut clocks = view.clocks.after_call.thread(loc.rank, loc.thread);
         let lamport = view.clocks.report.mode != "none";
-        for (i, rec) in view.records(loc).iter().enumerate() {
+        for (i, rec) in records.iter().enumerate() {
             if i.is_multiple_of(65536) {
                 progress(i as u64);
+            }
+            if i > 0 && i.is_multiple_of(window) {
+                flush(self, &mut evs, from[i / window])?;
             }
             let at = view.at(loc, i);
             let (t0, t1) = times.get(i);
@@ -678,7 +753,10 @@ impl<'v, 'a> Writer<'v, 'a> {
             };
             let name = rank.function_name(c.func);
             let kind = rank.kind(c.func);
-            let region = self.region(name, kind, Some(rank.coll(c.func)));
+            let region = match region_of.get(c.func as usize) {
+                Some(&Some(r)) => r,
+                _ => self.region(name, kind, Some(rank.coll(c.func))),
+            };
             evs.push((t0, 0, i, Ev::Enter(region)));
             evs.push((
                 t1,
@@ -789,6 +867,16 @@ impl<'v, 'a> Writer<'v, 'a> {
                 }
             }
         }
+        // What is left can come before nothing: it all goes.
+        flush(self, &mut evs, u64::MAX)?;
+        sink(self, &evs)
+    }
+
+    /// The Enter and Leave events of a location's phases (ids for their
+    /// regions made in the order they are written here).
+    fn phase_events(&mut self, loc: Location) -> Vec<Pending> {
+        let view = self.view;
+        let mut evs = Vec::new();
         // Phases: a region entered after the call that began it and left
         // after the call that ended it. User phases nest by construction;
         // a Pcontrol phase or a pause is written only where it crosses no
@@ -822,7 +910,6 @@ impl<'v, 'a> Writer<'v, 'a> {
             evs.push((p.from_ns, 4, p.from_index as usize, Ev::Enter(region)));
             self.summary.phases += 1;
         }
-        evs.sort_by_key(|&(t, order, i, _)| (t, i, order));
         evs
     }
 
@@ -832,17 +919,15 @@ impl<'v, 'a> Writer<'v, 'a> {
         out: &mut EventWriter,
         loc: Location,
         evs: &[Pending],
-    ) -> Result<u64, ExportError> {
+        st: &mut Emitted,
+    ) -> Result<(), ExportError> {
         // Calls on one thread do not overlap, but a Leave recorded a few ns
         // after the next Enter (clock granularity) must still come first:
         // order by record within equal starts, and keep times monotone.
-        let mut last = 0u64;
-        let mut n = 0u64;
-        let mut vc_text = String::new();
         for &(t, _, _, e) in evs {
-            let t = t.max(last);
-            last = t;
-            n += 1;
+            let t = t.max(st.last);
+            st.last = t;
+            st.n += 1;
             match e {
                 Ev::Enter(r) => {
                     self.summary.enters += 1;
@@ -880,7 +965,7 @@ impl<'v, 'a> Writer<'v, 'a> {
                         attrs.push((ATTR_MSG_ID, AttrValue::U64(id)));
                     }
                     if let (true, Some(vc)) = (self.vector, vc) {
-                        if let Some(s) = self.vc_string(loc, vc, &mut vc_text) {
+                        if let Some(s) = self.vc_string(loc, vc, &mut st.vc_text) {
                             attrs.push((ATTR_VC, AttrValue::Str(s)));
                         }
                     }
@@ -910,8 +995,7 @@ impl<'v, 'a> Writer<'v, 'a> {
                 Ev::Flush(stop) => out.buffer_flush(&[], t, stop.max(t))?,
             }
         }
-        self.summary.events += n;
-        Ok(n)
+        Ok(())
     }
 
     fn global_defs(&mut self, archive: &mut Archive, g: &Globals) -> Result<(), ExportError> {
@@ -1064,5 +1148,149 @@ impl<'v, 'a> Writer<'v, 'a> {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pmtrace_fixture::{self as fixture, ThreadBuilder, TraceBuilder};
+    use pmtrace_format::record::Payload as P;
+    use pmtrace_matching::matching::Messages;
+    use pmtrace_trace::Trace;
+    use std::path::PathBuf;
+
+    fn golden(case: &str) -> PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../tests/golden")
+            .join(case)
+            .join("trace")
+    }
+
+    /// Every file of an archive but its anchor (which holds the time it
+    /// was made), by name.
+    fn files(dir: &Path) -> Vec<(PathBuf, Vec<u8>)> {
+        let mut out = Vec::new();
+        let mut todo = vec![dir.to_path_buf()];
+        while let Some(d) = todo.pop() {
+            for e in fs::read_dir(&d).unwrap() {
+                let p = e.unwrap().path();
+                if p.is_dir() {
+                    todo.push(p);
+                } else if p.extension().is_some_and(|x| x != "otf2") {
+                    let name = p.strip_prefix(dir).unwrap().to_path_buf();
+                    out.push((name, fs::read(&p).unwrap()));
+                }
+            }
+        }
+        out.sort();
+        out
+    }
+
+    /// Two ranks whose calls touch (a Leave at the next Enter's time), with
+    /// nested user phases, Pcontrol phases crossing them, a pause and
+    /// buffer waits: phase events go out between the records' events.
+    fn phased(dir: &Path) {
+        let mut tb = TraceBuilder::new(2);
+        for r in 0..2 {
+            tb.rank(r).define_world_and_self(0);
+        }
+        for r in 0..2u32 {
+            let peer = 1 - r as i32;
+            let t = tb.rank(r).thread(0);
+            let phase = |name: Option<&str>| P::Phase {
+                name: name.map(str::to_owned),
+            };
+            let mut at = 1_000;
+            // Each call ends where the next one starts.
+            let mut call = |t: &mut ThreadBuilder, at: &mut u64, f: &str, p: P| {
+                t.call(f, *at, *at + 10, p);
+                *at += 10;
+            };
+            for k in 0..40u64 {
+                // Pcontrol 2 spans 1..3 and Pcontrol 3 spans 3..6: both
+                // cross the user phase "inner" (2..4) and are not written;
+                // "outer", "inner" and the pause (5..6) are.
+                match k % 10 {
+                    0 => call(t, &mut at, "pmtrace_phase_begin", phase(Some("outer"))),
+                    1 => call(t, &mut at, "MPI_Pcontrol", P::Pcontrol { level: 2 }),
+                    2 => call(t, &mut at, "pmtrace_phase_begin", phase(Some("inner"))),
+                    3 => call(t, &mut at, "MPI_Pcontrol", P::Pcontrol { level: 3 }),
+                    4 => call(t, &mut at, "pmtrace_phase_end", phase(None)),
+                    5 => call(t, &mut at, "MPI_Pcontrol", P::Pcontrol { level: 0 }),
+                    6 => call(t, &mut at, "MPI_Pcontrol", P::Pcontrol { level: 1 }),
+                    7 => {
+                        t.buffer_wait(at, at + 2);
+                        at += 5;
+                    }
+                    8 => call(t, &mut at, "pmtrace_phase_end", phase(None)),
+                    _ if r == 0 => {
+                        call(t, &mut at, "MPI_Send", fixture::send(peer, k as i32, 0, 8));
+                    }
+                    _ => {
+                        let st = fixture::status(peer, k as i32, 8);
+                        let p = fixture::recv(peer, k as i32, 0, at, st);
+                        call(t, &mut at, "MPI_Recv", p);
+                    }
+                }
+            }
+        }
+        tb.write(dir).unwrap();
+    }
+
+    #[test]
+    fn a_location_written_a_window_at_a_time_is_the_location_written_whole() {
+        let scratch =
+            std::env::temp_dir().join(format!("pmtrace-otf2-window-{}", std::process::id()));
+        let made = scratch.join("phased-trace");
+        phased(&made);
+        let recorded = [
+            "halo2d_skewed",
+            "master_worker_skewed",
+            "halo2d_np4",
+            "threads",
+            "master_worker",
+            "coverage",
+            "mpi4_ompi5",
+            "halo2d_vector",
+        ];
+        for case in recorded.into_iter().chain(["phased"]) {
+            let path = match case {
+                "phased" => made.clone(),
+                _ => golden(case),
+            };
+            let trace = Trace::open(path).unwrap();
+            let messages = Messages::build(&trace);
+            let synced = pmtrace_sync::sync(&trace, &messages, &Default::default());
+            for (times, synced) in [("recorded", None), ("synced", Some(&synced))] {
+                let view = View::new(&trace, &messages, synced);
+                let case = format!("{case}-{times}");
+                same_in_windows(&view, &scratch.join(&case), &case);
+            }
+        }
+        fs::remove_dir_all(&scratch).unwrap();
+    }
+
+    /// Writes `view` whole, then in windows of a few records, and checks
+    /// that every file but the anchor is the same.
+    fn same_in_windows(view: &View, scratch: &Path, case: &str) {
+        let whole = scratch.join("whole");
+        let sum = write_windowed(view, &whole, &mut |_| {}, usize::MAX).unwrap();
+        assert!(sum.events > 200, "{case}: {} events", sum.events);
+        if case.starts_with("phased") {
+            assert_eq!(sum.phases, 2 * 4 * 3, "{case}: phases written");
+        }
+        let want = files(&whole);
+        let evt = |(p, _): &(PathBuf, Vec<u8>)| p.extension().is_some_and(|x| x == "evt");
+        assert!(want.iter().any(evt), "{case}: no event files");
+        for window in [1, 2, 7, 64] {
+            let dir = scratch.join(format!("w{window}"));
+            let got = write_windowed(view, &dir, &mut |_| {}, window).unwrap();
+            assert_eq!(got.events, sum.events, "{case}, window {window}");
+            assert!(
+                files(&dir) == want,
+                "{case}, window {window}: the archives differ"
+            );
+        }
     }
 }

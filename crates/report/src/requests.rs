@@ -10,7 +10,7 @@ use pmtrace_format::Kind;
 use pmtrace_trace::ops::OpTable;
 use pmtrace_trace::read::{EventRef, Rank, Trace};
 use pmtrace_trace::wire::{In, Out, Wire};
-use pmtrace_trace::Payload;
+use pmtrace_trace::{Call, Payload};
 use rayon::prelude::*;
 use serde::Serialize;
 
@@ -43,7 +43,6 @@ pub const PENDING_SHOWN: usize = 100;
 /// What made a request: the call, and what it named.
 #[derive(Debug, Clone, Copy)]
 struct Made {
-    op: u64,
     at: EventRef,
     func: u32,
     t: u64,
@@ -51,8 +50,6 @@ struct Made {
     peer: Option<i32>,
     tag: Option<i32>,
     comm: Option<u32>,
-    /// The persistent request an instance belongs to.
-    init: Option<u64>,
 }
 
 /// Every request of `trace` never completed nor freed, by rank, thread and
@@ -72,161 +69,173 @@ pub fn pending(trace: &Trace) -> (u64, Vec<PendingRequest>) {
     (total, first)
 }
 
+/// The calls that make or release requests.
+fn makes(k: Kind) -> bool {
+    use Kind::*;
+    matches!(
+        k,
+        Isend
+            | Irecv
+            | Isendrecv
+            | Imrecv
+            | Icoll
+            | SendInit
+            | PsendInit
+            | RecvInit
+            | PrecvInit
+            | CollInit
+            | Start
+            | RequestFree
+            | Freed
+    )
+}
+
+/// The request that `call` (at `at`) made, as the call named it; none
+/// for a call that makes no request of its own (`MPI_Start`, a free).
+fn made_by(at: EventRef, call: &Call<'_>) -> Option<Made> {
+    let base = Made {
+        at,
+        func: call.func,
+        t: call.t_start,
+        kind: "send",
+        peer: None,
+        tag: None,
+        comm: None,
+    };
+    Some(match call.payload {
+        Payload::Send {
+            peer, tag, comm, ..
+        } => Made {
+            peer: Some(peer),
+            tag: Some(tag),
+            comm: Some(comm),
+            ..base
+        },
+        Payload::Recv { src, tag, comm, .. } => Made {
+            kind: "receive",
+            peer: Some(src),
+            tag: Some(tag),
+            comm: Some(comm),
+            ..base
+        },
+        // Its send half completes in the call; the receive half is the request.
+        Payload::Isendrecv {
+            src, rtag, comm, ..
+        } => Made {
+            kind: "receive",
+            peer: Some(src),
+            tag: Some(rtag),
+            comm: Some(comm),
+            ..base
+        },
+        Payload::Mrecv { .. } => Made {
+            kind: "receive",
+            ..base
+        },
+        Payload::Coll { comm, .. } => Made {
+            kind: "collective",
+            comm: Some(comm),
+            ..base
+        },
+        _ => return None,
+    })
+}
+
+/// The operation id a request-making call's payload names.
+fn op_of(payload: &Payload<'_>) -> Option<u64> {
+    match *payload {
+        Payload::Send { op, .. }
+        | Payload::Recv { op, .. }
+        | Payload::Isendrecv { op, .. }
+        | Payload::Mrecv { op, .. }
+        | Payload::Coll { op, .. }
+        | Payload::OpRef { op, .. } => op,
+        _ => None,
+    }
+}
+
 fn pending_of(trace: &Trace, rank: &Rank) -> (u64, Vec<PendingRequest>) {
     use Kind::*;
-    let makes = |k: Kind| {
-        matches!(
-            k,
-            Isend
-                | Irecv
-                | Isendrecv
-                | Imrecv
-                | Icoll
-                | SendInit
-                | PsendInit
-                | RecvInit
-                | PrecvInit
-                | CollInit
-                | Start
-                | RequestFree
-                | Freed
-        )
-    };
-    let mut made: OpTable<Made> = OpTable::new(rank.events() as usize);
-    // Persistent requests: what their instances name.
+    // Each request's maker by position (thread, index): 12 bytes a request,
+    // the details read back from the record for the few left pending.
+    let mut made: OpTable<(u32, u32)> = OpTable::new(rank.events() as usize);
+    // Persistent requests, what their instances name, and which request
+    // each instance was started from.
     let mut inits: OpTable<Made> = OpTable::new(0);
+    let mut instance_of: OpTable<u64> = OpTable::new(0);
     let mut freed: OpTable<()> = OpTable::new(0);
     for (at, call) in rank.payload_calls_of(makes) {
-        let base = Made {
-            op: 0,
-            at,
-            func: call.func,
-            t: call.t_start,
-            kind: "send",
-            peer: None,
-            tag: None,
-            comm: None,
-            init: None,
-        };
         let kind = rank.kind(call.func);
-        let (op, m) = match call.payload {
-            Payload::Send {
-                peer,
-                tag,
-                comm,
-                op: Some(op),
-                ..
-            } => (
-                op,
-                Made {
-                    peer: Some(peer),
-                    tag: Some(tag),
-                    comm: Some(comm),
-                    ..base
-                },
-            ),
-            Payload::Recv {
-                src,
-                tag,
-                comm,
-                op: Some(op),
-                ..
-            } => (
-                op,
-                Made {
-                    kind: "receive",
-                    peer: Some(src),
-                    tag: Some(tag),
-                    comm: Some(comm),
-                    ..base
-                },
-            ),
-            // Its send half completes in the call; the receive half is the request.
-            Payload::Isendrecv {
-                src,
-                rtag,
-                comm,
-                op: Some(op),
-                ..
-            } => (
-                op,
-                Made {
-                    kind: "receive",
-                    peer: Some(src),
-                    tag: Some(rtag),
-                    comm: Some(comm),
-                    ..base
-                },
-            ),
-            Payload::Mrecv { op: Some(op), .. } => (
-                op,
-                Made {
-                    kind: "receive",
-                    ..base
-                },
-            ),
-            Payload::Coll {
-                comm, op: Some(op), ..
-            } => (
-                op,
-                Made {
-                    kind: "collective",
-                    comm: Some(comm),
-                    ..base
-                },
-            ),
-            Payload::Start { started } => {
-                for &(init, instance) in started.iter() {
-                    let named = init.and_then(|i| inits.get(&i).copied());
-                    let m = match named {
-                        Some(n) => Made { init, ..n },
-                        None => Made {
-                            kind: "send",
-                            init,
-                            ..base
-                        },
-                    };
-                    made.insert(
-                        instance,
-                        Made {
-                            op: instance,
-                            at,
-                            func: call.func,
-                            t: call.t_start,
-                            ..m
-                        },
-                    );
+        if let Payload::Start { started } = call.payload {
+            for &(init, instance) in started.iter() {
+                made.insert(instance, (at.thread, at.index));
+                if let Some(init) = init {
+                    instance_of.insert(instance, init);
                 }
-                continue;
             }
-            Payload::OpRef { op: Some(op), .. } if matches!(kind, RequestFree | Freed) => {
-                freed.insert(op, ());
-                continue;
-            }
-            _ => continue,
+            continue;
+        }
+        let Some(op) = op_of(&call.payload) else {
+            continue;
         };
-        let m = Made { op, ..m };
-        if matches!(kind, SendInit | PsendInit | RecvInit | PrecvInit | CollInit) {
-            inits.insert(op, m);
-        } else {
-            made.insert(op, m);
+        let made_here = made_by(at, &call);
+        match made_here {
+            None if matches!(kind, RequestFree | Freed) => freed.insert(op, ()),
+            None => {}
+            Some(m) if matches!(kind, SendInit | PsendInit | RecvInit | PrecvInit | CollInit) => {
+                inits.insert(op, m)
+            }
+            Some(_) => made.insert(op, (at.thread, at.index)),
         }
     }
     let completed = rank.completions();
-    let mut left: Vec<Made> = made
-        .values()
-        .filter(|m| {
-            !completed.contains_key(&m.op)
-                && !freed.contains_key(&m.op)
-                && !m.init.is_some_and(|i| freed.contains_key(&i))
+    let mut left: Vec<(u32, u32, u64)> = made
+        .iter()
+        .filter(|&(op, _)| {
+            !completed.contains_key(&op)
+                && !freed.contains_key(&op)
+                && !instance_of.get(&op).is_some_and(|i| freed.contains_key(i))
         })
-        .copied()
+        .map(|(op, &(thread, index))| (thread, index, op))
         .collect();
-    left.sort_unstable_by_key(|m| (m.at.thread, m.at.index, m.op));
+    left.sort_unstable();
     let n = left.len() as u64;
     let c = trace.constants();
     let shown = left
         .into_iter()
+        .filter_map(|(thread, index, op)| {
+            let at = EventRef {
+                rank: rank.rank,
+                thread,
+                index,
+            };
+            let call = rank.call_at(at)?;
+            match call.payload {
+                Payload::Start { .. } => {
+                    let named = instance_of.get(&op).and_then(|i| inits.get(i).copied());
+                    let started = Made {
+                        at,
+                        func: call.func,
+                        t: call.t_start,
+                        kind: "send",
+                        peer: None,
+                        tag: None,
+                        comm: None,
+                    };
+                    Some(match named {
+                        Some(n) => Made {
+                            kind: n.kind,
+                            peer: n.peer,
+                            tag: n.tag,
+                            comm: n.comm,
+                            ..started
+                        },
+                        None => started,
+                    })
+                }
+                _ => made_by(at, &call),
+            }
+        })
         .take(PENDING_SHOWN)
         .map(|m| {
             let def = m.comm.and_then(|i| rank.comm_at(i, m.t));

@@ -79,6 +79,17 @@ impl<T> OpTable<T> {
         table[n] = Some(value);
     }
 
+    /// Every id with its value, in no particular order.
+    pub fn iter(&self) -> impl Iterator<Item = (u64, &T)> {
+        let tables = self.by_thread.iter().enumerate().flat_map(|(t, table)| {
+            table.iter().enumerate().filter_map(move |(n, v)| {
+                v.as_ref()
+                    .map(|v| ((t as u64) << OP_THREAD_SHIFT | n as u64, v))
+            })
+        });
+        tables.chain(self.other.iter().map(|(&op, v)| (op, v)))
+    }
+
     /// Every value, in no particular order.
     pub fn values(&self) -> impl Iterator<Item = &T> {
         self.by_thread
@@ -115,5 +126,15 @@ mod tests {
         let mut v: Vec<u32> = t.values().copied().collect();
         v.sort();
         assert_eq!(v, vec![7, 10, 12, 13]);
+        let mut ids: Vec<(u64, u32)> = t.iter().map(|(op, &v)| (op, v)).collect();
+        ids.sort();
+        let mut want = vec![
+            (op_id(1, 1), 7),
+            (op_id(1, 3), 10),
+            (op_id(5, 1 << 30), 12),
+            (op_id(1 << 20, 2), 13),
+        ];
+        want.sort();
+        assert_eq!(ids, want);
     }
 }
