@@ -2,30 +2,46 @@
 //!
 //! ```text
 //!  per event  t_start u64 │ dur u32 │ func u16 │ tag u8 │ has-row bit    15.1 bytes
-//!                                      │          └─► rows[rank of the bit]: row of
-//!                                      │              the tag's side table (4 bytes,
-//!                                      │              only events with a payload)
-//!                                      └─ variant, and flags: the row has an op,
-//!                                         rc ≠ 0, duration ≥ 2^32 − 1
-//!  side tables  sends 28 B, recvs 32, sendrecvs, probes, colls 44
-//!               statuses                                 (of receives, 24 B)
-//!               pbs                                      (a status's piggyback, 28 B)
-//!               lists → completions 12 B, started        (Complete and Start items)
-//!               rcs, long                                (sparse, sorted by event)
-//!               other                                    (rare payloads as decoded)
-//!               defs, tids                               (DefComm, DefThread)
+//!                                      │          └─► rows[rank of the bit]: where
+//!                                      │              its payload is (4 bytes, only
+//!                                      │              events with a payload)
+//!                                      └─ variant, and flags: the payload has an
+//!                                         op, rc ≠ 0, duration ≥ 2^32 − 1
+//!  payloads   bytes: each call's payload as varints      (halo2d: 14 B/event)
+//!             rcs, long                                  (sparse, sorted by event)
+//!             started                                    (Start items)
+//!             other                                      (rare payloads as decoded)
+//!             defs, tids                                 (DefComm, DefThread)
 //! ```
 //!
-//! Rows are packed to 4-byte alignment and read by value; an `Option` is
-//! a value and a flag (in the tag, or in a status's second flags byte).
+//! A payload is kept as LEB128 varints (zigzag for signed fields) in the
+//! thread's `bytes`, each self-contained: times as differences from the
+//! record's start, nothing relative to an earlier record. `rows` holds its
+//! offset from the first payload byte of its word of 64 events
+//! (`byte_base`), or, for the variants kept in tables (`other`, `defs`,
+//! `tids`), its index there. Layouts, an `[x]` there only if a flag says:
+//!
+//! ```text
+//!  send      peer:i tag:i comm:u bytes:u [op:u]
+//!  recv      src:i tag:i comm:u (start−posted):i [op:u] status
+//!  sendrecv  peer:i stag:i bytes:u src:i rtag:i (start−posted):i comm:u status
+//!  isendrecv peer:i stag:i bytes:u src:i rtag:i (start−posted):i comm:u [op:u]
+//!  probe     src:i tag:i comm:u status [op:u]
+//!  coll      comm:u root:u (0 none, else zigzag + 1) sent:u recvd:u seq:u [op:u]
+//!  start     first:u n:u                                  (into `started`)
+//!  complete  n:u, n × (flags:1 [op:u] [status])
+//!  status    flags:1 [flags2:1] [source:i] [tag:i] [bytes:u]
+//!            [pb: id:u lc:u (start−sent):i [vc:u]]
+//! ```
 //!
 //! A record is read back by value ([`Events::get`]) as the view types of
 //! this module, which mirror `pmtrace_format::record` except that lists
-//! borrow from the tables: [`Record`], [`Call`], [`Payload`]. Hot loops
-//! that need only times or the function read the columns themselves
-//! ([`Events::stamps`], [`Events::func`]).
+//! are read from the bytes as they are walked: [`Record`], [`Call`],
+//! [`Payload`], [`Done`]. Hot loops that need only times or the function
+//! read the columns themselves ([`Events::stamps`], [`Events::func`]).
 
 use pmtrace_format::record::{self as fmt, CommDef, Completion, Pb, Status};
+use pmtrace_format::varint::{unzigzag, zigzag};
 
 /// One record, viewed (see [`Events::get`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -146,29 +162,67 @@ pub enum Payload<'a> {
 /// The operations a completion call completed, read item by item.
 #[derive(Clone, Copy)]
 pub struct Done<'a> {
-    items: &'a [PackedCompletion],
-    statuses: &'a [PackedStatus],
-    pbs: &'a [PackedPb],
+    /// The items' bytes, from the first on.
+    bytes: &'a [u8],
+    n: u32,
+    /// The record's start (piggyback send times are kept against it).
+    t: u64,
 }
 
 impl<'a> Done<'a> {
     pub fn len(&self) -> usize {
-        self.items.len()
+        self.n as usize
     }
 
     pub fn is_empty(&self) -> bool {
-        self.items.is_empty()
+        self.n == 0
     }
 
     pub fn get(&self, i: usize) -> Option<Completion> {
-        self.items.get(i).map(|c| c.unpack(self.statuses, self.pbs))
+        self.iter().nth(i)
     }
 
-    pub fn iter(&self) -> impl ExactSizeIterator<Item = Completion> + DoubleEndedIterator + 'a {
-        let (statuses, pbs) = (self.statuses, self.pbs);
-        self.items.iter().map(move |c| c.unpack(statuses, pbs))
+    pub fn iter(&self) -> DoneIter<'a> {
+        DoneIter {
+            g: Get::new(self.bytes, 0),
+            left: self.n,
+            t: self.t,
+        }
     }
 }
+
+/// The items of a [`Done`], decoded in order.
+pub struct DoneIter<'a> {
+    g: Get<'a>,
+    left: u32,
+    t: u64,
+}
+
+impl Iterator for DoneIter<'_> {
+    type Item = Completion;
+
+    #[inline]
+    fn next(&mut self) -> Option<Completion> {
+        if self.left == 0 {
+            return None;
+        }
+        self.left -= 1;
+        let flags = self.g.byte();
+        let op = (flags & ITEM_OP != 0).then(|| self.g.u());
+        let status = if flags & ITEM_NONE != 0 {
+            none_status()
+        } else {
+            get_status(&mut self.g, self.t).unwrap_or_default()
+        };
+        Some(Completion { op, status })
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        (self.left as usize, Some(self.left as usize))
+    }
+}
+
+impl ExactSizeIterator for DoneIter<'_> {}
 
 impl std::fmt::Debug for Done<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -184,7 +238,7 @@ impl PartialEq for Done<'_> {
 
 impl Eq for Done<'_> {}
 
-// ---- packed rows ----
+// ---- payload bytes ----
 
 const HAS_SOURCE: u8 = 1;
 const HAS_TAG: u8 = 2;
@@ -196,115 +250,171 @@ const HAS_PB: u8 = 64;
 /// For an `Option<Status>`: there is one.
 const PRESENT: u8 = 128;
 
-/// Second flags byte of a `PackedStatus`.
+/// Second flags byte of a status (there only with `HAS_PB`).
 const HAS_VC: u8 = 1;
 
-/// A `Status` in 24 bytes, its piggyback in the thread's `pbs`. Rows are
-/// packed to 4-byte alignment: their fields are read by value.
-#[derive(Debug, Clone, Copy, Default)]
-#[repr(C, packed(4))]
-struct PackedStatus {
-    bytes: u64,
-    source: i32,
-    tag: i32,
-    pb: u32,
-    flags: u8,
-    flags2: u8,
+/// Flags of a completion item: its op is there; its status is that of an
+/// operation without a receive status (a send's, a collective's: most of
+/// them), which is not stored.
+const ITEM_OP: u8 = 1;
+const ITEM_NONE: u8 = 2;
+
+/// Appends varints to a thread's payload bytes.
+struct Put<'a>(&'a mut Vec<u8>);
+
+impl Put<'_> {
+    #[inline]
+    fn u(&mut self, mut v: u64) -> &mut Self {
+        while v >= 0x80 {
+            self.0.push(v as u8 | 0x80);
+            v >>= 7;
+        }
+        self.0.push(v as u8);
+        self
+    }
+
+    #[inline]
+    fn i(&mut self, v: i64) -> &mut Self {
+        self.u(((v << 1) ^ (v >> 63)) as u64)
+    }
+
+    /// `later - earlier` of two times, either way round.
+    #[inline]
+    fn dt(&mut self, later: u64, earlier: u64) -> &mut Self {
+        self.i(later.wrapping_sub(earlier) as i64)
+    }
+
+    fn byte(&mut self, b: u8) -> &mut Self {
+        self.0.push(b);
+        self
+    }
 }
 
-/// A `Pb` in 28 bytes: its vector clock index is there if the status
-/// says so (`HAS_VC`).
-#[derive(Debug, Clone, Copy)]
-#[repr(C, packed(4))]
-struct PackedPb {
-    id: u64,
-    lc: u64,
-    sent: u64,
-    vc: u32,
+/// Reads varints back from payload bytes this module wrote (so never past
+/// their end; a read there gives 0 rather than a panic).
+#[derive(Clone)]
+struct Get<'a> {
+    b: &'a [u8],
+    pos: usize,
 }
 
-impl PackedStatus {
-    fn pack(s: Option<&Status>, pbs: &mut Vec<PackedPb>) -> PackedStatus {
-        let Some(s) = s else {
-            return PackedStatus::default();
-        };
-        let mut p = PackedStatus {
-            flags: PRESENT,
-            ..Default::default()
-        };
-        if let Some(v) = s.source {
-            p.source = v;
-            p.flags |= HAS_SOURCE;
-        }
-        if let Some(v) = s.tag {
-            p.tag = v;
-            p.flags |= HAS_TAG;
-        }
-        if let Some(v) = s.bytes {
-            p.bytes = v;
-            p.flags |= HAS_BYTES;
-        }
-        for (set, bit) in [(s.cancelled, CANCELLED), (s.empty, EMPTY), (s.none, NONE)] {
-            if set {
-                p.flags |= bit;
+impl<'a> Get<'a> {
+    fn new(b: &'a [u8], pos: usize) -> Self {
+        Get { b, pos }
+    }
+
+    #[inline]
+    fn byte(&mut self) -> u8 {
+        let v = self.b.get(self.pos).copied().unwrap_or(0);
+        self.pos += 1;
+        v
+    }
+
+    #[inline]
+    fn u(&mut self) -> u64 {
+        let mut v = 0u64;
+        let mut shift = 0;
+        loop {
+            let b = self.byte();
+            v |= u64::from(b & 0x7f) << (shift & 63);
+            if b < 0x80 || shift >= 63 {
+                return v;
             }
+            shift += 7;
         }
-        if let Some(pb) = s.pb {
-            p.pb = index(pbs.len());
-            p.flags |= HAS_PB;
-            if pb.vc.is_some() {
-                p.flags2 |= HAS_VC;
-            }
-            pbs.push(PackedPb {
-                id: pb.id,
-                lc: pb.lc,
-                sent: pb.sent,
-                vc: pb.vc.unwrap_or(0),
-            });
-        }
-        p
     }
 
-    fn unpack(&self, pbs: &[PackedPb]) -> Option<Status> {
-        let f = self.flags;
-        (f & PRESENT != 0).then(|| Status {
-            source: (f & HAS_SOURCE != 0).then_some(self.source),
-            tag: (f & HAS_TAG != 0).then_some(self.tag),
-            bytes: (f & HAS_BYTES != 0).then_some(self.bytes),
-            cancelled: f & CANCELLED != 0,
-            empty: f & EMPTY != 0,
-            none: f & NONE != 0,
-            pb: (f & HAS_PB != 0).then(|| {
-                let p = pbs[self.pb as usize];
-                Pb {
-                    id: p.id,
-                    lc: p.lc,
-                    sent: p.sent,
-                    vc: (self.flags2 & HAS_VC != 0).then_some(p.vc),
-                }
-            }),
-        })
+    #[inline]
+    fn i(&mut self) -> i64 {
+        let v = self.u();
+        ((v >> 1) as i64) ^ -((v & 1) as i64)
     }
 
-    /// A status that is always there.
-    fn status(&self, pbs: &[PackedPb]) -> Status {
-        self.unpack(pbs).unwrap_or_default()
+    #[inline]
+    fn i32(&mut self) -> i32 {
+        self.i() as i32
+    }
+
+    #[inline]
+    fn u32(&mut self) -> u32 {
+        self.u() as u32
+    }
+
+    /// A time kept as `t - time` (see [`Put::dt`]).
+    #[inline]
+    fn time(&mut self, t: u64) -> u64 {
+        t.wrapping_sub(self.i() as u64)
     }
 }
 
-/// A completion in 12 bytes: its op, and in `status` a flag that the op
-/// is there (`COMPLETION_OP`) and the index of its status in the thread's
-/// `statuses`, or `NONE_STATUS` for the status of an operation that has
-/// none (a send's, a collective's: most of them), which is not stored.
-#[derive(Debug, Clone, Copy)]
-#[repr(C, packed(4))]
-struct PackedCompletion {
-    op: u64,
-    status: u32,
+/// Writes an `Option<Status>` (one byte for `None`); `t` is the record's
+/// start.
+fn put_status(out: &mut Put, s: Option<&Status>, t: u64) {
+    let Some(s) = s else {
+        out.byte(0);
+        return;
+    };
+    let mut flags = PRESENT;
+    for (set, bit) in [
+        (s.source.is_some(), HAS_SOURCE),
+        (s.tag.is_some(), HAS_TAG),
+        (s.bytes.is_some(), HAS_BYTES),
+        (s.cancelled, CANCELLED),
+        (s.empty, EMPTY),
+        (s.none, NONE),
+        (s.pb.is_some(), HAS_PB),
+    ] {
+        if set {
+            flags |= bit;
+        }
+    }
+    out.byte(flags);
+    if let Some(pb) = &s.pb {
+        out.byte(if pb.vc.is_some() { HAS_VC } else { 0 });
+    }
+    if let Some(v) = s.source {
+        out.i(v.into());
+    }
+    if let Some(v) = s.tag {
+        out.i(v.into());
+    }
+    if let Some(v) = s.bytes {
+        out.u(v);
+    }
+    if let Some(pb) = &s.pb {
+        out.u(pb.id).u(pb.lc).dt(t, pb.sent);
+        if let Some(vc) = pb.vc {
+            out.u(vc.into());
+        }
+    }
 }
 
-const COMPLETION_OP: u32 = 1 << 31;
-const NONE_STATUS: u32 = COMPLETION_OP - 1;
+#[inline]
+fn get_status(g: &mut Get, t: u64) -> Option<Status> {
+    let f = g.byte();
+    if f & PRESENT == 0 {
+        return None;
+    }
+    let f2 = if f & HAS_PB != 0 { g.byte() } else { 0 };
+    let source = (f & HAS_SOURCE != 0).then(|| g.i32());
+    let tag = (f & HAS_TAG != 0).then(|| g.i32());
+    let bytes = (f & HAS_BYTES != 0).then(|| g.u());
+    let pb = (f & HAS_PB != 0).then(|| {
+        let (id, lc) = (g.u(), g.u());
+        let sent = g.time(t);
+        let vc = (f2 & HAS_VC != 0).then(|| g.u32());
+        Pb { id, lc, sent, vc }
+    });
+    Some(Status {
+        source,
+        tag,
+        bytes,
+        cancelled: f & CANCELLED != 0,
+        empty: f & EMPTY != 0,
+        none: f & NONE != 0,
+        pb,
+    })
+}
 
 /// The status of a completion without a receive status, as decoded.
 fn none_status() -> Status {
@@ -312,99 +422,6 @@ fn none_status() -> Status {
         none: true,
         ..Status::default()
     }
-}
-
-impl PackedCompletion {
-    fn pack(c: &Completion, statuses: &mut Vec<PackedStatus>, pbs: &mut Vec<PackedPb>) -> Self {
-        let mut status = if c.status == none_status() {
-            NONE_STATUS
-        } else {
-            let k = index(statuses.len());
-            assert!(k < NONE_STATUS, "fewer than 2^31 - 1 statuses per thread");
-            statuses.push(PackedStatus::pack(Some(&c.status), pbs));
-            k
-        };
-        if c.op.is_some() {
-            status |= COMPLETION_OP;
-        }
-        PackedCompletion {
-            op: c.op.unwrap_or(0),
-            status,
-        }
-    }
-
-    fn unpack(&self, statuses: &[PackedStatus], pbs: &[PackedPb]) -> Completion {
-        let status = self.status;
-        Completion {
-            op: (status & COMPLETION_OP != 0).then_some(self.op),
-            status: match status & !COMPLETION_OP {
-                NONE_STATUS => none_status(),
-                k => statuses[k as usize].status(pbs),
-            },
-        }
-    }
-}
-
-/// Rows: an `op` is there if the record's tag has `tag::OP`.
-#[derive(Debug, Clone, Copy)]
-#[repr(C, packed(4))]
-struct SendRow {
-    bytes: u64,
-    op: u64,
-    peer: i32,
-    tag: i32,
-    comm: u32,
-}
-
-/// Its status, if it has one, is `statuses[status]` (else `NO_STATUS`):
-/// a nonblocking receive has none.
-#[derive(Debug, Clone, Copy)]
-#[repr(C, packed(4))]
-struct RecvRow {
-    posted: u64,
-    op: u64,
-    src: i32,
-    tag: i32,
-    comm: u32,
-    status: u32,
-}
-
-const NO_STATUS: u32 = u32::MAX;
-
-/// `Sendrecv` (status) and `Isendrecv` (op).
-#[derive(Debug, Clone, Copy)]
-#[repr(C, packed(4))]
-struct SendrecvRow {
-    bytes: u64,
-    posted: u64,
-    op: u64,
-    status: PackedStatus,
-    peer: i32,
-    stag: i32,
-    src: i32,
-    rtag: i32,
-    comm: u32,
-}
-
-#[derive(Debug, Clone, Copy)]
-#[repr(C, packed(4))]
-struct ProbeRow {
-    op: u64,
-    status: PackedStatus,
-    src: i32,
-    tag: i32,
-    comm: u32,
-}
-
-#[derive(Debug, Clone, Copy)]
-#[repr(C, packed(4))]
-struct CollRow {
-    sent: u64,
-    recvd: u64,
-    seq: u64,
-    op: u64,
-    root: Option<i32>,
-    comm: u32,
 }
 
 // ---- the columns ----
@@ -448,22 +465,16 @@ pub struct Events {
     has_row: Vec<u64>,
     /// Rows before each word of `has_row`.
     row_base: Vec<u32>,
-    /// The row of each event that has one, in order.
+    /// The row of each event that has one, in order: the offset of its
+    /// payload from its word's `byte_base`, or its index in `other`,
+    /// `defs` or `tids`.
     rows: Vec<u32>,
+    /// The payloads (see the module docs).
+    bytes: Vec<u8>,
+    /// Payload bytes before each word of `has_row`.
+    byte_base: Vec<u64>,
     rcs: Vec<(u32, i32)>,
     long: Vec<(u32, u64)>,
-    sends: Vec<SendRow>,
-    recvs: Vec<RecvRow>,
-    sendrecvs: Vec<SendrecvRow>,
-    probes: Vec<ProbeRow>,
-    colls: Vec<CollRow>,
-    /// The statuses of blocking receives (`RecvRow::status`) and of
-    /// completions (`PackedCompletion::status`).
-    statuses: Vec<PackedStatus>,
-    pbs: Vec<PackedPb>,
-    /// (first item, items) of each Complete or Start record.
-    lists: Vec<(u32, u32)>,
-    completions: Vec<PackedCompletion>,
     started: Vec<(Option<u64>, u64)>,
     other: Vec<fmt::Payload>,
     defs: Vec<CommDef>,
@@ -501,17 +512,10 @@ impl Events {
             + size_of_val(&self.has_row[..])
             + size_of_val(&self.row_base[..])
             + size_of_val(&self.rows[..])
+            + size_of_val(&self.bytes[..])
+            + size_of_val(&self.byte_base[..])
             + size_of_val(&self.rcs[..])
             + size_of_val(&self.long[..])
-            + size_of_val(&self.sends[..])
-            + size_of_val(&self.recvs[..])
-            + size_of_val(&self.sendrecvs[..])
-            + size_of_val(&self.probes[..])
-            + size_of_val(&self.colls[..])
-            + size_of_val(&self.statuses[..])
-            + size_of_val(&self.pbs[..])
-            + size_of_val(&self.lists[..])
-            + size_of_val(&self.completions[..])
             + size_of_val(&self.started[..])
             + size_of_val(&self.other[..])
             + size_of_val(&self.defs[..])
@@ -522,9 +526,14 @@ impl Events {
     /// events and [`MAX_FUNCS`] functions.
     pub fn push(&mut self, r: fmt::Record) {
         let at = index(self.t_start.len());
+        if at.is_multiple_of(64) {
+            self.has_row.push(0);
+            self.row_base.push(index(self.rows.len()));
+            self.byte_base.push(self.bytes.len() as u64);
+        }
         let (t_start, t_end, func, rc, tag, row) = match r {
             fmt::Record::Call(c) => {
-                let (tag, row) = self.push_payload(c.payload);
+                let (tag, row) = self.push_payload(c.payload, c.t_start);
                 (c.t_start, c.t_end, c.func, c.rc, tag, row)
             }
             fmt::Record::BufferWait { t_start, t_end } => {
@@ -555,44 +564,39 @@ impl Events {
         self.t_start.push(t_start);
         self.func.push(func as u16);
         self.tag.push(tag);
-        if at.is_multiple_of(64) {
-            self.has_row.push(0);
-            self.row_base.push(index(self.rows.len()));
-        }
         if !matches!(tag & tag::VARIANT, tag::NONE | tag::BUFFER_WAIT) {
             self.has_row[at as usize / 64] |= 1 << (at % 64);
             self.rows.push(row);
         }
     }
 
-    fn push_payload(&mut self, p: fmt::Payload) -> (u8, u32) {
-        fn row<T>(v: &mut Vec<T>, x: T) -> u32 {
-            v.push(x);
-            index(v.len() - 1)
-        }
-        // An op goes in as a u64 and a flag in the tag.
+    /// Keeps a call's payload; returns its tag and row. `t` is the call's
+    /// start.
+    fn push_payload(&mut self, p: fmt::Payload, t: u64) -> (u8, u32) {
+        // An op goes in last, and a flag in the tag.
         let op_flag = |op: Option<u64>| if op.is_some() { tag::OP } else { 0 };
-        match p {
-            fmt::Payload::None => (tag::NONE, 0),
+        let base = *self.byte_base.last().expect("a word for every event");
+        let row = u32::try_from(self.bytes.len() as u64 - base)
+            .expect("fewer than 4 GiB of payloads in 64 records");
+        let out = &mut Put(&mut self.bytes);
+        let put_op = |out: &mut Put, op: Option<u64>| {
+            if let Some(op) = op {
+                out.u(op);
+            }
+        };
+        let tag = match p {
+            fmt::Payload::None => return (tag::NONE, 0),
             fmt::Payload::Send {
                 peer,
                 tag,
                 comm,
                 bytes,
                 op,
-            } => (
-                tag::SEND | op_flag(op),
-                row(
-                    &mut self.sends,
-                    SendRow {
-                        bytes,
-                        op: op.unwrap_or(0),
-                        peer,
-                        tag,
-                        comm,
-                    },
-                ),
-            ),
+            } => {
+                out.i(peer.into()).i(tag.into()).u(comm.into()).u(bytes);
+                put_op(out, op);
+                tag::SEND | op_flag(op)
+            }
             fmt::Payload::Recv {
                 src,
                 tag,
@@ -601,27 +605,10 @@ impl Events {
                 status,
                 op,
             } => {
-                let status = match status {
-                    Some(st) => {
-                        let st = PackedStatus::pack(Some(&st), &mut self.pbs);
-                        row(&mut self.statuses, st)
-                    }
-                    None => NO_STATUS,
-                };
-                (
-                    tag::RECV | op_flag(op),
-                    row(
-                        &mut self.recvs,
-                        RecvRow {
-                            posted,
-                            op: op.unwrap_or(0),
-                            src,
-                            tag,
-                            comm,
-                            status,
-                        },
-                    ),
-                )
+                out.i(src.into()).i(tag.into()).u(comm.into()).dt(t, posted);
+                put_op(out, op);
+                put_status(out, status.as_ref(), t);
+                tag::RECV | op_flag(op)
             }
             fmt::Payload::Sendrecv {
                 peer,
@@ -633,24 +620,13 @@ impl Events {
                 comm,
                 status,
             } => {
-                let status = PackedStatus::pack(Some(&status), &mut self.pbs);
-                (
-                    tag::SENDRECV,
-                    row(
-                        &mut self.sendrecvs,
-                        SendrecvRow {
-                            bytes,
-                            posted,
-                            op: 0,
-                            status,
-                            peer,
-                            stag,
-                            src,
-                            rtag,
-                            comm,
-                        },
-                    ),
-                )
+                out.i(peer.into()).i(stag.into()).u(bytes);
+                out.i(src.into())
+                    .i(rtag.into())
+                    .dt(t, posted)
+                    .u(comm.into());
+                put_status(out, Some(&status), t);
+                tag::SENDRECV
             }
             fmt::Payload::Isendrecv {
                 peer,
@@ -661,23 +637,15 @@ impl Events {
                 posted,
                 comm,
                 op,
-            } => (
-                tag::ISENDRECV | op_flag(op),
-                row(
-                    &mut self.sendrecvs,
-                    SendrecvRow {
-                        bytes,
-                        posted,
-                        op: op.unwrap_or(0),
-                        status: PackedStatus::default(),
-                        peer,
-                        stag,
-                        src,
-                        rtag,
-                        comm,
-                    },
-                ),
-            ),
+            } => {
+                out.i(peer.into()).i(stag.into()).u(bytes);
+                out.i(src.into())
+                    .i(rtag.into())
+                    .dt(t, posted)
+                    .u(comm.into());
+                put_op(out, op);
+                tag::ISENDRECV | op_flag(op)
+            }
             fmt::Payload::Probe {
                 src,
                 tag,
@@ -685,20 +653,10 @@ impl Events {
                 status,
                 op,
             } => {
-                let status = PackedStatus::pack(Some(&status), &mut self.pbs);
-                (
-                    tag::PROBE | op_flag(op),
-                    row(
-                        &mut self.probes,
-                        ProbeRow {
-                            op: op.unwrap_or(0),
-                            status,
-                            src,
-                            tag,
-                            comm,
-                        },
-                    ),
-                )
+                out.i(src.into()).i(tag.into()).u(comm.into());
+                put_status(out, Some(&status), t);
+                put_op(out, op);
+                tag::PROBE | op_flag(op)
             }
             fmt::Payload::Coll {
                 comm,
@@ -707,40 +665,40 @@ impl Events {
                 recvd,
                 seq,
                 op,
-            } => (
-                tag::COLL | op_flag(op),
-                row(
-                    &mut self.colls,
-                    CollRow {
-                        sent,
-                        recvd,
-                        seq,
-                        op: op.unwrap_or(0),
-                        root,
-                        comm,
-                    },
-                ),
-            ),
+            } => {
+                let root = root.map_or(0, |r| zigzag(r.into()) + 1);
+                out.u(comm.into()).u(root).u(sent).u(recvd).u(seq);
+                put_op(out, op);
+                tag::COLL | op_flag(op)
+            }
             fmt::Payload::Start { started } => {
-                let first = index(self.started.len());
+                out.u(self.started.len() as u64).u(started.len() as u64);
                 self.started.extend_from_slice(&started);
-                let list = (first, index(started.len()));
-                (tag::START, row(&mut self.lists, list))
+                tag::START
             }
             fmt::Payload::Complete { done } => {
-                let first = index(self.completions.len());
+                out.u(done.len() as u64);
                 for c in &done {
-                    let c = PackedCompletion::pack(c, &mut self.statuses, &mut self.pbs);
-                    self.completions.push(c);
+                    let none = c.status == none_status();
+                    let flags =
+                        if c.op.is_some() { ITEM_OP } else { 0 } | if none { ITEM_NONE } else { 0 };
+                    out.byte(flags);
+                    put_op(out, c.op);
+                    if !none {
+                        put_status(out, Some(&c.status), t);
+                    }
                 }
-                let list = (first, index(done.len()));
-                (tag::COMPLETE, row(&mut self.lists, list))
+                tag::COMPLETE
             }
-            other => (tag::OTHER, row(&mut self.other, other)),
-        }
+            other => {
+                self.other.push(other);
+                return (tag::OTHER, index(self.other.len() - 1));
+            }
+        };
+        (tag, row)
     }
 
-    /// The side-table row of record `i` (0 for a record without one).
+    /// The row of record `i` (0 for a record without one).
     #[inline]
     fn row(&self, i: usize) -> usize {
         let word = self.has_row[i / 64];
@@ -750,6 +708,14 @@ impl Events {
         }
         let before = (word & (bit - 1)).count_ones();
         self.rows[(self.row_base[i / 64] + before) as usize] as usize
+    }
+
+    /// The payload bytes of record `i`, a call kept in `bytes`, from its
+    /// first on.
+    #[inline]
+    fn payload_at(&self, i: usize) -> Get<'_> {
+        let at = self.byte_base[i / 64] as usize + self.row(i);
+        Get::new(&self.bytes, at)
     }
 
     /// Start and end time of record `i`.
@@ -848,101 +814,110 @@ impl Events {
     /// Record `i`, a call, viewed.
     fn call_view(&self, i: usize) -> Call<'_> {
         let (t_start, t_end) = self.stamps(i);
-        let row = self.row(i);
         let has_op = self.tag[i] & tag::OP != 0;
-        let op = |op: u64| has_op.then_some(op);
-        let payload = match self.tag[i] & tag::VARIANT {
+        let t = t_start;
+        let variant = self.tag[i] & tag::VARIANT;
+        let mut g = match variant {
+            tag::NONE | tag::OTHER => Get::new(&[], 0),
+            _ => self.payload_at(i),
+        };
+        let g = &mut g;
+        let op = |g: &mut Get| has_op.then(|| g.u());
+        let payload = match variant {
             tag::NONE => Payload::None,
             tag::SEND => {
-                let s = self.sends[row];
+                let (peer, tag, comm, bytes) = (g.i32(), g.i32(), g.u32(), g.u());
                 Payload::Send {
-                    peer: s.peer,
-                    tag: s.tag,
-                    comm: s.comm,
-                    bytes: s.bytes,
-                    op: op(s.op),
+                    peer,
+                    tag,
+                    comm,
+                    bytes,
+                    op: op(g),
                 }
             }
             tag::RECV => {
-                let r = self.recvs[row];
+                let (src, tag, comm, posted) = (g.i32(), g.i32(), g.u32(), g.time(t));
+                let op = op(g);
                 Payload::Recv {
-                    src: r.src,
-                    tag: r.tag,
-                    comm: r.comm,
-                    posted: r.posted,
-                    status: match r.status {
-                        NO_STATUS => None,
-                        k => self.statuses[k as usize].unpack(&self.pbs),
-                    },
-                    op: op(r.op),
+                    src,
+                    tag,
+                    comm,
+                    posted,
+                    status: get_status(g, t),
+                    op,
                 }
             }
-            tag::SENDRECV => {
-                let r = self.sendrecvs[row];
-                let status = r.status;
-                Payload::Sendrecv {
-                    peer: r.peer,
-                    stag: r.stag,
-                    bytes: r.bytes,
-                    src: r.src,
-                    rtag: r.rtag,
-                    posted: r.posted,
-                    comm: r.comm,
-                    status: status.status(&self.pbs),
-                }
-            }
-            tag::ISENDRECV => {
-                let r = self.sendrecvs[row];
-                Payload::Isendrecv {
-                    peer: r.peer,
-                    stag: r.stag,
-                    bytes: r.bytes,
-                    src: r.src,
-                    rtag: r.rtag,
-                    posted: r.posted,
-                    comm: r.comm,
-                    op: op(r.op),
+            tag::SENDRECV | tag::ISENDRECV => {
+                let (peer, stag, bytes) = (g.i32(), g.i32(), g.u());
+                let (src, rtag, posted, comm) = (g.i32(), g.i32(), g.time(t), g.u32());
+                if variant == tag::SENDRECV {
+                    Payload::Sendrecv {
+                        peer,
+                        stag,
+                        bytes,
+                        src,
+                        rtag,
+                        posted,
+                        comm,
+                        status: get_status(g, t).unwrap_or_default(),
+                    }
+                } else {
+                    Payload::Isendrecv {
+                        peer,
+                        stag,
+                        bytes,
+                        src,
+                        rtag,
+                        posted,
+                        comm,
+                        op: op(g),
+                    }
                 }
             }
             tag::PROBE => {
-                let p = self.probes[row];
-                let status = p.status;
+                let (src, tag, comm) = (g.i32(), g.i32(), g.u32());
+                let status = get_status(g, t).unwrap_or_default();
                 Payload::Probe {
-                    src: p.src,
-                    tag: p.tag,
-                    comm: p.comm,
-                    status: status.status(&self.pbs),
-                    op: op(p.op),
+                    src,
+                    tag,
+                    comm,
+                    status,
+                    op: op(g),
                 }
             }
             tag::COLL => {
-                let c = self.colls[row];
+                let comm = g.u32();
+                let root = match g.u() {
+                    0 => None,
+                    r => Some(unzigzag(r - 1) as i32),
+                };
+                let (sent, recvd, seq) = (g.u(), g.u(), g.u());
                 Payload::Coll {
-                    comm: c.comm,
-                    root: c.root,
-                    sent: c.sent,
-                    recvd: c.recvd,
-                    seq: c.seq,
-                    op: op(c.op),
+                    comm,
+                    root,
+                    sent,
+                    recvd,
+                    seq,
+                    op: op(g),
                 }
             }
             tag::START => {
-                let (first, n) = self.lists[row];
+                let (first, n) = (g.u() as usize, g.u() as usize);
                 Payload::Start {
-                    started: &self.started[first as usize..][..n as usize],
+                    started: self.started.get(first..first + n).unwrap_or(&[]),
                 }
             }
             tag::COMPLETE => {
-                let (first, n) = self.lists[row];
+                let n = g.u32();
                 Payload::Complete {
                     done: Done {
-                        items: &self.completions[first as usize..][..n as usize],
-                        statuses: &self.statuses,
-                        pbs: &self.pbs,
+                        bytes: g.b.get(g.pos..).unwrap_or(&[]),
+                        n,
+                        t,
                     },
                 }
             }
-            tag::OTHER => view_other(&self.other[row]),
+            tag::OTHER => view_other(&self.other[self.row(i)]),
             v => unreachable!("variant {v} is not a call's"),
         };
         Call {
@@ -982,6 +957,7 @@ impl Events {
         self.tag.reserve_exact(n);
         self.has_row.reserve_exact(n.div_ceil(64));
         self.row_base.reserve_exact(n.div_ceil(64));
+        self.byte_base.reserve_exact(n.div_ceil(64));
     }
 
     /// Trims each column to its length (after the last push).
@@ -993,15 +969,8 @@ impl Events {
         self.has_row.shrink_to_fit();
         self.row_base.shrink_to_fit();
         self.rows.shrink_to_fit();
-        self.sends.shrink_to_fit();
-        self.recvs.shrink_to_fit();
-        self.sendrecvs.shrink_to_fit();
-        self.probes.shrink_to_fit();
-        self.colls.shrink_to_fit();
-        self.statuses.shrink_to_fit();
-        self.pbs.shrink_to_fit();
-        self.lists.shrink_to_fit();
-        self.completions.shrink_to_fit();
+        self.bytes.shrink_to_fit();
+        self.byte_base.shrink_to_fit();
         self.started.shrink_to_fit();
     }
 }
@@ -1118,15 +1087,82 @@ mod tests {
     use super::*;
 
     #[test]
-    fn rows_have_the_sizes_the_module_docs_give() {
-        use std::mem::size_of;
-        assert_eq!(size_of::<SendRow>(), 28);
-        assert_eq!(size_of::<RecvRow>(), 32);
-        assert_eq!(size_of::<PackedStatus>(), 24);
-        assert_eq!(size_of::<PackedPb>(), 28);
-        assert_eq!(size_of::<PackedCompletion>(), 12);
-        assert_eq!(size_of::<ProbeRow>(), 44);
-        assert_eq!(size_of::<CollRow>(), 44);
+    fn payloads_take_the_bytes_the_module_docs_give() {
+        // halo2d's calls, 100 ns apart: Isend, Irecv, a Waitall of a send
+        // and a receive with a piggyback sent 20 ns before, an Allreduce.
+        let t = 1_000_000_000;
+        let op = |n| fmt::op_id(0, n);
+        let status = Status {
+            source: Some(1),
+            tag: Some(5),
+            bytes: Some(64),
+            pb: Some(Pb {
+                id: 300,
+                lc: 40,
+                sent: t + 200 - 20,
+                vc: None,
+            }),
+            ..Status::default()
+        };
+        let payloads = [
+            (
+                fmt::Payload::Send {
+                    peer: 1,
+                    tag: 5,
+                    comm: 0,
+                    bytes: 64,
+                    op: Some(op(100)),
+                },
+                1 + 1 + 1 + 1 + 1,
+            ),
+            (
+                fmt::Payload::Recv {
+                    src: 1,
+                    tag: 5,
+                    comm: 0,
+                    posted: t + 100,
+                    status: None,
+                    op: Some(op(101)),
+                },
+                1 + 1 + 1 + 1 + 1 + 1,
+            ),
+            (
+                fmt::Payload::Complete {
+                    done: vec![
+                        Completion {
+                            op: Some(op(100)),
+                            status: none_status(),
+                        },
+                        Completion {
+                            op: Some(op(101)),
+                            status,
+                        },
+                    ],
+                },
+                // n, then (flags, op), then (flags, op, status flags,
+                // source, tag, bytes, pb id (2), lc, sent)
+                1 + 2 + (1 + 1 + 2 + 1 + 1 + 1 + 2 + 1 + 1),
+            ),
+            (
+                fmt::Payload::Coll {
+                    comm: 0,
+                    root: None,
+                    sent: 8,
+                    recvd: 8,
+                    seq: 1000,
+                    op: None,
+                },
+                1 + 1 + 1 + 1 + 2,
+            ),
+        ];
+        let mut events = Events::default();
+        for (k, (p, want)) in payloads.into_iter().enumerate() {
+            let before = events.bytes.len();
+            events.push(call(t + k as u64 * 100, 10, 0, p.clone()));
+            let got = &events.bytes[before..];
+            assert_eq!(got.len(), want, "{p:?}: {got:?}");
+            assert!(same(events.get(k), &call(t + k as u64 * 100, 10, 0, p)));
+        }
     }
 
     fn status(pb: bool) -> Status {
@@ -1432,7 +1468,8 @@ mod tests {
         let events: Events = (0..1024)
             .map(|t| call(t * 10, 3, 0, fmt::Payload::None))
             .collect();
-        // 15 bytes each, and per 64 events a word of bits and a row count.
-        assert_eq!(events.bytes(), 15 * 1024 + 16 * 12);
+        // 15 bytes each, and per 64 events a word of bits, a row count and
+        // a payload byte count.
+        assert_eq!(events.bytes(), 15 * 1024 + 16 * (8 + 4 + 8));
     }
 }
