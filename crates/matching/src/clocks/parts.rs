@@ -25,7 +25,7 @@ impl PartPlan {
     /// in the communicator, its size).
     pub fn instance(&self, i: usize) -> ((u64, u64, u64), Shape, Option<u32>, usize) {
         let (p, inst) = (&self.0, &self.0.instances[i]);
-        let root = inst.root.and_then(|w| p.comm_rank[i].get(&w).copied());
+        let root = inst.root.and_then(|w| p.comm_rank.get(i, w));
         (p.keys[i], inst.shape, root, inst.size)
     }
 

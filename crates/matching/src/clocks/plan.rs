@@ -48,6 +48,8 @@ pub(super) struct Instance {
     /// Every entered member's merge ([`merges`]), made once all entered,
     /// with the number of enters it was made from.
     pub(super) merged: Option<(usize, Merged)>,
+    /// Members that have left it.
+    pub(super) exits: usize,
 }
 
 /// Each member's (clock, vector clock) merge, by member.
@@ -61,7 +63,7 @@ pub(super) struct Plan {
     pub(super) stream_rank: Vec<usize>,
     pub(super) instances: Vec<Instance>,
     /// For each instance, comm ranks by world rank.
-    pub(super) comm_rank: Vec<HashMap<u32, u32>>,
+    pub(super) comm_rank: CommRanks,
     /// (communicator, sequence number, start) of each instance.
     pub(super) keys: Vec<(u64, u64, u64)>,
     /// World ranks with more than one thread, sorted (the replay is exact
@@ -80,8 +82,46 @@ pub(super) struct Plan {
 #[derive(Default)]
 pub(super) struct Found {
     pub(super) instances: Vec<Instance>,
-    pub(super) comm_rank: Vec<HashMap<u32, u32>>,
+    pub(super) comm_rank: CommRanks,
     pub(super) of: HashMap<(u64, u64, u64), usize>,
+}
+
+/// Each instance's rank in its communicator of each member, by world
+/// rank: one table per communicator, shared by its instances.
+#[derive(Default)]
+pub(super) struct CommRanks {
+    /// The table of each instance.
+    of_instance: Vec<u32>,
+    tables: Vec<HashMap<u32, u32>>,
+    /// The table of each communicator, by global id.
+    of_comm: HashMap<u64, u32>,
+}
+
+impl CommRanks {
+    /// World rank `world`'s rank in instance `i`'s communicator.
+    #[inline]
+    pub(super) fn get(&self, i: usize, world: u32) -> Option<u32> {
+        self.tables[self.of_instance[i] as usize]
+            .get(&world)
+            .copied()
+    }
+
+    /// Adds the next instance, of communicator `c`.
+    fn push(&mut self, c: &pmtrace_trace::Comm) {
+        let tables = &mut self.tables;
+        let t = *self.of_comm.entry(c.global_id).or_insert_with(|| {
+            tables.push(
+                c.members
+                    .iter()
+                    .chain(&c.remote_members)
+                    .enumerate()
+                    .map(|(k, &w)| (w, k as u32))
+                    .collect(),
+            );
+            (tables.len() - 1) as u32
+        });
+        self.of_instance.push(t);
+    }
 }
 
 impl Found {
@@ -124,15 +164,9 @@ impl Found {
                 size,
                 enters: Vec::new(),
                 merged: None,
+                exits: 0,
             });
-            self.comm_rank.push(
-                c.members
-                    .iter()
-                    .chain(&c.remote_members)
-                    .enumerate()
-                    .map(|(k, &w)| (w, k as u32))
-                    .collect(),
-            );
+            self.comm_rank.push(c);
             self.instances.len() - 1
         }))
     }

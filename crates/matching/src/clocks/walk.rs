@@ -202,7 +202,7 @@ impl Walker<'_> {
     /// Stream `r`'s rank in instance `i`'s communicator.
     pub(super) fn member(&self, r: usize, i: usize) -> u32 {
         let me = self.trace.ranks[self.p.stream_rank[r]].rank;
-        self.p.comm_rank[i].get(&me).copied().unwrap_or(0)
+        self.p.comm_rank.get(i, me).unwrap_or(0)
     }
 
     /// The send whose clock receive `ri` merges.
@@ -439,7 +439,7 @@ impl Walker<'_> {
                 if eager {
                     s.vc[me] += 1;
                 }
-                let cr = p.comm_rank[i].get(&(me as u32)).copied().unwrap_or(0);
+                let cr = p.comm_rank.get(i, me as u32).unwrap_or(0);
                 match part {
                     Some(io) => io.enters.push((i as u32, cr, s.lc, s.vc.clone())),
                     None => insts[i].enters.push((cr, s.lc, s.vc.clone())),
@@ -455,8 +455,8 @@ impl Walker<'_> {
                     return;
                 }
                 let inst = &mut insts[i];
-                let mine = p.comm_rank[i].get(&(me as u32)).copied().unwrap_or(0);
-                let root_cr = inst.root.and_then(|w| p.comm_rank[i].get(&w).copied());
+                let mine = p.comm_rank.get(i, me as u32).unwrap_or(0);
+                let root_cr = inst.root.and_then(|w| p.comm_rank.get(i, w));
                 let (lc, vc) = match part {
                     Some(io) => io
                         .answers
@@ -493,6 +493,15 @@ impl Walker<'_> {
                 }
                 let vc = s.vc.clone();
                 node(out, &vc, from);
+                // Once every member is out, nothing reads the instance's
+                // enters again: keep only the in-flight instances'.
+                let inst = &mut insts[i];
+                inst.exits += 1;
+                if part.is_none() && inst.exits >= inst.size && inst.enters.len() >= inst.size {
+                    inst.enters = Vec::new();
+                    inst.merged = None;
+                    enter_node[i] = Vec::new();
+                }
             }
             Ev::End(index) => {
                 let (rank, thread) = p.stream_at[r];
