@@ -158,9 +158,9 @@ pub trait Edges<E, S> {
 /// What arrives at an exit of the whole trace.
 #[derive(Debug, Clone, Copy)]
 enum From {
-    Send(usize),
+    Send(u32),
     /// Instance, member.
-    Coll(usize, u32),
+    Coll(u32, u32),
 }
 
 /// A node of a call.
@@ -286,6 +286,8 @@ impl<'a, E: Copy, S: Copy> Stream<'a, E, S> {
     pub fn sort(&mut self) {
         self.sources.sort_unstable_by_key(|x| x.0);
         self.incoming.sort_unstable_by_key(|x| x.0);
+        self.sources.shrink_to_fit();
+        self.incoming.shrink_to_fit();
     }
 
     /// The time and side of the next node.
@@ -571,8 +573,9 @@ impl Marks<'_> {
 impl Edges<From, From> for Marks<'_> {
     fn arrive(&self, e: From, into: &mut Arrivals) {
         match e {
-            From::Send(si) => into.take(self.send_mark[si]),
-            From::Coll(ii, i) if self.instances[ii].ordered() => {
+            From::Send(si) => into.take(self.send_mark[si as usize]),
+            From::Coll(ii, i) if self.instances[ii as usize].ordered() => {
+                let ii = ii as usize;
                 for k in self.instances[ii].senders(i) {
                     if self.on_main[ii][k as usize] {
                         into.take(self.enter_mark[self.first[ii] + k as usize]);
@@ -580,6 +583,7 @@ impl Edges<From, From> for Marks<'_> {
                 }
             }
             From::Coll(ii, i) => {
+                let ii = ii as usize;
                 if !self.instances[ii].may_recv(i) {
                     return;
                 }
@@ -597,8 +601,9 @@ impl Edges<From, From> for Marks<'_> {
 
     fn publish(&mut self, src: From, mark: Mark) {
         match src {
-            From::Send(si) => self.send_mark[si] = mark,
+            From::Send(si) => self.send_mark[si as usize] = mark,
             From::Coll(ii, k) => {
+                let ii = ii as usize;
                 self.enter_mark[self.first[ii] + k as usize] = mark;
                 if !self.sends(ii, k) || mark.best.is_nan() {
                     return;
@@ -650,7 +655,7 @@ pub(crate) fn compute(
         if Some(s.call.thread) == main(s.call.rank) {
             streams[s.call.rank as usize]
                 .sources
-                .push((s.call.index, From::Send(si)));
+                .push((s.call.index, From::Send(si as u32)));
         }
     }
     for m in &messages.matched {
@@ -658,7 +663,7 @@ pub(crate) fn compute(
         if Some(s.call.thread) == main(s.call.rank) && Some(at.thread) == main(at.rank) {
             streams[at.rank as usize]
                 .incoming
-                .push((at.index, From::Send(m.send)));
+                .push((at.index, From::Send(m.send as u32)));
         }
     }
     // Each member's enter mark, flat: instance `i`'s from `first[i]`.
@@ -685,14 +690,14 @@ pub(crate) fn compute(
             if on_main[ii][k] {
                 streams[m.enter.rank as usize]
                     .sources
-                    .push((m.enter.index, From::Coll(ii, k as u32)));
+                    .push((m.enter.index, From::Coll(ii as u32, k as u32)));
             }
             let Some(exit) = m.exit else { continue };
             let from_main = inst.senders(k as u32).any(|s| on_main[ii][s as usize]);
             if Some(exit.thread) == main(exit.rank) && from_main {
                 streams[exit.rank as usize]
                     .incoming
-                    .push((exit.index, From::Coll(ii, k as u32)));
+                    .push((exit.index, From::Coll(ii as u32, k as u32)));
             }
         }
     }
@@ -741,11 +746,18 @@ pub(crate) fn compute(
     // Back from the heaviest end, through the edges that won.
     let end = (0..streams.len()).max_by(|&a, &b| streams[a].best.total_cmp(&streams[b].best));
     let total = end.map_or(0.0, |e| streams[e].best);
-    // Stretches last first, each with where its weighed part starts.
-    let mut path: Vec<(Stretch, u64)> = Vec::new();
+    // Stretches last first, each with where its weighed part starts,
+    // walked as they come.
+    let mut walk = if keep {
+        Walk::keeping(from, to)
+    } else {
+        Walk::new(from, to)
+    };
     let mut push = |rank, activity, a: u64, b: u64, weighed: u64| {
         if b > a {
-            path.push((Stretch::new(rank, activity, a, b), weighed.clamp(a, b)));
+            let s = Stretch::new(rank, activity, a, b);
+            let weight = w.of(weighed.clamp(a, b), s.to);
+            walk.push_weighted(s.rank, s.activity, s.from, s.to, weight);
         }
     };
     let mut hops = 0;
@@ -760,14 +772,6 @@ pub(crate) fn compute(
             }
         }
         hops = back.hops;
-    }
-    let mut walk = if keep {
-        Walk::keeping(from, to)
-    } else {
-        Walk::new(from, to)
-    };
-    for (s, a) in &path {
-        walk.push_weighted(s.rank, s.activity, s.from, s.to, w.of(*a, s.to));
     }
     walk.flush();
     Found {
