@@ -32,6 +32,7 @@
 //! vector mode). A send whose receiver could not be resolved writes no
 //! MpiSend (it is counted in the summary).
 
+use rayon::prelude::*;
 use rustc_hash::FxHashMap as HashMap;
 use std::collections::BTreeMap;
 use std::fs;
@@ -74,12 +75,25 @@ pub struct Summary {
     pub synced: bool,
 }
 
+impl Summary {
+    /// Adds the counts of a part written apart.
+    fn add(&mut self, o: &Summary) {
+        self.events += o.events;
+        self.enters += o.enters;
+        self.sends += o.sends;
+        self.receives += o.receives;
+        self.collectives += o.collectives;
+        self.phases += o.phases;
+        self.unresolved += o.unresolved;
+    }
+}
+
 const ATTR_LAMPORT: u32 = 0;
 const ATTR_MSG_ID: u32 = 1;
 const ATTR_VC: u32 = 2;
 
 /// Interned strings of the global definitions.
-#[derive(Default)]
+#[derive(Default, Clone)]
 struct Strings {
     ids: HashMap<String, u32>,
     list: Vec<String>,
@@ -209,7 +223,7 @@ pub fn write(
     dir: &Path,
     progress: &mut dyn FnMut(u64),
 ) -> Result<Summary, ExportError> {
-    write_windowed(view, dir, progress, WINDOW)
+    write_windowed(view, dir, progress, WINDOW, true)
 }
 
 fn write_windowed(
@@ -217,21 +231,29 @@ fn write_windowed(
     dir: &Path,
     progress: &mut dyn FnMut(u64),
     window: usize,
+    side_by_side: bool,
 ) -> Result<Summary, ExportError> {
     clear(dir)?;
     let mut archive = Archive::create(dir, ARCHIVE_NAME)?;
     describe(&mut archive, view.trace.world_size, view.synced.is_some())?;
     let mut w = Writer::new(view);
     w.window = window;
-    let mut done = 0;
-    let mut events = Vec::with_capacity(view.locations.len());
-    for &loc in &view.locations {
-        let mut ev = archive.events(location_id(loc))?;
-        let n = w.location(&mut ev, loc, &mut |k| progress(done + k))?;
-        ev.close()?;
-        done += view.records(loc).len() as u64;
-        events.push(n);
-    }
+    let events = if w.vector || !side_by_side {
+        // Vector clocks are strings, numbered as written: one location
+        // after the other.
+        let mut done = 0;
+        let mut events = Vec::with_capacity(view.locations.len());
+        for &loc in &view.locations {
+            let mut ev = archive.events(location_id(loc))?;
+            let n = w.location(&mut ev, loc, &mut |k| progress(done + k))?;
+            ev.close()?;
+            done += view.records(loc).len() as u64;
+            events.push(n);
+        }
+        events
+    } else {
+        w.side_by_side(&mut archive, progress)?
+    };
     archive.local_defs(&offsets(view))?;
     let g = Globals {
         ranks: (view.trace.ranks.iter())
@@ -636,6 +658,71 @@ impl<'v, 'a> Writer<'v, 'a> {
             }
         }
         ops
+    }
+
+    /// Writes every location's events, locations side by side on the
+    /// threads there are; returns the events of each. Region ids are given
+    /// first, location by location, as writing one after the other would.
+    fn side_by_side(
+        &mut self,
+        archive: &mut Archive,
+        progress: &mut dyn FnMut(u64),
+    ) -> Result<Vec<u64>, ExportError> {
+        let locations = &self.view.locations;
+        for &loc in locations {
+            self.name_regions(loc);
+        }
+        let ids: Vec<u64> = locations.iter().map(|&l| location_id(l)).collect();
+        let writers = archive.event_writers(&ids)?;
+        let this: &Self = self;
+        let done: Vec<Result<(u64, Summary), ExportError>> = (locations.par_iter())
+            .zip(writers)
+            .map(|(&loc, mut ev)| {
+                let mut w = this.fork();
+                let n = w.location(&mut ev, loc, &mut |_| {})?;
+                ev.close()?;
+                Ok((n, w.summary))
+            })
+            .collect();
+        let mut events = Vec::with_capacity(locations.len());
+        for part in done {
+            let (n, s) = part?;
+            events.push(n);
+            self.summary.add(&s);
+        }
+        progress(self.view.calls());
+        Ok(events)
+    }
+
+    /// A writer with this one's ids, to write other locations with.
+    fn fork(&self) -> Writer<'v, 'a> {
+        Writer {
+            view: self.view,
+            strings: self.strings.clone(),
+            regions: self.regions.clone(),
+            comm_ids: self.comm_ids.clone(),
+            summary: Summary::default(),
+            vector: self.vector,
+            window: self.window,
+        }
+    }
+
+    /// Gives ids to the regions of one location's calls and phases, in the
+    /// order writing it would.
+    fn name_regions(&mut self, loc: Location) {
+        let rank = self.view.trace.held(loc.rank);
+        let records = self.view.records(loc);
+        let mut seen = vec![false; rank.header.functions.len()];
+        for i in 0..records.len() {
+            let Some(f) = records.func(i) else { continue };
+            if let Some(s @ false) = seen.get_mut(f as usize) {
+                *s = true;
+                self.region(rank.function_name(f), rank.kind(f), Some(rank.coll(f)));
+            }
+        }
+        let phases = self.summary.phases;
+        self.phase_events(loc);
+        self.summary.phases = phases;
     }
 
     /// Writes the events of one location; returns how many.
@@ -1239,7 +1326,7 @@ mod tests {
     }
 
     #[test]
-    fn a_location_written_a_window_at_a_time_is_the_location_written_whole() {
+    fn a_location_written_a_window_at_a_time_and_beside_others_is_the_location_written_whole() {
         let scratch =
             std::env::temp_dir().join(format!("pmtrace-otf2-window-{}", std::process::id()));
         let made = scratch.join("phased-trace");
@@ -1271,11 +1358,12 @@ mod tests {
         fs::remove_dir_all(&scratch).unwrap();
     }
 
-    /// Writes `view` whole, then in windows of a few records, and checks
-    /// that every file but the anchor is the same.
+    /// Writes `view` whole, one location after the other, then in windows
+    /// of a few records, locations side by side (but for windows of one
+    /// record), and checks that every file but the anchor is the same.
     fn same_in_windows(view: &View, scratch: &Path, case: &str) {
         let whole = scratch.join("whole");
-        let sum = write_windowed(view, &whole, &mut |_| {}, usize::MAX).unwrap();
+        let sum = write_windowed(view, &whole, &mut |_| {}, usize::MAX, false).unwrap();
         assert!(sum.events > 200, "{case}: {} events", sum.events);
         if case.starts_with("phased") {
             assert_eq!(sum.phases, 2 * 4 * 3, "{case}: phases written");
@@ -1285,7 +1373,7 @@ mod tests {
         assert!(want.iter().any(evt), "{case}: no event files");
         for window in [1, 2, 7, 64] {
             let dir = scratch.join(format!("w{window}"));
-            let got = write_windowed(view, &dir, &mut |_| {}, window).unwrap();
+            let got = write_windowed(view, &dir, &mut |_| {}, window, window != 1).unwrap();
             assert_eq!(got.events, sum.events, "{case}, window {window}");
             assert!(
                 files(&dir) == want,

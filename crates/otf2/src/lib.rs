@@ -20,7 +20,9 @@
 //! error printer is replaced by one that stays silent: every error comes
 //! back as an [`Otf2Error`] naming the call.
 
+use parking_lot::lock_api::RawMutex;
 use std::ffi::{c_char, c_void, CStr, CString};
+use std::marker::PhantomData;
 use std::path::Path;
 use std::ptr;
 
@@ -145,6 +147,53 @@ pub struct ClockOffset {
     pub stddev: f64,
 }
 
+/// OTF2's locks, so that the event writers of several locations can run
+/// on threads of their own: each lock a boxed raw mutex.
+unsafe extern "C" fn lock_create(
+    _: *mut std::os::raw::c_void,
+    lock: *mut ffi::OTF2_Lock,
+) -> ffi::OTF2_CallbackCode {
+    let m: Box<parking_lot::RawMutex> = Box::new(<parking_lot::RawMutex as RawMutex>::INIT);
+    // SAFETY: OTF2 hands a place for the new lock.
+    unsafe { *lock = Box::into_raw(m).cast() };
+    ffi::OTF2_CALLBACK_SUCCESS as _
+}
+
+unsafe extern "C" fn lock_destroy(
+    _: *mut std::os::raw::c_void,
+    lock: ffi::OTF2_Lock,
+) -> ffi::OTF2_CallbackCode {
+    // SAFETY: a lock `lock_create` made, destroyed once, not held.
+    drop(unsafe { Box::from_raw(lock.cast::<parking_lot::RawMutex>()) });
+    ffi::OTF2_CALLBACK_SUCCESS as _
+}
+
+unsafe extern "C" fn lock_lock(
+    _: *mut std::os::raw::c_void,
+    lock: ffi::OTF2_Lock,
+) -> ffi::OTF2_CallbackCode {
+    // SAFETY: a live lock `lock_create` made.
+    unsafe { (*lock.cast::<parking_lot::RawMutex>()).lock() };
+    ffi::OTF2_CALLBACK_SUCCESS as _
+}
+
+unsafe extern "C" fn lock_unlock(
+    _: *mut std::os::raw::c_void,
+    lock: ffi::OTF2_Lock,
+) -> ffi::OTF2_CallbackCode {
+    // SAFETY: a live lock this thread holds (OTF2 pairs the calls).
+    unsafe { (*lock.cast::<parking_lot::RawMutex>()).unlock() };
+    ffi::OTF2_CALLBACK_SUCCESS as _
+}
+
+static LOCKING: ffi::OTF2_LockingCallbacks = ffi::OTF2_LockingCallbacks {
+    otf2_release: None,
+    otf2_create: Some(lock_create),
+    otf2_destroy: Some(lock_destroy),
+    otf2_lock: Some(lock_lock),
+    otf2_unlock: Some(lock_unlock),
+};
+
 /// An archive being written.
 pub struct Archive {
     raw: *mut ffi::OTF2_Archive,
@@ -177,8 +226,12 @@ impl Archive {
             return Err(null_fail("OTF2_Archive_Open"));
         }
         let archive = Archive { raw, closed: false };
-        // SAFETY: `raw` is a live archive; FLUSH is static.
+        // SAFETY: `raw` is a live archive; FLUSH and LOCKING are static.
         unsafe {
+            check(
+                "OTF2_Archive_SetLockingCallbacks",
+                ffi::OTF2_Archive_SetLockingCallbacks(raw, &LOCKING, ptr::null_mut()),
+            )?;
             check(
                 "OTF2_Archive_SetFlushCallbacks",
                 ffi::OTF2_Archive_SetFlushCallbacks(raw, &FLUSH, ptr::null_mut()),
@@ -211,6 +264,17 @@ impl Archive {
     /// The event writer of location `loc`. Write its events in time order,
     /// then [`EventWriter::close`] it.
     pub fn events(&mut self, loc: u64) -> Result<EventWriter<'_>> {
+        self.writer(loc)
+    }
+
+    /// The event writers of locations `locs`, in order, to be written side
+    /// by side (each on one thread at a time; the archive locks what they
+    /// share).
+    pub fn event_writers(&mut self, locs: &[u64]) -> Result<Vec<EventWriter<'_>>> {
+        locs.iter().map(|&loc| self.writer(loc)).collect()
+    }
+
+    fn writer(&self, loc: u64) -> Result<EventWriter<'_>> {
         // SAFETY: live archive.
         let raw = unsafe { ffi::OTF2_Archive_GetEvtWriter(self.raw, loc) };
         if raw.is_null() {
@@ -222,9 +286,10 @@ impl Archive {
             return Err(null_fail("OTF2_AttributeList_New"));
         }
         Ok(EventWriter {
-            archive: self,
+            archive: self.raw,
             raw,
             attrs,
+            _archive: PhantomData,
         })
     }
 
@@ -310,10 +375,16 @@ pub enum AttrValue {
 
 /// Writes the events of one location.
 pub struct EventWriter<'a> {
-    archive: &'a mut Archive,
+    archive: *mut ffi::OTF2_Archive,
     raw: *mut ffi::OTF2_EvtWriter,
     attrs: *mut ffi::OTF2_AttributeList,
+    /// The archive outlives its writers.
+    _archive: PhantomData<&'a Archive>,
 }
+
+// SAFETY: a writer and its attribute list are used by one thread at a
+// time, and what writers share in the archive is locked (`LOCKING`).
+unsafe impl Send for EventWriter<'_> {}
 
 macro_rules! event {
     ($(#[$doc:meta])* $name:ident => $ffi:ident ( $($arg:ident : $ty:ty),* )) => {
@@ -365,7 +436,7 @@ impl EventWriter<'_> {
 
     /// Hands the writer back to the archive.
     pub fn close(self) -> Result<()> {
-        let (archive, raw, attrs) = (self.archive.raw, self.raw, self.attrs);
+        let (archive, raw, attrs) = (self.archive, self.raw, self.attrs);
         std::mem::forget(self);
         // SAFETY: the list and writer are live and not used again.
         unsafe {
