@@ -1,7 +1,7 @@
 //! A thread's decoded records, held in columns.
 //!
 //! ```text
-//!  per event  t_start u64 │ dur u32 │ func u16 │ tag u8 │ has-row bit    15.1 bytes
+//!  per event  start u32 │ dur u32 │ func u16 │ tag u8 │ has-row bit      11.4 bytes
 //!                                      │          └─► rows[rank of the bit]: where
 //!                                      │              its payload is (4 bytes, only
 //!                                      │              events with a payload)
@@ -453,10 +453,20 @@ mod tag {
 /// Durations at or past this are kept in `long`.
 const LONG_DUR: u32 = u32::MAX;
 
+/// A start offset kept in `far`.
+const FAR: u32 = u32::MAX;
+
 /// The records of one thread, in order (see the module docs).
 #[derive(Debug, Clone, Default)]
 pub struct Events {
-    t_start: Vec<u64>,
+    /// Each record's start less its word's `t_base` ([`FAR`]: the start is
+    /// in `far`).
+    t_off: Vec<u32>,
+    /// The start of the first record of each word of 64 (see `has_row`).
+    t_base: Vec<u64>,
+    /// (record, start) of the records whose start is not within 2^32 − 1
+    /// ns after their word's first, in order.
+    far: Vec<(u32, u64)>,
     dur: Vec<u32>,
     func: Vec<u16>,
     tag: Vec<u8>,
@@ -495,17 +505,19 @@ pub const MAX_FUNCS: usize = u16::MAX as usize + 1;
 
 impl Events {
     pub fn len(&self) -> usize {
-        self.t_start.len()
+        self.t_off.len()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.t_start.is_empty()
+        self.t_off.is_empty()
     }
 
     /// Bytes the columns and tables hold (their lengths, not capacities).
     pub fn bytes(&self) -> usize {
         use std::mem::size_of_val;
-        size_of_val(&self.t_start[..])
+        size_of_val(&self.t_off[..])
+            + size_of_val(&self.t_base[..])
+            + size_of_val(&self.far[..])
             + size_of_val(&self.dur[..])
             + size_of_val(&self.func[..])
             + size_of_val(&self.tag[..])
@@ -525,7 +537,7 @@ impl Events {
     /// Appends a decoded record. The caller keeps below [`MAX_EVENTS`]
     /// events and [`MAX_FUNCS`] functions.
     pub fn push(&mut self, r: fmt::Record) {
-        let at = index(self.t_start.len());
+        let at = index(self.t_off.len());
         if at.is_multiple_of(64) {
             self.has_row.push(0);
             self.row_base.push(index(self.rows.len()));
@@ -561,7 +573,17 @@ impl Events {
             tag |= tag::RC;
             self.rcs.push((at, rc));
         }
-        self.t_start.push(t_start);
+        if at.is_multiple_of(64) {
+            self.t_base.push(t_start);
+        }
+        let off = t_start.wrapping_sub(*self.t_base.last().expect("a word for every event"));
+        match u32::try_from(off) {
+            Ok(off) if off != FAR => self.t_off.push(off),
+            _ => {
+                self.t_off.push(FAR);
+                self.far.push((at, t_start));
+            }
+        }
         self.func.push(func as u16);
         self.tag.push(tag);
         if !matches!(tag & tag::VARIANT, tag::NONE | tag::BUFFER_WAIT) {
@@ -718,10 +740,22 @@ impl Events {
         Get::new(&self.bytes, at)
     }
 
+    /// Start time of record `i`.
+    #[inline]
+    fn start(&self, i: usize) -> u64 {
+        match self.t_off[i] {
+            FAR => {
+                let at = self.far.partition_point(|&(j, _)| (j as usize) < i);
+                self.far[at].1
+            }
+            off => self.t_base[i / 64].wrapping_add(u64::from(off)),
+        }
+    }
+
     /// Start and end time of record `i`.
     #[inline]
     pub fn stamps(&self, i: usize) -> (u64, u64) {
-        let t = self.t_start[i];
+        let t = self.start(i);
         let d = self.dur[i];
         if d == LONG_DUR && self.tag[i] & tag::LONG != 0 {
             (t, self.long_end(i))
@@ -787,7 +821,7 @@ impl Events {
 
     /// Record `i`, viewed; panics past the end, as indexing does.
     pub fn get(&self, i: usize) -> Record<'_> {
-        let t_start = self.t_start[i];
+        let t_start = self.start(i);
         match self.tag[i] & tag::VARIANT {
             tag::BUFFER_WAIT => Record::BufferWait {
                 t_start,
@@ -941,7 +975,7 @@ impl Events {
     pub fn defs(&self) -> impl Iterator<Item = (u64, &CommDef)> + '_ {
         (0..self.len())
             .filter(|&i| self.tag[i] & tag::VARIANT == tag::DEF_COMM)
-            .map(|i| (self.t_start[i], &self.defs[self.row(i)]))
+            .map(|i| (self.start(i), &self.defs[self.row(i)]))
     }
 
     /// The first DefThread record's thread id.
@@ -951,7 +985,8 @@ impl Events {
 
     /// Room for `n` more records in the per-record columns.
     pub fn reserve(&mut self, n: usize) {
-        self.t_start.reserve_exact(n);
+        self.t_off.reserve_exact(n);
+        self.t_base.reserve_exact(n.div_ceil(64));
         self.dur.reserve_exact(n);
         self.func.reserve_exact(n);
         self.tag.reserve_exact(n);
@@ -962,7 +997,9 @@ impl Events {
 
     /// Trims each column to its length (after the last push).
     pub fn shrink_to_fit(&mut self) {
-        self.t_start.shrink_to_fit();
+        self.t_off.shrink_to_fit();
+        self.t_base.shrink_to_fit();
+        self.far.shrink_to_fit();
         self.dur.shrink_to_fit();
         self.func.shrink_to_fit();
         self.tag.shrink_to_fit();
@@ -1468,8 +1505,35 @@ mod tests {
         let events: Events = (0..1024)
             .map(|t| call(t * 10, 3, 0, fmt::Payload::None))
             .collect();
-        // 15 bytes each, and per 64 events a word of bits, a row count and
-        // a payload byte count.
-        assert_eq!(events.bytes(), 15 * 1024 + 16 * (8 + 4 + 8));
+        // 11 bytes each, and per 64 events a word of bits, a row count, a
+        // payload byte count and a base time.
+        assert_eq!(events.bytes(), 11 * 1024 + 16 * (8 + 4 + 8 + 8));
+    }
+
+    #[test]
+    fn starts_far_from_their_words_first_read_back() {
+        // Within a word: 2^32 − 1 ns and more after its first, and before
+        // it (a thread whose record order is not time order).
+        let starts = [
+            5_000_000_000,
+            5_000_000_000 + u64::from(u32::MAX) - 1,
+            5_000_000_000 + u64::from(u32::MAX),
+            1,
+            20_000_000_000,
+            u64::MAX - 1000,
+            0,
+        ];
+        let mut records: Vec<fmt::Record> = Vec::new();
+        for k in 0..200u64 {
+            let t = starts[k as usize % starts.len()] + k % 3;
+            records.push(call(t, k, 0, fmt::Payload::None));
+        }
+        let events: Events = records.iter().cloned().collect();
+        for (i, r) in records.iter().enumerate() {
+            assert!(same(events.get(i), r), "record {i}");
+        }
+        // Some starts are kept far, not all.
+        assert!(!events.far.is_empty());
+        assert!(events.far.len() < records.len());
     }
 }
