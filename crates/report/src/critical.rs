@@ -102,9 +102,20 @@ pub fn compute(
     phases: Option<&PhaseTimeline>,
     keep: bool,
 ) -> CriticalPath {
-    let (from, to) = window;
     waits.sort_by_key(|w| (w.at.rank, w.at.thread, w.at.index));
-    let waits: &[Wait] = waits;
+    compute_sorted(trace, times, waits, window, phases, keep)
+}
+
+/// [`compute`] on waits sorted by the waiting call.
+fn compute_sorted(
+    trace: &Trace,
+    times: &Times,
+    waits: &[Wait],
+    window: (u64, u64),
+    phases: Option<&PhaseTimeline>,
+    keep: bool,
+) -> CriticalPath {
+    let (from, to) = window;
     let waited = |at: EventRef| largest_wait(waits, at);
     let mut acc = if phases.is_some() || keep {
         Walk::keeping(from, to)
@@ -273,25 +284,34 @@ pub(crate) fn both(
     window: (u64, u64),
     phases: Option<&PhaseTimeline>,
 ) -> CriticalPath {
-    let plain = compute(trace, times, waits, window, phases, false);
-    let found = crate::weighted::compute(
-        trace,
-        times,
-        messages,
-        instances,
-        waits,
-        window,
-        phases.is_some(),
+    waits.sort_by_key(|w| (w.at.rank, w.at.thread, w.at.index));
+    let waits: &[Wait] = waits;
+    // The two paths side by side.
+    let (plain, (weight, dropped, weighted)) = rayon::join(
+        || compute_sorted(trace, times, waits, window, phases, false),
+        || {
+            let found = crate::weighted::compute(
+                trace,
+                times,
+                messages,
+                instances,
+                waits,
+                window,
+                phases.is_some(),
+            );
+            let (weight, dropped) = (found.weight, found.dropped_edges);
+            let weighted = summarize(trace, times, found.walk, found.hops, window, true, phases);
+            (weight, dropped, weighted)
+        },
     );
-    let weighted = summarize(trace, times, found.walk, found.hops, window, true, phases);
     // The stretches followed back weigh what the sweep found.
     debug_assert!(
-        (weighted.weight_ns.unwrap_or(0.0) - found.weight).abs() <= 1e-6 * found.weight.max(1.0),
+        (weighted.weight_ns.unwrap_or(0.0) - weight).abs() <= 1e-6 * weight.max(1.0),
         "path weight {:?} against {}",
         weighted.weight_ns,
-        found.weight
+        weight
     );
-    with_weighted(plain, weighted, found.dropped_edges, trace.ranks.len())
+    with_weighted(plain, weighted, dropped, trace.ranks.len())
 }
 
 /// The plain path with the weighted one beside it (`dropped` edges left
