@@ -433,6 +433,9 @@ struct Writer<'v, 'a> {
 /// call (Enter 0, at-start events 1, at-end events 2, Leave 3).
 type Pending = (u64, u8, usize, Ev);
 
+/// Where [`Writer::events_of`] puts each run of a location's events.
+type Sink<'s, 'v, 'a> = dyn FnMut(&mut Writer<'v, 'a>, &[Pending]) -> Result<(), ExportError> + 's;
+
 /// Records of a location whose events are sorted together (see
 /// `Writer::events_of`).
 const WINDOW: usize = 4096;
@@ -776,35 +779,15 @@ impl<'v, 'a> Writer<'v, 'a> {
         &mut self,
         loc: Location,
         progress: &mut dyn FnMut(u64),
-        sink: &mut dyn FnMut(&mut Self, &[Pending]) -> Result<(), ExportError>,
+        sink: &mut Sink<'_, 'v, 'a>,
     ) -> Result<(), ExportError> {
         let view = self.view;
         let ops = self.ops(loc.rank);
         let rank = &view.trace.held(loc.rank);
         let times = view.times(loc);
         let records = view.records(loc);
-        // Regions get their ids in the order of first use: the location's
-        // calls in record order, then its phases.
-        let mut region_of: Vec<Option<u32>> = vec![None; rank.header.functions.len()];
-        // The earliest time of any event of window w's records or later's.
         let window = self.window;
-        let windows = records.len().div_ceil(window);
-        let mut from = vec![u64::MAX; windows + 1];
-        for i in 0..records.len() {
-            if let Some(f) = records.func(i) {
-                if let Some(r @ None) = region_of.get_mut(f as usize) {
-                    let kind = rank.kind(f);
-                    *r = Some(self.region(rank.function_name(f), kind, Some(rank.coll(f))));
-                }
-            } else if !records.is_buffer_wait(i) {
-                continue;
-            }
-            let (t0, t1) = times.get(i);
-            from[i / window] = from[i / window].min(t0.min(t1));
-        }
-        for w in (0..windows).rev() {
-            from[w] = from[w].min(from[w + 1]);
-        }
+        let (region_of, from) = self.windows_of(loc);
         let mut evs: Vec<Pending> = self.phase_events(loc);
         let key = |&(t, order, i, _): &Pending| (t, i, order);
         let mut flush = |w: &mut Self, evs: &mut Vec<Pending>, bound: u64| {
@@ -957,6 +940,35 @@ impl<'v, 'a> Writer<'v, 'a> {
         // What is left can come before nothing: it all goes.
         flush(self, &mut evs, u64::MAX)?;
         sink(self, &evs)
+    }
+
+    /// Each function's region in one location, its id given in the order
+    /// of first use (the location's calls in record order, then its
+    /// phases); and for each window of records, the earliest time of an
+    /// event of it or a later one.
+    fn windows_of(&mut self, loc: Location) -> (Vec<Option<u32>>, Vec<u64>) {
+        let rank = self.view.trace.held(loc.rank);
+        let (records, times) = (self.view.records(loc), self.view.times(loc));
+        let mut region_of: Vec<Option<u32>> = vec![None; rank.header.functions.len()];
+        let window = self.window;
+        let windows = records.len().div_ceil(window);
+        let mut from = vec![u64::MAX; windows + 1];
+        for i in 0..records.len() {
+            if let Some(f) = records.func(i) {
+                if let Some(r @ None) = region_of.get_mut(f as usize) {
+                    let kind = rank.kind(f);
+                    *r = Some(self.region(rank.function_name(f), kind, Some(rank.coll(f))));
+                }
+            } else if !records.is_buffer_wait(i) {
+                continue;
+            }
+            let (t0, t1) = times.get(i);
+            from[i / window] = from[i / window].min(t0.min(t1));
+        }
+        for w in (0..windows).rev() {
+            from[w] = from[w].min(from[w + 1]);
+        }
+        (region_of, from)
     }
 
     /// The Enter and Leave events of a location's phases (ids for their
@@ -1290,7 +1302,7 @@ mod tests {
             };
             let mut at = 1_000;
             // Each call ends where the next one starts.
-            let mut call = |t: &mut ThreadBuilder, at: &mut u64, f: &str, p: P| {
+            let call = |t: &mut ThreadBuilder, at: &mut u64, f: &str, p: P| {
                 t.call(f, *at, *at + 10, p);
                 *at += 10;
             };
