@@ -166,13 +166,15 @@ pub fn write(
         .iter()
         .map(|&loc| {
             let times = view.times(loc);
-            view.order(loc)
-                .into_iter()
+            let mut lane: Vec<u32> = (view.order(loc).into_iter())
                 .filter(|&i| {
                     let (a, b) = times.get(i as usize);
                     window.is_none_or(|(from, to)| b >= from && a <= to)
                 })
-                .collect()
+                .collect();
+            // The filter kept the whole order's room.
+            lane.shrink_to_fit();
+            lane
         })
         .collect();
     // Where each call went: per lane, (record, position in the lane) by record.
