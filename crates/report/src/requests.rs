@@ -188,7 +188,16 @@ fn pending_of(trace: &Trace, rank: &Rank) -> (u64, Vec<PendingRequest>) {
             Some(_) => made.insert(op, (at.thread, at.index)),
         }
     }
-    let completed = rank.completions();
+    // The ops some completion call named (a byte a slot, not a call's
+    // place: only whether there was one is asked).
+    let mut completed: OpTable<()> = OpTable::new(rank.events() as usize);
+    for (_, c) in rank.payload_calls_of(|k| k == Complete) {
+        if let Payload::Complete { done } = c.payload {
+            for op in done.iter().filter_map(|d| d.op) {
+                completed.insert(op, ());
+            }
+        }
+    }
     let mut left: Vec<(u32, u32, u64)> = made
         .iter()
         .filter(|&(op, _)| {
