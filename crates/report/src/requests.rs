@@ -90,18 +90,26 @@ fn makes(k: Kind) -> bool {
     )
 }
 
+impl Made {
+    /// What `call` (at `at`) made, named by nothing but the call: a send
+    /// unless its payload says otherwise.
+    fn plain(at: EventRef, call: &Call<'_>) -> Made {
+        Made {
+            at,
+            func: call.func,
+            t: call.t_start,
+            kind: "send",
+            peer: None,
+            tag: None,
+            comm: None,
+        }
+    }
+}
+
 /// The request that `call` (at `at`) made, as the call named it; none
 /// for a call that makes no request of its own (`MPI_Start`, a free).
 fn made_by(at: EventRef, call: &Call<'_>) -> Option<Made> {
-    let base = Made {
-        at,
-        func: call.func,
-        t: call.t_start,
-        kind: "send",
-        peer: None,
-        tag: None,
-        comm: None,
-    };
+    let base = Made::plain(at, call);
     Some(match call.payload {
         Payload::Send {
             peer, tag, comm, ..
@@ -222,15 +230,7 @@ fn pending_of(trace: &Trace, rank: &Rank) -> (u64, Vec<PendingRequest>) {
             match call.payload {
                 Payload::Start { .. } => {
                     let named = instance_of.get(&op).and_then(|i| inits.get(i).copied());
-                    let started = Made {
-                        at,
-                        func: call.func,
-                        t: call.t_start,
-                        kind: "send",
-                        peer: None,
-                        tag: None,
-                        comm: None,
-                    };
+                    let started = Made::plain(at, &call);
                     Some(match named {
                         Some(n) => Made {
                             kind: n.kind,
