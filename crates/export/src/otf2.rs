@@ -713,16 +713,7 @@ impl<'v, 'a> Writer<'v, 'a> {
     /// Gives ids to the regions of one location's calls and phases, in the
     /// order writing it would.
     fn name_regions(&mut self, loc: Location) {
-        let rank = self.view.trace.held(loc.rank);
-        let records = self.view.records(loc);
-        let mut seen = vec![false; rank.header.functions.len()];
-        for i in 0..records.len() {
-            let Some(f) = records.func(i) else { continue };
-            if let Some(s @ false) = seen.get_mut(f as usize) {
-                *s = true;
-                self.region(rank.function_name(f), rank.kind(f), Some(rank.coll(f)));
-            }
-        }
+        self.windows_of(loc);
         let phases = self.summary.phases;
         self.phase_events(loc);
         self.summary.phases = phases;

@@ -41,7 +41,7 @@
 //! read the columns themselves ([`Events::stamps`], [`Events::func`]).
 
 use pmtrace_format::record::{self as fmt, CommDef, Completion, Pb, Status};
-use pmtrace_format::varint::{unzigzag, zigzag};
+use pmtrace_format::varint::{get_u, put_u, unzigzag, zigzag, MAX_VARINT};
 
 /// One record, viewed (see [`Events::get`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -264,18 +264,17 @@ struct Put<'a>(&'a mut Vec<u8>);
 
 impl Put<'_> {
     #[inline]
-    fn u(&mut self, mut v: u64) -> &mut Self {
-        while v >= 0x80 {
-            self.0.push(v as u8 | 0x80);
-            v >>= 7;
-        }
-        self.0.push(v as u8);
+    fn u(&mut self, v: u64) -> &mut Self {
+        let mut b = [0u8; MAX_VARINT];
+        let mut n = 0;
+        put_u(&mut b, &mut n, v);
+        self.0.extend_from_slice(&b[..n]);
         self
     }
 
     #[inline]
     fn i(&mut self, v: i64) -> &mut Self {
-        self.u(((v << 1) ^ (v >> 63)) as u64)
+        self.u(zigzag(v))
     }
 
     /// `later - earlier` of two times, either way round.
@@ -312,22 +311,12 @@ impl<'a> Get<'a> {
 
     #[inline]
     fn u(&mut self) -> u64 {
-        let mut v = 0u64;
-        let mut shift = 0;
-        loop {
-            let b = self.byte();
-            v |= u64::from(b & 0x7f) << (shift & 63);
-            if b < 0x80 || shift >= 63 {
-                return v;
-            }
-            shift += 7;
-        }
+        get_u(self.b, &mut self.pos).unwrap_or(0)
     }
 
     #[inline]
     fn i(&mut self) -> i64 {
-        let v = self.u();
-        ((v >> 1) as i64) ^ -((v & 1) as i64)
+        unzigzag(self.u())
     }
 
     #[inline]
