@@ -1,7 +1,6 @@
-//! `pmtrace sync` over blocks: the same three steps, measured the same
-//! way, and the same `sync.pmts` ([`pmtrace_sync::sync`] is the
-//! serial original, step for step).
-//!
+//! `pmtrace sync` over blocks: [`pmtrace_sync::run`], the serial steps
+//! and measures, in a block's scope, and the same `sync.pmts`.
+//! What the scope answers over the blocks:
 //! - Step 1 is each rank's own offset line: local.
 //! - Step 2 samples each message between clock groups where it was
 //!   received (a send in another block sends its time there), sends the
@@ -20,14 +19,13 @@ use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
 use std::time::Instant;
 
-use pmtrace_sync::graph::Times;
-use pmtrace_sync::interp::{self, OffsetLine, Stepped};
+use pmtrace_sync::clc::{ClcOutcome, ClcParams};
+use pmtrace_sync::graph::{Graph, Times};
 use pmtrace_sync::quality::{self, ErrorStats, SyncViolations};
 use pmtrace_sync::regress::{self, Checks, Correction, PairFit, Pwl, Samples};
 use pmtrace_sync::store::{self, RankPrint, SYNC_FILE};
-use pmtrace_sync::{
-    choose_mu, measured_mu, Recorded, StepReport, SyncParams, SyncReport, UsedParams,
-};
+use pmtrace_sync::{Scope, SyncParams, SyncReport};
+use pmtrace_trace::read::Trace;
 
 use crate::block::Block;
 use crate::fabric::{sum_of, Fabric};
@@ -43,20 +41,6 @@ pub struct BlockSynced<'t> {
     pub net: Net<'t>,
     pub times: Vec<Vec<u64>>,
     pub report: SyncReport,
-}
-
-/// The least of every process's `x` (`None` where none has one).
-fn min_opt<F: Fabric + ?Sized>(f: &F, x: Option<u64>) -> Option<u64> {
-    let mut v = [u64::MAX - x.unwrap_or(u64::MAX)];
-    f.max(&mut v);
-    (v[0] > 0).then(|| u64::MAX - v[0])
-}
-
-/// The largest of every process's `x`.
-fn max_of<F: Fabric + ?Sized>(f: &F, x: u64) -> u64 {
-    let mut v = [x];
-    f.max(&mut v);
-    v[0]
 }
 
 /// The times `t` of the sends of this block's cross receives, by inbox
@@ -181,69 +165,6 @@ fn latencies<F: Fabric + ?Sized>(
     lat
 }
 
-/// |t − true| statistics over every block, if the run simulated clocks.
-fn error<F: Fabric + ?Sized>(
-    f: &F,
-    b: &Block,
-    net: &Net,
-    simulated: bool,
-    t: &(impl Times + ?Sized),
-) -> Option<ErrorStats> {
-    simulated.then(|| select::error_stats(f, &quality::errors(&b.trace, &net.g, t)))
-}
-
-/// One step from `before` to `after`, measured over every block.
-fn step<F: Fabric + ?Sized>(
-    f: &F,
-    b: &Block,
-    net: &Net,
-    simulated: bool,
-    name: &str,
-    before: &(impl Times + ?Sized + Sync),
-    after: &(impl Times + ?Sized + Sync),
-) -> StepReport {
-    let mut parts = quality::sweep_parts(&b.trace, &net.g, before, after, simulated);
-    let mut sums = [
-        parts.events_moved,
-        parts.order_inversions,
-        (parts.deviation >> 64) as u64,
-        parts.deviation as u64,
-        (parts.recorded >> 64) as u64,
-        parts.recorded as u64,
-    ];
-    // 128-bit sums: low words summed apart, their carries into the high ones.
-    let mut lows = [
-        sums[3] >> 32,
-        sums[3] & 0xffff_ffff,
-        sums[5] >> 32,
-        sums[5] & 0xffff_ffff,
-    ];
-    f.sum(&mut lows);
-    f.sum(&mut sums[..3]);
-    let mut high = [sums[4]];
-    f.sum(&mut high);
-    let join =
-        |hi: u64, a: u64, b: u64| (u128::from(hi) << 64) + (u128::from(a) << 32) + u128::from(b);
-    parts.events_moved = sums[0];
-    parts.order_inversions = sums[1];
-    parts.deviation = join(sums[2], lows[0], lows[1]);
-    parts.recorded = join(high[0], lows[2], lows[3]);
-    parts.max_shift_ns = max_of(f, parts.max_shift_ns);
-    let sweep = parts.finish_with(|errs| select::error_stats(f, &errs));
-    StepReport {
-        name: name.into(),
-        events_moved: sweep.events_moved,
-        max_shift_ns: sweep.max_shift_ns,
-        violations: violations(f, net, after),
-        interval_deviation: sweep.interval_deviation,
-        order_inversions: sweep.order_inversions,
-        error_ns: sweep.error_ns,
-        groups_reached: None,
-        jumps: None,
-        forced: None,
-    }
-}
-
 /// The owner of the pair of clock groups `(a, b)`.
 fn pair_owner(a: u32, b: u32, procs: usize) -> usize {
     let mut h = (u64::from(a) << 32 | u64::from(b)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
@@ -253,23 +174,23 @@ fn pair_owner(a: u32, b: u32, procs: usize) -> usize {
 
 /// Step 2 over the blocks: [`regress::estimate`] of the whole graph.
 fn estimate<F: Fabric + ?Sized>(
-    f: &F,
-    net: &Net,
+    s: &Blocked<'_, '_, F>,
     t: &(impl Times + ?Sized),
     groups: usize,
     reference: u32,
     anchors: &[Option<u64>],
     checks: &Checks,
 ) -> Correction {
+    let (f, net) = (s.f, &s.net);
     let g = &net.g;
-    let origin = min_opt(
-        f,
-        (0..g.locs.len() as u32)
-            .filter(|&l| g.len(l) > 0)
-            .map(|l| t.at(l, 0))
-            .min(),
-    )
-    .unwrap_or(0);
+    let origin = s
+        .min_of(
+            (0..g.locs.len() as u32)
+                .filter(|&l| g.len(l) > 0)
+                .map(|l| t.at(l, 0))
+                .min(),
+        )
+        .unwrap_or(0);
     let at = |v: u64| v.saturating_sub(origin) as f64;
     let procs = f.size();
     let mut out = vec![Out::default(); procs];
@@ -361,77 +282,41 @@ fn estimate<F: Fabric + ?Sized>(
     regress::finish(groups, reference, fits, anchors, &contradicted)
 }
 
-/// Synchronizes this process's block (every process calls it).
-pub fn sync<'t, F: Fabric + ?Sized>(
-    f: &F,
+/// One block's scope of [`pmtrace_sync::run`]: its ranks, its part of the
+/// graph, and the fabric to the other blocks.
+struct Blocked<'f, 't, F: ?Sized> {
+    f: &'f F,
     b: &'t Block,
-    bm: &BlockMessages,
-    params: &SyncParams,
-) -> BlockSynced<'t> {
-    let began = Instant::now();
-    let trace = &b.trace;
-    let lines: Vec<OffsetLine> = interp::lines(trace);
-    let (intra, inter) = measured_mu(&lines);
-    let (intra, inter) = (min_opt(f, intra), min_opt(f, inter));
-    let gs = groups::compute(f, trace);
-    let mut net = Net::build(f, b, bm, gs);
-    let simulated = sum_of(
-        f,
-        trace
-            .ranks
-            .iter()
-            .filter(|r| r.header.clock_sim.is_some())
-            .count() as u64,
-    ) > 0;
-    let groups = max_of(f, net.g.groups() as u64) as usize;
-    let mut reached = None;
-    let correction = params.regression.then(|| {
-        let g = &net.g;
-        let t1 = Stepped::interpolated(g, &lines);
-        let mut o = Out::default();
-        if let Some(l) = g.locs.iter().find(|l| l.rank == 0) {
-            o.u32(l.group);
-        }
-        let reference = f
-            .all_gather(o.0)
-            .iter()
-            .find(|b| !b.is_empty())
-            .map_or(0, |b| In::new(b).u32());
-        // Per group: the largest bound of step 1 (0: none; else bound + 1).
-        let mut anchors = vec![0u64; groups];
-        for loc in &g.locs {
-            if let Some(bound) = lines[(loc.rank - trace.first) as usize].bound() {
-                let a = &mut anchors[loc.group as usize];
-                *a = (*a).max(bound + 1);
-            }
-        }
-        f.max(&mut anchors);
-        let anchors: Vec<Option<u64>> = anchors.iter().map(|&a| a.checked_sub(1)).collect();
-        // Where step 1 was measured: the first location's time, every
-        // location's largest bound.
-        let mut mine = Out::default();
-        let mut local: Checks = vec![[None, None]; groups];
-        for loc in &g.locs {
-            let line = &lines[(loc.rank - trace.first) as usize];
-            for (k, sample) in [line.init, line.fin].into_iter().enumerate() {
-                let Some(sample) = sample else { continue };
-                let c = &mut local[loc.group as usize][k];
-                let bound = sample.error_ns as f64;
-                *c = Some(match *c {
-                    Some((t, b)) => (t, b.max(bound)),
-                    None => (line.apply(sample.local_ns) as f64, bound),
-                });
-            }
-        }
-        for (group, cs) in local.iter().enumerate() {
+    net: Net<'t>,
+}
+
+impl<'t, F: Fabric + ?Sized> Scope<'t> for Blocked<'_, 't, F> {
+    fn trace(&self) -> &'t Trace {
+        &self.b.trace
+    }
+    fn graph(&self) -> &Graph<'t> {
+        &self.net.g
+    }
+    fn graph_mut(&mut self) -> &mut Graph<'t> {
+        &mut self.net.g
+    }
+    fn sum(&self, v: &mut [u64]) {
+        self.f.sum(v)
+    }
+    fn max(&self, v: &mut [u64]) {
+        self.f.max(v)
+    }
+    fn checks(&self, mine: Checks) -> Checks {
+        let mut out = Out::default();
+        for (group, cs) in mine.iter().enumerate() {
             for (k, c) in cs.iter().enumerate() {
                 if let Some((t, bd)) = c {
-                    mine.u32(group as u32).u8(k as u8).f64(*t).f64(*bd);
+                    out.u32(group as u32).u8(k as u8).f64(*t).f64(*bd);
                 }
             }
         }
-        let mut checks: Checks = vec![[None, None]; groups];
-        for bytes in f.all_gather(mine.0) {
+        let mut checks: Checks = vec![[None, None]; mine.len()];
+        for bytes in self.f.all_gather(out.0) {
             let mut i = In::new(&bytes);
             while !i.done() {
                 let (group, k, t, bd) = (i.u32() as usize, i.u8() as usize, i.f64(), i.f64());
@@ -442,86 +327,62 @@ pub fn sync<'t, F: Fabric + ?Sized>(
                 });
             }
         }
-        let correction = estimate(f, &net, &t1, groups, reference, &anchors, &checks);
-        reached = Some(correction.reached() as u64);
-        correction
-    });
-    let floors = {
-        let input = Stepped::new(&net.g, &lines, correction.as_ref());
-        (
-            select::latency_floor(f, &latencies(f, &net, &input, true)),
-            select::latency_floor(f, &latencies(f, &net, &input, false)),
-        )
-    };
-    (net.g.mu_intra, net.g.mu_inter) = choose_mu(params, (intra, inter), floors);
-    let g = &net.g;
-    let recorded = Recorded {
-        violations: violations(f, &net, &g.recorded()),
-        error_ns: error(f, b, &net, simulated, &g.recorded()),
-    };
-    let t1 = Stepped::interpolated(g, &lines);
-    let mut steps = vec![step(
+        checks
+    }
+    fn reference(&self) -> u32 {
+        let mut o = Out::default();
+        if let Some(l) = self.net.g.locs.iter().find(|l| l.rank == 0) {
+            o.u32(l.group);
+        }
+        self.f
+            .all_gather(o.0)
+            .iter()
+            .find(|b| !b.is_empty())
+            .map_or(0, |b| In::new(b).u32())
+    }
+    fn estimate(
+        &self,
+        t: &(impl Times + ?Sized),
+        groups: usize,
+        reference: u32,
+        anchors: &[Option<u64>],
+        checks: &Checks,
+    ) -> Correction {
+        estimate(self, t, groups, reference, anchors, checks)
+    }
+    fn latency_floor(&self, t: &(impl Times + ?Sized), same_host: bool) -> Option<u64> {
+        select::latency_floor(self.f, &latencies(self.f, &self.net, t, same_host))
+    }
+    fn violations(&self, t: &(impl Times + ?Sized)) -> SyncViolations {
+        violations(self.f, &self.net, t)
+    }
+    fn error_stats(&self, errs: Vec<u64>) -> ErrorStats {
+        select::error_stats(self.f, &errs)
+    }
+    fn clc(&self, t: &impl Times, p: &ClcParams) -> (Vec<Vec<u64>>, ClcOutcome) {
+        crate::clc::run(self.f, &self.net, t, p)
+    }
+}
+
+/// Synchronizes this process's block (every process calls it):
+/// [`pmtrace_sync::run`] in the block's scope.
+pub fn sync<'t, F: Fabric + ?Sized>(
+    f: &F,
+    b: &'t Block,
+    bm: &BlockMessages,
+    params: &SyncParams,
+) -> BlockSynced<'t> {
+    let began = Instant::now();
+    let gs = groups::compute(f, &b.trace);
+    let mut s = Blocked {
         f,
         b,
-        &net,
-        simulated,
-        "interpolate",
-        &g.recorded(),
-        &t1,
-    )];
-    let t = Stepped::new(g, &lines, correction.as_ref());
-    if correction.is_some() {
-        let mut s = if reached == Some(0) {
-            StepReport {
-                name: "regress".into(),
-                events_moved: 0,
-                max_shift_ns: 0,
-                ..steps[0].clone()
-            }
-        } else {
-            step(f, b, &net, simulated, "regress", &t1, &t)
-        };
-        s.groups_reached = reached;
-        steps.push(s);
-    }
-    let (after, outcome) = crate::clc::run(f, &net, &t, &params.clc);
-    let mut s = step(f, b, &net, simulated, "clc", &t, &after);
-    s.jumps = Some(outcome.jumps);
-    s.forced = Some(outcome.forced);
-    steps.push(s);
-    let last = steps.last().expect("clc ran");
-    let early = {
-        let mut p = quality::early_parts(trace, g, &lines, &t1, &after, simulated);
-        let mut sums = [p.stamps, u64::from(p.unbounded)];
-        f.sum(&mut sums);
-        p.stamps = sums[0];
-        p.unbounded = sums[1] > 0;
-        p.before_ns = max_of(f, p.before_ns);
-        p.bound_ns = max_of(f, p.bound_ns);
-        p.finish_with(|errs| select::error_stats(f, &errs))
+        net: Net::build(f, b, bm, gs),
     };
-    let report = SyncReport {
-        params: UsedParams {
-            gamma: params.clc.gamma,
-            delta_ns: params.clc.delta_ns,
-            mu_intra_ns: g.mu_intra,
-            mu_inter_ns: g.mu_inter,
-            window_ns: params.clc.window_ns,
-            ramp: params.clc.ramp,
-            regression: params.regression,
-        },
-        clock_groups: groups as u64,
-        timestamps: sum_of(f, g.stamps() as u64),
-        recorded,
-        interval_deviation: last.interval_deviation,
-        error_ns: last.error_ns,
-        steps,
-        early,
-        seconds: began.elapsed().as_secs_f64(),
-    };
+    let (times, report) = pmtrace_sync::run(&mut s, params, began);
     BlockSynced {
-        net,
-        times: after,
+        net: s.net,
+        times,
         report,
     }
 }

@@ -27,6 +27,7 @@ pub mod interp;
 pub mod quality;
 pub mod regress;
 pub mod replay;
+pub mod scope;
 pub mod store;
 
 use std::time::Instant;
@@ -36,6 +37,7 @@ use serde::{Deserialize, Serialize};
 pub use clc::ClcParams;
 pub use graph::{Graph, Times};
 pub use quality::{ErrorStats, SyncViolations};
+pub use scope::{Scope, Whole};
 pub use store::Synced;
 
 use pmtrace_matching::matching::Messages;
@@ -267,26 +269,56 @@ pub fn choose_mu(
 /// Synchronizes the timestamps of `trace`.
 pub fn sync(trace: &Trace, m: &Messages, params: &SyncParams) -> Synced {
     let began = Instant::now();
+    let mut s = Whole {
+        trace,
+        g: Graph::build(trace, m, 0, 0),
+    };
+    let (after, report) = run(&mut s, params, began);
+    Synced::from_graph(trace, &s.g, after, report)
+}
+
+/// The three steps and the measure of each, in scope `s`: the times after
+/// step 3 (in the graph's node order) and the report, the same in every
+/// scope of a run. `began`: when the verb began, for the report's seconds.
+pub fn run<'t>(
+    s: &mut impl Scope<'t>,
+    params: &SyncParams,
+    began: Instant,
+) -> (Vec<Vec<u64>>, SyncReport) {
+    let trace = s.trace();
     let lines = interp::lines(trace);
+    let line = |rank: u32| &lines[(rank - trace.first) as usize];
     let (intra, inter) = measured_mu(&lines);
-    let mut g = Graph::build(trace, m, 0, 0);
+    let (intra, inter) = (s.min_of(intra), s.min_of(inter));
+    let simulated = s.sum_of(
+        trace
+            .ranks
+            .iter()
+            .filter(|r| r.header.clock_sim.is_some())
+            .count() as u64,
+    ) > 0;
+    let groups = s.max_of(s.graph().groups() as u64) as usize;
     // Steps 1 and 2, as functions of the recorded times.
     let mut reached = None;
     let correction = params.regression.then(|| {
-        let t1 = interp::Stepped::interpolated(&g, &lines);
-        let reference = g.locs.iter().find(|l| l.rank == 0).map_or(0, |l| l.group);
-        let mut anchors: Vec<Option<u64>> = vec![None; g.groups()];
+        let g = s.graph();
+        let t1 = interp::Stepped::interpolated(g, &lines);
+        let reference = s.reference();
+        // Per group: the largest bound of step 1 (0: none; else bound + 1).
+        let mut anchors = vec![0u64; groups];
         for loc in &g.locs {
-            let b = lines[loc.rank as usize].bound();
-            let a = &mut anchors[loc.group as usize];
-            *a = match (*a, b) {
-                (Some(x), Some(y)) => Some(x.max(y)),
-                (x, y) => x.or(y),
-            };
+            if let Some(bound) = line(loc.rank).bound() {
+                let a = &mut anchors[loc.group as usize];
+                *a = (*a).max(bound + 1);
+            }
         }
-        let mut checks: regress::Checks = vec![[None, None]; g.groups()];
+        s.max(&mut anchors);
+        let anchors: Vec<Option<u64>> = anchors.iter().map(|&a| a.checked_sub(1)).collect();
+        // Where step 1 was measured: the first location's time, every
+        // location's largest bound.
+        let mut checks: regress::Checks = vec![[None, None]; groups];
         for loc in &g.locs {
-            let line = &lines[loc.rank as usize];
+            let line = line(loc.rank);
             for (k, sample) in [line.init, line.fin].into_iter().enumerate() {
                 let Some(sample) = sample else { continue };
                 let c = &mut checks[loc.group as usize][k];
@@ -297,29 +329,34 @@ pub fn sync(trace: &Trace, m: &Messages, params: &SyncParams) -> Synced {
                 });
             }
         }
-        let correction = regress::estimate(&g, &t1, reference, &anchors, &checks);
+        let checks = s.checks(checks);
+        let correction = s.estimate(&t1, groups, reference, &anchors, &checks);
         reached = Some(correction.reached() as u64);
         correction
     });
     let floors = {
-        let input = interp::Stepped::new(&g, &lines, correction.as_ref());
+        let input = interp::Stepped::new(s.graph(), &lines, correction.as_ref());
         (
-            quality::latency_floor(&g, &input, true),
-            quality::latency_floor(&g, &input, false),
+            s.latency_floor(&input, true),
+            s.latency_floor(&input, false),
         )
     };
+    let g = s.graph_mut();
     (g.mu_intra, g.mu_inter) = choose_mu(params, (intra, inter), floors);
+    let s = &*s;
+    let g = s.graph();
+    let error = |t: &dyn Times| simulated.then(|| s.error_stats(quality::errors(trace, g, t)));
     let recorded = Recorded {
-        violations: quality::violations(&g, &g.recorded()),
-        error_ns: quality::error(trace, &g, &g.recorded()),
+        violations: s.violations(&g.recorded()),
+        error_ns: error(&g.recorded()),
     };
-    let t1 = interp::Stepped::interpolated(&g, &lines);
-    let mut steps = vec![step(trace, &g, "interpolate", &g.recorded(), &t1)];
-    let t = interp::Stepped::new(&g, &lines, correction.as_ref());
+    let t1 = interp::Stepped::interpolated(g, &lines);
+    let mut steps = vec![step(s, simulated, "interpolate", &g.recorded(), &t1)];
+    let t = interp::Stepped::new(g, &lines, correction.as_ref());
     if correction.is_some() {
         // Where step 2 corrects no group its times are step 1's, and so is
         // everything its sweep would find, but the moves.
-        let mut s = if reached == Some(0) {
+        let mut st = if reached == Some(0) {
             StepReport {
                 name: "regress".into(),
                 events_moved: 0,
@@ -327,38 +364,39 @@ pub fn sync(trace: &Trace, m: &Messages, params: &SyncParams) -> Synced {
                 ..steps[0].clone()
             }
         } else {
-            step(trace, &g, "regress", &t1, &t)
+            step(s, simulated, "regress", &t1, &t)
         };
-        s.groups_reached = reached;
-        steps.push(s);
+        st.groups_reached = reached;
+        steps.push(st);
     }
-    let (after, outcome) = clc::run(&g, &t, &params.clc);
-    let mut s = step(trace, &g, "clc", &t, &after);
-    s.jumps = Some(outcome.jumps);
-    s.forced = Some(outcome.forced);
-    steps.push(s);
-    let (mu_intra, mu_inter) = (g.mu_intra, g.mu_inter);
+    let (after, outcome) = s.clc(&t, &params.clc);
+    let mut st = step(s, simulated, "clc", &t, &after);
+    st.jumps = Some(outcome.jumps);
+    st.forced = Some(outcome.forced);
+    steps.push(st);
     let last = steps.last().expect("clc ran");
-    let simulated = last.error_ns.is_some();
-    let early = quality::early_parts(trace, &g, &lines, &t1, &after, simulated)
-        .finish_with(quality::error_stats);
+    let early = {
+        let mut p = quality::early_parts(trace, g, &lines, &t1, &after, simulated);
+        let mut sums = [p.stamps, u64::from(p.unbounded)];
+        s.sum(&mut sums);
+        p.stamps = sums[0];
+        p.unbounded = sums[1] > 0;
+        p.before_ns = s.max_of(p.before_ns);
+        p.bound_ns = s.max_of(p.bound_ns);
+        p.finish_with(|errs| s.error_stats(errs))
+    };
     let report = SyncReport {
         params: UsedParams {
             gamma: params.clc.gamma,
             delta_ns: params.clc.delta_ns,
-            mu_intra_ns: mu_intra,
-            mu_inter_ns: mu_inter,
+            mu_intra_ns: g.mu_intra,
+            mu_inter_ns: g.mu_inter,
             window_ns: params.clc.window_ns,
             ramp: params.clc.ramp,
             regression: params.regression,
         },
-        clock_groups: g
-            .locs
-            .iter()
-            .map(|l| l.group)
-            .max()
-            .map_or(0, |m| u64::from(m) + 1),
-        timestamps: g.stamps() as u64,
+        clock_groups: groups as u64,
+        timestamps: s.sum_of(g.stamps() as u64),
         recorded,
         interval_deviation: last.interval_deviation,
         error_ns: last.error_ns,
@@ -366,23 +404,51 @@ pub fn sync(trace: &Trace, m: &Messages, params: &SyncParams) -> Synced {
         early,
         seconds: began.elapsed().as_secs_f64(),
     };
-    Synced::from_graph(trace, &g, after, report)
+    (after, report)
 }
 
-/// What one step did: from times `before` to times `after`.
-fn step(
-    trace: &Trace,
-    g: &Graph,
+/// What one step did: from times `before` to times `after`, measured over
+/// every scope.
+fn step<'t>(
+    s: &impl Scope<'t>,
+    simulated: bool,
     name: &str,
     before: &(impl Times + ?Sized + Sync),
     after: &(impl Times + ?Sized + Sync),
 ) -> StepReport {
-    let sweep = quality::sweep(trace, g, before, after);
+    let mut parts = quality::sweep_parts(s.trace(), s.graph(), before, after, simulated);
+    let mut sums = [
+        parts.events_moved,
+        parts.order_inversions,
+        (parts.deviation >> 64) as u64,
+        parts.deviation as u64,
+        (parts.recorded >> 64) as u64,
+        parts.recorded as u64,
+    ];
+    // 128-bit sums: low words summed apart, their carries into the high ones.
+    let mut lows = [
+        sums[3] >> 32,
+        sums[3] & 0xffff_ffff,
+        sums[5] >> 32,
+        sums[5] & 0xffff_ffff,
+    ];
+    s.sum(&mut lows);
+    s.sum(&mut sums[..3]);
+    let mut high = [sums[4]];
+    s.sum(&mut high);
+    let join =
+        |hi: u64, a: u64, b: u64| (u128::from(hi) << 64) + (u128::from(a) << 32) + u128::from(b);
+    parts.events_moved = sums[0];
+    parts.order_inversions = sums[1];
+    parts.deviation = join(sums[2], lows[0], lows[1]);
+    parts.recorded = join(high[0], lows[2], lows[3]);
+    parts.max_shift_ns = s.max_of(parts.max_shift_ns);
+    let sweep = parts.finish_with(|errs| s.error_stats(errs));
     StepReport {
         name: name.into(),
         events_moved: sweep.events_moved,
         max_shift_ns: sweep.max_shift_ns,
-        violations: quality::violations(g, after),
+        violations: s.violations(after),
         interval_deviation: sweep.interval_deviation,
         order_inversions: sweep.order_inversions,
         error_ns: sweep.error_ns,
