@@ -51,6 +51,7 @@ fn process_zero_assembles_the_serial_plain_parts() {
                     synced: None,
                 };
                 pmtrace_parallel::report::plain(f, &b, &bm, &is, &times, mu_ns).map(|p| {
+                    let p = p.into_report(b.trace.world_size, &b.trace.dir);
                     json!({
                         "events": p.events,
                         "messages": p.messages,

@@ -42,6 +42,7 @@ pub mod critical;
 pub mod metrics;
 pub mod path;
 pub mod phases;
+pub mod plain;
 pub mod races;
 pub mod requests;
 pub mod times;
@@ -49,7 +50,7 @@ pub mod waits;
 pub mod weighted;
 use critical::CriticalPath;
 use metrics::Metrics;
-use rayon::prelude::*;
+pub use plain::Plain;
 use requests::PendingRequest;
 use waits::WaitStates;
 
@@ -465,168 +466,67 @@ impl Report {
         synced: Option<&Synced>,
     ) -> Report {
         // Three passes that need only the trace and the matching, side by
-        // side: the profile (by rank), the collectives, the clock checks.
-        let ((profiles, instances), clocks) = rayon::join(
+        // side: the plain parts (the profile by rank), the collectives, the
+        // clock checks.
+        let times = times::Times { trace, synced };
+        let all = (messages.sends.len(), messages.recvs.len());
+        let ((plain, instances), clocks) = rayon::join(
             || {
                 rayon::join(
-                    || {
-                        let sent = count_by_rank(trace, messages.sends.iter().map(|s| s.src));
-                        let received = count_by_rank(trace, messages.recvs.iter().map(|r| r.dst));
-                        trace
-                            .ranks
-                            .par_iter()
-                            .map(|rank| profile(rank, messages, &sent, &received))
-                            .collect::<Vec<_>>()
-                    },
+                    || Plain::of(trace, messages, all, &times, options.mu_ns),
                     || collective::instances(trace),
                 )
             },
             || pmtrace_matching::clocks::compute(trace, messages).report,
         );
-        let mut functions: BTreeMap<String, FunctionStats> = BTreeMap::new();
-        let mut per_rank = Vec::with_capacity(trace.ranks.len());
-        for summary in profiles {
-            for (name, stats) in &summary.functions {
-                functions.entry(name.clone()).or_default().merge(stats);
-            }
-            per_rank.push(summary);
+        let mut report = Plain {
+            collectives: CollectiveCounts::of(&instances),
+            ..plain
         }
-        let mut matrix: BTreeMap<(u32, u32), (u64, u64)> = BTreeMap::new();
-        for s in &messages.sends {
-            if let Some(dst) = s.dst {
-                let cell = matrix.entry((s.src, dst)).or_default();
-                cell.0 += 1;
-                cell.1 += s.bytes;
-            }
-        }
-        let times = times::Times { trace, synced };
-        let unmatched_sends =
-            (messages.unmatched_sends.iter()).map(|&i| UnmatchedMessage::send(messages, i, &times));
-        let unmatched_recvs = (messages.unmatched_recvs.iter())
-            .map(|&i| UnmatchedMessage::receive(messages, i, &times));
-        let (pending_requests, pending_first) = requests::pending(trace);
+        .into_report(trace.world_size, &trace.dir);
         let mut found = waits::find(trace, messages, &instances, &times);
         // By the waiting call: root causes and the critical path look waits up.
         found.sort_by_key(|w| (w.at.rank, w.at.thread, w.at.index));
         let metrics = metrics::compute(trace, &times);
         let spans = phases::spans(trace, &times);
-        let phase_list = phases::summarize(trace, &times, &spans);
         let phase_timeline = phases::PhaseTimeline::new(trace, &spans);
         let timeline = (!phase_timeline.is_empty()).then_some(&phase_timeline);
-        let events = trace.events();
-        let bytes_payload: u64 = trace.ranks.iter().map(|r| r.payload_bytes).sum();
-        let run = trace.ranks[0].header.run.as_ref().map(|run| RunSummary {
-            command_line: run.command_line.clone(),
-            mpi_library: trace.ranks[0].header.mpi_library.clone(),
-            library_version: trace.ranks[0].header.library_version.clone(),
+        report.clocks = Some(clocks);
+        report.wait_states = Some(waits::states(trace, &times, &found));
+        report.critical_path = Some(if options.weighted {
+            critical::both(
+                trace,
+                &times,
+                messages,
+                &instances,
+                &mut found,
+                (metrics.from_ns, metrics.to_ns),
+                timeline,
+            )
+        } else {
+            critical::compute(
+                trace,
+                &times,
+                &mut found,
+                (metrics.from_ns, metrics.to_ns),
+                timeline,
+                options.insight,
+            )
         });
-        Report {
-            ranks: trace.world_size,
-            events,
-            messages: MessageCounts {
-                sent: messages.sends.len() as u64,
-                received: messages.recvs.len() as u64,
-                matched: messages.matched.len() as u64,
-                unmatched: messages.unmatched() as u64,
-                unmatched_sends: messages.unmatched_sends.len() as u64,
-                unmatched_receives: messages.unmatched_recvs.len() as u64,
-                pending_receives: messages.pending_receives,
-                unresolved: messages.unresolved() as u64,
-                bytes: messages.sends.iter().map(|s| s.bytes).sum(),
-                unmatched_first: unmatched_sends
-                    .chain(unmatched_recvs)
-                    .take(UNMATCHED_SHOWN)
-                    .collect(),
-                pending_requests,
-                pending_first,
-            },
-            violations: messages.violations(options.mu_ns),
-            collectives: CollectiveCounts::of(&instances),
-            violations_after_sync: None,
-            functions,
-            dropped_events: per_rank.iter().map(|r| r.dropped_events).sum(),
-            excluded_calls: {
-                let mut all: BTreeMap<String, u64> = BTreeMap::new();
-                for (f, n) in trace
-                    .ranks
-                    .iter()
-                    .filter_map(|r| r.trailer.as_ref())
-                    .flat_map(|t| &t.excluded)
-                {
-                    *all.entry(f.clone()).or_default() += n;
-                }
-                all
-            },
-            per_rank,
-            matrix: matrix
-                .into_iter()
-                .map(|((src, dst), (count, bytes))| MatrixCell {
-                    src,
-                    dst,
-                    count,
-                    bytes,
+        report.insight = options.insight.then(|| Insight {
+            path: Vec::new(),
+            waits: found
+                .iter()
+                .filter_map(|w| {
+                    let (a, b) = times.of(w.at)?;
+                    Some((w.at.rank, w.at.thread, a, (a + w.ns).min(b)))
                 })
                 .collect(),
-            bytes_total: trace.ranks.iter().map(|r| r.file_bytes).sum(),
-            bytes_payload,
-            bytes_per_call: if events == 0 {
-                0.0
-            } else {
-                bytes_payload as f64 / events as f64
-            },
-            incomplete_ranks: trace.incomplete_ranks(),
-            spawned_worlds: spawned_worlds(&trace.dir),
-            run,
-            warnings: trace.all_warnings(),
-            clocks: Some(clocks),
-            sync: None,
-            wait_states: Some(waits::states(trace, &times, &found)),
-            critical_path: Some(if options.weighted {
-                critical::both(
-                    trace,
-                    &times,
-                    messages,
-                    &instances,
-                    &mut found,
-                    (metrics.from_ns, metrics.to_ns),
-                    timeline,
-                )
-            } else {
-                critical::compute(
-                    trace,
-                    &times,
-                    &mut found,
-                    (metrics.from_ns, metrics.to_ns),
-                    timeline,
-                    options.insight,
-                )
-            }),
-            insight: options.insight.then(|| Insight {
-                path: Vec::new(),
-                waits: found
-                    .iter()
-                    .filter_map(|w| {
-                        let (a, b) = times.of(w.at)?;
-                        Some((w.at.rank, w.at.thread, a, (a + w.ns).min(b)))
-                    })
-                    .collect(),
-                phases: spans.clone(),
-            }),
-            phases: phase_list,
-            paused_calls: {
-                let mut all: BTreeMap<String, u64> = BTreeMap::new();
-                for (f, n) in trace
-                    .ranks
-                    .iter()
-                    .filter_map(|r| r.trailer.as_ref())
-                    .flat_map(|t| &t.paused)
-                {
-                    *all.entry(f.clone()).or_default() += n;
-                }
-                all
-            },
-            metrics: Some(metrics),
-        }
+            phases: spans.clone(),
+        });
+        report.phases = phases::summarize(trace, &times, &spans);
+        report.metrics = Some(metrics);
+        report
     }
 
     /// Adds what `pmtrace sync` stored: its report, and the violations
