@@ -22,7 +22,7 @@
 
 use std::collections::VecDeque;
 
-use pmtrace_sync::clc::{backward_with, paced, ClcOutcome, ClcParams};
+use pmtrace_sync::clc::{advance, backward_with, ClcOutcome, ClcParams};
 use pmtrace_sync::graph::{Ahead, Dep, Node, Out as GOut, Times};
 
 use crate::colls::Progress;
@@ -115,11 +115,7 @@ impl<T: Times> State<'_, '_, T> {
         let (l, k) = (n.loc as usize, n.k as usize);
         let cn = self.ahead.get(n.loc, n.k);
         let before = std::mem::replace(&mut self.prev_c[l], cn);
-        let base = if k == 0 {
-            cn
-        } else {
-            paced(&self.p, cn, before, self.t[l][k - 1])
-        };
+        let prev = (k > 0).then(|| (before, self.t[l][k - 1]));
         let local = g.deps(n).iter().map(|&d| g.dep_time(&self.t, n, d));
         let remote = net
             .rdeps_of(n.loc, n.k)
@@ -133,13 +129,10 @@ impl<T: Times> State<'_, '_, T> {
                 RemoteDep::Coll(i) => self.need[i as usize],
             });
         let need = local.chain(remote).max();
-        let tn = match need {
-            Some(x) if x > base => {
-                self.jumps[l].push((n.k, x - base));
-                x
-            }
-            _ => base,
-        };
+        let (tn, jump) = advance(&self.p, cn, prev, need);
+        if let Some(j) = jump {
+            self.jumps[l].push((n.k, j));
+        }
         self.t[l][k] = tn;
         self.next[l] += 1;
         self.left -= 1;

@@ -120,21 +120,15 @@ pub fn forward_with(
         |n, cn, ready| {
             let (l, k) = (n.loc as usize, n.k as usize);
             let before = std::mem::replace(&mut prev_c[l], cn);
-            let base = if k == 0 {
-                cn
-            } else {
-                paced(p, cn, before, t[l][k - 1])
-            };
+            let prev = (k > 0).then(|| (before, t[l][k - 1]));
             let need = (g.deps(n).iter())
                 .map(|&d| latest.dep_time(g, &t, ready, n, d))
                 .max();
-            t[l][k] = match need {
-                Some(x) if x > base => {
-                    jumps[l].push((n.k, x - base));
-                    x
-                }
-                _ => base,
-            };
+            let (tn, jump) = advance(p, cn, prev, need);
+            if let Some(j) = jump {
+                jumps[l].push((n.k, j));
+            }
+            t[l][k] = tn;
         },
     );
     (t, jumps, forced)
@@ -203,6 +197,24 @@ impl Latest {
             ex
         });
         (tops.best(member, g.place(m.loc), g.mus(), |v, m| v + m)).unwrap_or(0)
+    }
+}
+
+/// A stamp's forward time, the one rule of the forward pass: from its
+/// input time `cn`, its location's previous input and forward times
+/// (`None` at the first stamp) and the latest that its receives `need`
+/// (with μ); and the jump it made, if it had to go past its paced time.
+#[inline]
+pub fn advance(
+    p: &ClcParams,
+    cn: u64,
+    prev: Option<(u64, u64)>,
+    need: Option<u64>,
+) -> (u64, Option<u64>) {
+    let base = prev.map_or(cn, |(c_prev, t_prev)| paced(p, cn, c_prev, t_prev));
+    match need {
+        Some(x) if x > base => (x, Some(x - base)),
+        _ => (base, None),
     }
 }
 
