@@ -18,6 +18,7 @@ use crate::block::Block;
 use crate::fabric::{sum_of, Fabric};
 use crate::insts::Insts;
 use crate::messages::BlockMessages;
+use crate::rounds::{self, Went};
 use crate::weighted;
 use crate::wire::{In, Out};
 
@@ -50,10 +51,6 @@ fn end_point<F: Fabric + ?Sized>(f: &F, b: &Block, times: &Times, to: u64) -> Op
     }
     best.map(|(a, r)| (r, a.min(to)))
 }
-
-/// Message kinds between rounds.
-const TOKEN: u8 = 0;
-const DONE: u8 = 1;
 
 /// The critical path over the window, on process 0 (`None` elsewhere);
 /// `waits` are this block's, sorted by call.
@@ -246,7 +243,7 @@ fn plain<F: Fabric + ?Sized>(
     let waited = |at: EventRef| critical::largest_wait(waits, at);
     let limit = sum_of(f, trace.events()) as usize * 2 + 16;
     let start = end_point(f, b, times, to);
-    let mut token = start
+    let token = start
         .filter(|(rank, _)| b.blocks.owner(*rank) == me)
         .map(|(rank, t)| {
             (
@@ -256,53 +253,32 @@ fn plain<F: Fabric + ?Sized>(
             )
         });
     let mut log: Vec<(u64, u32, u32, u64, u64)> = Vec::new();
-    let mut hops = 0;
-    let mut done = start.is_none();
-    while !done {
-        let mut out = vec![Out::default(); f.size()];
-        if let Some((mut c, mut pending, mut seq)) = token.take() {
-            let finished = loop {
-                if let Some((cause, resumed)) = pending {
-                    let to = b.blocks.owner(cause.rank);
-                    if to != me {
-                        out[to].u8(TOKEN);
-                        out[to].put(&c).put(&pending).u64(seq);
-                        break false;
-                    }
-                    pending = None;
-                    if !c.land(trace, times, cause, resumed) {
-                        break true;
-                    }
+    let hops = rounds::pass_token(
+        f,
+        token,
+        start.is_none(),
+        |(mut c, mut pending, mut seq)| loop {
+            if let Some((cause, resumed)) = pending {
+                let to = b.blocks.owner(cause.rank);
+                if to != me {
+                    return Went::On(to, (c, pending, seq));
                 }
-                let mut push = |rank, activity, a, b| {
-                    log.push((seq, rank, activity, a, b));
-                    seq += 1;
-                };
-                match c.step(trace, times, from, limit, &waited, &mut push) {
-                    Step::Go => {}
-                    Step::Done => break true,
-                    Step::Hop { cause, resumed } => pending = Some((cause, resumed)),
+                pending = None;
+                if !c.land(trace, times, cause, resumed) {
+                    return Went::Ended(c.hops);
                 }
+            }
+            let mut push = |rank, activity, a, b| {
+                log.push((seq, rank, activity, a, b));
+                seq += 1;
             };
-            if finished {
-                for o in &mut out {
-                    o.u8(DONE).u64(c.hops);
-                }
+            match c.step(trace, times, from, limit, &waited, &mut push) {
+                Step::Go => {}
+                Step::Done => return Went::Ended(c.hops),
+                Step::Hop { cause, resumed } => pending = Some((cause, resumed)),
             }
-        }
-        for bytes in f.exchange(out.into_iter().map(|o| o.0).collect()) {
-            let mut i = In::new(&bytes);
-            while !i.done() {
-                match i.u8() {
-                    TOKEN => token = Some((i.get(), i.get(), i.u64())),
-                    _ => {
-                        hops = i.u64();
-                        done = true;
-                    }
-                }
-            }
-        }
-    }
+        },
+    );
     let names = (log.iter())
         .filter(|e| e.2 != COMPUTING)
         .map(|e| (e.1, e.2))

@@ -7,7 +7,7 @@
 //! the serial replay does.
 
 use crate::fabric::Fabric;
-use crate::wire::Out;
+use crate::wire::{In, Out, Wire};
 
 /// One process's side of a replay in rounds.
 pub trait Round {
@@ -53,4 +53,55 @@ pub fn run<F: Fabric + ?Sized>(f: &F, r: &mut impl Round) -> u64 {
 /// The queued bytes of `out`: what a round has ready for the next one.
 pub fn pending(out: &[Out]) -> u64 {
     out.iter().map(|o| o.0.len() as u64).sum()
+}
+
+/// Where a walk that travels as a token went on one process: it ended
+/// after so many hops, or goes on at process `.0` in state `.1`.
+pub enum Went<T> {
+    Ended(u64),
+    On(usize, T),
+}
+
+const TOKEN: u8 = 0;
+const ENDED: u8 = 1;
+
+/// The walks back of the critical paths, which go from the block of one
+/// rank to another's as a token: `token` is this process's start if the
+/// walk starts here, `ended` whether there is none anywhere; `go` walks
+/// the token as far as this block's ranks take it. The hops, on every
+/// process.
+pub fn pass_token<F: Fabric + ?Sized, T: Wire>(
+    f: &F,
+    mut token: Option<T>,
+    mut ended: bool,
+    mut go: impl FnMut(T) -> Went<T>,
+) -> u64 {
+    let mut hops = 0;
+    while !ended {
+        let mut out = vec![Out::default(); f.size()];
+        match token.take().map(&mut go) {
+            Some(Went::Ended(h)) => {
+                for o in &mut out {
+                    o.u8(ENDED).u64(h);
+                }
+            }
+            Some(Went::On(to, t)) => {
+                out[to].u8(TOKEN).put(&t);
+            }
+            None => {}
+        }
+        for bytes in f.exchange(out.into_iter().map(|o| o.0).collect()) {
+            let mut i = In::new(&bytes);
+            while !i.done() {
+                match i.u8() {
+                    TOKEN => token = Some(i.get()),
+                    _ => {
+                        hops = i.u64();
+                        ended = true;
+                    }
+                }
+            }
+        }
+    }
+    hops
 }

@@ -41,7 +41,7 @@ use crate::block::Block;
 use crate::fabric::{sum_of, Fabric};
 use crate::insts::Insts;
 use crate::messages::BlockMessages;
-use crate::rounds::{self, Round};
+use crate::rounds::{self, Round, Went};
 use crate::wire::{In, Out};
 
 /// F over the window from every block's parts.
@@ -692,9 +692,6 @@ fn forced<F: Fabric + ?Sized>(
 /// its weighed part starts).
 type Logged = (u64, u32, u32, u64, u64, u64);
 
-const TOKEN: u8 = 0;
-const DONE: u8 = 1;
-
 /// The walk back from `end`'s last call as a token: this block's log,
 /// the hops, and the (rank, function) pairs of its ranks it passed.
 #[allow(clippy::too_many_arguments)]
@@ -717,63 +714,36 @@ fn walk_back<F: Fabric + ?Sized>(
     // Every block learns whether the walk starts at all.
     let mut v = [u64::from(start.is_some())];
     f.max(&mut v);
-    let mut done = v[0] == 0;
-    let mut token = start.map(|c| (c, None::<Jump>, 0u64));
+    let token = start.map(|c| (c, None::<Jump>, 0u64));
     let mut hop_names: Vec<(u32, u32)> = Vec::new();
-    let mut hops = 0;
-    while !done {
-        let mut out = vec![Out::default(); f.size()];
-        if let Some((mut c, mut hop, mut seq)) = token.take() {
-            let mut push = |rank: u32, activity: u32, a: u64, b: u64, weighed: u64| {
-                if b > a {
-                    log.push((seq, rank, activity, a, b, weighed.clamp(a, b)));
-                    seq += 1;
-                }
-            };
-            let finished = loop {
-                if let Some(j) = hop {
-                    let to = b.blocks.owner(j.rank);
-                    if to != me {
-                        break false;
-                    }
-                    hop = None;
-                    c.land(trace, times, w, j, &mut push);
-                }
-                let s = &streams[idx[&c.at.rank]];
-                match c.step(trace, times, w, s, limit, &mut push) {
-                    BackStep::Go => {}
-                    BackStep::Done => break true,
-                    BackStep::Hop(j) => {
-                        // The receiving call's function, named here.
-                        hop_names.push((c.at.rank, j.activity));
-                        hop = Some(j);
-                    }
-                }
-            };
-            if finished {
-                for o in &mut out {
-                    o.u8(DONE).u64(c.hops);
-                }
-            } else {
-                let j = hop.expect("a hop to another block");
-                let o = &mut out[b.blocks.owner(j.rank)];
-                o.u8(TOKEN);
-                o.put(&c).put(&hop).u64(seq);
+    let hops = rounds::pass_token(f, token, v[0] == 0, |(mut c, mut hop, mut seq)| {
+        let mut push = |rank: u32, activity: u32, a: u64, b: u64, weighed: u64| {
+            if b > a {
+                log.push((seq, rank, activity, a, b, weighed.clamp(a, b)));
+                seq += 1;
             }
-        }
-        for bytes in f.exchange(out.into_iter().map(|o| o.0).collect()) {
-            let mut i = In::new(&bytes);
-            while !i.done() {
-                match i.u8() {
-                    TOKEN => token = Some((i.get(), i.get(), i.u64())),
-                    _ => {
-                        hops = i.u64();
-                        done = true;
-                    }
+        };
+        loop {
+            if let Some(j) = hop {
+                let to = b.blocks.owner(j.rank);
+                if to != me {
+                    return Went::On(to, (c, hop, seq));
+                }
+                hop = None;
+                c.land(trace, times, w, j, &mut push);
+            }
+            let s = &streams[idx[&c.at.rank]];
+            match c.step(trace, times, w, s, limit, &mut push) {
+                BackStep::Go => {}
+                BackStep::Done => return Went::Ended(c.hops),
+                BackStep::Hop(j) => {
+                    // The receiving call's function, named here.
+                    hop_names.push((c.at.rank, j.activity));
+                    hop = Some(j);
                 }
             }
         }
-    }
+    });
     let names = (log.iter())
         .map(|e| (e.1, e.2))
         .chain(hop_names)
