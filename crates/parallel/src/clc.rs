@@ -168,13 +168,17 @@ impl<T: Times> State<'_, '_, T> {
 
     /// An enter of an instance owned here: the exits it made known.
     fn enter(&mut self, inst: u32, part: u32, t: u64) {
-        let net = self.net;
         let (ii, k) = (inst as usize, part as usize);
         self.enters[ii][k] = Some(t);
+        self.answer(ii, &[k]);
+    }
+
+    /// The exits of owned instance `ii` that the enters of members `newly`
+    /// made known: to their members, here or at their processes.
+    fn answer(&mut self, ii: usize, newly: &[usize]) {
+        let net = self.net;
         let o = &net.owned[ii];
-        let known = o
-            .inst
-            .ready(&mut self.progress[ii], &self.enters[ii], &[k], net.mu());
+        let known = (o.inst).ready(&mut self.progress[ii], &self.enters[ii], newly, net.mu());
         for (i, need) in known {
             let (proc, slot) = o.at[i];
             if proc as usize == self.me {
@@ -279,19 +283,7 @@ pub fn forward<F: Fabric + ?Sized>(
     };
     // Instances whose exits need no enter at all are known at once.
     for ii in 0..net.owned.len() {
-        let o = &net.owned[ii];
-        let known = o
-            .inst
-            .ready(&mut s.progress[ii], &s.enters[ii], &[], net.mu());
-        for (i, need) in known {
-            let (proc, slot) = o.at[i];
-            if proc as usize == s.me {
-                s.set_need(slot, need);
-            } else {
-                s.out[proc as usize].u8(NEED).u32(slot).u64(need);
-                s.sent_count += 1;
-            }
-        }
+        s.answer(ii, &[]);
     }
     let forced = rounds::run(f, &mut s);
     (s.t, s.jumps, forced)

@@ -6,11 +6,11 @@
 use rustc_hash::FxHashMap as HashMap;
 
 use pmtrace_matching::clocks::Shape;
-use pmtrace_matching::collective::{self, Flow, Instance, MemberCalls};
+use pmtrace_matching::collective::{self, Flow, Instance, MemberCalls, MemberOf};
 use pmtrace_trace::Trace;
 
 use crate::fabric::Fabric;
-use crate::wire::{In, Out};
+use crate::wire::{In, Out, Wire};
 
 /// A member held here.
 #[derive(Debug, Clone, Copy)]
@@ -48,6 +48,50 @@ pub fn owner_of(key: (u64, u64, u64), procs: usize) -> usize {
     (h % procs as u64) as usize
 }
 
+/// What a member's record to its instance's owner begins with: the
+/// instance's key, the member's communicator rank and the communicator's
+/// size, the instance's shape, flow and root.
+pub struct Head {
+    pub key: (u64, u64, u64),
+    pub me: u32,
+    pub size: u32,
+    pub shape: Shape,
+    pub flow: Flow,
+    pub root: Option<u32>,
+}
+
+impl Head {
+    pub fn of(m: &MemberOf) -> Head {
+        Head {
+            key: m.key,
+            me: m.me as u32,
+            size: m.size as u32,
+            shape: m.shape,
+            flow: m.flow,
+            root: m.root,
+        }
+    }
+}
+
+impl Wire for Head {
+    fn put(&self, o: &mut Out) {
+        o.u64(self.key.0).u64(self.key.1).u64(self.key.2);
+        o.u32(self.me).u32(self.size);
+        o.u8(self.shape.code()).u8(self.flow.code());
+        o.u32(self.root.unwrap_or(u32::MAX));
+    }
+    fn get(i: &mut In) -> Head {
+        Head {
+            key: (i.u64(), i.u64(), i.u64()),
+            me: i.u32(),
+            size: i.u32(),
+            shape: Shape::from_code(i.u8()).expect("a shape code"),
+            flow: Flow::from_code(i.u8()).expect("a flow code"),
+            root: Some(i.u32()).filter(|&r| r != u32::MAX),
+        }
+    }
+}
+
 /// Sends every member of the block to its instance's owner.
 pub fn gather<F: Fabric + ?Sized>(f: &F, trace: &Trace) -> Insts {
     let procs = f.size();
@@ -59,12 +103,7 @@ pub fn gather<F: Fabric + ?Sized>(f: &F, trace: &Trace) -> Insts {
         let rank = m.calls.enter.rank;
         let place = seen.entry(rank).or_insert(0);
         let o = &mut out[owner];
-        o.u64(m.key.0).u64(m.key.1).u64(m.key.2);
-        o.u32(m.me as u32).u32(m.size as u32);
-        o.u8(m.shape.code())
-            .u8(m.flow.code())
-            .u32(m.root.unwrap_or(u32::MAX));
-        o.at(m.calls.enter);
+        o.put(&Head::of(&m)).at(m.calls.enter);
         match m.calls.exit {
             Some(x) => {
                 o.u8(1);
@@ -89,11 +128,14 @@ pub fn gather<F: Fabric + ?Sized>(f: &F, trace: &Trace) -> Insts {
     for (proc, bytes) in got.iter().enumerate() {
         let mut i = In::new(bytes);
         while !i.done() {
-            let key = (i.u64(), i.u64(), i.u64());
-            let (me, size) = (i.u32(), i.u32() as usize);
-            let shape = Shape::from_code(i.u8()).expect("a shape code");
-            let flow = Flow::from_code(i.u8()).expect("a flow code");
-            let root = Some(i.u32()).filter(|&r| r != u32::MAX);
+            let Head {
+                key,
+                me,
+                size,
+                shape,
+                flow,
+                root,
+            } = i.get();
             let enter = i.at();
             let exit = (i.u8() == 1).then(|| i.at());
             let (sent, recvd) = (i.u64(), i.u64());
@@ -105,7 +147,7 @@ pub fn gather<F: Fabric + ?Sized>(f: &F, trace: &Trace) -> Insts {
                         flow,
                         root,
                         comm: key.0,
-                        members: vec![None; size],
+                        members: vec![None; size as usize],
                     },
                     first: (rank, place),
                     from: Vec::new(),

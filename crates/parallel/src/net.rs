@@ -17,7 +17,6 @@
 
 use rustc_hash::FxHashMap as HashMap;
 
-use pmtrace_format::coll::{Flow, Shape};
 use pmtrace_matching::collective;
 use pmtrace_sync::graph::{Graph, Node};
 use pmtrace_trace::read::EventRef;
@@ -26,7 +25,7 @@ use crate::block::{Block, Blocks};
 use crate::colls::{Inst, Mu, Part};
 use crate::fabric::Fabric;
 use crate::groups::Groups;
-use crate::insts::owner_of;
+use crate::insts::{owner_of, Head};
 use crate::messages::BlockMessages;
 use crate::wire::{In, Out};
 
@@ -323,9 +322,7 @@ fn collectives<F: Fabric + ?Sized>(
         let owner = owner_of(m.key, procs);
         let rank = m.calls.enter.rank as usize;
         let o = &mut out[owner];
-        o.u64(m.key.0).u64(m.key.1).u64(m.key.2);
-        o.u32(m.me as u32).u8(m.shape.code()).u8(m.flow.code());
-        o.u32(m.root.unwrap_or(u32::MAX));
+        o.put(&Head::of(&m));
         o.u64(m.calls.sent).u64(m.calls.recvd).bool(exit.is_some());
         o.u32(groups.group[rank]).u32(groups.host[rank]);
         o.u32(members.len() as u32);
@@ -346,13 +343,14 @@ fn collectives<F: Fabric + ?Sized>(
     for (proc, bytes) in got.iter().enumerate() {
         let mut i = In::new(bytes);
         while !i.done() {
-            let key = (i.u64(), i.u64(), i.u64());
-            let me = i.u32();
-            let (shape, flow) = (
-                Shape::from_code(i.u8()).expect("a shape code"),
-                Flow::from_code(i.u8()).expect("a flow code"),
-            );
-            let root = Some(i.u32()).filter(|&r| r != u32::MAX);
+            let Head {
+                key,
+                me,
+                shape,
+                flow,
+                root,
+                ..
+            } = i.get();
             let (sent, recvd, has_exit) = (i.u64(), i.u64(), i.bool());
             let (group, host, slot) = (i.u32(), i.u32(), i.u32());
             let ii = *index.entry(key).or_insert_with(|| {
