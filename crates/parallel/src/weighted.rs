@@ -326,8 +326,77 @@ pub fn compute<F: Fabric + ?Sized>(
         })
         .collect();
 
-    // Messages: within the block, and across (a send's place among those
-    // its block sends to the receiver's, in the order both agree on).
+    let (in_start, inbox_stream) = message_edges(f, b, bm, &idx, &on_main, &mut streams);
+    let (owned, owned_at, member_stream) = collective_edges(f, insts, &idx, &on_main, &mut streams);
+    for s in &mut streams {
+        s.sort();
+    }
+
+    let mut st = State {
+        me,
+        send_mark: vec![Mark::UNSWEPT; bm.m.sends.len()],
+        inbox: vec![Mark::UNSWEPT; inbox_stream.len()],
+        inbox_stream,
+        in_start,
+        coll: vec![None; insts.members.len()],
+        member_owner: insts.members.iter().map(|x| x.owner).collect(),
+        member_stream,
+        owned,
+        owned_at,
+        out: vec![Out::default(); procs],
+        woken: (0..streams.len()).collect(),
+        moved: 0,
+    };
+    // Instances whose exits wait for nothing are known at once.
+    for ii in 0..st.owned.len() {
+        for (i, a) in st.owned[ii].ready() {
+            let (p, slot) = st.owned[ii].at[i];
+            st.result(p, slot, a, RESULT);
+        }
+    }
+    let mut sweep = Sweep {
+        w: &w,
+        finished: vec![false; streams.len()],
+        blocked: vec![None; streams.len()],
+        left: streams.len() as u64,
+        streams,
+        st,
+        force: None,
+        dropped: 0,
+    };
+    rounds::run(f, &mut sweep);
+    let Sweep {
+        streams, dropped, ..
+    } = sweep;
+    let dropped = sum_of(f, dropped);
+
+    let end = heaviest_end(f, &streams);
+    let limit = 4 * sum_of(f, trace.events()) as usize + 16;
+    let (log, hops, names) = walk_back(f, b, times, &w, &streams, &idx, end.map(|e| e.1), limit);
+
+    let walk = weigh(f, &log, &w, keep);
+    Found {
+        walk,
+        weight: end.map_or(0.0, |e| e.0),
+        hops,
+        dropped_edges: dropped,
+        names,
+    }
+}
+
+/// The message edges of the block's streams, within the block and across
+/// (a send's place among those its block sends to the receiver's, in the
+/// order both agree on): where each process's inbox slots start, and the
+/// stream of each inbox slot.
+fn message_edges<F: Fabric + ?Sized>(
+    f: &F,
+    b: &Block,
+    bm: &BlockMessages,
+    idx: &HashMap<u32, usize>,
+    on_main: &impl Fn(EventRef) -> bool,
+    streams: &mut [Stream<Edge, Source>],
+) -> (Vec<usize>, Vec<usize>) {
+    let procs = f.size();
     let m = &bm.m;
     for p in &m.matched {
         let (s, at) = (&m.sends[p.send], m.recvs[p.recv].completion);
@@ -381,8 +450,27 @@ pub fn compute<F: Fabric + ?Sized>(
         }
     }
 
-    // Collectives: each member's main-thread enter and exit to the owner,
-    // which says which exits wait for the collective.
+    (in_start, inbox_stream)
+}
+
+/// The collective edges of the block's streams: each member's
+/// main-thread enter and exit to the owner, which says which exits wait
+/// for the collective. The owned instances, where each owned member is
+/// (process, slot) → (instance, member), and the stream of each member's
+/// exit that waits.
+#[allow(clippy::type_complexity)]
+fn collective_edges<F: Fabric + ?Sized>(
+    f: &F,
+    insts: &Insts,
+    idx: &HashMap<u32, usize>,
+    on_main: &impl Fn(EventRef) -> bool,
+    streams: &mut [Stream<Edge, Source>],
+) -> (
+    Vec<Owned>,
+    HashMap<(u32, u32), (usize, usize)>,
+    Vec<Option<usize>>,
+) {
+    let procs = f.size();
     let mut owned: Vec<Owned> = insts
         .owned
         .iter()
@@ -463,49 +551,12 @@ pub fn compute<F: Fabric + ?Sized>(
             }
         }
     }
-    for s in &mut streams {
-        s.sort();
-    }
+    (owned, owned_at, member_stream)
+}
 
-    let mut st = State {
-        me,
-        send_mark: vec![Mark::UNSWEPT; m.sends.len()],
-        inbox: vec![Mark::UNSWEPT; crossing.ins.len()],
-        inbox_stream,
-        in_start,
-        coll: vec![None; insts.members.len()],
-        member_owner: insts.members.iter().map(|x| x.owner).collect(),
-        member_stream,
-        owned,
-        owned_at,
-        out: vec![Out::default(); procs],
-        woken: (0..streams.len()).collect(),
-        moved: 0,
-    };
-    // Instances whose exits wait for nothing are known at once.
-    for ii in 0..st.owned.len() {
-        for (i, a) in st.owned[ii].ready() {
-            let (p, slot) = st.owned[ii].at[i];
-            st.result(p, slot, a, RESULT);
-        }
-    }
-    let mut sweep = Sweep {
-        w: &w,
-        finished: vec![false; streams.len()],
-        blocked: vec![None; streams.len()],
-        left: streams.len() as u64,
-        streams,
-        st,
-        force: None,
-        dropped: 0,
-    };
-    rounds::run(f, &mut sweep);
-    let Sweep {
-        streams, dropped, ..
-    } = sweep;
-    let dropped = sum_of(f, dropped);
-
-    // The heaviest end over every block (of equals the last rank).
+/// The heaviest end over every block (of equals the last rank): its
+/// weight and rank.
+fn heaviest_end<F: Fabric + ?Sized>(f: &F, streams: &[Stream<Edge, Source>]) -> Option<(f64, u32)> {
     let mine = (0..streams.len()).max_by(|&a, &b| streams[a].best.total_cmp(&streams[b].best));
     let mut o = Out::default();
     if let Some(r) = mine {
@@ -522,12 +573,14 @@ pub fn compute<F: Fabric + ?Sized>(
             end = Some((best, rank));
         }
     }
-    let limit = 4 * sum_of(f, trace.events()) as usize + 16;
-    let (log, hops, names) = walk_back(f, b, times, &w, &streams, &idx, end.map(|e| e.1), limit);
+    end
+}
 
-    // Process 0 weighs the stretches in the walk's order.
+/// Process 0 weighs the stretches every block logged, in the walk's
+/// order (`None` elsewhere).
+fn weigh<F: Fabric + ?Sized>(f: &F, log: &[Logged], w: &Weigh, keep: bool) -> Option<Walk> {
     let mut o = Out::default();
-    for &(seq, rank, activity, a, b, weighed) in &log {
+    for &(seq, rank, activity, a, b, weighed) in log {
         o.u64(seq)
             .u32(rank)
             .u32(activity)
@@ -536,7 +589,7 @@ pub fn compute<F: Fabric + ?Sized>(
             .u64(weighed);
     }
     let got = f.gather(o.0);
-    let walk = (me == 0).then(|| {
+    (f.index() == 0).then(|| {
         let mut all: Vec<(u64, u32, u32, u64, u64, u64)> = Vec::new();
         for bytes in &got {
             let mut i = In::new(bytes);
@@ -555,14 +608,7 @@ pub fn compute<F: Fabric + ?Sized>(
         }
         walk.flush();
         walk
-    });
-    Found {
-        walk,
-        weight: end.map_or(0.0, |e| e.0),
-        hops,
-        dropped_edges: dropped,
-        names,
-    }
+    })
 }
 
 /// Picks the blocked exit that is earliest over all blocks (ties to the
