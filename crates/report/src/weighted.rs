@@ -718,17 +718,40 @@ pub(crate) fn compute(
             .filter(|&k| marks.sends(ii, k))
             .count() as u32;
     }
+    let dropped = sweep(&mut streams, &w, &mut marks);
+    // Back from the heaviest end, through the edges that won.
+    let end = (0..streams.len()).max_by(|&a, &b| streams[a].best.total_cmp(&streams[b].best));
+    let total = end.map_or(0.0, |e| streams[e].best);
+    let mut walk = if keep {
+        Walk::keeping(from, to)
+    } else {
+        Walk::new(from, to)
+    };
+    let hops = end.map_or(0, |e| {
+        walk_back(trace, times, &w, &streams, e as u32, &mut walk)
+    });
+    walk.flush();
+    Found {
+        walk,
+        weight: total,
+        hops,
+        dropped_edges: dropped,
+    }
+}
+
+/// The sweep: each rank's nodes in order; an exit waits until the enters
+/// its edges come from were swept (a DAG in time, so some rank can always
+/// go on), unless nothing can: then the earliest blocked exit goes on
+/// without the missing edges (they went back in time). The edges left
+/// out so.
+fn sweep(streams: &mut [Stream<From, From>], w: &Weigh, marks: &mut Marks) -> u64 {
     let mut dropped = 0u64;
-    // The sweep: each rank's nodes in order; an exit waits until the
-    // enters its edges come from were swept (a DAG in time, so some rank
-    // can always go on), unless nothing can: then the earliest blocked
-    // exit goes on without the missing edges (they went back in time).
     let mut force: Option<usize> = None;
     loop {
         let mut progress = false;
         let mut blocked: Option<(u64, usize)> = None;
         for (r, s) in streams.iter_mut().enumerate() {
-            let (went, stop) = s.advance(&w, &mut marks, force == Some(r), &mut dropped);
+            let (went, stop) = s.advance(w, marks, force == Some(r), &mut dropped);
             progress |= went;
             if let Stop::Blocked(t) = stop {
                 if blocked.is_none_or(|b| t < b.0) {
@@ -743,16 +766,20 @@ pub(crate) fn compute(
             Some((_, r)) => force = Some(r),
         }
     }
-    // Back from the heaviest end, through the edges that won.
-    let end = (0..streams.len()).max_by(|&a, &b| streams[a].best.total_cmp(&streams[b].best));
-    let total = end.map_or(0.0, |e| streams[e].best);
-    // Stretches last first, each with where its weighed part starts,
-    // walked as they come.
-    let mut walk = if keep {
-        Walk::keeping(from, to)
-    } else {
-        Walk::new(from, to)
-    };
+    dropped
+}
+
+/// The walk back from the end of rank `end`'s stream, through the edges
+/// that won: its stretches last first, each with where its weighed part
+/// starts, walked as they come. The hops between ranks.
+fn walk_back(
+    trace: &Trace,
+    times: &Times,
+    w: &Weigh,
+    streams: &[Stream<From, From>],
+    end: u32,
+    walk: &mut Walk,
+) -> u64 {
     let mut push = |rank, activity, a: u64, b: u64, weighed: u64| {
         if b > a {
             let s = Stretch::new(rank, activity, a, b);
@@ -760,25 +787,17 @@ pub(crate) fn compute(
             walk.push_weighted(s.rank, s.activity, s.from, s.to, weight);
         }
     };
-    let mut hops = 0;
-    if let Some(mut back) = end.and_then(|e| Back::start(trace, times, &w, e as u32)) {
-        let limit = 4 * trace.events() as usize + 16;
-        loop {
-            let s = &streams[back.at.rank as usize];
-            match back.step(trace, times, &w, s, limit, &mut push) {
-                BackStep::Go => {}
-                BackStep::Done => break,
-                BackStep::Hop(j) => back.land(trace, times, &w, j, &mut push),
-            }
+    let Some(mut back) = Back::start(trace, times, w, end) else {
+        return 0;
+    };
+    let limit = 4 * trace.events() as usize + 16;
+    loop {
+        let s = &streams[back.at.rank as usize];
+        match back.step(trace, times, w, s, limit, &mut push) {
+            BackStep::Go => {}
+            BackStep::Done => return back.hops,
+            BackStep::Hop(j) => back.land(trace, times, w, j, &mut push),
         }
-        hops = back.hops;
-    }
-    walk.flush();
-    Found {
-        walk,
-        weight: total,
-        hops,
-        dropped_edges: dropped,
     }
 }
 
