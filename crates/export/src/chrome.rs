@@ -145,41 +145,16 @@ pub fn write(view: &View, w: &mut dyn Write, progress: &mut dyn FnMut(u64)) -> i
                 CallDetail::default()
             };
             sep(&mut buf)?;
-            buf.extend_from_slice(b"{\"ph\":\"X\",\"cat\":\"mpi\",\"name\":\"");
-            buf.extend_from_slice(view.trace.held(loc.rank).function_name(func).as_bytes());
-            buf.extend_from_slice(b"\",\"pid\":");
-            put_u64(&mut buf, loc.rank.into());
-            buf.extend_from_slice(b",\"tid\":");
-            put_u64(&mut buf, loc.thread.into());
-            buf.extend_from_slice(b",\"ts\":");
-            put_us(&mut buf, a - t0);
-            buf.extend_from_slice(b",\"dur\":");
-            put_us(&mut buf, b.saturating_sub(a));
-            buf.extend_from_slice(b",\"args\":{");
-            let mut comma = false;
-            let mut arg = |buf: &mut Vec<u8>, key: &[u8]| {
-                if std::mem::replace(&mut comma, true) {
-                    buf.push(b',');
-                }
-                buf.extend_from_slice(key);
-            };
-            if let Some(p) = d.peer {
-                arg(&mut buf, b"\"peer\":");
-                put_u64(&mut buf, p.into());
-            }
-            if let Some(t) = d.tag {
-                arg(&mut buf, b"\"tag\":");
-                put_i64(&mut buf, t.into());
-            }
-            if d.bytes > 0 {
-                arg(&mut buf, b"\"bytes\":");
-                put_u64(&mut buf, d.bytes);
-            }
-            if let Some(l) = clocks.get(i).filter(|_| lamport) {
-                arg(&mut buf, b"\"lamport\":");
-                put_u64(&mut buf, l);
-            }
-            buf.extend_from_slice(b"}}");
+            let name = view.trace.held(loc.rank).function_name(func);
+            let lamport = clocks.get(i).filter(|_| lamport);
+            slice(
+                &mut buf,
+                name,
+                (loc.rank, loc.thread),
+                (a - t0, b.saturating_sub(a)),
+                &d,
+                lamport,
+            );
             if buf.len() >= 1 << 16 {
                 w.write_all(&buf)?;
                 buf.clear();
@@ -222,4 +197,52 @@ pub fn write(view: &View, w: &mut dyn Write, progress: &mut dyn FnMut(u64)) -> i
     progress(done);
     w.flush()?;
     Ok(s)
+}
+
+/// One call's slice ("X" event): its function `name`, (rank, thread),
+/// (start from the trace's start, duration), what it sent or received,
+/// and its Lamport clock after it.
+fn slice(
+    buf: &mut Vec<u8>,
+    name: &str,
+    (rank, thread): (u32, u32),
+    (ts, dur): (u64, u64),
+    d: &CallDetail,
+    lamport: Option<u64>,
+) {
+    buf.extend_from_slice(b"{\"ph\":\"X\",\"cat\":\"mpi\",\"name\":\"");
+    buf.extend_from_slice(name.as_bytes());
+    buf.extend_from_slice(b"\",\"pid\":");
+    put_u64(buf, rank.into());
+    buf.extend_from_slice(b",\"tid\":");
+    put_u64(buf, thread.into());
+    buf.extend_from_slice(b",\"ts\":");
+    put_us(buf, ts);
+    buf.extend_from_slice(b",\"dur\":");
+    put_us(buf, dur);
+    buf.extend_from_slice(b",\"args\":{");
+    let mut comma = false;
+    let mut arg = |buf: &mut Vec<u8>, key: &[u8]| {
+        if std::mem::replace(&mut comma, true) {
+            buf.push(b',');
+        }
+        buf.extend_from_slice(key);
+    };
+    if let Some(p) = d.peer {
+        arg(buf, b"\"peer\":");
+        put_u64(buf, p.into());
+    }
+    if let Some(t) = d.tag {
+        arg(buf, b"\"tag\":");
+        put_i64(buf, t.into());
+    }
+    if d.bytes > 0 {
+        arg(buf, b"\"bytes\":");
+        put_u64(buf, d.bytes);
+    }
+    if let Some(l) = lamport {
+        arg(buf, b"\"lamport\":");
+        put_u64(buf, l);
+    }
+    buf.extend_from_slice(b"}}");
 }
