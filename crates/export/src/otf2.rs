@@ -1207,6 +1207,20 @@ impl<'v, 'a> Writer<'v, 'a> {
         for (id, name, desc, ty) in attr_names {
             d.attribute(id, name, desc, ty as _)?;
         }
+        self.comm_defs(&mut d, g, group_name, &comm_names)?;
+        Ok(())
+    }
+
+    /// The groups and communicators: the COMM_LOCATIONS group (each
+    /// rank's first location, by rank), then each communicator's members.
+    fn comm_defs(
+        &self,
+        d: &mut pmtrace_otf2::GlobalDefs,
+        g: &Globals,
+        group_name: u32,
+        comm_names: &[(u64, u32)],
+    ) -> Result<(), ExportError> {
+        let trace = self.view.trace;
         // The COMM_LOCATIONS group: each rank's first location, by rank.
         let mut firsts = vec![UNDEFINED_U64; g.ranks.len()];
         for l in g.locations.iter().rev() {
@@ -1226,14 +1240,14 @@ impl<'v, 'a> Writer<'v, 'a> {
             d.group(id, group_name, ffi::OTF2_GROUP_TYPE_COMM_GROUP as _, &m)
                 .map(|()| id)
         };
-        for (c, &(_, name)) in trace.comms.iter().zip(&comm_names) {
+        for (c, &(_, name)) in trace.comms.iter().zip(comm_names) {
             let id = self.comm_ids[&c.global_id];
             if c.inter {
-                let a = group(&mut d, &c.members)?;
-                let b = group(&mut d, &c.remote_members)?;
+                let a = group(d, &c.members)?;
+                let b = group(d, &c.remote_members)?;
                 d.inter_comm(id, name, a, b, UNDEFINED_U32, ffi::OTF2_COMM_FLAG_NONE as _)?;
             } else {
-                let g = group(&mut d, &c.members)?;
+                let g = group(d, &c.members)?;
                 d.comm(id, name, g, UNDEFINED_U32, ffi::OTF2_COMM_FLAG_NONE as _)?;
             }
         }
