@@ -192,12 +192,11 @@ pub(super) fn plan(trace: &Trace, m: &Messages) -> Plan {
             stream_rank.push(ri);
             stream_at.push((rank.rank, th.index));
         }
-        // Persistent sends, and the instances of icolls, by op id.
-        let send_inits = crate::matching::send_inits(rank);
-        let mut icoll_of: HashMap<u64, usize> = HashMap::default();
-        // Persistent collectives by op id: the call that made them and how
-        // often they were started.
-        let mut coll_inits: HashMap<u64, (Call, u64)> = HashMap::default();
+        let mut state = RankState {
+            send_inits: crate::matching::send_inits(rank),
+            icoll_of: HashMap::default(),
+            coll_inits: HashMap::default(),
+        };
         // Calls of all threads in time order.
         let (steps, rank_dense) = call_order(rank);
         // Per thread slot: its sends, receives completed and posted.
@@ -216,18 +215,6 @@ pub(super) fn plan(trace: &Trace, m: &Messages) -> Plan {
             let [sends, done, posted] = &mut cursors[slot];
             let (sends, done) = (sends.at(index), done.at(index));
             let posted = posted.at(index);
-            let item_of =
-                |run: &[End], item: u32| run.iter().find(|e| e.item == item).map(|e| e.msg);
-            let send_at = |item: u32| item_of(sends, item);
-            let recv_done = |item: u32| item_of(done, item);
-            // Nonblocking receives posted here (a blocking one is posted and
-            // completed at once).
-            let recv_post = |item: u32| {
-                posted
-                    .iter()
-                    .find(|e| e.item == item && m.recvs[e.msg as usize].how != RecvHow::Blocking)
-                    .map(|e| e.msg)
-            };
             let records = &rank.threads[slot].records;
             let at = EventRef {
                 rank: rank.rank,
@@ -237,82 +224,12 @@ pub(super) fn plan(trace: &Trace, m: &Messages) -> Plan {
             let stream = stream_of[&at.thread];
             let before = events[stream].len();
             let call = &records.call(at.pos()).expect("a call");
-            let evs = &mut events[stream];
-            let kind = rank.kind(call.func);
-            // Every call that sends went through the piggyback layer, even
-            // when it sent nothing (see `matching::send_ids`).
-            let send = |item: u32| match send_at(item) {
-                Some(s) => Ev::Send(s),
-                None => Ev::SendNowhere,
+            let ends = Ends {
+                sends,
+                done,
+                posted,
             };
-            match (&call.payload, kind) {
-                (Payload::Send { .. }, Kind::Send | Kind::Isend) => evs.push(send(0)),
-                (Payload::Sendrecv { .. }, _) => {
-                    evs.push(send(0));
-                    if let Some(r) = recv_done(0) {
-                        evs.push(Ev::Recv(r));
-                    }
-                }
-                (Payload::Isendrecv { .. }, _) => {
-                    evs.push(send(0));
-                    if let Some(r) = recv_post(0) {
-                        evs.push(Ev::Post(r));
-                    }
-                }
-                (Payload::Recv { .. } | Payload::Mrecv { .. }, _) => {
-                    if let Some(r) = recv_done(0) {
-                        evs.push(Ev::Recv(r));
-                    }
-                    if let Some(r) = recv_post(0) {
-                        evs.push(Ev::Post(r));
-                    }
-                }
-                (Payload::Start { started }, _) => {
-                    for (item, &(init, instance)) in started.iter().enumerate() {
-                        let (init, item) = (init.unwrap_or(0), item as u32);
-                        if send_inits.contains(&init) {
-                            evs.push(send(item));
-                        } else if let Some(s) = send_at(item) {
-                            // A partitioned send: no header, but a message.
-                            evs.push(Ev::Send(s));
-                        } else if let Some(r) = recv_post(item) {
-                            evs.push(Ev::Post(r));
-                        } else if let Some((made, k)) = coll_inits.get_mut(&init) {
-                            *k += 1;
-                            if let Some(inst) = found.instance(trace, rank, &*made, *k) {
-                                evs.push(Ev::Enter(inst as u32));
-                                icoll_of.insert(instance, inst);
-                            }
-                        }
-                    }
-                }
-                (Payload::Complete { done }, _) => {
-                    for (item, c) in done.iter().enumerate() {
-                        if let Some(r) = recv_done(item as u32) {
-                            evs.push(Ev::Recv(r));
-                        } else if let Some(inst) = c.op.and_then(|op| icoll_of.remove(&op)) {
-                            evs.push(Ev::Exit(inst as u32));
-                        }
-                    }
-                }
-                (&Payload::Coll { op, .. }, _) if call.rc == 0 => {
-                    if kind == Kind::CollInit {
-                        if let Some(op) = op {
-                            coll_inits.insert(op, (*call, 0));
-                        }
-                    } else if let Some(inst) = found.instance(trace, rank, call, 0) {
-                        evs.push(Ev::Enter(inst as u32));
-                        if kind == Kind::Icoll {
-                            if let Some(op) = op {
-                                icoll_of.insert(op, inst);
-                            }
-                        } else {
-                            evs.push(Ev::Exit(inst as u32));
-                        }
-                    }
-                }
-                _ => {}
-            }
+            state.steps(trace, rank, m, &mut found, call, ends, &mut events[stream]);
             let evs = &mut events[stream];
             if evs.len() > before || rank_dense[slot] {
                 evs.push(Ev::End(at.index));
@@ -339,6 +256,125 @@ pub(super) fn plan(trace: &Trace, m: &Messages) -> Plan {
         multi,
         dense,
         stream_at,
+    }
+}
+
+/// A call's messages, from the ends: its sends, receives completed and
+/// receives posted.
+struct Ends<'e> {
+    sends: &'e [End],
+    done: &'e [End],
+    posted: &'e [End],
+}
+
+/// What a rank's calls share in the plan: its persistent sends, its
+/// persistent collectives by op id (the call that made each and how often
+/// it was started), and the instances of its nonblocking collectives by
+/// op id.
+struct RankState<'r> {
+    send_inits: rustc_hash::FxHashSet<u64>,
+    coll_inits: HashMap<u64, (Call<'r>, u64)>,
+    icoll_of: HashMap<u64, usize>,
+}
+
+impl<'r> RankState<'r> {
+    /// The steps of one `call` of `rank` onto its stream's `evs`.
+    #[allow(clippy::too_many_arguments)]
+    fn steps(
+        &mut self,
+        trace: &Trace,
+        rank: &Rank,
+        m: &Messages,
+        found: &mut Found,
+        call: &Call<'r>,
+        ends: Ends,
+        evs: &mut Vec<Ev>,
+    ) {
+        let item_of = |run: &[End], item: u32| run.iter().find(|e| e.item == item).map(|e| e.msg);
+        let send_at = |item: u32| item_of(ends.sends, item);
+        let recv_done = |item: u32| item_of(ends.done, item);
+        // Nonblocking receives posted here (a blocking one is posted and
+        // completed at once).
+        let recv_post = |item: u32| {
+            (ends.posted.iter())
+                .find(|e| e.item == item && m.recvs[e.msg as usize].how != RecvHow::Blocking)
+                .map(|e| e.msg)
+        };
+        let kind = rank.kind(call.func);
+        // Every call that sends went through the piggyback layer, even
+        // when it sent nothing (see `matching::send_ids`).
+        let send = |item: u32| match send_at(item) {
+            Some(s) => Ev::Send(s),
+            None => Ev::SendNowhere,
+        };
+        match (&call.payload, kind) {
+            (Payload::Send { .. }, Kind::Send | Kind::Isend) => evs.push(send(0)),
+            (Payload::Sendrecv { .. }, _) => {
+                evs.push(send(0));
+                if let Some(r) = recv_done(0) {
+                    evs.push(Ev::Recv(r));
+                }
+            }
+            (Payload::Isendrecv { .. }, _) => {
+                evs.push(send(0));
+                if let Some(r) = recv_post(0) {
+                    evs.push(Ev::Post(r));
+                }
+            }
+            (Payload::Recv { .. } | Payload::Mrecv { .. }, _) => {
+                if let Some(r) = recv_done(0) {
+                    evs.push(Ev::Recv(r));
+                }
+                if let Some(r) = recv_post(0) {
+                    evs.push(Ev::Post(r));
+                }
+            }
+            (Payload::Start { started }, _) => {
+                for (item, &(init, instance)) in started.iter().enumerate() {
+                    let (init, item) = (init.unwrap_or(0), item as u32);
+                    if self.send_inits.contains(&init) {
+                        evs.push(send(item));
+                    } else if let Some(s) = send_at(item) {
+                        // A partitioned send: no header, but a message.
+                        evs.push(Ev::Send(s));
+                    } else if let Some(r) = recv_post(item) {
+                        evs.push(Ev::Post(r));
+                    } else if let Some((made, k)) = self.coll_inits.get_mut(&init) {
+                        *k += 1;
+                        if let Some(inst) = found.instance(trace, rank, &*made, *k) {
+                            evs.push(Ev::Enter(inst as u32));
+                            self.icoll_of.insert(instance, inst);
+                        }
+                    }
+                }
+            }
+            (Payload::Complete { done }, _) => {
+                for (item, c) in done.iter().enumerate() {
+                    if let Some(r) = recv_done(item as u32) {
+                        evs.push(Ev::Recv(r));
+                    } else if let Some(inst) = c.op.and_then(|op| self.icoll_of.remove(&op)) {
+                        evs.push(Ev::Exit(inst as u32));
+                    }
+                }
+            }
+            (&Payload::Coll { op, .. }, _) if call.rc == 0 => {
+                if kind == Kind::CollInit {
+                    if let Some(op) = op {
+                        self.coll_inits.insert(op, (*call, 0));
+                    }
+                } else if let Some(inst) = found.instance(trace, rank, call, 0) {
+                    evs.push(Ev::Enter(inst as u32));
+                    if kind == Kind::Icoll {
+                        if let Some(op) = op {
+                            self.icoll_of.insert(op, inst);
+                        }
+                    } else {
+                        evs.push(Ev::Exit(inst as u32));
+                    }
+                }
+            }
+            _ => {}
+        }
     }
 }
 
