@@ -1094,190 +1094,223 @@ pub fn generate(entries: &[Entry], declared: &BTreeSet<String>) -> Result<String
     // The wrappers, in a file of their own (`split`).
     o.push_str(SPLIT);
     for e in &wrapped {
-        if e.kind == "manual" {
-            continue;
-        }
-        let ret = exported_value_type(&e.ret)?;
-        let ret_handle = by_value_handle(&e.ret).is_some();
-        let mut ps = Vec::new();
-        for p in &e.params {
-            ps.push(format!("{}: {}", p.name, exported_param_type(p)?));
-        }
-        let args: Vec<&str> = e.params.iter().map(|p| p.name.as_str()).collect();
-        let args = args.join(", ");
-        let (prep, hook) = body(e)?;
-        let around = around(e)?;
-        let real_args: Vec<String> = e
-            .params
-            .iter()
-            .map(|p| {
-                p.role
-                    .as_ref()
-                    .and_then(|role| around.subst.iter().find(|(r, _)| r == role))
-                    .map_or(p.name.clone(), |(_, v)| v.clone())
-            })
-            .collect();
-        let real_args = real_args.join(", ");
-        let rc_of = if e.ret.trim() == "int" {
-            "rc"
-        } else {
-            "MPI_SUCCESS_CODE"
-        };
-        let types: Vec<String> = e
-            .params
-            .iter()
-            .map(exported_param_type)
-            .collect::<Result<_, _>>()?;
-        // A wrapper that passes the caller's arguments to the real function
-        // unchanged can record at the outer level too, around the next
-        // tool's function (see `crate::next`).
-        let outer_records = e.ret.trim() == "int"
-            && prep.is_empty()
-            && around.pre.is_empty()
-            && around.subst.is_empty()
-            && around.post.is_empty()
-            && around.call.is_none();
-        writeln!(
-            o,
-            "/// Generated from wrappers/mpi.wrap line {} (kind `{}`): the outer level\n\
-             /// (`crate::next`), another tool's `{n}` when one follows pmtrace's.\n\
-             pub unsafe extern \"C\" fn {n}({ps}) -> {ret} {{\n    \
-             static TOOL: AtomicUsize = AtomicUsize::new(0);\n    \
-             if TOOL.load(core::sync::atomic::Ordering::Relaxed) == crate::next::NONE {{\n        \
-             // SAFETY: the caller's arguments, passed on.\n        \
-             return unsafe {{ P{n}({args}) }};\n    \
-             }}\n    \
-             // SAFETY: as above.\n    \
-             unsafe {{ next_{n}(&TOOL, {args}) }}\n}}\n\n\
-             /// {n} when another tool may follow: found out once, then taken\n\
-             /// only when one does.\n\
-             #[cold]\n\
-             #[inline(never)]\n\
-             unsafe fn next_{n}(at: &AtomicUsize, {ps}) -> {ret} {{\n    \
-             if let Some(f) = crate::next::tool(at, c\"{n}\", c\"P{n}\", {needs_inner}) {{\n        \
-             // SAFETY: the other tool's {n}, of the prototype mpi.h declares.\n        \
-             let next = unsafe {{ core::mem::transmute::<usize, unsafe extern \"C\" fn({types}) -> {ret}>(f) }};",
-            e.line,
-            e.kind,
-            n = e.name,
-            ps = ps.join(", "),
-            types = types.join(", "),
-            needs_inner = !outer_records,
-        )
-        .unwrap();
-        if outer_records {
-            writeln!(
-                o,
-                "        // Recorded here: the inner level, if the tool reaches it, passes\n        \
-                 // through, as this call holds the guard.\n        \
-                 let Some(guard) = Guard::acquire() else {{\n            \
-                 // SAFETY: the caller's arguments, passed on.\n            \
-                 return unsafe {{ next({args}) }};\n        \
-                 }};\n        \
-                 let t0 = clock::now();\n        \
-                 // SAFETY: the caller's arguments, passed on.\n        \
-                 let rc = unsafe {{ next({args}) }};\n        \
-                 let t1 = clock::now();"
-            )
-            .unwrap();
-            narrow_handles(&mut o, e, "        ");
-            writeln!(
-                o,
-                "        let call = Call::new(&guard, ids::{}, t0, t1, rc);\n        \
-                 {hook};\n        \
-                 return rc;",
-                e.name.to_ascii_uppercase()
-            )
-            .unwrap();
-        } else {
-            writeln!(
-                o,
-                "        // SAFETY: the caller's arguments, passed on.\n        \
-                 return unsafe {{ next({args}) }};"
-            )
-            .unwrap();
-        }
-        writeln!(
-            o,
-            "    }}\n    \
-             // SAFETY: the caller's arguments, passed on.\n    \
-             unsafe {{ P{}({args}) }}\n}}\n",
-            e.name
-        )
-        .unwrap();
-        if converts_handles(&e.name) {
-            writeln!(
-                o,
-                "/// What {} records, not exported as `P{0}`: an MPI's own Fortran\n\
-                 /// layer converts handles through `P{0}`, which is not the program's call.",
-                e.name
-            )
-            .unwrap();
-        } else {
-            writeln!(
-                o,
-                "/// The inner level of {}: records and piggybacks.",
-                e.name
-            )
-            .unwrap();
-        }
-        writeln!(
-            o,
-            "pub unsafe extern \"C\" fn P{}({}) -> {ret} {{",
-            e.name,
-            ps.join(", ")
-        )
-        .unwrap();
-        writeln!(o, "    let Some(guard) = Guard::acquire() else {{").unwrap();
-        writeln!(
-            o,
-            "        // SAFETY: the caller's arguments, passed through unchanged."
-        )
-        .unwrap();
-        writeln!(o, "        return unsafe {{ pass::P{}({args}) }};", e.name).unwrap();
-        writeln!(o, "    }};").unwrap();
-        narrow_handles(&mut o, e, "    ");
-        for l in &prep {
-            writeln!(o, "    {l}").unwrap();
-        }
-        writeln!(o, "    let t0 = clock::now();").unwrap();
-        for l in &around.pre {
-            writeln!(o, "    {l}").unwrap();
-        }
-        writeln!(
-            o,
-            "    // SAFETY: the caller's arguments; ignored statuses replaced by local"
-        )
-        .unwrap();
-        writeln!(
-            o,
-            "    // storage, message buffers by the piggyback layer's (see `piggyback`)."
-        )
-        .unwrap();
-        let direct = format!("real::P{}({real_args})", e.name);
-        let real_call = around
-            .call
-            .as_ref()
-            .map_or_else(|| direct.clone(), |c| c.replace("{REAL}", &direct));
-        writeln!(o, "    let rc = unsafe {{ {real_call} }};").unwrap();
-        writeln!(o, "    let t1 = clock::now();").unwrap();
-        for l in &around.post {
-            writeln!(o, "    {l}").unwrap();
-        }
-        writeln!(
-            o,
-            "    let call = Call::new(&guard, ids::{}, t0, t1, {rc_of});",
-            e.name.to_ascii_uppercase()
-        )
-        .unwrap();
-        writeln!(o, "    {hook};").unwrap();
-        if ret_handle {
-            writeln!(o, "    ffi::Wide::widen(rc)\n}}\n").unwrap();
-        } else {
-            writeln!(o, "    rc\n}}\n").unwrap();
+        if e.kind != "manual" {
+            wrapper(&mut o, e)?;
         }
     }
     Ok(o)
+}
+
+/// The two levels of one wrapper: the exported outer one, which may pass
+/// to another tool (`crate::next`), and `P{name}`, which records.
+fn wrapper(o: &mut String, e: &Entry) -> Result<(), String> {
+    let ret = exported_value_type(&e.ret)?;
+    let ret_handle = by_value_handle(&e.ret).is_some();
+    let mut ps = Vec::new();
+    for p in &e.params {
+        ps.push(format!("{}: {}", p.name, exported_param_type(p)?));
+    }
+    let args: Vec<&str> = e.params.iter().map(|p| p.name.as_str()).collect();
+    let args = args.join(", ");
+    let (prep, hook) = body(e)?;
+    let around = around(e)?;
+    let real_args: Vec<String> = e
+        .params
+        .iter()
+        .map(|p| {
+            p.role
+                .as_ref()
+                .and_then(|role| around.subst.iter().find(|(r, _)| r == role))
+                .map_or(p.name.clone(), |(_, v)| v.clone())
+        })
+        .collect();
+    let real_args = real_args.join(", ");
+    let rc_of = if e.ret.trim() == "int" {
+        "rc"
+    } else {
+        "MPI_SUCCESS_CODE"
+    };
+    let types: Vec<String> = e
+        .params
+        .iter()
+        .map(exported_param_type)
+        .collect::<Result<_, _>>()?;
+    // A wrapper that passes the caller's arguments to the real function
+    // unchanged can record at the outer level too, around the next
+    // tool's function (see `crate::next`).
+    let outer_records = e.ret.trim() == "int"
+        && prep.is_empty()
+        && around.pre.is_empty()
+        && around.subst.is_empty()
+        && around.post.is_empty()
+        && around.call.is_none();
+    writeln!(
+        o,
+        "/// Generated from wrappers/mpi.wrap line {} (kind `{}`): the outer level\n\
+         /// (`crate::next`), another tool's `{n}` when one follows pmtrace's.\n\
+         pub unsafe extern \"C\" fn {n}({ps}) -> {ret} {{\n    \
+         static TOOL: AtomicUsize = AtomicUsize::new(0);\n    \
+         if TOOL.load(core::sync::atomic::Ordering::Relaxed) == crate::next::NONE {{\n        \
+         // SAFETY: the caller's arguments, passed on.\n        \
+         return unsafe {{ P{n}({args}) }};\n    \
+         }}\n    \
+         // SAFETY: as above.\n    \
+         unsafe {{ next_{n}(&TOOL, {args}) }}\n}}\n\n\
+         /// {n} when another tool may follow: found out once, then taken\n\
+         /// only when one does.\n\
+         #[cold]\n\
+         #[inline(never)]\n\
+         unsafe fn next_{n}(at: &AtomicUsize, {ps}) -> {ret} {{\n    \
+         if let Some(f) = crate::next::tool(at, c\"{n}\", c\"P{n}\", {needs_inner}) {{\n        \
+         // SAFETY: the other tool's {n}, of the prototype mpi.h declares.\n        \
+         let next = unsafe {{ core::mem::transmute::<usize, unsafe extern \"C\" fn({types}) -> {ret}>(f) }};",
+        e.line,
+        e.kind,
+        n = e.name,
+        ps = ps.join(", "),
+        types = types.join(", "),
+        needs_inner = !outer_records,
+    )
+    .unwrap();
+    if outer_records {
+        writeln!(
+            o,
+            "        // Recorded here: the inner level, if the tool reaches it, passes\n        \
+             // through, as this call holds the guard.\n        \
+             let Some(guard) = Guard::acquire() else {{\n            \
+             // SAFETY: the caller's arguments, passed on.\n            \
+             return unsafe {{ next({args}) }};\n        \
+             }};\n        \
+             let t0 = clock::now();\n        \
+             // SAFETY: the caller's arguments, passed on.\n        \
+             let rc = unsafe {{ next({args}) }};\n        \
+             let t1 = clock::now();"
+        )
+        .unwrap();
+        narrow_handles(o, e, "        ");
+        writeln!(
+            o,
+            "        let call = Call::new(&guard, ids::{}, t0, t1, rc);\n        \
+             {hook};\n        \
+             return rc;",
+            e.name.to_ascii_uppercase()
+        )
+        .unwrap();
+    } else {
+        writeln!(
+            o,
+            "        // SAFETY: the caller's arguments, passed on.\n        \
+             return unsafe {{ next({args}) }};"
+        )
+        .unwrap();
+    }
+    writeln!(
+        o,
+        "    }}\n    \
+         // SAFETY: the caller's arguments, passed on.\n    \
+         unsafe {{ P{}({args}) }}\n}}\n",
+        e.name
+    )
+    .unwrap();
+    inner_level(
+        o,
+        e,
+        &ps,
+        &args,
+        &real_args,
+        rc_of,
+        (&prep, &hook),
+        &around,
+        ret_handle,
+    )
+}
+
+/// `P{name}`: records the call around the real function, and piggybacks.
+#[allow(clippy::too_many_arguments)]
+fn inner_level(
+    o: &mut String,
+    e: &Entry,
+    ps: &[String],
+    args: &str,
+    real_args: &str,
+    rc_of: &str,
+    (prep, hook): (&[String], &str),
+    around: &Around,
+    ret_handle: bool,
+) -> Result<(), String> {
+    let ret = exported_value_type(&e.ret)?;
+    if converts_handles(&e.name) {
+        writeln!(
+            o,
+            "/// What {} records, not exported as `P{0}`: an MPI's own Fortran\n\
+             /// layer converts handles through `P{0}`, which is not the program's call.",
+            e.name
+        )
+        .unwrap();
+    } else {
+        writeln!(
+            o,
+            "/// The inner level of {}: records and piggybacks.",
+            e.name
+        )
+        .unwrap();
+    }
+    writeln!(
+        o,
+        "pub unsafe extern \"C\" fn P{}({}) -> {ret} {{",
+        e.name,
+        ps.join(", ")
+    )
+    .unwrap();
+    writeln!(o, "    let Some(guard) = Guard::acquire() else {{").unwrap();
+    writeln!(
+        o,
+        "        // SAFETY: the caller's arguments, passed through unchanged."
+    )
+    .unwrap();
+    writeln!(o, "        return unsafe {{ pass::P{}({args}) }};", e.name).unwrap();
+    writeln!(o, "    }};").unwrap();
+    narrow_handles(o, e, "    ");
+    for l in prep {
+        writeln!(o, "    {l}").unwrap();
+    }
+    writeln!(o, "    let t0 = clock::now();").unwrap();
+    for l in &around.pre {
+        writeln!(o, "    {l}").unwrap();
+    }
+    writeln!(
+        o,
+        "    // SAFETY: the caller's arguments; ignored statuses replaced by local"
+    )
+    .unwrap();
+    writeln!(
+        o,
+        "    // storage, message buffers by the piggyback layer's (see `piggyback`)."
+    )
+    .unwrap();
+    let direct = format!("real::P{}({real_args})", e.name);
+    let real_call = around
+        .call
+        .as_ref()
+        .map_or_else(|| direct.clone(), |c| c.replace("{REAL}", &direct));
+    writeln!(o, "    let rc = unsafe {{ {real_call} }};").unwrap();
+    writeln!(o, "    let t1 = clock::now();").unwrap();
+    for l in &around.post {
+        writeln!(o, "    {l}").unwrap();
+    }
+    writeln!(
+        o,
+        "    let call = Call::new(&guard, ids::{}, t0, t1, {rc_of});",
+        e.name.to_ascii_uppercase()
+    )
+    .unwrap();
+    writeln!(o, "    {hook};").unwrap();
+    if ret_handle {
+        writeln!(o, "    ffi::Wide::widen(rc)\n}}\n").unwrap();
+    } else {
+        writeln!(o, "    rc\n}}\n").unwrap();
+    }
+    Ok(())
 }
 
 /// The lines that turn the by-value handles a wrapper takes (register-wide,
