@@ -409,22 +409,9 @@ fn start_tracing(
     }
     #[cfg(mpi_impl = "abi")]
     ffi::abi_status::learn();
-    if let Some(announced) = announced {
-        let missing = announced.unmatched(size as u32);
-        if !missing.is_empty() {
-            let first_traced = (0..size as u32).find(|r| missing.binary_search(r).is_err());
-            if first_traced == Some(rank as u32) {
-                warn(&format!(
-                    "rank{} {} of {size} run{} without pmtrace (or with another version); \
-                     tracing disabled on all ranks",
-                    if missing.len() > 1 { "s" } else { "" },
-                    peers::ranges(&missing),
-                    if missing.len() > 1 { "" } else { "s" },
-                ));
-            }
-            guard::set_state(State::Disabled);
-            return;
-        }
+    if announced.is_some_and(|a| !every_rank_traced(&a, rank, size)) {
+        guard::set_state(State::Disabled);
+        return;
     }
     let cfg = Config::from_env(&FUNCTIONS);
     let invariant = clock::tsc_is_invariant();
@@ -528,17 +515,47 @@ fn start_tracing(
         s.dir = Some(dir);
         s.flusher = Some(handle);
     }
+    go_active(guard, func, (t0, t1), thread, (rank, size), clocks, cfg.shm);
+}
+
+/// Whether every rank of `size` runs this pmtrace, as the ranks announced
+/// themselves; if not, the first traced rank says which do not.
+fn every_rank_traced(announced: &peers::Announced, rank: c_int, size: c_int) -> bool {
+    let missing = announced.unmatched(size as u32);
+    if missing.is_empty() {
+        return true;
+    }
+    let first_traced = (0..size as u32).find(|r| missing.binary_search(r).is_err());
+    if first_traced == Some(rank as u32) {
+        warn(&format!(
+            "rank{} {} of {size} run{} without pmtrace (or with another version); \
+             tracing disabled on all ranks",
+            if missing.len() > 1 { "s" } else { "" },
+            peers::ranges(&missing),
+            if missing.len() > 1 { "" } else { "s" },
+        ));
+    }
+    false
+}
+
+/// Tracing on, once the trace file is open: the piggyback layer, the large
+/// headers' shared memory, and the first record (the `MPI_Init` call of
+/// `func`, from `t0` to `t1`) with the communicators known at once.
+fn go_active(
+    guard: &Guard,
+    func: u32,
+    (t0, t1): (u64, u64),
+    thread: Option<(c_int, c_int)>,
+    (rank, size): (c_int, c_int),
+    clocks: Mode,
+    shm: bool,
+) {
     // SAFETY: reads an initialised constant of mpi-sys's shim.
     let multiple = unsafe { ffi::RSMPI_THREAD_MULTIPLE };
     let serial = thread.is_none_or(|(_, provided)| provided < multiple);
     piggyback::enable(clocks, rank as usize, size as usize, serial);
     if clocks != Mode::None {
-        crate::large_headers::open(
-            rank as usize,
-            size as usize,
-            piggyback::header_len(),
-            cfg.shm,
-        );
+        crate::large_headers::open(rank as usize, size as usize, piggyback::header_len(), shm);
     }
     guard::set_state(State::Active);
 
