@@ -124,6 +124,44 @@ impl Rule {
     }
 }
 
+/// What [`Readiness`] asks of an instance, whoever holds its members: the
+/// whole trace's [`Instance`], or the owner's view of one in `pmtrace-mpi`.
+pub trait Members {
+    /// Member slots (a member is `0..slots()`; a slot may be empty).
+    fn slots(&self) -> u32;
+    /// Members present.
+    fn present(&self) -> u32;
+    /// Whether member `k` sends to the members that may receive.
+    fn may_send(&self, k: u32) -> bool;
+    /// Whether member `i` receives from the members that may send.
+    fn may_recv(&self, i: u32) -> bool;
+    /// Whether a member sends only to the members after it (a scan).
+    fn ordered(&self) -> bool;
+    /// Whether every member's exit depends on every other member's enter.
+    fn all_to_all(&self) -> bool;
+}
+
+impl<P: Part> Members for Instance<P> {
+    fn slots(&self) -> u32 {
+        self.members.len() as u32
+    }
+    fn present(&self) -> u32 {
+        self.members.iter().flatten().count() as u32
+    }
+    fn may_send(&self, k: u32) -> bool {
+        Instance::may_send(self, k)
+    }
+    fn may_recv(&self, i: u32) -> bool {
+        Instance::may_recv(self, i)
+    }
+    fn ordered(&self) -> bool {
+        Instance::ordered(self)
+    }
+    fn all_to_all(&self) -> bool {
+        Instance::all_to_all(self)
+    }
+}
+
 /// Which exits of an instance are ready as its members' enters come in:
 /// an exit once every member that sends to it has entered (for a scan,
 /// every one before it), in constant time per question and O(N) per
@@ -146,14 +184,14 @@ pub struct Readiness {
 }
 
 impl Readiness {
-    pub fn new<P: Part>(inst: &Instance<P>) -> Readiness {
-        let n = inst.members.len();
+    pub fn new<M: Members>(inst: &M) -> Readiness {
+        let n = inst.slots();
         let mut r = Readiness {
-            entered: vec![false; n],
+            entered: vec![false; n as usize],
             count: 0,
             all_to_all: inst.all_to_all(),
-            present: inst.members.iter().flatten().count() as u32,
-            senders: inst.sender_count(),
+            present: inst.present(),
+            senders: (0..n).filter(|&k| inst.may_send(k)).count() as u32,
             senders_in: 0,
             open_sender: 0,
         };
@@ -162,8 +200,8 @@ impl Readiness {
     }
 
     /// The first member from `from` on that may send and has not entered.
-    fn next_open<P: Part>(&self, inst: &Instance<P>, from: u32) -> u32 {
-        let n = inst.members.len() as u32;
+    fn next_open<M: Members>(&self, inst: &M, from: u32) -> u32 {
+        let n = inst.slots();
         (from..n)
             .find(|&k| inst.may_send(k) && !self.entered[k as usize])
             .unwrap_or(n)
@@ -174,9 +212,20 @@ impl Readiness {
         self.senders_in >= self.senders
     }
 
+    /// Whether every member that an exit may wait for has entered: every
+    /// present one where every exit waits for every enter, else every
+    /// one that may send.
+    pub fn all_in(&self) -> bool {
+        if self.all_to_all {
+            self.count >= self.present
+        } else {
+            self.senders_all_in()
+        }
+    }
+
     /// Whether the exit of `member` is ready: every member that sends to
     /// it entered.
-    pub fn ready<P: Part>(&self, inst: &Instance<P>, member: u32) -> bool {
+    pub fn ready<M: Members>(&self, inst: &M, member: u32) -> bool {
         if self.all_to_all {
             // Every present member, this one included (its enter came
             // first on its own location).
@@ -195,8 +244,8 @@ impl Readiness {
     /// `member` entered; returns the members whose exits may have become
     /// ready by it: all of them when the instance's last enters come in,
     /// for a scan those up to its next sender still out, else none.
-    pub fn enter<P: Part>(&mut self, inst: &Instance<P>, member: u32) -> std::ops::Range<u32> {
-        let n = inst.members.len() as u32;
+    pub fn enter<M: Members>(&mut self, inst: &M, member: u32) -> std::ops::Range<u32> {
+        let n = inst.slots();
         self.entered[member as usize] = true;
         self.count += 1;
         if self.all_to_all {

@@ -17,7 +17,7 @@
 use std::cmp::Ordering;
 
 use pmtrace_format::coll::{Flow, Shape};
-use pmtrace_matching::collective::Rule;
+use pmtrace_matching::collective::{Members, Readiness, Rule};
 pub use pmtrace_sync::extremes::Mu;
 use pmtrace_sync::extremes::{Enters, Extremes, Place};
 
@@ -205,15 +205,46 @@ impl Inst {
     }
 }
 
+/// The owner's view of an instance for [`Readiness`]: a member sends when
+/// its enter orders some exit ([`Inst::roles`]), since only those enters
+/// come to the owner; every exit waits for the senders that order it.
+/// (Where every exit waits for every enter, every member of two or more
+/// orders the others' exits: counting the senders is the same rule.)
+struct Owner<'a> {
+    inst: &'a Inst,
+    sender: &'a [bool],
+}
+
+impl Members for Owner<'_> {
+    fn slots(&self) -> u32 {
+        self.sender.len() as u32
+    }
+    fn present(&self) -> u32 {
+        self.sender.len() as u32
+    }
+    fn may_send(&self, k: u32) -> bool {
+        self.sender[k as usize]
+    }
+    fn may_recv(&self, i: u32) -> bool {
+        self.inst.in_r(i as usize)
+    }
+    fn ordered(&self) -> bool {
+        self.inst.scan()
+    }
+    fn all_to_all(&self) -> bool {
+        false
+    }
+}
+
 /// How far the owner got with an instance's exits during the forward
-/// replay ([`Inst::ready`]).
+/// replay ([`Inst::ready`]): which enters came ([`Readiness`], the serial
+/// replay's rule, over the senders whose enters come to the owner),
+/// whether an unordered instance's needs went out, and for a scan the next
+/// member whose need did not and the senders before it.
 pub struct Progress {
-    /// Senders whose enter has not come (all but a scan).
-    missing: usize,
-    done: bool,
-    /// Per member: its enter orders some exit.
     sender: Vec<bool>,
-    /// A scan: the next member, and the senders before it.
+    r: Readiness,
+    done: bool,
     at: usize,
     before: Extremes,
 }
@@ -221,19 +252,24 @@ pub struct Progress {
 impl Inst {
     pub fn progress(&self) -> Progress {
         let sender: Vec<bool> = self.roles().into_iter().map(|r| r.1).collect();
+        let r = Readiness::new(&Owner {
+            inst: self,
+            sender: &sender,
+        });
         Progress {
-            missing: sender.iter().filter(|&&x| x).count(),
             sender,
+            r,
             done: false,
             at: 0,
             before: Extremes::new(Ordering::Greater),
         }
     }
 
-    /// The exits whose need became known once the enters of `newly` came
-    /// (their times set in `enter`): (member, need), for every member with
-    /// a sender. A scan's exit needs the senders before it only; any other
-    /// exit waits for every sender.
+    /// The enters of members `newly` came (their times in `enter`): the
+    /// exits whose needs are now known, with those needs. An unordered
+    /// instance's needs go out together once every sender entered; a
+    /// scan's, member by member, once the senders before it entered and,
+    /// if it sends, its own enter (which the members after it wait for).
     pub fn ready(
         &self,
         p: &mut Progress,
@@ -241,9 +277,16 @@ impl Inst {
         newly: &[usize],
         mu: Mu,
     ) -> Vec<(usize, u64)> {
+        let view = Owner {
+            inst: self,
+            sender: &p.sender,
+        };
+        for &k in newly.iter().filter(|&&k| p.sender[k]) {
+            p.r.enter(&view, k as u32);
+        }
         let mut out = Vec::new();
         if self.scan() {
-            while p.at < self.parts.len() {
+            while p.at < self.parts.len() && p.r.ready(&view, p.at as u32) {
                 let i = p.at;
                 if p.sender[i] && enter[i].is_none() {
                     break;
@@ -258,10 +301,7 @@ impl Inst {
                 }
                 p.at += 1;
             }
-            return out;
-        }
-        p.missing -= newly.iter().filter(|&&k| p.sender[k]).count();
-        if p.missing == 0 && !p.done {
+        } else if p.r.all_in() && !p.done {
             p.done = true;
             for (i, need) in self.exit_needs(enter, mu).into_iter().enumerate() {
                 if let Some(v) = need {
