@@ -241,6 +241,14 @@ impl Readiness {
         }
     }
 
+    /// How many members that send to `member` (an unordered instance's
+    /// exit: every sender but itself) have not entered.
+    pub fn missing<M: Members>(&self, inst: &M, member: u32) -> u32 {
+        let own = u32::from(inst.may_send(member));
+        let own_in = own & u32::from(self.entered[member as usize]);
+        (self.senders - own) - (self.senders_in - own_in)
+    }
+
     /// `member` entered; returns the members whose exits may have become
     /// ready by it: all of them when the instance's last enters come in,
     /// for a scan those up to its next sender still out, else none.

@@ -31,7 +31,7 @@
 //! the path covers it; its elapsed length is the window's, and its weight
 //! tells how far the work on it held the other ranks back.
 
-use pmtrace_matching::collective::{Instance, MemberCalls};
+use pmtrace_matching::collective::{Instance, MemberCalls, Members, Readiness};
 use pmtrace_matching::matching::Messages;
 use pmtrace_trace::read::{EventRef, Trace};
 use pmtrace_trace::wire::{In, Out, Wire};
@@ -555,18 +555,56 @@ struct Marks<'i> {
     first: Vec<usize>,
     send_mark: Vec<Mark>,
     enter_mark: Vec<Mark>,
-    /// Per instance, over its senders on a main thread: how many are not
-    /// swept yet, and the two winning marks swept so far (with their
-    /// members), so that an exit of an unordered instance (every sender
-    /// but itself) gathers its edges in constant time, not one by one.
-    unswept: Vec<u32>,
+    /// Per instance, over its senders on a main thread: which are swept
+    /// ([`Readiness`], the replays' rule, as if sweeping were entering),
+    /// and the two winning marks swept so far (with their members), so
+    /// that an exit of an unordered instance (every sender but itself)
+    /// gathers its edges in constant time, not one by one.
+    swept: Vec<Readiness>,
     top: Vec<[Option<(Mark, u32)>; 2]>,
 }
 
+/// An instance as the weighted sweep sees it: its members that may send
+/// and whose enter is on their rank's main thread send.
+struct MainSenders<'a> {
+    inst: &'a Instance<MemberCalls>,
+    on_main: &'a [bool],
+}
+
+impl Members for MainSenders<'_> {
+    fn slots(&self) -> u32 {
+        self.inst.members.len() as u32
+    }
+    fn present(&self) -> u32 {
+        Members::present(self.inst)
+    }
+    fn may_send(&self, k: u32) -> bool {
+        self.on_main[k as usize] && self.inst.may_send(k)
+    }
+    fn may_recv(&self, i: u32) -> bool {
+        self.inst.may_recv(i)
+    }
+    fn ordered(&self) -> bool {
+        self.inst.ordered()
+    }
+    /// Counted by its senders: where every exit waits for every enter,
+    /// the main-thread ones are the senders of each.
+    fn all_to_all(&self) -> bool {
+        false
+    }
+}
+
 impl Marks<'_> {
+    fn view(&self, ii: usize) -> MainSenders<'_> {
+        MainSenders {
+            inst: &self.instances[ii],
+            on_main: &self.on_main[ii],
+        }
+    }
+
     /// Whether member `k`'s enter is an edge's source in instance `ii`.
     fn sends(&self, ii: usize, k: u32) -> bool {
-        self.on_main[ii][k as usize] && self.instances[ii].may_send(k)
+        self.view(ii).may_send(k)
     }
 }
 
@@ -588,9 +626,7 @@ impl Edges<From, From> for Marks<'_> {
                     return;
                 }
                 // Every sender but `i` itself.
-                let own =
-                    self.sends(ii, i) && self.enter_mark[self.first[ii] + i as usize].best.is_nan();
-                into.missing += u64::from(self.unswept[ii] - u32::from(own));
+                into.missing += u64::from(self.swept[ii].missing(&self.view(ii), i));
                 let best = self.top[ii].iter().flatten().find(|&&(_, k)| k != i);
                 if let Some(&(m, _)) = best {
                     into.take(m);
@@ -608,7 +644,11 @@ impl Edges<From, From> for Marks<'_> {
                 if !self.sends(ii, k) || mark.best.is_nan() {
                     return;
                 }
-                self.unswept[ii] -= 1;
+                let view = MainSenders {
+                    inst: &self.instances[ii],
+                    on_main: &self.on_main[ii],
+                };
+                self.swept[ii].enter(&view, k);
                 let top = &mut self.top[ii];
                 if top[0].is_none_or(|(t, _)| mark.beats(&t)) {
                     top[1] = top[0];
@@ -710,14 +750,12 @@ pub(crate) fn compute(
         first,
         send_mark: vec![Mark::UNSWEPT; messages.sends.len()],
         enter_mark: vec![Mark::UNSWEPT; total],
-        unswept: vec![0; instances.len()],
+        swept: Vec::new(),
         top: vec![[None; 2]; instances.len()],
     };
-    for (ii, inst) in instances.iter().enumerate() {
-        marks.unswept[ii] = (0..inst.members.len() as u32)
-            .filter(|&k| marks.sends(ii, k))
-            .count() as u32;
-    }
+    marks.swept = (0..instances.len())
+        .map(|ii| Readiness::new(&marks.view(ii)))
+        .collect();
     let dropped = sweep(&mut streams, &w, &mut marks);
     // Back from the heaviest end, through the edges that won.
     let end = (0..streams.len()).max_by(|&a, &b| streams[a].best.total_cmp(&streams[b].best));
