@@ -162,6 +162,38 @@ impl<P: Part> Members for Instance<P> {
     }
 }
 
+/// An instance known only by which members send and whether it is a
+/// scan, as `pmtrace-mpi`'s owners know it: enough for [`Readiness`] to
+/// count the enters that come (each exit waits for every sender but
+/// itself; a scan's, for the senders before it). Where every exit waits
+/// for every enter, every member of two or more sends to the others:
+/// counting the senders is the same rule.
+pub struct Senders<'a> {
+    pub sender: &'a [bool],
+    pub ordered: bool,
+}
+
+impl Members for Senders<'_> {
+    fn slots(&self) -> u32 {
+        self.sender.len() as u32
+    }
+    fn present(&self) -> u32 {
+        self.sender.len() as u32
+    }
+    fn may_send(&self, k: u32) -> bool {
+        self.sender[k as usize]
+    }
+    fn may_recv(&self, _: u32) -> bool {
+        true
+    }
+    fn ordered(&self) -> bool {
+        self.ordered
+    }
+    fn all_to_all(&self) -> bool {
+        false
+    }
+}
+
 /// Which exits of an instance are ready as its members' enters come in:
 /// an exit once every member that sends to it has entered (for a scan,
 /// every one before it), in constant time per question and O(N) per

@@ -17,7 +17,7 @@
 use std::cmp::Ordering;
 
 use pmtrace_format::coll::{Flow, Shape};
-use pmtrace_matching::collective::{Members, Readiness, Rule};
+use pmtrace_matching::collective::{Readiness, Rule, Senders};
 pub use pmtrace_sync::extremes::Mu;
 use pmtrace_sync::extremes::{Enters, Extremes, Place};
 
@@ -205,40 +205,10 @@ impl Inst {
     }
 }
 
-/// The owner's view of an instance for [`Readiness`]: a member sends when
-/// its enter orders some exit ([`Inst::roles`]), since only those enters
-/// come to the owner; every exit waits for the senders that order it.
-/// (Where every exit waits for every enter, every member of two or more
-/// orders the others' exits: counting the senders is the same rule.)
-struct Owner<'a> {
-    inst: &'a Inst,
-    sender: &'a [bool],
-}
-
-impl Members for Owner<'_> {
-    fn slots(&self) -> u32 {
-        self.sender.len() as u32
-    }
-    fn present(&self) -> u32 {
-        self.sender.len() as u32
-    }
-    fn may_send(&self, k: u32) -> bool {
-        self.sender[k as usize]
-    }
-    fn may_recv(&self, i: u32) -> bool {
-        self.inst.in_r(i as usize)
-    }
-    fn ordered(&self) -> bool {
-        self.inst.scan()
-    }
-    fn all_to_all(&self) -> bool {
-        false
-    }
-}
-
 /// How far the owner got with an instance's exits during the forward
 /// replay ([`Inst::ready`]): which enters came ([`Readiness`], the serial
-/// replay's rule, over the senders whose enters come to the owner),
+/// replay's rule, over the senders whose enters come to the owner: those
+/// that order some exit, [`Inst::roles`]),
 /// whether an unordered instance's needs went out, and for a scan the next
 /// member whose need did not and the senders before it.
 pub struct Progress {
@@ -252,9 +222,9 @@ pub struct Progress {
 impl Inst {
     pub fn progress(&self) -> Progress {
         let sender: Vec<bool> = self.roles().into_iter().map(|r| r.1).collect();
-        let r = Readiness::new(&Owner {
-            inst: self,
+        let r = Readiness::new(&Senders {
             sender: &sender,
+            ordered: self.scan(),
         });
         Progress {
             sender,
@@ -277,9 +247,9 @@ impl Inst {
         newly: &[usize],
         mu: Mu,
     ) -> Vec<(usize, u64)> {
-        let view = Owner {
-            inst: self,
+        let view = Senders {
             sender: &p.sender,
+            ordered: self.scan(),
         };
         for &k in newly.iter().filter(|&&k| p.sender[k]) {
             p.r.enter(&view, k as u32);

@@ -28,6 +28,7 @@ use std::collections::BTreeSet;
 
 use rustc_hash::FxHashMap as HashMap;
 
+use pmtrace_matching::collective::{Readiness, Senders};
 use pmtrace_report::path::{Walk, COMPUTING};
 use pmtrace_report::times::Times;
 use pmtrace_report::waits::Wait;
@@ -92,8 +93,8 @@ struct Owned {
     at: Vec<(u32, u32)>,
     ordered: bool,
     marks: Vec<Option<Mark>>,
-    /// Senders without a mark yet (not a scan).
-    missing: usize,
+    /// Which senders' marks came ([`Readiness`]).
+    came: Readiness,
     /// A scan: the next member, and what its senders before it brought.
     next: usize,
     before: Arrivals,
@@ -115,8 +116,12 @@ impl Owned {
     fn ready(&mut self) -> Vec<(usize, Arrivals)> {
         let mut out = Vec::new();
         let n = self.sender.len();
+        let view = Senders {
+            sender: &self.sender,
+            ordered: self.ordered,
+        };
         if self.ordered {
-            while self.next < n {
+            while self.next < n && self.came.ready(&view, self.next as u32) {
                 let i = self.next;
                 if self.sender[i] && self.marks[i].is_none() {
                     break;
@@ -131,7 +136,7 @@ impl Owned {
             }
             return out;
         }
-        if self.missing > 0 || self.next > 0 {
+        if !self.came.all_in() || self.next > 0 {
             return out;
         }
         self.next = n;
@@ -224,8 +229,12 @@ impl State {
     fn enter(&mut self, p: u32, slot: u32, mark: Mark) {
         let (ii, k) = self.owned_at[&(p, slot)];
         let o = &mut self.owned[ii];
-        if o.marks[k].is_none() && o.sender[k] && !o.ordered {
-            o.missing -= 1;
+        if o.marks[k].is_none() && o.sender[k] {
+            let view = Senders {
+                sender: &o.sender,
+                ordered: o.ordered,
+            };
+            o.came.enter(&view, k as u32);
         }
         o.marks[k] = Some(mark);
         for (i, a) in o.ready() {
@@ -482,7 +491,10 @@ fn collective_edges<F: Fabric + ?Sized>(
                 at: vec![(0, 0); n],
                 ordered: o.inst.ordered(),
                 marks: vec![None; n],
-                missing: 0,
+                came: Readiness::new(&Senders {
+                    sender: &[],
+                    ordered: false,
+                }),
                 next: 0,
                 before: Arrivals::default(),
             }
@@ -524,7 +536,10 @@ fn collective_edges<F: Fabric + ?Sized>(
             own.waits[i] = exit_main && inst.may_recv(i as u32) && others > 0;
             before += usize::from(own.sender[i]);
         }
-        own.missing = senders;
+        own.came = Readiness::new(&Senders {
+            sender: &own.sender,
+            ordered: own.ordered,
+        });
         for &(k, p, slot) in &o.from {
             own.at[k as usize] = (p, slot);
             owned_at.insert((p, slot), (ii, k as usize));
