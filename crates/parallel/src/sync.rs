@@ -172,116 +172,6 @@ fn pair_owner(a: u32, b: u32, procs: usize) -> usize {
     (h % procs as u64) as usize
 }
 
-/// Step 2 over the blocks: [`regress::estimate`] of the whole graph.
-fn estimate<F: Fabric + ?Sized>(
-    s: &Blocked<'_, '_, F>,
-    t: &(impl Times + ?Sized),
-    groups: usize,
-    reference: u32,
-    anchors: &[Option<u64>],
-    checks: &Checks,
-) -> Correction {
-    let (f, net) = (s.f, &s.net);
-    let g = &net.g;
-    let origin = s
-        .min_of(
-            (0..g.locs.len() as u32)
-                .filter(|&l| g.len(l) > 0)
-                .map(|l| t.at(l, 0))
-                .min(),
-        )
-        .unwrap_or(0);
-    let at = |v: u64| v.saturating_sub(origin) as f64;
-    let procs = f.size();
-    let mut out = vec![Out::default(); procs];
-    let mut sample = |gs: u32, gr: u32, ts: u64, tr: u64| {
-        if gs == gr {
-            return;
-        }
-        let (ts, tr) = (at(ts), at(tr));
-        let (mid, lat) = ((ts + tr) / 2.0, tr - ts);
-        let (a, b, up, v) = if gr < gs {
-            (gr, gs, true, lat)
-        } else {
-            (gs, gr, false, -lat)
-        };
-        out[pair_owner(a, b, procs)]
-            .u32(a)
-            .u32(b)
-            .bool(up)
-            .f64(mid)
-            .f64(v);
-    };
-    for &(s, r) in &g.msgs {
-        let (gs, gr) = (g.locs[s.loc as usize].group, g.locs[r.loc as usize].group);
-        sample(gs, gr, t.at(s.loc, s.k), t.at(r.loc, r.k));
-    }
-    let sends = cross_send_times(f, net, t);
-    for (c, &ts) in net.inbox.iter().zip(&sends) {
-        let (true, Some(r)) = (c.live, c.node) else {
-            continue;
-        };
-        let gs = net.groups.group[c.peer as usize];
-        sample(gs, g.locs[r.loc as usize].group, ts, t.at(r.loc, r.k));
-    }
-    let mut pairs: BTreeMap<(u32, u32), (Samples, Samples)> = BTreeMap::new();
-    for bytes in f.exchange(out.into_iter().map(|o| o.0).collect()) {
-        let mut i = In::new(&bytes);
-        while !i.done() {
-            let (a, b, up, mid, v) = (i.u32(), i.u32(), i.bool(), i.f64(), i.f64());
-            let e = pairs.entry((a, b)).or_default();
-            if up {
-                e.0.push((mid, v))
-            } else {
-                e.1.push((mid, v))
-            }
-        }
-    }
-    // The pairs this process owns, fitted; then every fit everywhere.
-    let mut mine = Out::default();
-    for ((a, b), (up, low)) in pairs {
-        let (fit, outside) = regress::pair_fit(a, b, up, low, origin, reference, checks);
-        if let Some((other, x)) = outside {
-            mine.u8(0).u32(other).f64(x);
-        }
-        if let Some(fit) = fit {
-            mine.u8(1)
-                .u32(fit.a)
-                .u32(fit.b)
-                .f64(fit.cost)
-                .bool(fit.messages);
-            mine.u64(fit.d.knots.len() as u64);
-            for &(kt, kv) in &fit.d.knots {
-                mine.f64(kt).f64(kv);
-            }
-        }
-    }
-    let mut fits: Vec<PairFit> = Vec::new();
-    let mut contradicted = vec![0.0f64; groups];
-    for bytes in f.all_gather(mine.0) {
-        let mut i = In::new(&bytes);
-        while !i.done() {
-            if i.u8() == 0 {
-                let other = i.u32() as usize;
-                contradicted[other] = i.f64();
-                continue;
-            }
-            let (a, b, cost, messages) = (i.u32(), i.u32(), i.f64(), i.bool());
-            let n = i.u64() as usize;
-            let knots = (0..n).map(|_| (i.f64(), i.f64())).collect();
-            fits.push(PairFit {
-                a,
-                b,
-                d: Pwl { knots },
-                cost,
-                messages,
-            });
-        }
-    }
-    fits.sort_by_key(|fit| (fit.a, fit.b));
-    regress::finish(groups, reference, fits, anchors, &contradicted)
-}
-
 /// One block's scope of [`pmtrace_sync::run`]: its ranks, its part of the
 /// graph, and the fabric to the other blocks.
 struct Blocked<'f, 't, F: ?Sized> {
@@ -340,6 +230,7 @@ impl<'t, F: Fabric + ?Sized> Scope<'t> for Blocked<'_, 't, F> {
             .find(|b| !b.is_empty())
             .map_or(0, |b| In::new(b).u32())
     }
+    /// Step 2 over the blocks: [`regress::estimate`] of the whole graph.
     fn estimate(
         &self,
         t: &(impl Times + ?Sized),
@@ -348,7 +239,105 @@ impl<'t, F: Fabric + ?Sized> Scope<'t> for Blocked<'_, 't, F> {
         anchors: &[Option<u64>],
         checks: &Checks,
     ) -> Correction {
-        estimate(self, t, groups, reference, anchors, checks)
+        let (f, net) = (self.f, &self.net);
+        let g = &net.g;
+        let origin = self
+            .min_of(
+                (0..g.locs.len() as u32)
+                    .filter(|&l| g.len(l) > 0)
+                    .map(|l| t.at(l, 0))
+                    .min(),
+            )
+            .unwrap_or(0);
+        let at = |v: u64| v.saturating_sub(origin) as f64;
+        let procs = f.size();
+        let mut out = vec![Out::default(); procs];
+        let mut sample = |gs: u32, gr: u32, ts: u64, tr: u64| {
+            if gs == gr {
+                return;
+            }
+            let (ts, tr) = (at(ts), at(tr));
+            let (mid, lat) = ((ts + tr) / 2.0, tr - ts);
+            let (a, b, up, v) = if gr < gs {
+                (gr, gs, true, lat)
+            } else {
+                (gs, gr, false, -lat)
+            };
+            out[pair_owner(a, b, procs)]
+                .u32(a)
+                .u32(b)
+                .bool(up)
+                .f64(mid)
+                .f64(v);
+        };
+        for &(s, r) in &g.msgs {
+            let (gs, gr) = (g.locs[s.loc as usize].group, g.locs[r.loc as usize].group);
+            sample(gs, gr, t.at(s.loc, s.k), t.at(r.loc, r.k));
+        }
+        let sends = cross_send_times(f, net, t);
+        for (c, &ts) in net.inbox.iter().zip(&sends) {
+            let (true, Some(r)) = (c.live, c.node) else {
+                continue;
+            };
+            let gs = net.groups.group[c.peer as usize];
+            sample(gs, g.locs[r.loc as usize].group, ts, t.at(r.loc, r.k));
+        }
+        let mut pairs: BTreeMap<(u32, u32), (Samples, Samples)> = BTreeMap::new();
+        for bytes in f.exchange(out.into_iter().map(|o| o.0).collect()) {
+            let mut i = In::new(&bytes);
+            while !i.done() {
+                let (a, b, up, mid, v) = (i.u32(), i.u32(), i.bool(), i.f64(), i.f64());
+                let e = pairs.entry((a, b)).or_default();
+                if up {
+                    e.0.push((mid, v))
+                } else {
+                    e.1.push((mid, v))
+                }
+            }
+        }
+        // The pairs this process owns, fitted; then every fit everywhere.
+        let mut mine = Out::default();
+        for ((a, b), (up, low)) in pairs {
+            let (fit, outside) = regress::pair_fit(a, b, up, low, origin, reference, checks);
+            if let Some((other, x)) = outside {
+                mine.u8(0).u32(other).f64(x);
+            }
+            if let Some(fit) = fit {
+                mine.u8(1)
+                    .u32(fit.a)
+                    .u32(fit.b)
+                    .f64(fit.cost)
+                    .bool(fit.messages);
+                mine.u64(fit.d.knots.len() as u64);
+                for &(kt, kv) in &fit.d.knots {
+                    mine.f64(kt).f64(kv);
+                }
+            }
+        }
+        let mut fits: Vec<PairFit> = Vec::new();
+        let mut contradicted = vec![0.0f64; groups];
+        for bytes in f.all_gather(mine.0) {
+            let mut i = In::new(&bytes);
+            while !i.done() {
+                if i.u8() == 0 {
+                    let other = i.u32() as usize;
+                    contradicted[other] = i.f64();
+                    continue;
+                }
+                let (a, b, cost, messages) = (i.u32(), i.u32(), i.f64(), i.bool());
+                let n = i.u64() as usize;
+                let knots = (0..n).map(|_| (i.f64(), i.f64())).collect();
+                fits.push(PairFit {
+                    a,
+                    b,
+                    d: Pwl { knots },
+                    cost,
+                    messages,
+                });
+            }
+        }
+        fits.sort_by_key(|fit| (fit.a, fit.b));
+        regress::finish(groups, reference, fits, anchors, &contradicted)
     }
     fn latency_floor(&self, t: &(impl Times + ?Sized), same_host: bool) -> Option<u64> {
         select::latency_floor(self.f, &latencies(self.f, &self.net, t, same_host))
