@@ -409,13 +409,6 @@ impl<P: Part> Instance<P> {
         }
     }
 
-    /// How many members may send.
-    pub fn sender_count(&self) -> u32 {
-        (0..self.members.len() as u32)
-            .filter(|&k| self.may_send(k))
-            .count() as u32
-    }
-
     /// Per member, in linear time: whether it receives a logical message
     /// (`senders` is not empty) and whether it sends one.
     pub fn ends(&self) -> (Vec<bool>, Vec<bool>) {

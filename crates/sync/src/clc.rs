@@ -222,7 +222,7 @@ pub fn advance(
 /// its location's previous forward time `t_prev` plus its recorded
 /// interval from `c_prev` at the paced rate, whichever is later.
 #[inline]
-pub fn paced(p: &ClcParams, cn: u64, c_prev: u64, t_prev: u64) -> u64 {
+fn paced(p: &ClcParams, cn: u64, c_prev: u64, t_prev: u64) -> u64 {
     let dc = cn.saturating_sub(c_prev);
     let paced = (dc as f64 * p.gamma) as u64;
     cn.max(t_prev + paced.max(dc.min(p.delta_ns)))
