@@ -49,6 +49,7 @@ mod parts;
 mod plan;
 mod races;
 mod results;
+mod steps;
 mod walk;
 
 pub use parts::{Part, PartClocks, PartPlan, PartVectors};
@@ -56,7 +57,7 @@ pub use plan::Shape;
 pub use races::RaceClocks;
 pub use results::{CallClocks, ClockReport, Clocks, HbCheck, RecvClocks, ThreadClockReader};
 pub use walk::{merge_for, merges};
-use {parts::*, plan::*, races::*, results::*, walk::*};
+use {parts::*, plan::*, races::*, results::*, steps::*, walk::*};
 
 /// Largest number of events for the brute-force happens-before check.
 pub const HB_MAX_EVENTS: usize = 4000;

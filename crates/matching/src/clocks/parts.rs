@@ -51,7 +51,7 @@ impl PartPlan {
 pub struct Part<'a> {
     pub(super) w: Walker<'a>,
     /// Each stream's next event.
-    pub(super) cur: Vec<usize>,
+    pub(super) cur: Vec<At>,
 }
 
 impl<'a> Part<'a> {
@@ -74,7 +74,7 @@ impl<'a> Part<'a> {
         w.part = Some(PartIo::default());
         Part {
             w,
-            cur: vec![0; plan.0.events.len()],
+            cur: vec![At::default(); plan.0.events.len()],
         }
     }
 
@@ -84,12 +84,12 @@ impl<'a> Part<'a> {
         let p = self.w.p;
         let w = &mut self.w;
         for (r, at) in self.cur.iter_mut().enumerate() {
-            while let Some(&ev) = p.events[r].get(*at) {
+            while let Some((ev, next)) = p.events[r].get(at) {
                 if !w.ready(r, ev) {
                     break;
                 }
                 w.step(r, ev, true);
-                *at += 1;
+                at.past(ev, next);
                 stepped += 1;
             }
         }
@@ -98,13 +98,13 @@ impl<'a> Part<'a> {
 
     /// The first stream not at its end.
     pub fn blocked(&self) -> Option<usize> {
-        (0..self.cur.len()).find(|&r| self.cur[r] < self.w.p.events[r].len())
+        (0..self.cur.len()).find(|&r| !self.w.p.events[r].done(&self.cur[r]))
     }
 
     /// The collective exit stream `r` waits at: (instance, member).
     pub fn waiting_exit(&self, r: usize) -> Option<(usize, u32)> {
-        match self.w.p.events[r].get(self.cur[r]) {
-            Some(&Ev::Exit(i)) if self.w.collectives => {
+        match self.w.p.events[r].get(&self.cur[r]) {
+            Some((Ev::Exit(i), _)) if self.w.collectives => {
                 Some((i as usize, self.w.member(r, i as usize)))
             }
             _ => None,
@@ -114,14 +114,16 @@ impl<'a> Part<'a> {
     /// Steps stream `r` past what never came; an exit merges `partial`,
     /// what its owner had (the whole trace's walk has the enters itself).
     pub fn force(&mut self, r: usize, partial: Option<(u64, Vec<u64>)>) {
-        let ev = self.w.p.events[r][self.cur[r]];
+        let (ev, next) = self.w.p.events[r]
+            .get(&self.cur[r])
+            .expect("a stream not at its end");
         let waits = self.waiting_exit(r);
         if let (Some(io), Some((i, mine)), Some(x)) = (&mut self.w.part, waits, partial) {
             io.answers.insert((i as u32, mine), x);
         }
         self.w.out.forced += 1;
         self.w.step(r, ev, false);
-        self.cur[r] += 1;
+        self.cur[r].past(ev, next);
     }
 
     /// The sends stepped since the last call.

@@ -58,7 +58,7 @@ pub(super) type Merged = HashMap<u32, (u64, Vec<u64>)>;
 /// The events of every rank, and what they refer to.
 pub(super) struct Plan {
     /// Per stream (one application thread of one rank), in order.
-    pub(super) events: Vec<Vec<Ev>>,
+    pub(super) events: Vec<Steps>,
     /// The rank (index into `trace.ranks`) of each stream.
     pub(super) stream_rank: Vec<usize>,
     pub(super) instances: Vec<Instance>,
@@ -175,7 +175,7 @@ impl Found {
 pub(super) fn plan(trace: &Trace, m: &Messages) -> Plan {
     let n = trace.ranks.len();
     let mut found = Found::default();
-    let mut events: Vec<Vec<Ev>> = Vec::new();
+    let mut events: Vec<Steps> = Vec::new();
     let mut stream_rank = Vec::new();
     let mut stream_at = Vec::new();
     let mut dense = Vec::with_capacity(n);
@@ -188,7 +188,7 @@ pub(super) fn plan(trace: &Trace, m: &Messages) -> Plan {
         let mut stream_of: HashMap<u32, usize> = HashMap::default();
         for th in &rank.threads {
             stream_of.insert(th.index, events.len());
-            events.push(Vec::new());
+            events.push(Steps::default());
             stream_rank.push(ri);
             stream_at.push((rank.rank, th.index));
         }
@@ -222,7 +222,7 @@ pub(super) fn plan(trace: &Trace, m: &Messages) -> Plan {
                 index,
             };
             let stream = stream_of[&at.thread];
-            let before = events[stream].len();
+            let before = events[stream].bytes();
             let call = &records.call(at.pos()).expect("a call");
             let ends = Ends {
                 sends,
@@ -231,9 +231,13 @@ pub(super) fn plan(trace: &Trace, m: &Messages) -> Plan {
             };
             state.steps(trace, rank, m, &mut found, call, ends, &mut events[stream]);
             let evs = &mut events[stream];
-            if evs.len() > before || rank_dense[slot] {
+            if evs.bytes() > before || rank_dense[slot] {
                 evs.push(Ev::End(at.index));
             }
+        }
+        let first = events.len() - rank.threads.len();
+        for stream in &mut events[first..] {
+            stream.shrink_to_fit();
         }
         dense.push(rank_dense);
     }
@@ -288,7 +292,7 @@ impl<'r> RankState<'r> {
         found: &mut Found,
         call: &Call<'r>,
         ends: Ends,
-        evs: &mut Vec<Ev>,
+        evs: &mut Steps,
     ) {
         let item_of = |run: &[End], item: u32| run.iter().find(|e| e.item == item).map(|e| e.msg);
         let send_at = |item: u32| item_of(ends.sends, item);

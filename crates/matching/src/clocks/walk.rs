@@ -52,7 +52,7 @@ pub(super) fn pass(
 ) -> Pass {
     let mut run = Part {
         w: walker(trace, m, p, collectives, vectors, keep_nodes, races),
-        cur: vec![0; p.events.len()],
+        cur: vec![At::default(); p.events.len()],
     };
     loop {
         let stepped = run.advance();

@@ -1,0 +1,204 @@
+//! A stream's steps, packed. The plan holds about two steps an event for
+//! the whole trace, so each is a byte or two rather than an 8-byte
+//! [`Ev`]: its kind, and its index as the difference from the last index
+//! of the same kind in the stream (sends, receives, instances and records
+//! each count up nearly one by one along a stream).
+//!
+//! A step is one byte `kkk c vvvv`: the kind (3 bits), whether more bytes
+//! follow, and the low 4 bits of the zigzagged difference; then the rest of
+//! it 7 bits a byte, the high bit saying that more follow.
+
+use super::plan::Ev;
+
+/// What each kind's last index is held in (`SendNowhere` has none).
+const SLOTS: usize = 6;
+
+#[derive(Debug, Default)]
+pub(super) struct Steps {
+    bytes: Vec<u8>,
+    /// The last index of each kind pushed.
+    last: [u32; SLOTS],
+}
+
+/// Where a reader of a stream is: the next step's byte, and the last index
+/// of each kind read so far (updated in place: a copy of it per step costs
+/// more than the decoding).
+#[derive(Debug, Clone, Copy, Default)]
+pub(super) struct At {
+    pos: usize,
+    last: [u32; SLOTS],
+}
+
+impl Ev {
+    /// (kind, slot and index) of a step.
+    fn code(self) -> (u8, Option<(usize, u32)>) {
+        match self {
+            Ev::Send(i) => (0, Some((0, i))),
+            Ev::SendNowhere => (1, None),
+            Ev::Post(i) => (2, Some((1, i))),
+            Ev::Recv(i) => (3, Some((2, i))),
+            Ev::Enter(i) => (4, Some((3, i))),
+            Ev::Exit(i) => (5, Some((4, i))),
+            Ev::End(i) => (6, Some((5, i))),
+        }
+    }
+
+    fn of(kind: u8, index: u32) -> Ev {
+        match kind {
+            0 => Ev::Send(index),
+            1 => Ev::SendNowhere,
+            2 => Ev::Post(index),
+            3 => Ev::Recv(index),
+            4 => Ev::Enter(index),
+            5 => Ev::Exit(index),
+            _ => Ev::End(index),
+        }
+    }
+}
+
+/// The slot of each kind (`SendNowhere`'s is unused).
+const SLOT_OF: [usize; 7] = [0, 0, 1, 2, 3, 4, 5];
+
+impl Steps {
+    pub(super) fn push(&mut self, ev: Ev) {
+        let (kind, value) = ev.code();
+        let Some((slot, index)) = value else {
+            self.bytes.push(kind << 5);
+            return;
+        };
+        let delta = i64::from(index) - i64::from(self.last[slot]);
+        self.last[slot] = index;
+        let mut z = ((delta << 1) ^ (delta >> 63)) as u64;
+        let more = z >= 16;
+        self.bytes
+            .push(kind << 5 | u8::from(more) << 4 | (z & 15) as u8);
+        z >>= 4;
+        while z > 0 {
+            let b = (z & 127) as u8;
+            z >>= 7;
+            self.bytes.push(if z > 0 { b | 128 } else { b });
+        }
+    }
+
+    /// The step at `at`, and the position of the one after it (for
+    /// [`At::past`]); `None` at the end.
+    #[inline]
+    pub(super) fn get(&self, at: &At) -> Option<(Ev, usize)> {
+        let &first = self.bytes.get(at.pos)?;
+        let kind = first >> 5;
+        let mut next = at.pos + 1;
+        if kind == 1 {
+            return Some((Ev::SendNowhere, next));
+        }
+        let mut z = u64::from(first & 15);
+        if first & 16 != 0 {
+            let mut shift = 4;
+            loop {
+                let b = self.bytes[next];
+                next += 1;
+                z |= u64::from(b & 127) << shift;
+                shift += 7;
+                if b < 128 {
+                    break;
+                }
+            }
+        }
+        let delta = (z >> 1) as i64 ^ -((z & 1) as i64);
+        let index = (i64::from(at.last[SLOT_OF[kind as usize]]) + delta) as u32;
+        Some((Ev::of(kind, index), next))
+    }
+
+    /// The bytes pushed so far.
+    pub(super) fn bytes(&self) -> usize {
+        self.bytes.len()
+    }
+
+    /// Whether `at` is past the last step.
+    pub(super) fn done(&self, at: &At) -> bool {
+        at.pos >= self.bytes.len()
+    }
+
+    pub(super) fn shrink_to_fit(&mut self) {
+        self.bytes.shrink_to_fit();
+    }
+}
+
+impl At {
+    /// Moves past `ev`, read by [`Steps::get`] with `next`.
+    #[inline]
+    pub(super) fn past(&mut self, ev: Ev, next: usize) {
+        self.pos = next;
+        if let (_, Some((slot, index))) = ev.code() {
+            self.last[slot] = index;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn read(s: &Steps) -> Vec<Ev> {
+        let mut at = At::default();
+        let mut out = Vec::new();
+        while let Some((ev, next)) = s.get(&at) {
+            out.push(ev);
+            at.past(ev, next);
+        }
+        assert!(s.done(&at));
+        out
+    }
+
+    #[test]
+    fn steps_read_back_as_pushed() {
+        let evs = [
+            Ev::End(0),
+            Ev::Send(0),
+            Ev::Send(1),
+            Ev::SendNowhere,
+            Ev::End(3),
+            Ev::Post(7),
+            Ev::Recv(2),
+            Ev::Recv(7),
+            Ev::End(2),
+            Ev::Enter(u32::MAX),
+            Ev::Exit(u32::MAX),
+            Ev::Enter(0),
+            Ev::Send(u32::MAX),
+            Ev::Send(0),
+            Ev::End(1 << 31),
+            Ev::Post(15),
+            Ev::Post(31),
+            Ev::Post(8),
+        ];
+        let mut s = Steps::default();
+        for ev in evs {
+            s.push(ev);
+        }
+        let back = read(&s);
+        assert_eq!(format!("{back:?}"), format!("{evs:?}"));
+    }
+
+    #[test]
+    fn a_step_near_the_last_of_its_kind_takes_one_byte() {
+        let mut s = Steps::default();
+        // Differences within -8..=7 zigzag under 16.
+        for ev in [
+            Ev::Send(7),
+            Ev::Send(0),
+            Ev::Recv(7),
+            Ev::End(7),
+            Ev::End(14),
+            Ev::SendNowhere,
+        ] {
+            s.push(ev);
+        }
+        assert_eq!(s.bytes.len(), 6);
+        s.push(Ev::Exit(8));
+        assert_eq!(s.bytes.len(), 8);
+        s.push(Ev::Exit(8 + 1024));
+        // zigzag(1024) = 2048: its low 4 bits, then 128 in two bytes.
+        assert_eq!(s.bytes.len(), 11);
+        assert_eq!(read(&s).len(), 8);
+    }
+}
