@@ -37,12 +37,19 @@ pub(super) enum Vectors {
 
 pub use pmtrace_format::coll::Shape;
 
-#[derive(Debug, Clone)]
+/// A collective instance, as the plan finds it; what a walk learns of it
+/// is [`Live`].
+#[derive(Debug, Clone, Copy)]
 pub(super) struct Instance {
     pub(super) shape: Shape,
     /// World rank of the root, for rooted shapes.
     pub(super) root: Option<u32>,
     pub(super) size: usize,
+}
+
+/// An instance a walk has entered and not every member has left.
+#[derive(Debug, Default)]
+pub(super) struct Live {
     /// (comm rank, clock at the enter, vector clock at the enter) per member.
     pub(super) enters: Vec<(u32, u64, Vec<u64>)>,
     /// Every entered member's merge ([`merges`]), made once all entered,
@@ -162,9 +169,6 @@ impl Found {
                 },
                 root,
                 size,
-                enters: Vec::new(),
-                merged: None,
-                exits: 0,
             });
             self.comm_rank.push(c);
             self.instances.len() - 1

@@ -149,7 +149,7 @@ pub(super) fn walker<'a>(
         post_order: vec![NO_POST; m.recvs.len()],
         enter_node: vec![Vec::new(); p.instances.len()],
         last_node: vec![None; n],
-        insts: p.instances.clone(),
+        live: HashMap::default(),
         part: None,
     }
 }
@@ -180,7 +180,8 @@ pub(super) struct Walker<'a> {
     pub(super) post_order: Vec<u32>,
     pub(super) enter_node: Vec<Vec<(u32, usize)>>,
     pub(super) last_node: Vec<Option<usize>>,
-    pub(super) insts: Vec<Instance>,
+    /// The instances entered and not yet left by every member, by index.
+    pub(super) live: HashMap<u32, Live>,
     /// Over a block of ranks ([`Part`]): what crosses blocks.
     pub(super) part: Option<PartIo>,
 }
@@ -239,7 +240,10 @@ impl Walker<'_> {
                 !self.collectives
                     || match &self.part {
                         Some(io) => io.answers.contains_key(&(i as u32, self.member(r, i))),
-                        None => self.insts[i].enters.len() >= self.insts[i].size,
+                        None => {
+                            let entered = self.live.get(&(i as u32)).map_or(0, |l| l.enters.len());
+                            entered >= self.p.instances[i].size
+                        }
                     }
             }
             _ => true,
@@ -266,7 +270,7 @@ impl Walker<'_> {
             post_order,
             enter_node,
             last_node,
-            insts,
+            live,
             part,
             ..
         } = self;
@@ -442,7 +446,7 @@ impl Walker<'_> {
                 let cr = p.comm_rank.get(i, me as u32).unwrap_or(0);
                 match part {
                     Some(io) => io.enters.push((i as u32, cr, s.lc, s.vc.clone())),
-                    None => insts[i].enters.push((cr, s.lc, s.vc.clone())),
+                    None => (live.entry(i as u32).or_default().enters).push((cr, s.lc, s.vc.clone())),
                 }
                 let vc = s.vc.clone();
                 if let Some(nid) = node(out, &vc, Vec::new()) {
@@ -454,7 +458,7 @@ impl Walker<'_> {
                 if !collectives {
                     return;
                 }
-                let inst = &mut insts[i];
+                let inst = p.instances[i];
                 let mine = p.comm_rank.get(i, me as u32).unwrap_or(0);
                 let root_cr = inst.root.and_then(|w| p.comm_rank.get(i, w));
                 let (lc, vc) = match part {
@@ -464,21 +468,21 @@ impl Walker<'_> {
                         .cloned()
                         .unwrap_or_default(),
                     None => {
+                        let l = live.entry(i as u32).or_default();
                         // All in: every member's merge at once, in linear
                         // time (one by one is N² per instance).
-                        let n = inst.enters.len();
-                        if n >= inst.size && inst.merged.as_ref().is_none_or(|m| m.0 != n) {
-                            let all = merges(inst.shape, root_cr, &inst.enters);
+                        let n = l.enters.len();
+                        if n >= inst.size && l.merged.as_ref().is_none_or(|m| m.0 != n) {
+                            let all = merges(inst.shape, root_cr, &l.enters);
                             let all = all.into_iter().map(|(k, lc, vc)| (k, (lc, vc)));
-                            inst.merged = Some((n, all.collect()));
+                            l.merged = Some((n, all.collect()));
                         }
-                        match inst.merged.as_ref().filter(|m| m.0 == n) {
+                        match l.merged.as_ref().filter(|m| m.0 == n) {
                             Some((_, all)) if all.contains_key(&mine) => all[&mine].clone(),
-                            _ => merge_for(inst.shape, root_cr, &inst.enters, mine),
+                            _ => merge_for(inst.shape, root_cr, &l.enters, mine),
                         }
                     }
                 };
-                let inst = &insts[i];
                 s.lc = s.lc.max(lc);
                 for (a, b) in s.vc.iter_mut().zip(&vc) {
                     *a = (*a).max(*b);
@@ -495,12 +499,12 @@ impl Walker<'_> {
                 node(out, &vc, from);
                 // Once every member is out, nothing reads the instance's
                 // enters again: keep only the in-flight instances'.
-                let inst = &mut insts[i];
-                inst.exits += 1;
-                if part.is_none() && inst.exits >= inst.size && inst.enters.len() >= inst.size {
-                    inst.enters = Vec::new();
-                    inst.merged = None;
-                    enter_node[i] = Vec::new();
+                if let (None, Some(l)) = (part, live.get_mut(&(i as u32))) {
+                    l.exits += 1;
+                    if l.exits >= inst.size && l.enters.len() >= inst.size {
+                        live.remove(&(i as u32));
+                        enter_node[i] = Vec::new();
+                    }
                 }
             }
             Ev::End(index) => {
