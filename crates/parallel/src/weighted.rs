@@ -324,13 +324,9 @@ pub fn compute<F: Fabric + ?Sized>(
         .collect();
     let main = |rank: u32| trace.held(rank).threads.first().map(|t| t.index);
     let on_main = |at: EventRef| Some(at.thread) == main(at.rank);
-    let mut by_rank: Vec<Vec<Wait>> = vec![Vec::new(); trace.ranks.len()];
-    for x in waits {
-        by_rank[idx[&x.at.rank]].push(*x);
-    }
-    let mut streams: Vec<Stream<Edge, Source>> = (trace.ranks.iter().zip(by_rank))
-        .map(|(r, mine)| {
-            let waited = waited_by_call(main(r.rank), mine.into_iter());
+    let mut streams: Vec<Stream<Edge, Source>> = (trace.ranks.iter())
+        .map(|r| {
+            let waited = waited_by_call(trace, r.rank, waits);
             Stream::new(r.rank, times.calls_at(r.rank, 0), waited, &w)
         })
         .collect();

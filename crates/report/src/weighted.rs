@@ -205,10 +205,14 @@ impl Weigh {
     }
 }
 
-/// How long each call of a main thread waited (the longest of its waits),
-/// by position, from the waits of one rank's calls (any order).
-pub fn waited_by_call(main: Option<u32>, waits: impl Iterator<Item = Wait>) -> Vec<(u32, u64)> {
-    let mut v: Vec<(u32, u64)> = waits
+/// How long each call of `rank`'s main thread waited (the longest of its
+/// waits), by position, from `waits` sorted by the waiting call.
+pub fn waited_by_call(trace: &Trace, rank: u32, waits: &[Wait]) -> Vec<(u32, u64)> {
+    let main = trace.held(rank).threads.first().map(|t| t.index);
+    let first = waits.partition_point(|w| w.at.rank < rank);
+    let n = waits[first..].partition_point(|w| w.at.rank == rank);
+    let mut v: Vec<(u32, u64)> = waits[first..first + n]
+        .iter()
         .filter(|w| Some(w.at.thread) == main)
         .map(|w| (w.at.index, w.ns))
         .collect();
@@ -661,6 +665,8 @@ impl Edges<From, From> for Marks<'_> {
     }
 }
 
+/// The weighted path's sweep and walk back; `waits` sorted by the
+/// waiting call.
 pub(crate) fn compute(
     trace: &Trace,
     times: &Times,
@@ -677,16 +683,11 @@ pub(crate) fn compute(
         window,
     );
     let main = |rank: u32| trace.held(rank).threads.first().map(|t| t.index);
-    let mut by_rank: Vec<Vec<Wait>> = vec![Vec::new(); trace.ranks.len()];
-    for x in waits {
-        by_rank[x.at.rank as usize].push(*x);
-    }
     let mut streams: Vec<Stream<From, From>> = trace
         .ranks
         .iter()
-        .zip(by_rank)
-        .map(|(r, mine)| {
-            let waited = waited_by_call(main(r.rank), mine.into_iter());
+        .map(|r| {
+            let waited = waited_by_call(trace, r.rank, waits);
             Stream::new(r.rank, times.calls_at(r.rank, 0), waited, &w)
         })
         .collect();
