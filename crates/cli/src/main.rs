@@ -137,10 +137,7 @@ fn build_report(dir: &Path, verb: &str, options: ReportOptions) -> Result<(Trace
     let messages = Messages::build(&trace);
     progress.phase("analysing");
     let synced = Synced::load(&trace)?;
-    let mut report = Report::build_on(&trace, &messages, options, synced.as_ref());
-    if let Some(synced) = &synced {
-        report = report.with_sync(&trace, &messages, synced);
-    }
+    let report = Report::build_given(&trace, messages, options, synced.as_ref());
     Ok((trace, report))
 }
 

@@ -23,6 +23,7 @@
 //! - `bytes_total`: size of the rank files; `bytes_payload`: what the
 //!   records take in them; `bytes_per_call`: `bytes_payload / events`.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::io::{self, Write};
 
@@ -465,6 +466,34 @@ impl Report {
         options: ReportOptions,
         synced: Option<&Synced>,
     ) -> Report {
+        Report::build_from(trace, Cow::Borrowed(messages), options, synced)
+    }
+
+    /// [`Report::build_on`], then [`Report::with_sync`] when `synced` is
+    /// given, on messages that go as soon as nothing needs them: the
+    /// late passes (metrics, wait states, the plain critical path) are a
+    /// large trace's peak, and the messages its largest part.
+    pub fn build_given(
+        trace: &Trace,
+        messages: Messages,
+        options: ReportOptions,
+        synced: Option<&Synced>,
+    ) -> Report {
+        let after_sync = synced.map(|s| Report::after_sync(trace, &messages, s));
+        let mut report = Report::build_from(trace, Cow::Owned(messages), options, synced);
+        if let Some(violations) = after_sync {
+            report.violations_after_sync = Some(violations);
+            report.sync = synced.map(|s| s.report.clone());
+        }
+        report
+    }
+
+    fn build_from(
+        trace: &Trace,
+        messages: Cow<Messages>,
+        options: ReportOptions,
+        synced: Option<&Synced>,
+    ) -> Report {
         // Three passes that need only the trace and the matching, side by
         // side: the plain parts (the profile by rank), the collectives, the
         // clock checks.
@@ -473,46 +502,36 @@ impl Report {
         let ((plain, instances), clocks) = rayon::join(
             || {
                 rayon::join(
-                    || Plain::of(trace, messages, all, &times, options.mu_ns),
+                    || Plain::of(trace, &messages, all, &times, options.mu_ns),
                     || collective::instances(trace),
                 )
             },
-            || pmtrace_matching::clocks::compute(trace, messages).report,
+            || pmtrace_matching::clocks::compute(trace, &messages).report,
         );
         let mut report = Plain {
             collectives: CollectiveCounts::of(&instances),
             ..plain
         }
         .into_report(trace.world_size, &trace.dir);
-        let mut found = waits::find(trace, messages, &instances, &times);
+        let mut found = waits::find(trace, &messages, &instances, &times);
         // By the waiting call: root causes and the critical path look waits up.
         found.sort_by_key(|w| (w.at.rank, w.at.thread, w.at.index));
+        // Only the weighted path reads the messages and the instances
+        // again: given ones go before the passes that follow.
+        let weighted = options.weighted.then_some((messages, instances));
         let metrics = metrics::compute(trace, &times);
         let spans = phases::spans(trace, &times);
         let phase_timeline = phases::PhaseTimeline::new(trace, &spans);
         let timeline = (!phase_timeline.is_empty()).then_some(&phase_timeline);
         report.clocks = Some(clocks);
-        report.wait_states = Some(waits::states(trace, &times, &found));
-        report.critical_path = Some(if options.weighted {
-            critical::both(
-                trace,
-                &times,
-                messages,
-                &instances,
-                &mut found,
-                (metrics.from_ns, metrics.to_ns),
-                timeline,
-            )
-        } else {
-            critical::compute(
-                trace,
-                &times,
-                &mut found,
-                (metrics.from_ns, metrics.to_ns),
-                timeline,
-                options.insight,
-            )
+        let window = (metrics.from_ns, metrics.to_ns);
+        report.critical_path = Some(match weighted {
+            Some((messages, instances)) => critical::both(
+                trace, &times, &messages, &instances, &mut found, window, timeline,
+            ),
+            None => critical::compute(trace, &times, &mut found, window, timeline, options.insight),
         });
+        report.wait_states = Some(waits::states(trace, &times, &found));
         report.insight = options.insight.then(|| Insight {
             path: Vec::new(),
             waits: found
@@ -532,11 +551,16 @@ impl Report {
     /// Adds what `pmtrace sync` stored: its report, and the violations
     /// left in its times, counted afresh.
     pub fn with_sync(mut self, trace: &Trace, messages: &Messages, synced: &Synced) -> Report {
-        let p = synced.report.params;
-        let g = Graph::build(trace, messages, p.mu_intra_ns, p.mu_inter_ns);
-        self.violations_after_sync = Some(quality::violations(&g, &synced.node_times(trace, &g)));
+        self.violations_after_sync = Some(Report::after_sync(trace, messages, synced));
         self.sync = Some(synced.report.clone());
         self
+    }
+
+    /// The violations left in `synced`'s times.
+    fn after_sync(trace: &Trace, messages: &Messages, synced: &Synced) -> SyncViolations {
+        let p = synced.report.params;
+        let g = Graph::build(trace, messages, p.mu_intra_ns, p.mu_inter_ns);
+        quality::violations(&g, &synced.node_times(trace, &g))
     }
 
     /// The report as a person reads it.

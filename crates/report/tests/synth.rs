@@ -42,6 +42,21 @@ fn a_synthesized_trace_matches_keeps_its_clocks_and_syncs_without_violations() {
     let synced = pmtrace_sync::sync(&trace, &m, &SyncParams::default());
     let after = Report::build_on(&trace, &m, ReportOptions::default(), Some(&synced))
         .with_sync(&trace, &m, &synced);
+    // Given the messages to drop when done, the report is the same.
+    let weighted = ReportOptions {
+        weighted: true,
+        insight: true,
+        ..ReportOptions::default()
+    };
+    for options in [ReportOptions::default(), weighted] {
+        let lent =
+            Report::build_on(&trace, &m, options, Some(&synced)).with_sync(&trace, &m, &synced);
+        let given = Report::build_given(&trace, m.clone(), options, Some(&synced));
+        assert!(given.critical_path.is_some() && given.violations_after_sync.is_some());
+        assert_eq!(given, lent);
+        let plain = Report::build_given(&trace, m.clone(), options, None);
+        assert_eq!(plain, Report::build(&trace, &m, options));
+    }
     let v = after.violations_after_sync.unwrap();
     assert_eq!(
         (

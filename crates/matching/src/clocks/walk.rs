@@ -446,7 +446,9 @@ impl Walker<'_> {
                 let cr = p.comm_rank.get(i, me as u32).unwrap_or(0);
                 match part {
                     Some(io) => io.enters.push((i as u32, cr, s.lc, s.vc.clone())),
-                    None => (live.entry(i as u32).or_default().enters).push((cr, s.lc, s.vc.clone())),
+                    None => {
+                        (live.entry(i as u32).or_default().enters).push((cr, s.lc, s.vc.clone()))
+                    }
                 }
                 let vc = s.vc.clone();
                 if let Some(nid) = node(out, &vc, Vec::new()) {
