@@ -240,7 +240,7 @@ fn sync(args: SyncArgs) -> Result<ExitCode> {
         regression: !args.no_regression,
     };
     progress.phase("synchronizing timestamps");
-    let synced = pmtrace_sync::sync(&trace, &messages, &params);
+    let synced = pmtrace_sync::sync_given(&trace, messages, &params);
     progress.phase("writing");
     let path = synced.write(&trace)?;
     drop(progress);

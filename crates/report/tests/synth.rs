@@ -42,7 +42,32 @@ fn a_synthesized_trace_matches_keeps_its_clocks_and_syncs_without_violations() {
     let synced = pmtrace_sync::sync(&trace, &m, &SyncParams::default());
     let after = Report::build_on(&trace, &m, ReportOptions::default(), Some(&synced))
         .with_sync(&trace, &m, &synced);
-    // Given the messages to drop when done, the report is the same.
+    // Given the messages to drop when done, sync and the report are the same.
+    let given = pmtrace_sync::sync_given(&trace, m.clone(), &SyncParams::default());
+    let mut stamps = 0;
+    for rank in &trace.ranks {
+        for th in &rank.threads {
+            for index in 0..th.records.len() as u32 {
+                let at = pmtrace_trace::read::EventRef {
+                    rank: rank.rank,
+                    thread: th.index,
+                    index,
+                };
+                for end in [false, true] {
+                    let t = given.time(&trace, at, end);
+                    assert_eq!(t, synced.time(&trace, at, end));
+                    stamps += usize::from(t.is_some());
+                }
+            }
+        }
+    }
+    let records: usize = trace
+        .ranks
+        .iter()
+        .flat_map(|r| &r.threads)
+        .map(|t| t.records.len())
+        .sum();
+    assert_eq!(stamps, 2 * records);
     let weighted = ReportOptions {
         weighted: true,
         insight: true,

@@ -35,6 +35,8 @@
 //! when a call ends, so record order is not always time order), and every
 //! sync step keeps that order.
 
+use std::borrow::Cow;
+
 use rustc_hash::FxHashMap as HashMap;
 
 use pmtrace_trace::Events;
@@ -302,7 +304,28 @@ impl<'t> Graph<'t> {
     /// `mu_inter` are the minimum latencies between clock groups.
     pub fn build(trace: &'t Trace, m: &Messages, mu_intra: u64, mu_inter: u64) -> Graph<'t> {
         let (groups, hosts) = clock_groups(trace);
-        Graph::build_with(trace, m, mu_intra, mu_inter, (&groups, &hosts), true)
+        Graph::build_with(
+            trace,
+            Cow::Borrowed(m),
+            mu_intra,
+            mu_inter,
+            (&groups, &hosts),
+            true,
+        )
+    }
+
+    /// [`Graph::build`], the messages going once their edges are taken
+    /// (before the collectives' and the tables of edges are made).
+    pub fn build_given(trace: &'t Trace, m: Messages, mu_intra: u64, mu_inter: u64) -> Graph<'t> {
+        let (groups, hosts) = clock_groups(trace);
+        Graph::build_with(
+            trace,
+            Cow::Owned(m),
+            mu_intra,
+            mu_inter,
+            (&groups, &hosts),
+            true,
+        )
     }
 
     /// The graph of one block of a trace: its locations, the messages
@@ -310,12 +333,12 @@ impl<'t> Graph<'t> {
     /// blocks). `groups` and `hosts` number the block's ranks' clock groups
     /// and hosts across the whole trace (by world rank less `trace.first`).
     pub fn build_block(trace: &'t Trace, m: &Messages, groups: &[u32], hosts: &[u32]) -> Graph<'t> {
-        Graph::build_with(trace, m, 0, 0, (groups, hosts), false)
+        Graph::build_with(trace, Cow::Borrowed(m), 0, 0, (groups, hosts), false)
     }
 
     fn build_with(
         trace: &'t Trace,
-        m: &Messages,
+        m: Cow<Messages>,
         mu_intra: u64,
         mu_inter: u64,
         (groups, hosts): (&[u32], &[u32]),
@@ -379,6 +402,7 @@ impl<'t> Graph<'t> {
             deps.push((rn, Dep::Msg(sn)));
             outs.push((sn, Out::Msg(rn)));
         }
+        drop(m);
         let insts = if with_collectives {
             collectives(trace, &node)
         } else {

@@ -269,10 +269,18 @@ pub fn choose_mu(
 /// Synchronizes the timestamps of `trace`.
 pub fn sync(trace: &Trace, m: &Messages, params: &SyncParams) -> Synced {
     let began = Instant::now();
-    let mut s = Whole {
-        trace,
-        g: Graph::build(trace, m, 0, 0),
-    };
+    sync_graph(trace, Graph::build(trace, m, 0, 0), params, began)
+}
+
+/// [`sync`], the messages going once the graph has their edges: they are
+/// a large trace's largest part, and the replays need only the graph.
+pub fn sync_given(trace: &Trace, m: Messages, params: &SyncParams) -> Synced {
+    let began = Instant::now();
+    sync_graph(trace, Graph::build_given(trace, m, 0, 0), params, began)
+}
+
+fn sync_graph<'t>(trace: &'t Trace, g: Graph<'t>, params: &SyncParams, began: Instant) -> Synced {
+    let mut s = Whole { trace, g };
     let (after, report) = run(&mut s, params, began);
     Synced::from_graph(trace, &s.g, after, report)
 }
