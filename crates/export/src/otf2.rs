@@ -111,12 +111,31 @@ impl Strings {
     }
 }
 
-/// What a request id stands for on a rank.
+/// What a request id stands for on a rank: a collective's end is in
+/// [`Ops::colls`], as a table of every request of a rank holds 8 bytes
+/// each, not 40.
 #[derive(Debug, Clone, Copy)]
 enum Op {
     Send,
     Recv,
-    Coll(CollEnd),
+    Coll(u32),
+}
+
+/// A rank's requests, and the ends of its nonblocking collectives.
+struct Ops {
+    table: OpTable<Op>,
+    colls: Vec<CollEnd>,
+}
+
+impl Ops {
+    fn get(&self, op: u64) -> Option<Op> {
+        self.table.get(&op).copied()
+    }
+
+    fn coll(&mut self, e: CollEnd) -> Op {
+        self.colls.push(e);
+        Op::Coll(self.colls.len() as u32 - 1)
+    }
 }
 
 /// The MpiCollectiveEnd fields of a collective call.
@@ -613,9 +632,12 @@ impl<'v, 'a> Writer<'v, 'a> {
     }
 
     /// Request ids of the rank's nonblocking operations.
-    fn ops(&self, rank: u32) -> OpTable<Op> {
+    fn ops(&self, rank: u32) -> Ops {
         let r = &self.view.trace.held(rank);
-        let mut ops = OpTable::new(r.events() as usize);
+        let mut ops = Ops {
+            table: OpTable::new(r.events() as usize),
+            colls: Vec::new(),
+        };
         let mut persistent: HashMap<u64, Op> = HashMap::default();
         for (at, c) in r.payload_calls() {
             match (&c.payload, r.kind(c.func)) {
@@ -624,7 +646,7 @@ impl<'v, 'a> Writer<'v, 'a> {
                 (Payload::Send { op: Some(op), .. }, Kind::Isend)
                     if self.view.sends_at(at).next().is_some() =>
                 {
-                    ops.insert(*op, Op::Send);
+                    ops.table.insert(*op, Op::Send);
                 }
                 (Payload::Send { op: Some(op), .. }, Kind::SendInit | Kind::PsendInit) => {
                     persistent.insert(*op, Op::Send);
@@ -632,17 +654,18 @@ impl<'v, 'a> Writer<'v, 'a> {
                 (Payload::Recv { op: Some(op), .. }, Kind::Irecv)
                 | (Payload::Mrecv { op: Some(op), .. }, _)
                 | (Payload::Isendrecv { op: Some(op), .. }, _) => {
-                    ops.insert(*op, Op::Recv);
+                    ops.table.insert(*op, Op::Recv);
                 }
                 (Payload::Recv { op: Some(op), .. }, Kind::RecvInit | Kind::PrecvInit) => {
                     persistent.insert(*op, Op::Recv);
                 }
                 (p @ Payload::Coll { op: Some(op), .. }, kind) => {
                     if let Some(e) = self.coll_end(at, c.func, p) {
+                        let e = ops.coll(e);
                         if kind == Kind::CollInit {
-                            persistent.insert(*op, Op::Coll(e));
+                            persistent.insert(*op, e);
                         } else {
-                            ops.insert(*op, Op::Coll(e));
+                            ops.table.insert(*op, e);
                         }
                     }
                 }
@@ -653,7 +676,7 @@ impl<'v, 'a> Writer<'v, 'a> {
                             if matches!(k, Op::Send) && sent == 0 {
                                 continue;
                             }
-                            ops.insert(inst, k);
+                            ops.table.insert(inst, k);
                         }
                     }
                 }
@@ -867,7 +890,7 @@ impl<'v, 'a> Writer<'v, 'a> {
                 Payload::Coll { .. } if kind == Kind::CollInit => {}
                 Payload::Start { started } => {
                     for &(_, inst) in started.iter() {
-                        if let Some(Op::Coll(_)) = ops.get(&inst) {
+                        if let Some(Op::Coll(_)) = ops.get(inst) {
                             self.summary.collectives += 1;
                             evs.push((t0, 1, i, Ev::NbcRequest(inst)));
                         }
@@ -901,9 +924,11 @@ impl<'v, 'a> Writer<'v, 'a> {
                             evs.push((t1, 2, i, Ev::Cancelled(op)));
                             continue;
                         }
-                        match ops.get(&op) {
+                        match ops.get(op) {
                             Some(Op::Send) => evs.push((t1, 2, i, Ev::IsendComplete(op))),
-                            Some(Op::Coll(e)) => evs.push((t1, 2, i, Ev::NbcComplete(*e, op))),
+                            Some(Op::Coll(k)) => {
+                                evs.push((t1, 2, i, Ev::NbcComplete(ops.colls[k as usize], op)))
+                            }
                             _ => {}
                         }
                     }
