@@ -16,7 +16,8 @@
 //! ```
 //!
 //! OTF2 collective callbacks are the serial ones: the archive is written by
-//! one process. Flush callbacks say "flush" and stamp no time. OTF2's own
+//! one process. Flush callbacks say "flush" and write no flush record; an
+//! event writer's buffer flushes every few chunks ([`EVENT_CHUNKS`]). OTF2's own
 //! error printer is replaced by one that stays silent: every error comes
 //! back as an [`Otf2Error`] naming the call.
 
@@ -112,14 +113,6 @@ extern "C" fn pre_flush(
     ffi::OTF2_FLUSH as _
 }
 
-extern "C" fn post_flush(
-    _user: *mut c_void,
-    _file: ffi::OTF2_FileType,
-    _loc: ffi::OTF2_LocationRef,
-) -> ffi::OTF2_TimeStamp {
-    0
-}
-
 /// OTF2's error hook: say nothing (the caller reports the returned code).
 extern "C" fn quiet_error(
     _user: *mut c_void,
@@ -133,9 +126,95 @@ extern "C" fn quiet_error(
     code
 }
 
+/// No post-flush callback: a flush while writing leaves no record in the
+/// events, so the files do not depend on when the buffers were flushed.
 static FLUSH: ffi::OTF2_FlushCallbacks = ffi::OTF2_FlushCallbacks {
     otf2_pre_flush: Some(pre_flush),
-    otf2_post_flush: Some(post_flush),
+    otf2_post_flush: None,
+};
+
+/// The chunks an event writer holds before OTF2 writes them out. Its own
+/// pool is 128 MiB a writer, so a location's events stayed in memory to
+/// the end; a few chunks a writer keep side-by-side writing small. The
+/// other files keep OTF2's pool (a flush within a definition file would
+/// add a chunk end to it).
+const EVENT_CHUNKS: usize = 8;
+const POOL_BYTES: u64 = 128 << 20;
+
+/// One buffer's chunks, in its slot of OTF2's per-buffer data.
+#[derive(Default)]
+struct Pool {
+    chunks: Vec<(*mut u8, std::alloc::Layout)>,
+}
+
+/// A chunk for a buffer, or null when its pool is spent (an event
+/// writer's: `event_chunks` of them): OTF2 then flushes the buffer, frees
+/// its chunks ([`chunks_free`]) and asks again.
+unsafe extern "C" fn chunk_allocate(
+    event_chunks: *mut c_void,
+    file: ffi::OTF2_FileType,
+    _loc: ffi::OTF2_LocationRef,
+    per_buffer: *mut *mut c_void,
+    size: u64,
+) -> *mut c_void {
+    // SAFETY: OTF2 hands this buffer's slot: null at first, then the pool
+    // made here.
+    let slot = unsafe { &mut *per_buffer };
+    if slot.is_null() {
+        *slot = Box::into_raw(Box::<Pool>::default()).cast();
+    }
+    // SAFETY: the slot holds a live pool of this buffer, used by one
+    // thread at a time.
+    let pool = unsafe { &mut *slot.cast::<Pool>() };
+    let most = if u32::from(file) == ffi::OTF2_FILETYPE_EVENTS {
+        // The archive's user data is its bound, not a pointer.
+        event_chunks as usize
+    } else {
+        (POOL_BYTES / size.max(1)) as usize
+    };
+    if pool.chunks.len() >= most {
+        return ptr::null_mut();
+    }
+    let Ok(layout) = std::alloc::Layout::from_size_align(size as usize, 64) else {
+        return ptr::null_mut();
+    };
+    // SAFETY: a layout of OTF2's chunk size, never zero.
+    let chunk = unsafe { std::alloc::alloc(layout) };
+    if !chunk.is_null() {
+        pool.chunks.push((chunk, layout));
+    }
+    chunk.cast()
+}
+
+/// Frees every chunk of a buffer; on the last call, its pool too.
+unsafe extern "C" fn chunks_free(
+    _user: *mut c_void,
+    _file: ffi::OTF2_FileType,
+    _loc: ffi::OTF2_LocationRef,
+    per_buffer: *mut *mut c_void,
+    last: bool,
+) {
+    // SAFETY: as in `chunk_allocate`.
+    let slot = unsafe { &mut *per_buffer };
+    if slot.is_null() {
+        return;
+    }
+    // SAFETY: the pool `chunk_allocate` made for this buffer.
+    let pool = unsafe { &mut *slot.cast::<Pool>() };
+    for (chunk, layout) in pool.chunks.drain(..) {
+        // SAFETY: allocated above with this layout, freed once.
+        unsafe { std::alloc::dealloc(chunk, layout) };
+    }
+    if last {
+        // SAFETY: made by `Box::into_raw` above; OTF2 calls with `last` once.
+        drop(unsafe { Box::from_raw(slot.cast::<Pool>()) });
+        *slot = ptr::null_mut();
+    }
+}
+
+static MEMORY: ffi::OTF2_MemoryCallbacks = ffi::OTF2_MemoryCallbacks {
+    otf2_allocate: Some(chunk_allocate),
+    otf2_free_all: Some(chunks_free),
 };
 
 /// A location's clock at local time `time`: global = local + `offset`,
@@ -204,6 +283,13 @@ impl Archive {
     /// Creates `dir/name.otf2` and its event and definition directories.
     /// `dir` must not hold an archive of that name already.
     pub fn create(dir: &Path, name: &str) -> Result<Archive> {
+        Archive::create_with(dir, name, EVENT_CHUNKS)
+    }
+
+    /// [`Archive::create`], an event writer flushing every `event_chunks`
+    /// chunks of 1 MiB (tests compare bounds).
+    #[doc(hidden)]
+    pub fn create_with(dir: &Path, name: &str, event_chunks: usize) -> Result<Archive> {
         let path = cstring(&dir.to_string_lossy());
         let name = cstring(name);
         // SAFETY: registering a callback of exactly the declared type.
@@ -235,6 +321,10 @@ impl Archive {
             check(
                 "OTF2_Archive_SetFlushCallbacks",
                 ffi::OTF2_Archive_SetFlushCallbacks(raw, &FLUSH, ptr::null_mut()),
+            )?;
+            check(
+                "OTF2_Archive_SetMemoryCallbacks",
+                ffi::OTF2_Archive_SetMemoryCallbacks(raw, &MEMORY, event_chunks as *mut c_void),
             )?;
             check(
                 "OTF2_Archive_SetSerialCollectiveCallbacks",
@@ -518,4 +608,36 @@ impl GlobalDefs<'_> {
     def!(comm => OTF2_GlobalDefWriter_WriteComm(id: u32, name: u32, group: u32, parent: u32, flags: ffi::OTF2_CommFlag));
     def!(inter_comm => OTF2_GlobalDefWriter_WriteInterComm(id: u32, name: u32, group_a: u32, group_b: u32, common: u32, flags: ffi::OTF2_CommFlag));
     def!(attribute => OTF2_GlobalDefWriter_WriteAttribute(id: u32, name: u32, description: u32, kind: Type));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// One location of `n` enter/leave pairs, flushed every `chunks`.
+    fn write(dir: &Path, chunks: usize, n: u64) -> Vec<u8> {
+        let mut a = Archive::create_with(dir, "t", chunks).unwrap();
+        let mut w = a.events(0).unwrap();
+        for i in 0..n {
+            w.enter(&[], 10 * i, (i % 7) as u32).unwrap();
+            w.leave(&[(0, AttrValue::U64(i))], 10 * i + 5, (i % 7) as u32)
+                .unwrap();
+        }
+        w.close().unwrap();
+        a.close().unwrap();
+        std::fs::read(dir.join("t").join("0.evt")).unwrap()
+    }
+
+    #[test]
+    fn an_event_file_is_the_same_however_often_its_writer_flushed() {
+        let base = std::env::temp_dir().join(format!("pmtrace-otf2-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&base);
+        // About 5 MiB of events: one flush at the end, or one every chunk.
+        let n = 200_000;
+        let whole = write(&base.join("whole"), 128, n);
+        let flushed = write(&base.join("flushed"), 1, n);
+        std::fs::remove_dir_all(&base).unwrap();
+        assert!(whole.len() > 4 << 20, "{} bytes", whole.len());
+        assert!(whole == flushed, "the files differ");
+    }
 }
