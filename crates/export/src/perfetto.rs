@@ -388,9 +388,11 @@ impl SliceEncoder {
     }
 }
 
-/// Calls encoded per block, and blocks encoded at once, in parallel.
+/// Calls encoded per block, and blocks encoded at once, in parallel: a
+/// group of blocks waits for the writer while the next is encoded, so
+/// about three groups (a megabyte or two a block) are held at a time.
 const CALLS_PER_BLOCK: usize = 1 << 14;
-const BLOCKS_AT_ONCE: usize = 8;
+const BLOCKS_AT_ONCE: usize = 4;
 
 /// What encoding a location's call slices needs.
 struct CallSlices<'v, 'a> {
@@ -759,7 +761,7 @@ impl<'v, 'a> Body<'v, 'a> {
         let (iid_of, flows) = (&self.iid_of, &self.flows);
         let (view, t0) = (self.view, self.t0);
         std::thread::scope(|scope| -> io::Result<()> {
-            let (tx, rx) = std::sync::mpsc::sync_channel::<Vec<(Vec<u8>, Summary, usize)>>(2);
+            let (tx, rx) = std::sync::mpsc::sync_channel::<Vec<(Vec<u8>, Summary, usize)>>(1);
             scope.spawn(move || {
                 for (l, &loc) in view.locations.iter().enumerate() {
                     let order = view.order(loc);
