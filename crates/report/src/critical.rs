@@ -107,7 +107,7 @@ pub fn compute(
 }
 
 /// [`compute`] on waits sorted by the waiting call.
-fn compute_sorted(
+pub(crate) fn compute_sorted(
     trace: &Trace,
     times: &Times,
     waits: &[Wait],
@@ -275,17 +275,16 @@ impl Cursor {
     }
 }
 
+/// `waits` sorted by the waiting call.
 pub(crate) fn both(
     trace: &Trace,
     times: &Times,
     messages: &Messages,
     instances: &[Instance<MemberCalls>],
-    waits: &mut [Wait],
+    waits: &[Wait],
     window: (u64, u64),
     phases: Option<&PhaseTimeline>,
 ) -> CriticalPath {
-    waits.sort_by_key(|w| (w.at.rank, w.at.thread, w.at.index));
-    let waits: &[Wait] = waits;
     // The two paths side by side.
     let (plain, (weight, dropped, weighted)) = rayon::join(
         || compute_sorted(trace, times, waits, window, phases, false),

@@ -525,13 +525,26 @@ impl Report {
         let timeline = (!phase_timeline.is_empty()).then_some(&phase_timeline);
         report.clocks = Some(clocks);
         let window = (metrics.from_ns, metrics.to_ns);
-        report.critical_path = Some(match weighted {
-            Some((messages, instances)) => critical::both(
-                trace, &times, &messages, &instances, &mut found, window, timeline,
-            ),
-            None => critical::compute(trace, &times, &mut found, window, timeline, options.insight),
-        });
-        report.wait_states = Some(waits::states(trace, &times, &found));
+        // The critical path beside the wait states' roots, both over the
+        // waits sorted by call.
+        let (path, states) = rayon::join(
+            || match weighted {
+                Some((messages, instances)) => critical::both(
+                    trace, &times, &messages, &instances, &found, window, timeline,
+                ),
+                None => critical::compute_sorted(
+                    trace,
+                    &times,
+                    &found,
+                    window,
+                    timeline,
+                    options.insight,
+                ),
+            },
+            || waits::states(trace, &times, &found),
+        );
+        report.critical_path = Some(path);
+        report.wait_states = Some(states);
         report.insight = options.insight.then(|| Insight {
             path: Vec::new(),
             waits: found
