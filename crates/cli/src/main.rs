@@ -144,6 +144,7 @@ fn build_report(dir: &Path, verb: &str, options: ReportOptions) -> Result<(Trace
 fn critical_path(args: CriticalPathArgs) -> Result<ExitCode> {
     let options = ReportOptions {
         weighted: true,
+        path_only: true,
         ..ReportOptions::default()
     };
     let (trace, report) = build_report(&args.dir, "critical-path", options)?;

@@ -65,6 +65,10 @@ pub struct ReportOptions {
     pub weighted: bool,
     /// Keep what the timeline draws ([`Report::insight`]).
     pub insight: bool,
+    /// Only what the critical path needs (`pmtrace critical-path` prints
+    /// nothing else): the profile, the clock checks and the wait states
+    /// are left out, and their parts of the report stay empty.
+    pub path_only: bool,
 }
 
 /// What `pmtrace timeline` draws beside the calls, on the report's time
@@ -499,14 +503,18 @@ impl Report {
         // clock checks.
         let times = times::Times { trace, synced };
         let all = (messages.sends.len(), messages.recvs.len());
+        let full = !options.path_only;
         let ((plain, instances), clocks) = rayon::join(
             || {
                 rayon::join(
-                    || Plain::of(trace, &messages, all, &times, options.mu_ns),
+                    || {
+                        full.then(|| Plain::of(trace, &messages, all, &times, options.mu_ns))
+                            .unwrap_or_default()
+                    },
                     || collective::instances(trace),
                 )
             },
-            || pmtrace_matching::clocks::compute(trace, &messages).report,
+            || full.then(|| pmtrace_matching::clocks::compute(trace, &messages).report),
         );
         let mut report = Plain {
             collectives: CollectiveCounts::of(&instances),
@@ -523,7 +531,7 @@ impl Report {
         let spans = phases::spans(trace, &times);
         let phase_timeline = phases::PhaseTimeline::new(trace, &spans);
         let timeline = (!phase_timeline.is_empty()).then_some(&phase_timeline);
-        report.clocks = Some(clocks);
+        report.clocks = clocks;
         let window = (metrics.from_ns, metrics.to_ns);
         // The critical path beside the wait states' roots, both over the
         // waits sorted by call.
@@ -541,10 +549,10 @@ impl Report {
                     options.insight,
                 ),
             },
-            || waits::states(trace, &times, &found),
+            || full.then(|| waits::states(trace, &times, &found)),
         );
         report.critical_path = Some(path);
-        report.wait_states = Some(states);
+        report.wait_states = states;
         report.insight = options.insight.then(|| Insight {
             path: Vec::new(),
             waits: found
