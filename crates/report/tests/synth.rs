@@ -81,6 +81,14 @@ fn a_synthesized_trace_matches_keeps_its_clocks_and_syncs_without_violations() {
         assert_eq!(given, lent);
         let plain = Report::build_given(&trace, m.clone(), options, None);
         assert_eq!(plain, Report::build(&trace, &m, options));
+        // The path alone is the same path.
+        let path_only = ReportOptions {
+            path_only: true,
+            ..options
+        };
+        let path = Report::build_given(&trace, m.clone(), path_only, Some(&synced));
+        assert_eq!(path.critical_path, lent.critical_path);
+        assert!(path.clocks.is_none() && path.wait_states.is_none());
     }
     let v = after.violations_after_sync.unwrap();
     assert_eq!(
