@@ -508,8 +508,11 @@ impl Report {
             || {
                 rayon::join(
                     || {
-                        full.then(|| Plain::of(trace, &messages, all, &times, options.mu_ns))
-                            .unwrap_or_default()
+                        if full {
+                            Plain::of(trace, &messages, all, &times, options.mu_ns)
+                        } else {
+                            Plain::default()
+                        }
                     },
                     || collective::instances(trace),
                 )
