@@ -483,13 +483,12 @@ impl Report {
         options: ReportOptions,
         synced: Option<&Synced>,
     ) -> Report {
-        let after_sync = synced.map(|s| Report::after_sync(trace, &messages, s));
-        let mut report = Report::build_from(trace, Cow::Owned(messages), options, synced);
-        if let Some(violations) = after_sync {
-            report.violations_after_sync = Some(violations);
-            report.sync = synced.map(|s| s.report.clone());
+        let after_sync = synced.map(|s| (s, Report::after_sync(trace, &messages, s)));
+        let report = Report::build_from(trace, Cow::Owned(messages), options, synced);
+        match after_sync {
+            Some((synced, violations)) => report.synced_by(synced, violations),
+            None => report,
         }
-        report
     }
 
     fn build_from(
@@ -574,8 +573,13 @@ impl Report {
 
     /// Adds what `pmtrace sync` stored: its report, and the violations
     /// left in its times, counted afresh.
-    pub fn with_sync(mut self, trace: &Trace, messages: &Messages, synced: &Synced) -> Report {
-        self.violations_after_sync = Some(Report::after_sync(trace, messages, synced));
+    pub fn with_sync(self, trace: &Trace, messages: &Messages, synced: &Synced) -> Report {
+        let violations = Report::after_sync(trace, messages, synced);
+        self.synced_by(synced, violations)
+    }
+
+    fn synced_by(mut self, synced: &Synced, violations: SyncViolations) -> Report {
+        self.violations_after_sync = Some(violations);
         self.sync = Some(synced.report.clone());
         self
     }

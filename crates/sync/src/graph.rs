@@ -303,29 +303,18 @@ impl<'t> Graph<'t> {
     /// Builds the graph of `trace` with the messages of `m`; `mu_intra` and
     /// `mu_inter` are the minimum latencies between clock groups.
     pub fn build(trace: &'t Trace, m: &Messages, mu_intra: u64, mu_inter: u64) -> Graph<'t> {
-        let (groups, hosts) = clock_groups(trace);
-        Graph::build_with(
-            trace,
-            Cow::Borrowed(m),
-            mu_intra,
-            mu_inter,
-            (&groups, &hosts),
-            true,
-        )
+        Graph::whole(trace, Cow::Borrowed(m), mu_intra, mu_inter)
     }
 
     /// [`Graph::build`], the messages going once their edges are taken
     /// (before the collectives' and the tables of edges are made).
     pub fn build_given(trace: &'t Trace, m: Messages, mu_intra: u64, mu_inter: u64) -> Graph<'t> {
+        Graph::whole(trace, Cow::Owned(m), mu_intra, mu_inter)
+    }
+
+    fn whole(trace: &'t Trace, m: Cow<Messages>, mu_intra: u64, mu_inter: u64) -> Graph<'t> {
         let (groups, hosts) = clock_groups(trace);
-        Graph::build_with(
-            trace,
-            Cow::Owned(m),
-            mu_intra,
-            mu_inter,
-            (&groups, &hosts),
-            true,
-        )
+        Graph::build_with(trace, m, mu_intra, mu_inter, (&groups, &hosts), true)
     }
 
     /// The graph of one block of a trace: its locations, the messages
