@@ -10,14 +10,15 @@
 
 use super::plan::Ev;
 
-/// What each kind's last index is held in (`SendNowhere` has none).
-const SLOTS: usize = 6;
+/// The last index of each kind is held at the kind's number
+/// (`SendNowhere`'s is unused).
+const KINDS: usize = 7;
 
 #[derive(Debug, Default)]
 pub(super) struct Steps {
     bytes: Vec<u8>,
     /// The last index of each kind pushed.
-    last: [u32; SLOTS],
+    last: [u32; KINDS],
 }
 
 /// Where a reader of a stream is: the next step's byte, and the last index
@@ -26,20 +27,20 @@ pub(super) struct Steps {
 #[derive(Debug, Clone, Copy, Default)]
 pub(super) struct At {
     pos: usize,
-    last: [u32; SLOTS],
+    last: [u32; KINDS],
 }
 
 impl Ev {
-    /// (kind, slot and index) of a step.
-    fn code(self) -> (u8, Option<(usize, u32)>) {
+    /// The kind of a step, and its index.
+    fn code(self) -> (u8, Option<u32>) {
         match self {
-            Ev::Send(i) => (0, Some((0, i))),
+            Ev::Send(i) => (0, Some(i)),
             Ev::SendNowhere => (1, None),
-            Ev::Post(i) => (2, Some((1, i))),
-            Ev::Recv(i) => (3, Some((2, i))),
-            Ev::Enter(i) => (4, Some((3, i))),
-            Ev::Exit(i) => (5, Some((4, i))),
-            Ev::End(i) => (6, Some((5, i))),
+            Ev::Post(i) => (2, Some(i)),
+            Ev::Recv(i) => (3, Some(i)),
+            Ev::Enter(i) => (4, Some(i)),
+            Ev::Exit(i) => (5, Some(i)),
+            Ev::End(i) => (6, Some(i)),
         }
     }
 
@@ -56,18 +57,16 @@ impl Ev {
     }
 }
 
-/// The slot of each kind (`SendNowhere`'s is unused).
-const SLOT_OF: [usize; 7] = [0, 0, 1, 2, 3, 4, 5];
-
 impl Steps {
     pub(super) fn push(&mut self, ev: Ev) {
-        let (kind, value) = ev.code();
-        let Some((slot, index)) = value else {
+        let (kind, index) = ev.code();
+        let Some(index) = index else {
             self.bytes.push(kind << 5);
             return;
         };
-        let delta = i64::from(index) - i64::from(self.last[slot]);
-        self.last[slot] = index;
+        let last = &mut self.last[usize::from(kind)];
+        let delta = i64::from(index) - i64::from(*last);
+        *last = index;
         let mut z = ((delta << 1) ^ (delta >> 63)) as u64;
         let more = z >= 16;
         self.bytes
@@ -104,7 +103,7 @@ impl Steps {
             }
         }
         let delta = (z >> 1) as i64 ^ -((z & 1) as i64);
-        let index = (i64::from(at.last[SLOT_OF[kind as usize]]) + delta) as u32;
+        let index = (i64::from(at.last[usize::from(kind)]) + delta) as u32;
         Some((Ev::of(kind, index), next))
     }
 
@@ -128,8 +127,8 @@ impl At {
     #[inline]
     pub(super) fn past(&mut self, ev: Ev, next: usize) {
         self.pos = next;
-        if let (_, Some((slot, index))) = ev.code() {
-            self.last[slot] = index;
+        if let (kind, Some(index)) = ev.code() {
+            self.last[usize::from(kind)] = index;
         }
     }
 }
