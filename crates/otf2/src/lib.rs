@@ -110,6 +110,10 @@ extern "C" fn pre_flush(
     _caller: *mut c_void,
     _final: bool,
 ) -> ffi::OTF2_FlushType {
+    #[cfg(test)]
+    if !_final && u32::from(_file) == ffi::OTF2_FILETYPE_EVENTS {
+        tests::EVENT_FLUSHES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
     ffi::OTF2_FLUSH as _
 }
 
@@ -613,6 +617,10 @@ impl GlobalDefs<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    /// Event buffers flushed before their writer closed.
+    pub(super) static EVENT_FLUSHES: AtomicUsize = AtomicUsize::new(0);
 
     /// One location of `n` enter/leave pairs, flushed every `chunks`.
     fn write(dir: &Path, chunks: usize, n: u64) -> Vec<u8> {
@@ -635,7 +643,10 @@ mod tests {
         // About 5 MiB of events: one flush at the end, or one every chunk.
         let n = 200_000;
         let whole = write(&base.join("whole"), 128, n);
+        assert_eq!(EVENT_FLUSHES.load(Ordering::Relaxed), 0);
         let flushed = write(&base.join("flushed"), 1, n);
+        // A flush at every chunk of 1 MiB after the first.
+        assert!(EVENT_FLUSHES.load(Ordering::Relaxed) >= 4);
         std::fs::remove_dir_all(&base).unwrap();
         assert!(whole.len() > 4 << 20, "{} bytes", whole.len());
         assert!(whole == flushed, "the files differ");
