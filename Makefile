@@ -5,7 +5,7 @@ SHELL := /bin/bash
 CARGO ?= cargo
 RELEASE := target/release
 EXAMPLES := ring pingpong halo2d master_worker collectives
-PROGS := dlmpi libdlmpi.so traffic coverage bytes manycalls mpibench threads late_finalize abort pbcost scenarios syncbench reqfree errors zerocoll spawn bigmsg waits races phases
+PROGS := dlmpi libdlmpi.so traffic coverage bytes manycalls mpibench threads late_finalize abort pbcost scenarios syncbench reqfree errors zerocoll spawn bigmsg waits races phases hang
 EX_BIN := $(addprefix target/examples/,$(EXAMPLES) $(PROGS))
 
 # Open MPI refuses root and more ranks than cores unless told.
@@ -15,7 +15,7 @@ export OMPI_MCA_rmaps_base_oversubscribe := 1
 
 DEB_PACKAGES := openmpi-bin libopenmpi-dev libclang-dev clang pkg-config \
   libopen-trace-format2-dev otf2-tools python3-otf2 chromium python3-pip valgrind \
-  mpich libmpich-dev python3-mpi4py unzip python3-dev python3-setuptools gfortran
+  mpich libmpich-dev python3-mpi4py unzip python3-dev python3-setuptools gfortran tmux
 
 # The current releases, from their wheels (pinned), each unpacked into a
 # prefix of its own under target/mpi: never into the system's Python.
@@ -197,7 +197,7 @@ $(1)/examples/coverage_pmpicount: tests/progs/coverage.c tests/progs/pmpicount.c
 endef
 
 # The programs every setup of the test matrix runs (tests/matrix).
-MATRIX_PROGS := ring halo2d master_worker collectives coverage bytes threads mpibench errors zerocoll bigmsg dlmpi libdlmpi.so traffic
+MATRIX_PROGS := ring halo2d master_worker collectives coverage bytes threads mpibench errors zerocoll bigmsg dlmpi libdlmpi.so traffic hang
 # ... and those of the setups with an MPI-4 library.
 MPI4_PROGS := mpi4 sessions spawn
 

@@ -6,6 +6,7 @@ mod exports;
 mod faults;
 mod golden;
 mod layout;
+mod live;
 mod matrix;
 mod parallel;
 mod support;

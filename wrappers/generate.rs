@@ -1182,9 +1182,11 @@ fn wrapper(o: &mut String, e: &Entry) -> Result<(), String> {
              return unsafe {{ next({args}) }};\n        \
              }};\n        \
              let t0 = clock::now();\n        \
+             {}\n        \
              // SAFETY: the caller's arguments, passed on.\n        \
              let rc = unsafe {{ next({args}) }};\n        \
-             let t1 = clock::now();"
+             let t1 = clock::now();",
+            live_enter(e, true)?
         )
         .unwrap();
         narrow_handles(o, e, "        ");
@@ -1223,6 +1225,73 @@ fn wrapper(o: &mut String, e: &Entry) -> Result<(), String> {
         &around,
         ret_handle,
     )
+}
+
+/// The line after `t0` that tells the live status file (`crate::live`)
+/// which call the thread is entering and, for a call that may block on
+/// others, the arguments that say whom it waits for. `narrow` says the
+/// handles are still the exported (wide) ones.
+fn live_enter(e: &Entry, narrow: bool) -> Result<String, String> {
+    let r = |x: &str| role(e, x);
+    let comm = |c: &str| {
+        if narrow {
+            format!("{{ let c: ffi::MPI_Comm = ffi::Wide::narrow({c}); ffi::handle_key(c) }}")
+        } else {
+            format!("ffi::handle_key({c})")
+        }
+    };
+    let word = |kind: &str| {
+        format!(
+            "const {{ word(ids::{}, LiveKind::{kind}) }}",
+            e.name.to_ascii_uppercase()
+        )
+    };
+    let slot = "guard.recorder().live";
+    Ok(match e.kind.as_str() {
+        "recv" | "probe" | "mprobe" => format!(
+            "live::enter_with({slot}, {}, t0, {} as i64 as u64, {});",
+            word("Recv"),
+            r("peer")?,
+            comm(r("comm")?)
+        ),
+        "send" => format!(
+            "live::enter_with({slot}, {}, t0, {} as i64 as u64, {});",
+            word("Send"),
+            r("peer")?,
+            comm(r("comm")?)
+        ),
+        "sendrecv" | "sendrecv_replace" => format!(
+            "live::enter_with({slot}, {}, t0, {} as u32 as u64 | ({} as u32 as u64) << 32, {});",
+            word("Sendrecv"),
+            r("peer")?,
+            r("source")?,
+            comm(r("comm")?)
+        ),
+        "wait" if !narrow => format!(
+            "live::enter_wait({slot}, {}, t0, 1, core::iter::once(ffi::handle_key(request_in)));",
+            word("Wait")
+        ),
+        "waitall" | "waitany" | "waitsome" if !narrow => {
+            let kind = match e.kind.as_str() {
+                "waitall" => "Waitall",
+                "waitany" => "Waitany",
+                _ => "Waitsome",
+            };
+            format!(
+                "live::enter_wait({slot}, {}, t0, {}.max(0) as usize, scratch.requests().iter().map(|&q| ffi::handle_key(q)));",
+                word(kind),
+                r("incount")?
+            )
+        }
+        k if (k.starts_with("coll:") || k == "comm_new") && opt_role(e, "comm").is_some() => {
+            format!(
+                "live::enter_with({slot}, {}, t0, 0, {});",
+                word("Coll"),
+                comm(r("comm")?)
+            )
+        }
+        _ => format!("live::enter({slot}, {}, t0);", word("Other")),
+    })
 }
 
 /// `P{name}`: records the call around the real function, and piggybacks.
@@ -1275,6 +1344,7 @@ fn inner_level(
         writeln!(o, "    {l}").unwrap();
     }
     writeln!(o, "    let t0 = clock::now();").unwrap();
+    writeln!(o, "    {}", live_enter(e, false)?).unwrap();
     for l in &around.pre {
         writeln!(o, "    {l}").unwrap();
     }

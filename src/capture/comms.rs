@@ -72,7 +72,34 @@ fn home(key: u64) -> usize {
 /// The communicator behind a handle, if pmtrace knows it.
 #[inline(always)]
 pub fn lookup(comm: MPI_Comm) -> Option<&'static CommInfo> {
-    let key = key_of(comm);
+    lookup_key(key_of(comm))
+}
+
+/// The communicator behind a handle given by its `ffi::handle_key`.
+pub fn lookup_by_handle_key(k: u64) -> Option<&'static CommInfo> {
+    lookup_key(if k == 0 { u64::MAX } else { k })
+}
+
+/// Every communicator the table holds now (a handle freed since it was
+/// made is not among them), once each.
+pub fn each(mut f: impl FnMut(&'static CommInfo)) {
+    let mut seen = std::collections::HashSet::new();
+    for slot in &TABLE {
+        if slot.key.load(Ordering::Acquire) == 0 {
+            continue;
+        }
+        let p = slot.info.load(Ordering::Acquire);
+        // SAFETY: infos are leaked boxes, never freed.
+        if let Some(info) = unsafe { p.as_ref() } {
+            if seen.insert(p as usize) {
+                f(info);
+            }
+        }
+    }
+}
+
+#[inline(always)]
+fn lookup_key(key: u64) -> Option<&'static CommInfo> {
     let mut i = home(key);
     for _ in 0..SLOTS {
         let slot = &TABLE[i];

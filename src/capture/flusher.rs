@@ -72,6 +72,9 @@ impl Region {
 pub struct ThreadLink {
     pub index: u32,
     pub tid: u64,
+    /// The thread's slot in the live status file, whose call count the
+    /// writer thread keeps (`live_tick`).
+    pub live: &'static crate::live::Slot,
     /// Payload bytes written into the active region (published per record).
     pub pos: AtomicUsize,
     pub events: AtomicU64,
@@ -276,7 +279,18 @@ impl Flusher {
     }
 
     pub fn run(mut self, rx: Receiver<Msg>) {
-        while let Ok(msg) = rx.recv() {
+        let mut next_tick = std::time::Instant::now();
+        loop {
+            let now = std::time::Instant::now();
+            if now >= next_tick {
+                crate::live::tick();
+                next_tick = now + crate::live::TICK;
+            }
+            let msg = match rx.recv_deadline(next_tick) {
+                Ok(msg) => msg,
+                Err(crossbeam_channel::RecvTimeoutError::Timeout) => continue,
+                Err(crossbeam_channel::RecvTimeoutError::Disconnected) => return,
+            };
             match msg {
                 Msg::Register {
                     link,

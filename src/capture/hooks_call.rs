@@ -34,6 +34,7 @@ pub struct Call<'g> {
 impl<'g> Call<'g> {
     #[inline(always)]
     pub fn new(guard: &'g Guard, func: u32, t0: u64, t1: u64, rc: c_int) -> Self {
+        crate::live::leave(guard.recorder().live, func, t1);
         Call {
             guard,
             func,
@@ -176,8 +177,15 @@ pub fn actual(status: *const MPI_Status) -> (i32, i32, u64) {
 }
 
 /// Enters the operation a call just created under the request handle MPI
-/// stored at `request`.
-pub fn register(request: *mut MPI_Request, id: u64, kind: OpKind, persistent: bool, pb: usize) {
+/// stored at `request`; `live` is what it waits on (`Op::live`).
+pub fn register(
+    request: *mut MPI_Request,
+    id: u64,
+    kind: OpKind,
+    persistent: bool,
+    pb: usize,
+    live: (usize, i64),
+) {
     // SAFETY: MPI just stored the new request handle there.
     let handle = unsafe { *request };
     REQUESTS.insert(
@@ -190,6 +198,7 @@ pub fn register(request: *mut MPI_Request, id: u64, kind: OpKind, persistent: bo
             cancelled: false,
             slot: request as usize,
             pb,
+            live,
         },
     );
 }

@@ -464,7 +464,8 @@ fn record_coll(
     put_coll(&mut r, info, seq, root, sent, recvd);
     if let Some((request, persistent)) = request.filter(|_| call.ok()) {
         let id = r.take_op();
-        register(request, id, OpKind::Coll, persistent, 0);
+        let live = (info as *const CommInfo as usize, seq as i64);
+        register(request, id, OpKind::Coll, persistent, 0, live);
     }
     r.commit();
 }

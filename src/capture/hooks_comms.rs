@@ -65,7 +65,8 @@ pub fn comm_idup(call: Call, comm: MPI_Comm, newcomm: *mut MPI_Comm, request: *m
                 parent_gid: info.gid,
                 nth,
             };
-            register(request, id, kind, false, 0);
+            let live = (info as *const CommInfo as usize, seq as i64);
+            register(request, id, kind, false, 0, live);
         }
         r.commit();
     })

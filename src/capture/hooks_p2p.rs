@@ -4,10 +4,11 @@
 //! are the piggyback's (the wrappers call it around the real call); these
 //! record what came of it.
 
-use crate::comms;
+use crate::comms::{self, CommInfo};
 use crate::ffi::{MPI_Comm, MPI_Datatype, MPI_Message, MPI_Request, MPI_Status};
 use crate::guard::Guard;
 use crate::hooks_call::{actual, comm_info, guarded, register, Call};
+use crate::live;
 use crate::piggyback::{self, Got};
 use crate::recorder::{RecvSlot, Writer};
 use crate::requests::{key, OpKind, MESSAGES};
@@ -36,6 +37,7 @@ pub fn send(
         let info = comm_info(&call, comm);
         let bytes = call.bytes(count, datatype);
         if let Some(mut r) = call.begin() {
+            live::sent(r.live(), bytes);
             put_send(&mut r, peer, tag, info.index, bytes);
             r.commit();
         }
@@ -79,7 +81,11 @@ pub fn issue(
         if call.ok() {
             let id = w.as_mut().map_or(0, |r| r.take_op());
             let recv = matches!(kind, OpKind::Recv { .. });
-            register(request, id, kind, persistent, pb);
+            let live = (info as *const CommInfo as usize, i64::from(peer));
+            register(request, id, kind, persistent, pb, live);
+            if let Some(r) = w.as_ref().filter(|_| !persistent && !recv) {
+                live::sent(r.live(), bytes);
+            }
             // (A send's slot never joins the pending receives.)
             if !persistent && recv {
                 piggyback::posted_recv(pb, true);
@@ -230,6 +236,7 @@ pub fn sendrecv(
         let bytes = call.bytes(sendcount, sendtype);
         let posted = call.bytes(recvcount, recvtype);
         let Some(mut r) = call.begin_pb() else { return };
+        live::sent(r.live(), bytes);
         put_sendrecv(
             &mut r,
             (dest, sendtag, bytes),
@@ -271,6 +278,9 @@ pub fn isendrecv(
         let bytes = call.bytes(sendcount, sendtype);
         let posted = call.bytes(recvcount, recvtype);
         let mut w = call.begin();
+        if let Some(r) = w.as_ref().filter(|_| call.ok()) {
+            live::sent(r.live(), bytes);
+        }
         if call.ok() {
             let id = w.as_mut().map_or(0, |r| r.take_op());
             let kind = if piggyback::isendrecv_blind() {
@@ -286,7 +296,8 @@ pub fn isendrecv(
                     posted: Some(posted),
                 }
             };
-            register(request, id, kind, false, pb);
+            let live = (info as *const CommInfo as usize, i64::from(source));
+            register(request, id, kind, false, pb, live);
             piggyback::posted_recv(pb, true);
         } else {
             piggyback::release(pb);
@@ -389,7 +400,8 @@ pub fn imrecv(
                 tag: EXPLICIT.1,
                 posted: EXPLICIT.2,
             };
-            register(request, id, kind, false, pb);
+            // The message is here already: completing waits on no one.
+            register(request, id, kind, false, pb, (0, 0));
         } else {
             piggyback::release(pb);
         }

@@ -21,6 +21,8 @@
 //! - `recorder`: per-thread buffers in mapped file pages, which it
 //!   encodes records into; `thread`: the state a thread keeps beside it;
 //! - `flusher`: the background writer thread that owns the file;
+//! - `live`: the live status file `pmtrace top` reads, which each call
+//!   writes a few words of; `live_tick`: what the writer thread adds;
 //! - `comms`, `requests`: communicator ids and live request state;
 //! - `library`: the running library's version and quirks;
 //! - `guard`: lifecycle state and the re-entrancy guard; `clock`: the timer;
@@ -47,6 +49,8 @@ mod hooks_requests;
 mod large_headers;
 mod library;
 mod lifecycle;
+mod live;
+mod live_tick;
 mod offsets;
 mod orphans;
 mod peers;
@@ -99,10 +103,12 @@ pub mod wrappers {
     use crate::ffi::{self, comm_value, message_value, request_value, status_or_local};
     use crate::guard::Guard;
     use crate::hooks::{self, Call, CollArgs, Counts, Done, Issued, Origin, Scratch, Shape};
+    use crate::live;
     use crate::piggyback as pb;
     use core::ffi::{c_int, c_void};
     use core::mem::MaybeUninit;
     use core::sync::atomic::AtomicUsize;
+    use pmtrace_format::live::{word, LiveKind};
 
     pub use crate::mpi::{ids, pass, real, FUNCTIONS};
 

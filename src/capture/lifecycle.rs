@@ -20,6 +20,7 @@ use crate::config::{Config, TimerChoice};
 use crate::ffi::{self, MPI_Comm};
 use crate::flusher::{Flusher, Msg, Totals};
 use crate::guard::{self, Guard, State};
+use crate::live;
 use crate::mpi::{ids, pass, real, COLL_SHAPES, FUNCTIONS};
 use crate::offsets;
 use crate::peers;
@@ -510,6 +511,14 @@ fn start_tracing(
         return;
     }
     let Ok((tx, handle)) = local else { return };
+    live::create(
+        &path.with_extension("live"),
+        rank as u32,
+        size as u32,
+        &hostname(),
+        t0,
+    );
+    live::set_ticker(crate::live_tick::tick);
     recorder::set_flusher(tx);
     if let Some(s) = SESSION.lock().as_mut() {
         s.dir = Some(dir);
@@ -686,6 +695,11 @@ fn seal(
     t0: u64,
     payload: impl FnOnce(&mut Writer),
 ) -> Option<Totals> {
+    live::set_state(if func == ids::MPI_ABORT {
+        pmtrace_format::live::STATE_ABORTED
+    } else {
+        pmtrace_format::live::STATE_FINISHED
+    });
     if let Some(rec) = rec {
         if let Some(mut w) = rec.begin_call(func, t0, clock::now(), 0, MAX_FIXED_RECORD) {
             payload(&mut w);
@@ -953,6 +967,12 @@ fn phase(name: Option<&[u8]>) {
             put_name(&mut w, name);
             w.commit();
         }
+        let th = guard.thread();
+        match name {
+            Some(n) => th.state.phases.push(n.to_vec()),
+            None => drop(th.state.phases.pop()),
+        }
+        live::phase(th.recorder.live, th.state.phases.last().map(|n| &n[..]));
     }));
 }
 

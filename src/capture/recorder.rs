@@ -100,6 +100,8 @@ pub struct Recorder {
     slot: *mut u8,
     /// The slot holds a receive whose record is due at `pos`.
     pending: bool,
+    /// This thread's slot in the live status file (see `live`).
+    pub live: &'static crate::live::Slot,
 }
 
 impl Recorder {
@@ -126,6 +128,7 @@ impl Recorder {
             start: 0,
             slot: core::ptr::null_mut(),
             pending: false,
+            live: &crate::live::SINK,
         }
     }
 
@@ -221,9 +224,11 @@ impl Recorder {
         };
         let index = NEXT_THREAD.fetch_add(1, Relaxed);
         let tid = gettid();
+        let live = crate::live::slot_for(tid);
         let link = Arc::new(ThreadLink {
             index,
             tid,
+            live,
             pos: AtomicUsize::new(0),
             events: AtomicU64::new(0),
             waits: AtomicU64::new(0),
@@ -243,6 +248,7 @@ impl Recorder {
             return false;
         }
         crate::flusher::register_link(link.clone());
+        self.live = live;
         self.link = Some(link);
         self.spares = Some(rx);
         if self.prev_end == 0 {
@@ -314,6 +320,7 @@ impl Recorder {
         }
         self.hand_off(true);
         self.broken = true;
+        crate::live::release(core::mem::replace(&mut self.live, &crate::live::SINK));
     }
 
     /// Advances the thread's clock to a record spanning `t0..t1`; returns
@@ -554,6 +561,12 @@ pub struct Writer<'a> {
 }
 
 impl Writer<'_> {
+    /// The writing thread's live slot (its own: the thread is registered).
+    #[inline(always)]
+    pub fn live(&self) -> &'static crate::live::Slot {
+        self.rec.live
+    }
+
     #[inline(always)]
     pub fn put_status(
         &mut self,

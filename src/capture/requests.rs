@@ -55,6 +55,10 @@ pub struct Op {
     pub slot: usize,
     /// The operation's piggyback slot (`piggyback_slots::Slot`), 0 if none.
     pub pb: usize,
+    /// What completing it waits on, for the live view: its communicator
+    /// (a `&'static CommInfo`'s address, 0: no one) and its peer's rank
+    /// there, or for a collective its number on the communicator.
+    pub live: (usize, i64),
 }
 
 /// Multiplicative hashing of handle values (already unique integers).

@@ -47,6 +47,8 @@ pub struct ThreadState {
     /// Staging buffers of blocking sends and receives (see `piggyback`).
     stage_out: Vec<u8>,
     stage_in: Vec<u8>,
+    /// The names of the phases this thread is in, innermost last.
+    pub phases: Vec<Vec<u8>>,
 }
 
 impl Thread {
@@ -76,6 +78,7 @@ impl ThreadState {
             msg_n: 0,
             stage_out: Vec::new(),
             stage_in: Vec::new(),
+            phases: Vec::new(),
         }
     }
 

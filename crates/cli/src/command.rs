@@ -58,6 +58,49 @@ pub enum Command {
     Races(RacesArgs),
     Run(launch::RunArgs),
     Synth(SynthArgs),
+    Top(TopArgs),
+}
+
+/// Watch a running job: what each rank is doing now, and why a hung job
+/// is hung.
+///
+/// Reads the live status files (rank-*.live) every rank of a job started
+/// with `pmtrace run`, or with the library preloaded, keeps in its trace
+/// directory: per rank and thread, the MPI call it is in and for how long,
+/// or how long it has been computing; its rates of calls, messages and
+/// bytes; its phase. Below: the ranks others wait for, the collectives
+/// still waiting and for whom, and a hang: a *deadlock* when the waits of
+/// blocked ranks form a cycle, or *stalled* when they end at a rank that
+/// computes, finished or is gone, once it has lasted --hang-after. Opens
+/// the files read-only; exits when every rank has finished or is gone.
+/// On a terminal it draws a full-screen view (q quits); otherwise, or with
+/// --json, it prints.
+#[derive(Debug, Args)]
+pub struct TopArgs {
+    /// The trace directory (the job's PMTRACE_DIR or `pmtrace run --out`).
+    pub dir: PathBuf,
+    /// Print one JSON object per refresh, a line each (keys: ranks[] with
+    /// rank, state, call, for_ns, peer, waits_for, calls, messages_sent,
+    /// bytes_sent, rates, phase, threads[]; summary; hang: null, or kind,
+    /// ranks[], waits[] with rank, call, waits_for, for_ns).
+    #[arg(long)]
+    pub json: bool,
+    /// One snapshot, then exit (its rates span one interval).
+    #[arg(long)]
+    pub once: bool,
+    /// Seconds a cycle or chain of waits must last to be called a hang.
+    #[arg(long, value_name = "SECONDS", default_value_t = 5.0, value_parser = positive_seconds)]
+    pub hang_after: f64,
+    /// Seconds between refreshes.
+    #[arg(long, value_name = "SECONDS", default_value_t = 1.0, value_parser = positive_seconds)]
+    pub interval: f64,
+}
+
+fn positive_seconds(s: &str) -> Result<f64, String> {
+    match s.trim().parse::<f64>() {
+        Ok(x) if x > 0.0 && x.is_finite() && x < 1e6 => Ok(x),
+        _ => Err(format!("{s} is not a positive number of seconds")),
+    }
 }
 
 /// Write a simulated trace of N ranks with known truth, for testing

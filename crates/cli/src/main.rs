@@ -9,6 +9,7 @@
 mod memory;
 mod progress;
 mod spill;
+mod top;
 
 #[global_allocator]
 static ALLOCATOR: memory::Guarded = memory::Guarded;
@@ -81,6 +82,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Command::Races(args) => races(args),
         Command::Run(args) => launch::run(args),
         Command::Synth(args) => synth(args),
+        Command::Top(args) => top::run(args),
     }
 }
 
@@ -199,7 +201,7 @@ fn races(args: RacesArgs) -> Result<ExitCode> {
 }
 
 fn report(args: ReportArgs) -> Result<ExitCode> {
-    let (trace, report) = build_report(
+    let (trace, mut report) = build_report(
         &args.dir,
         "report",
         ReportOptions {
@@ -207,6 +209,7 @@ fn report(args: ReportArgs) -> Result<ExitCode> {
             ..ReportOptions::default()
         },
     )?;
+    report.at_end = pmtrace_live::at_end(&args.dir);
     let mut out = BufWriter::new(io::stdout().lock());
     if args.json {
         serde_json::to_writer_pretty(&mut out, &report).context("cannot write the report")?;

@@ -7,6 +7,7 @@
 //! ```text
 //! DIR/
 //!   rank-00000.pmt     one file per rank: header, then chunks (below)
+//!   rank-00000.live    what the rank is doing now (see [`live`])
 //!   rank-00001.pmt
 //!   ...
 //! ```
@@ -64,6 +65,7 @@
 pub mod chunk;
 pub mod coll;
 pub mod error;
+pub mod live;
 pub mod meta;
 pub mod pending;
 pub mod record;

@@ -32,7 +32,8 @@ pub fn report<F: Fabric + ?Sized>(f: &F, a: &ReportArgs) -> Result<Vec<u8>, Stri
     let synced = agree(f, Synced::load(&b.trace).map_err(|e| e.to_string()))?;
     let report = pmtrace_parallel::report::build(f, &b, &bm, &is, synced.as_ref(), a.mu_ns);
     let mut out = Vec::new();
-    if let Some(report) = report {
+    if let Some(mut report) = report {
+        report.at_end = pmtrace_live::at_end(&a.dir);
         if a.json {
             serde_json::to_writer_pretty(&mut out, &report).map_err(|e| e.to_string())?;
             out.push(b'\n');

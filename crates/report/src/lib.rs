@@ -298,6 +298,11 @@ pub struct Report {
     /// Calls left out while `MPI_Pcontrol(0)` paused recording, by function.
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub paused_calls: BTreeMap<String, u64>,
+    /// Where each rank stood when a job that did not finish was killed
+    /// (or now, if it runs), from its live status files; absent when every
+    /// rank finished. Set by the verbs (`pmtrace_live::at_end`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub at_end: Option<pmtrace_live::AtEnd>,
     /// Kept with `ReportOptions::insight`.
     #[serde(skip)]
     pub insight: Option<Insight>,
@@ -615,6 +620,10 @@ impl Report {
                 "  incomplete     ranks {} did not reach MPI_Finalize",
                 list(&self.incomplete_ranks)
             )?;
+        }
+        if let Some(at_end) = &self.at_end {
+            at_end.write_text(w)?;
+            writeln!(w)?;
         }
         if self.dropped_events > 0 {
             writeln!(

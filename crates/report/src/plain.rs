@@ -232,6 +232,7 @@ impl Plain {
             phases: Vec::new(),
             paused_calls: self.paused_calls,
             insight: None,
+            at_end: None,
         }
     }
 }

@@ -1,0 +1,216 @@
+//! What the writer thread adds to the live file at every tick (layout in
+//! `pmtrace_format::live`): the heartbeat and Lamport clock, the table of
+//! communicators with this rank's collective counts, and, for each call
+//! that has blocked for a while, whom it waits for, resolved from the
+//! arguments its thread left in the slot. Only this thread writes those
+//! parts, so the application's threads pay for none of it.
+
+use crate::comms::{self, CommInfo, WORLD_GID};
+use crate::live::{self, Slot};
+use crate::requests::{OpKind, REQUESTS};
+use crate::{clock, ffi, piggyback_lamport};
+use core::sync::atomic::{AtomicU64, Ordering::Acquire, Ordering::Relaxed, Ordering::Release};
+use pmtrace_format::live::{self as fmt, h, w, LiveKind, Peer, Wait, IN_CALL};
+
+/// A call blocked this long gets its waits resolved.
+const RESOLVE_AFTER_NS: u64 = 200_000_000;
+
+/// Ticks between syncs of the file to the file system.
+const SYNC_EVERY: u64 = 4;
+
+/// One tick of the writer thread.
+pub fn tick() {
+    let now = clock::now();
+    let unix = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    let beat = header(h::BEAT).map_or(0, |b| b.load(Relaxed) + 1);
+    if let Some(x) = header(h::BEAT_NS) {
+        x.store(now, Relaxed);
+    }
+    if let Some(x) = header(h::BEAT_UNIX_NS) {
+        x.store(unix, Relaxed);
+    }
+    if let Some(x) = header(h::LAMPORT) {
+        x.store(piggyback_lamport::clock(), Relaxed);
+    }
+    write_comms();
+    for l in crate::flusher::all_links() {
+        l.live
+            .word(w::EVENTS)
+            .store(l.events.load(Relaxed), Relaxed);
+    }
+    for s in live::slots() {
+        resolve(s, now);
+    }
+    if let Some(b) = header(h::BEAT) {
+        b.store(beat, Release);
+    }
+    if beat.is_multiple_of(SYNC_EVERY) {
+        live::sync();
+    }
+}
+
+fn header(at: usize) -> Option<&'static AtomicU64> {
+    live::header_u64(at)
+}
+
+/// The communicators this rank is in, with its collective count on each.
+fn write_comms() {
+    let Some(t) = live::comms_table() else { return };
+    let mut rows = Vec::new();
+    comms::each(|c| rows.push(Row::from(c)));
+    let gen = t[0].load(Relaxed);
+    t[0].store(gen + 1, Relaxed);
+    core::sync::atomic::fence(Release);
+    let n = rows.len().min(fmt::MAX_COMMS);
+    for (i, c) in rows.iter().take(n).enumerate() {
+        let at = 2 + 3 * i;
+        t[at].store(c.gid, Relaxed);
+        t[at + 1].store(c.seq, Relaxed);
+        let size = c.size | if c.inter { 1 << 31 } else { 0 };
+        t[at + 2].store(u64::from(c.rank) | u64::from(size) << 32, Relaxed);
+    }
+    let truncated = u64::from(rows.len() > n);
+    t[1].store(n as u64 | truncated << 32, Relaxed);
+    t[0].store(gen + 2, Release);
+}
+
+/// A communicator's row, copied out of its (shared) info.
+#[derive(Clone, Copy)]
+struct Row {
+    gid: u64,
+    seq: u64,
+    rank: u32,
+    size: u32,
+    inter: bool,
+}
+
+impl From<&CommInfo> for Row {
+    fn from(c: &CommInfo) -> Row {
+        Row {
+            gid: c.gid,
+            seq: c.seq.load(Relaxed),
+            rank: c.rank,
+            size: c.size,
+            inter: c.inter,
+        }
+    }
+}
+
+/// Resolves whom the slot's call waits for, once it has blocked a while.
+fn resolve(s: &Slot, now: u64) {
+    let word = s.word(w::WORD).load(Acquire);
+    if word & IN_CALL == 0 {
+        return;
+    }
+    let t0 = s.word(w::T).load(Relaxed);
+    if now.saturating_sub(t0) < RESOLVE_AFTER_NS
+        || (s.word(w::DETAIL_T).load(Relaxed) == t0 && s.word(w::DETAIL_WORD).load(Relaxed) == word)
+    {
+        return;
+    }
+    let (a, b) = (s.word(w::A).load(Relaxed), s.word(w::B).load(Relaxed));
+    let mut waits = Vec::new();
+    let mut total = 0u32;
+    let mut add = |wt: Option<Wait>| {
+        if let Some(wt) = wt {
+            total += 1;
+            waits.push(wt);
+        }
+    };
+    match LiveKind::of((word >> 16) as u8) {
+        LiveKind::Recv => add(p2p(b, a as i32, true)),
+        LiveKind::Send => add(p2p(b, a as i32, false)),
+        LiveKind::Sendrecv => {
+            add(p2p(b, a as u32 as i32, false));
+            add(p2p(b, (a >> 32) as u32 as i32, true));
+        }
+        LiveKind::Wait | LiveKind::Waitall | LiveKind::Waitany | LiveKind::Waitsome => {
+            let n = (a as usize).min(fmt::REQS);
+            for i in 0..n {
+                add(request(s.word(w::REQS + i).load(Relaxed)));
+            }
+        }
+        LiveKind::Coll => {
+            if let Some(c) = comms::lookup_by_handle_key(b) {
+                add(Some(Wait::Coll {
+                    gid: c.gid,
+                    seq: c.seq.load(Relaxed),
+                }));
+            }
+        }
+        LiveKind::Other => return,
+    }
+    // The call may have ended while its arguments were read.
+    if s.word(w::WORD).load(Acquire) != word || s.word(w::T).load(Relaxed) != t0 {
+        return;
+    }
+    let kept = waits.len().min(fmt::DETAIL_ENTRIES);
+    for (i, wt) in waits.iter().take(kept).enumerate() {
+        let [x, y] = wt.encode();
+        s.word(w::DETAIL + 2 * i).store(x, Relaxed);
+        s.word(w::DETAIL + 2 * i + 1).store(y, Relaxed);
+    }
+    s.word(w::DETAIL_N)
+        .store(kept as u64 | u64::from(total) << 32, Relaxed);
+    s.word(w::DETAIL_WORD).store(word, Relaxed);
+    s.word(w::DETAIL_T).store(t0, Release);
+}
+
+/// A message from (`from`) or to `peer`, a rank of the communicator whose
+/// handle key is `comm`; none for `MPI_PROC_NULL` or an unknown
+/// communicator.
+fn p2p(comm: u64, peer: i32, from: bool) -> Option<Wait> {
+    let c = comms::lookup_by_handle_key(comm)?;
+    let peer = peer_of(c, peer)?;
+    let gid = c.gid;
+    Some(if from {
+        Wait::From { gid, peer }
+    } else {
+        Wait::To { gid, peer }
+    })
+}
+
+fn peer_of(c: &CommInfo, r: i32) -> Option<Peer> {
+    let k = ffi::consts();
+    if r == k.any_source {
+        return Some(Peer::Any);
+    }
+    if r < 0 || r == k.proc_null {
+        return None;
+    }
+    if c.gid == WORLD_GID && !c.inter {
+        return Some(Peer::World(r as u32));
+    }
+    // MPI_COMM_SELF's only rank is this one.
+    if c.gid & 0xffff_ffff == 1 && !c.inter && c.size == 1 {
+        return Some(Peer::World((c.gid >> 32) as u32));
+    }
+    match c.world_ranks.get().and_then(|t| t.get(r as usize)) {
+        Some(&wr) if wr >= 0 => Some(Peer::World(wr as u32)),
+        _ => Some(Peer::Comm(r as u32)),
+    }
+}
+
+/// What completing the request with handle key `key` waits on.
+fn request(key: u64) -> Option<Wait> {
+    let op = REQUESTS.get(key, 0)?;
+    let (info, peer) = op.live;
+    // SAFETY: `live.0` is a `&'static CommInfo`'s address or 0.
+    let c = unsafe { (info as *const CommInfo).as_ref() }?;
+    match op.kind {
+        OpKind::Send => Some(Wait::To {
+            gid: c.gid,
+            peer: peer_of(c, peer as i32)?,
+        }),
+        OpKind::Recv { .. } | OpKind::RecvBlind { .. } => Some(Wait::From {
+            gid: c.gid,
+            peer: peer_of(c, peer as i32)?,
+        }),
+        OpKind::Coll | OpKind::Idup { .. } => Some(Wait::Coll {
+            gid: c.gid,
+            seq: peer as u64,
+        }),
+    }
+}

@@ -1,0 +1,84 @@
+/* hang MODE [SECONDS]: jobs that hang, or nearly, for `pmtrace top`.
+ *
+ *   deadlock   ranks 0 and 1 each block in MPI_Recv from the other; the
+ *              other ranks wait in MPI_Barrier. Never returns.
+ *   waitall    as deadlock, but ranks 0 and 1 post MPI_Irecv from each
+ *              other on a communicator split from the world (comm ranks
+ *              differ from world ranks) and block in MPI_Waitall.
+ *   stalled    rank 2 computes for SECONDS (default 12) while the others
+ *              wait in MPI_Allreduce; then the job ends normally.
+ *
+ * Before blocking, every rank makes a few calls (Allreduce, Barrier) so
+ * that the collective counts are past zero. Prints "hang: ready" on rank 0
+ * once every rank is about to block (stdout, flushed), and, for stalled,
+ * "hang: ok np=N" at the end. */
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static double now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec + t.tv_nsec * 1e-9;
+}
+
+int main(int argc, char **argv) {
+    MPI_Init(&argc, &argv);
+    int rank, size;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    const char *mode = argc > 1 ? argv[1] : "deadlock";
+    double seconds = argc > 2 ? atof(argv[2]) : 12.0;
+    if (size < 3) {
+        if (rank == 0) fprintf(stderr, "hang: needs at least 3 ranks\n");
+        MPI_Finalize();
+        return 2;
+    }
+    int x = rank, sum = 0;
+    for (int i = 0; i < 3; i++) MPI_Allreduce(&x, &sum, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (rank == 0) {
+        printf("hang: ready\n");
+        fflush(stdout);
+    }
+    if (strcmp(mode, "deadlock") == 0) {
+        if (rank < 2) {
+            int v;
+            MPI_Recv(&v, 1, MPI_INT, 1 - rank, 7, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+        } else {
+            MPI_Barrier(MPI_COMM_WORLD);
+        }
+    } else if (strcmp(mode, "waitall") == 0) {
+        /* Ranks 0 and 1 get comm ranks 1 and 0 in `pair` (key reversed). */
+        MPI_Comm pair;
+        MPI_Comm_split(MPI_COMM_WORLD, rank < 2 ? 0 : 1, -rank, &pair);
+        if (rank < 2) {
+            int v[2];
+            MPI_Request r[2];
+            /* The other rank of the pair is comm rank `rank` there. */
+            MPI_Irecv(&v[0], 1, MPI_INT, rank, 8, pair, &r[0]);
+            MPI_Irecv(&v[1], 1, MPI_INT, rank, 9, pair, &r[1]);
+            MPI_Waitall(2, r, MPI_STATUSES_IGNORE);
+        } else {
+            MPI_Barrier(MPI_COMM_WORLD);
+        }
+    } else if (strcmp(mode, "stalled") == 0) {
+        if (rank == 2) {
+            volatile double acc = 0;
+            double t0 = now();
+            while (now() - t0 < seconds) {
+                for (int i = 0; i < 100000; i++) acc += i * 1e-9;
+            }
+        }
+        MPI_Allreduce(&x, &sum, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+        if (rank == 0) printf("hang: ok np=%d\n", size);
+    } else {
+        if (rank == 0) fprintf(stderr, "hang: unknown mode %s\n", mode);
+        MPI_Finalize();
+        return 2;
+    }
+    MPI_Finalize();
+    return 0;
+}
