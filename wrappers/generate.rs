@@ -1242,20 +1242,20 @@ fn live_enter(e: &Entry, narrow: bool) -> Result<String, String> {
     };
     let word = |kind: &str| {
         format!(
-            "const {{ word(ids::{}, LiveKind::{kind}) }}",
+            "const {{ word(ids::{}, LiveKind::{kind}) | IN_CALL }}",
             e.name.to_ascii_uppercase()
         )
     };
     let slot = "guard.recorder().live";
     Ok(match e.kind.as_str() {
         "recv" | "probe" | "mprobe" => format!(
-            "live::enter_with({slot}, {}, t0, {} as i64 as u64, {});",
+            "live::enter_with({slot}, {}, t0, {} as u32 as u64, {});",
             word("Recv"),
             r("peer")?,
             comm(r("comm")?)
         ),
         "send" => format!(
-            "live::enter_with({slot}, {}, t0, {} as i64 as u64, {});",
+            "live::enter_with({slot}, {}, t0, {} as u32 as u64, {});",
             word("Send"),
             r("peer")?,
             comm(r("comm")?)
@@ -1285,7 +1285,7 @@ fn live_enter(e: &Entry, narrow: bool) -> Result<String, String> {
         }
         k if (k.starts_with("coll:") || k == "comm_new") && opt_role(e, "comm").is_some() => {
             format!(
-                "live::enter_with({slot}, {}, t0, 0, {});",
+                "live::enter_comm({slot}, {}, t0, {});",
                 word("Coll"),
                 comm(r("comm")?)
             )

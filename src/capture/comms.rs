@@ -55,6 +55,14 @@ static WORLD_RANK: AtomicU32 = AtomicU32::new(0);
 static GENERATION: AtomicU64 = AtomicU64::new(0);
 /// Communicators that did not fit in the table (counted, never expected).
 pub static OVERFLOW: AtomicU64 = AtomicU64::new(0);
+/// Bumped after every change of the table, for `each`'s callers to know
+/// when what they saw is stale.
+static CHANGES: AtomicU64 = AtomicU64::new(0);
+
+/// The table's change count (see `CHANGES`): read it before `each`.
+pub fn changes() -> u64 {
+    CHANGES.load(Ordering::Acquire)
+}
 
 #[inline(always)]
 fn key_of(comm: MPI_Comm) -> u64 {
@@ -118,6 +126,11 @@ fn lookup_key(key: u64) -> Option<&'static CommInfo> {
 }
 
 fn insert(comm: MPI_Comm, info: &'static CommInfo) {
+    insert_slot(comm, info);
+    CHANGES.fetch_add(1, Ordering::Release);
+}
+
+fn insert_slot(comm: MPI_Comm, info: &'static CommInfo) {
     let _lock = INSERT.lock();
     let key = key_of(comm);
     let mut i = home(key);
@@ -180,6 +193,7 @@ fn forget(comm: MPI_Comm) {
         let k = slot.key.load(Ordering::Acquire);
         if k == key {
             slot.info.store(core::ptr::null_mut(), Ordering::Release);
+            CHANGES.fetch_add(1, Ordering::Release);
             return;
         }
         if k == 0 {

@@ -54,6 +54,13 @@ pub fn register_link(link: Arc<ThreadLink>) {
 pub fn all_links() -> Vec<Arc<ThreadLink>> {
     LINKS.lock().clone()
 }
+
+/// Runs `f` on every thread that ever recorded, under the list's lock.
+pub fn each_link(mut f: impl FnMut(&ThreadLink)) {
+    for l in LINKS.lock().iter() {
+        f(l);
+    }
+}
 use pmtrace_format::UNOWNED_THREAD as UNOWNED;
 
 /// A mapped region of the trace file: one chunk.

@@ -108,7 +108,7 @@ pub mod wrappers {
     use core::ffi::{c_int, c_void};
     use core::mem::MaybeUninit;
     use core::sync::atomic::AtomicUsize;
-    use pmtrace_format::live::{word, LiveKind};
+    use pmtrace_format::live::{word, LiveKind, IN_CALL};
 
     pub use crate::mpi::{ids, pass, real, FUNCTIONS};
 

@@ -183,17 +183,26 @@ pub fn tick() {
     }
 }
 
-/// A call begins: its time, then its word.
+/// A call begins: its time, then its word (`IN_CALL` set, by the caller:
+/// a constant).
 #[inline(always)]
 pub fn enter(s: &Slot, word: u64, t0: u64) {
+    debug_assert!(word & IN_CALL != 0);
     s.word(w::T).store(t0, Relaxed);
-    s.word(w::WORD).store(word | IN_CALL, Release);
+    s.word(w::WORD).store(word, Release);
 }
 
 /// A call with a peer or communicator begins (see the format for `a`, `b`).
 #[inline(always)]
 pub fn enter_with(s: &Slot, word: u64, t0: u64, a: u64, b: u64) {
     s.word(w::A).store(a, Relaxed);
+    s.word(w::B).store(b, Relaxed);
+    enter(s, word, t0);
+}
+
+/// A collective begins on the communicator whose handle key is `b`.
+#[inline(always)]
+pub fn enter_comm(s: &Slot, word: u64, t0: u64, b: u64) {
     s.word(w::B).store(b, Relaxed);
     enter(s, word, t0);
 }
@@ -208,11 +217,11 @@ pub fn enter_wait(s: &Slot, word: u64, t0: u64, n: usize, keys: impl Iterator<It
     enter(s, word, t0);
 }
 
-/// The call ended at `t1`.
+/// The call ended. When is left to the writer thread (`OUT_T`): one
+/// store here, not two.
 #[inline(always)]
-pub fn leave(s: &Slot, func: u32, t1: u64) {
-    s.word(w::WORD).store(u64::from(func), Relaxed);
-    s.word(w::T).store(t1, Relaxed);
+pub fn leave(s: &Slot, func: u32) {
+    s.word(w::WORD).store(u64::from(func), Release);
 }
 
 /// A message of `bytes` bytes left this thread. Only a registered

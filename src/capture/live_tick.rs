@@ -35,11 +35,11 @@ pub fn tick() {
         x.store(piggyback_lamport::clock(), Relaxed);
     }
     write_comms();
-    for l in crate::flusher::all_links() {
+    crate::flusher::each_link(|l| {
         l.live
             .word(w::EVENTS)
             .store(l.events.load(Relaxed), Relaxed);
-    }
+    });
     for s in live::slots() {
         resolve(s, now);
     }
@@ -55,11 +55,24 @@ fn header(at: usize) -> Option<&'static AtomicU64> {
     live::header_u64(at)
 }
 
+/// The communicators the table held at the last look, and its change
+/// count then: the table is scanned again only once it changed.
+static KNOWN: parking_lot::Mutex<(u64, Vec<&'static CommInfo>)> =
+    parking_lot::Mutex::new((u64::MAX, Vec::new()));
+
 /// The communicators this rank is in, with its collective count on each.
 fn write_comms() {
     let Some(t) = live::comms_table() else { return };
-    let mut rows = Vec::new();
-    comms::each(|c| rows.push(Row::from(c)));
+    let mut known = KNOWN.lock();
+    let changes = comms::changes();
+    if known.0 != changes {
+        known.1.clear();
+        let list = &mut known.1;
+        comms::each(|c| list.push(c));
+        known.0 = changes;
+    }
+    let rows: Vec<Row> = known.1.iter().map(|&c| Row::from(c)).collect();
+    drop(known);
     let gen = t[0].load(Relaxed);
     t[0].store(gen + 1, Relaxed);
     core::sync::atomic::fence(Release);
@@ -98,10 +111,16 @@ impl From<&CommInfo> for Row {
     }
 }
 
-/// Resolves whom the slot's call waits for, once it has blocked a while.
+/// Notes when a thread is first seen out of its last call, and resolves
+/// whom a call waits for once it has blocked a while.
 fn resolve(s: &Slot, now: u64) {
     let word = s.word(w::WORD).load(Acquire);
     if word & IN_CALL == 0 {
+        let t = s.word(w::T).load(Relaxed);
+        if s.word(w::SEEN_T).load(Relaxed) != t {
+            s.word(w::OUT_T).store(now, Relaxed);
+            s.word(w::SEEN_T).store(t, Relaxed);
+        }
         return;
     }
     let t0 = s.word(w::T).load(Relaxed);

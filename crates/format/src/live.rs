@@ -23,10 +23,12 @@
 //!  16 + 24 i: gid u64, collectives started u64, rank in it u32, size u32 (top bit: inter)
 //! slot i (at SLOTS_AT + i SLOT_LEN)
 //!   0 word u64: function id (bits 0-15), live kind (16-23), in the call (bit 63)
-//!   8 t u64: in a call, when it began; else when the last one ended (tracer clock)
+//!   8 t u64: when the thread's current (or last) call began (tracer clock)
 //!  16 a u64, 24 b u64: the call's arguments, by kind (below)
 //!  32 events u64 (records written)  40 messages sent u64  48 bytes sent u64
-//!  56 tid u64
+//!  56 tid u64   64 out_t u64 (by the writer thread: the first tick that saw
+//!     the thread out of its last call, an upper bound of when it left it)
+//!  72 seen_t u64 (the writer thread's: the `t` that tick saw)
 //! 128 request keys u64 x REQS (waits: the first REQS of the call's requests)
 //! 384 phase: length u8, then the innermost phase's name (up to 63 bytes)
 //! 512 detail (by the writer thread): t u64 and word u64 of the call it is
@@ -97,6 +99,8 @@ pub mod w {
     pub const MSGS: usize = 5;
     pub const BYTES: usize = 6;
     pub const TID: usize = 7;
+    pub const OUT_T: usize = 8;
+    pub const SEEN_T: usize = 9;
     pub const REQS: usize = 16;
     pub const PHASE: usize = 48;
     pub const PHASE_WORDS: usize = 8;
@@ -248,9 +252,12 @@ pub struct LiveThread {
     pub func: u32,
     pub kind: LiveKind,
     pub in_call: bool,
-    /// Enter time in a call, else the end of the last call (tracer ns);
-    /// 0 before the thread's first call.
+    /// When the thread's current or last call began (tracer ns); 0
+    /// before its first call.
     pub t: u64,
+    /// Out of a call: when the writer thread first saw it out (tracer
+    /// ns; within a tick after it left), 0 if it has not looked yet.
+    pub out_t: u64,
     pub a: u64,
     pub b: u64,
     pub events: u64,
@@ -413,6 +420,7 @@ impl LiveRank {
             kind: LiveKind::of((w0 >> 16) as u8),
             in_call: w0 & IN_CALL != 0,
             t,
+            out_t: word(w::OUT_T),
             a: word(w::A),
             b: word(w::B),
             events: word(w::EVENTS),

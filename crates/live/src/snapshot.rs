@@ -440,7 +440,13 @@ pub fn build(
             .iter()
             .map(|t| {
                 let clauses = look.clauses(rank, t);
-                let since = if t.t == 0 { r.start_ns } else { t.t };
+                // In a call: since it began. Out of one: since the writer
+                // saw it out, which is at most a tick late.
+                let since = match (t.in_call, t.t) {
+                    (_, 0) => r.start_ns,
+                    (true, t0) => t0,
+                    (false, t0) => t0.max(t.out_t),
+                };
                 let v = ThreadView {
                     thread: t.index,
                     tid: t.tid,
@@ -649,6 +655,7 @@ mod tests {
             kind,
             in_call: true,
             t,
+            out_t: 0,
             a: 0,
             b: 0,
             events: 50,
