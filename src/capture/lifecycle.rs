@@ -519,6 +519,7 @@ fn start_tracing(
         t0,
     );
     live::set_ticker(crate::live_tick::tick);
+    live::set_sync_ms(cfg.live_sync_ms);
     recorder::set_flusher(tx);
     if let Some(s) = SESSION.lock().as_mut() {
         s.dir = Some(dir);

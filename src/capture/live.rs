@@ -101,6 +101,19 @@ pub fn create(path: &std::path::Path, rank: u32, size: u32, host: &str, start_ns
 /// How often the writer thread ticks.
 pub const TICK: std::time::Duration = std::time::Duration::from_millis(250);
 
+/// Ticks between syncs of the file (`PMTRACE_LIVE_SYNC`).
+static SYNC_TICKS: AtomicU32 = AtomicU32::new(4);
+
+/// Syncs every `ms` (at least every tick).
+pub fn set_sync_ms(ms: u32) {
+    SYNC_TICKS.store((ms / TICK.as_millis() as u32).max(1), Relaxed);
+}
+
+/// Ticks between syncs of the file.
+pub fn sync_ticks() -> u64 {
+    u64::from(SYNC_TICKS.load(Relaxed))
+}
+
 /// Slots of threads that ended, for threads that start later.
 static FREE: Mutex<Vec<&'static Slot>> = Mutex::new(Vec::new());
 

@@ -15,9 +15,6 @@ use pmtrace_format::live::{self as fmt, h, w, LiveKind, Peer, Wait, IN_CALL};
 /// A call blocked this long gets its waits resolved.
 const RESOLVE_AFTER_NS: u64 = 200_000_000;
 
-/// Ticks between syncs of the file to the file system.
-const SYNC_EVERY: u64 = 4;
-
 /// One tick of the writer thread.
 pub fn tick() {
     let now = clock::now();
@@ -46,7 +43,7 @@ pub fn tick() {
     if let Some(b) = header(h::BEAT) {
         b.store(beat, Release);
     }
-    if beat.is_multiple_of(SYNC_EVERY) {
+    if beat.is_multiple_of(live::sync_ticks()) {
         live::sync();
     }
 }

@@ -65,8 +65,14 @@ pub struct Config {
     /// `PMTRACE_SHM`: headers to processes of the node through shared
     /// memory (rank 0's choice wins).
     pub shm: bool,
+    /// `PMTRACE_LIVE_SYNC`: ms between syncs of the live status file to
+    /// the file system, for `pmtrace top` on another node.
+    pub live_sync_ms: u32,
     pub warnings: Vec<String>,
 }
+
+/// Default of `PMTRACE_LIVE_SYNC`: once a second.
+pub const DEFAULT_LIVE_SYNC_MS: u32 = 1000;
 
 /// The groups `PMTRACE_EXCLUDE` names, by what their functions' names
 /// start with.
@@ -204,6 +210,7 @@ impl Config {
             sync_reps: DEFAULT_SYNC_REPS,
             exclude: Vec::new(),
             shm: true,
+            live_sync_ms: DEFAULT_LIVE_SYNC_MS,
             warnings: Vec::new(),
         };
         for (k, v) in vars {
@@ -260,6 +267,14 @@ impl Config {
                     "off" => c.shm = false,
                     _ => c.warnings.push(format!("PMTRACE_SHM={v} is not on or off; using on")),
                 },
+                "PMTRACE_LIVE_SYNC" => match v.trim().parse::<f64>() {
+                    Ok(x) if (0.25..=3600.0).contains(&x) => {
+                        c.live_sync_ms = (x * 1000.0).round() as u32
+                    }
+                    _ => c.warnings.push(format!(
+                        "PMTRACE_LIVE_SYNC={v} is not a number of seconds between 0.25 and 3600; using 1"
+                    )),
+                },
                 "PMTRACE_EXCLUDE" => {
                     let (ids, warnings) = parse_exclude(&v, functions);
                     c.exclude = ids;
@@ -296,6 +311,12 @@ impl Config {
         m.insert("PMTRACE_TIMER".into(), timer.into());
         m.insert("PMTRACE_CLOCKS".into(), self.clocks.name().into());
         m.insert("PMTRACE_SYNC_REPS".into(), self.sync_reps.to_string());
+        if self.live_sync_ms != DEFAULT_LIVE_SYNC_MS {
+            m.insert(
+                "PMTRACE_LIVE_SYNC".into(),
+                format!("{}", f64::from(self.live_sync_ms) / 1000.0),
+            );
+        }
         if !self.shm {
             m.insert("PMTRACE_SHM".into(), "off".into());
         }
@@ -349,6 +370,20 @@ mod tests {
         assert_eq!(w.len(), 2, "{w:?}");
         assert!(w[0].contains("MPI_Send cannot be left out"), "{w:?}");
         assert!(w[1].contains("sundial is neither"), "{w:?}");
+    }
+
+    #[test]
+    fn the_live_sync_period_is_seconds_within_bounds() {
+        assert_eq!(cfg(&[]).live_sync_ms, 1000);
+        let c = cfg(&[("PMTRACE_LIVE_SYNC", "0.25")]);
+        assert_eq!((c.live_sync_ms, c.warnings.len()), (250, 0));
+        assert_eq!(cfg(&[("PMTRACE_LIVE_SYNC", " 5 ")]).live_sync_ms, 5000);
+        for bad in ["0", "0.1", "-1", "soon", "1e9", "NaN"] {
+            let c = cfg(&[("PMTRACE_LIVE_SYNC", bad)]);
+            assert_eq!(c.live_sync_ms, 1000, "{bad}");
+            assert_eq!(c.warnings.len(), 1, "{bad}");
+            assert!(c.warnings[0].starts_with("PMTRACE_LIVE_SYNC="), "{bad}");
+        }
     }
 
     #[test]
