@@ -492,6 +492,14 @@ fn start_tracing(
     header.clock_sim = sim;
     header.offset_init = Some(offset);
     let local = open_trace(&path, &header, cfg.buffer_size);
+    // The live status file too, before the ranks agree below: what making
+    // it takes is then not skew between the ends of their MPI_Init.
+    let live_path = path.with_extension("live");
+    if local.is_ok() {
+        live::create(&live_path, rank as u32, size as u32, &hostname(), t0);
+        live::set_ticker(crate::live_tick::tick);
+        live::set_sync_ms(cfg.live_sync_ms);
+    }
     // All ranks trace or none: a rank without a trace file would skip the
     // communicator id agreement (a hidden collective) that the others run.
     let failed_rank = lowest_failed_rank(rank, local.is_err());
@@ -506,20 +514,12 @@ fn start_tracing(
             let _ = tx.send(Msg::Abandon);
             let _ = handle.join();
             let _ = std::fs::remove_file(&path);
+            let _ = std::fs::remove_file(&live_path);
         }
         guard::set_state(State::Disabled);
         return;
     }
     let Ok((tx, handle)) = local else { return };
-    live::create(
-        &path.with_extension("live"),
-        rank as u32,
-        size as u32,
-        &hostname(),
-        t0,
-    );
-    live::set_ticker(crate::live_tick::tick);
-    live::set_sync_ms(cfg.live_sync_ms);
     recorder::set_flusher(tx);
     if let Some(s) = SESSION.lock().as_mut() {
         s.dir = Some(dir);
