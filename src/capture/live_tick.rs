@@ -68,8 +68,7 @@ fn write_comms() {
         comms::each(|c| list.push(c));
         known.0 = changes;
     }
-    let rows: Vec<Row> = known.1.iter().map(|&c| Row::from(c)).collect();
-    drop(known);
+    let rows = &known.1;
     let gen = t[0].load(Relaxed);
     t[0].store(gen + 1, Relaxed);
     core::sync::atomic::fence(Release);
@@ -77,35 +76,13 @@ fn write_comms() {
     for (i, c) in rows.iter().take(n).enumerate() {
         let at = 2 + 3 * i;
         t[at].store(c.gid, Relaxed);
-        t[at + 1].store(c.seq, Relaxed);
+        t[at + 1].store(c.seq.load(Relaxed), Relaxed);
         let size = c.size | if c.inter { 1 << 31 } else { 0 };
         t[at + 2].store(u64::from(c.rank) | u64::from(size) << 32, Relaxed);
     }
     let truncated = u64::from(rows.len() > n);
     t[1].store(n as u64 | truncated << 32, Relaxed);
     t[0].store(gen + 2, Release);
-}
-
-/// A communicator's row, copied out of its (shared) info.
-#[derive(Clone, Copy)]
-struct Row {
-    gid: u64,
-    seq: u64,
-    rank: u32,
-    size: u32,
-    inter: bool,
-}
-
-impl From<&CommInfo> for Row {
-    fn from(c: &CommInfo) -> Row {
-        Row {
-            gid: c.gid,
-            seq: c.seq.load(Relaxed),
-            rank: c.rank,
-            size: c.size,
-            inter: c.inter,
-        }
-    }
 }
 
 /// Notes when a thread is first seen out of its last call, and resolves

@@ -438,11 +438,6 @@ impl LiveRank {
     }
 }
 
-/// The request keys of a slot's wait, as many as it kept.
-pub fn slot_requests(slot: &[u8], count: u64) -> impl Iterator<Item = u64> + '_ {
-    (0..(count as usize).min(REQS)).map(move |i| u64_at(slot, (w::REQS + i) * 8))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
