@@ -194,14 +194,46 @@ def instructions(mode, scale, traced, scratch, clocks="lamport", lib=LIB, progs=
         env["LD_PRELOAD"] = lib
     # "selfi:2048": the mode, then the message size
     mode, _, size = mode.partition(":")
-    cmd = ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null",
+    profile = os.path.join(scratch, "callgrind.out")
+    # --separate-threads: the main thread's profile alone, without the
+    # writer thread, whose ticks follow the clock
+    cmd = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={profile}", "--separate-threads=yes",
            os.path.join(progs, "mpibench"), mode, str(scale)] + ([size] if size else [])
     out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
     shutil.rmtree(trace, ignore_errors=True)
     m = re.search(r"Collected : (\d+)", out.stderr)
     if out.returncode != 0 or not m:
         sys.exit(f"bench: {' '.join(cmd)} failed:\n{out.stderr[-2000:]}")
-    return int(m.group(1))
+    own = own_instructions(profile + "-01", os.path.basename(lib)) if traced else 0
+    for f in os.listdir(scratch):
+        if f.startswith("callgrind.out"):
+            os.unlink(os.path.join(scratch, f))
+    return int(m.group(1)), own
+
+
+def own_instructions(profile, name):
+    """Instructions executed inside the object called `name` (the library's
+    own code, not the MPI or libc it calls): the sum of the self costs of a
+    callgrind profile's functions in that object. Unlike the whole run's
+    count, it does not move with the MPI's progress engine."""
+    objects, ob, total, skip = {}, None, 0, False
+    with open(profile) as f:
+        for line in f:
+            if line.startswith(("ob=", "cob=")):
+                # "(id) name" defines a compressed name, "(id)" uses one
+                m = re.match(r"c?ob=(?:\((\d+)\))? ?(.*)", line.rstrip("\n"))
+                if m.group(2):
+                    objects[m.group(1)] = m.group(2)
+                if line.startswith("ob="):
+                    ob = objects.get(m.group(1), m.group(2))
+            elif line.startswith("calls="):
+                skip = True  # the next cost line is the call's, not the function's
+            elif line[:1] in "0123456789+-*":
+                if skip:
+                    skip = False
+                elif ob is not None and os.path.basename(ob) == name:
+                    total += int(line.split()[1])
+    return total
 
 
 # Traced instructions per call at commit 64b168d, before issue 17's work
@@ -226,7 +258,8 @@ def instructions_section(scratch):
     if shutil.which("valgrind") is None:
         print("instructions per call: skipped (no valgrind)")
         return
-    print("instructions per call (callgrind, np=1, difference of two loop lengths):")
+    print("instructions per call (callgrind, np=1, difference of two loop lengths);")
+    print("'own' counts those inside libpmtrace.so alone, which the MPI's progress does not move:")
     # mpibench runs blocks of 1000 after a warm-up of a tenth as many
     # (iprobe: calls, not blocks); scales give 1 and 11 blocks plus warm-up.
     rows = [
@@ -251,21 +284,22 @@ def instructions_section(scratch):
             print(f"{name}: skipped (build it: make matrix)")
             continue
         print(f"{name + ' library':<40}{'untraced':>10}{'traced':>10}{'added':>10}"
-              f"{'issue 17 start':>16}")
+              f"{'own':>10}{'issue 17 start':>16}")
         for mode, (s1, s2), calls, label, clocks in rows:
             if mode == "self" and key != "OPENMPI":
                 # MPICH's blocking send to its own rank does not return
                 # before the receive is posted (selfi measures that path).
                 continue
             n = calls(s2) - calls(s1)
-            per = {}
+            per, own = {}, 0.0
             for traced in (False, True):
-                a = instructions(mode, s1, traced, scratch, clocks, lib, progs)
-                b = instructions(mode, s2, traced, scratch, clocks, lib, progs)
+                (a, own_a) = instructions(mode, s1, traced, scratch, clocks, lib, progs)
+                (b, own_b) = instructions(mode, s2, traced, scratch, clocks, lib, progs)
                 per[traced] = (b - a) / n
+                own = (own_b - own_a) / n
             before = BEFORE_ISSUE_17.get((key, label))
             print(f"  {label:<38}{per[False]:>10.0f}{per[True]:>10.0f}"
-                  f"{per[True] - per[False]:>+10.0f}"
+                  f"{per[True] - per[False]:>+10.0f}{own:>10.1f}"
                   f"{'' if before is None else before:>16}")
 
 

@@ -1235,40 +1235,40 @@ fn live_enter(e: &Entry, narrow: bool) -> Result<String, String> {
     let r = |x: &str| role(e, x);
     let comm = |c: &str| {
         if narrow {
-            format!("{{ let c: ffi::MPI_Comm = ffi::Wide::narrow({c}); ffi::handle_key(c) }}")
+            format!("{{ let c: ffi::MPI_Comm = ffi::Wide::narrow({c}); c }}")
         } else {
-            format!("ffi::handle_key({c})")
+            c.to_string()
         }
     };
     let word = |kind: &str| {
         format!(
-            "const {{ word(ids::{}, LiveKind::{kind}) | IN_CALL }}",
+            "const {{ (word(ids::{}, LiveKind::{kind}) | IN_CALL) as u32 }}",
             e.name.to_ascii_uppercase()
         )
     };
     let slot = "guard.recorder().live";
     Ok(match e.kind.as_str() {
         "recv" | "probe" | "mprobe" => format!(
-            "live::enter_with({slot}, {}, t0, {} as u32 as u64, {});",
+            "live::enter_with({slot}, {}, t0, {}, {});",
             word("Recv"),
             r("peer")?,
             comm(r("comm")?)
         ),
         "send" => format!(
-            "live::enter_with({slot}, {}, t0, {} as u32 as u64, {});",
+            "live::enter_with({slot}, {}, t0, {}, {});",
             word("Send"),
             r("peer")?,
             comm(r("comm")?)
         ),
         "sendrecv" | "sendrecv_replace" => format!(
-            "live::enter_with({slot}, {}, t0, {} as u32 as u64 | ({} as u32 as u64) << 32, {});",
+            "live::enter_pair({slot}, {}, t0, {}, {}, {});",
             word("Sendrecv"),
             r("peer")?,
             r("source")?,
             comm(r("comm")?)
         ),
         "wait" if !narrow => format!(
-            "live::enter_wait({slot}, {}, t0, 1, core::iter::once(ffi::handle_key(request_in)));",
+            "live::enter_wait({slot}, {}, t0, request_in);",
             word("Wait")
         ),
         "waitall" | "waitany" | "waitsome" if !narrow => {
@@ -1278,9 +1278,8 @@ fn live_enter(e: &Entry, narrow: bool) -> Result<String, String> {
                 _ => "Waitsome",
             };
             format!(
-                "live::enter_wait({slot}, {}, t0, {}.max(0) as usize, scratch.requests().iter().map(|&q| ffi::handle_key(q)));",
-                word(kind),
-                r("incount")?
+                "live::enter_waits({slot}, {}, t0, scratch.requests());",
+                word(kind)
             )
         }
         k if (k.starts_with("coll:") || k == "comm_new") && opt_role(e, "comm").is_some() => {

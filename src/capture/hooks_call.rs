@@ -177,14 +177,15 @@ pub fn actual(status: *const MPI_Status) -> (i32, i32, u64) {
 }
 
 /// Enters the operation a call just created under the request handle MPI
-/// stored at `request`; `live` is what it waits on (`Op::live`).
+/// stored at `request`; `comm` is its communicator for the live view
+/// (`Op::comm`).
 pub fn register(
     request: *mut MPI_Request,
     id: u64,
     kind: OpKind,
     persistent: bool,
     pb: usize,
-    live: (usize, i64),
+    comm: u32,
 ) {
     // SAFETY: MPI just stored the new request handle there.
     let handle = unsafe { *request };
@@ -198,7 +199,7 @@ pub fn register(
             cancelled: false,
             slot: request as usize,
             pb,
-            live,
+            comm,
         },
     );
 }

@@ -464,8 +464,8 @@ fn record_coll(
     put_coll(&mut r, info, seq, root, sent, recvd);
     if let Some((request, persistent)) = request.filter(|_| call.ok()) {
         let id = r.take_op();
-        let live = (info as *const CommInfo as usize, seq as i64);
-        register(request, id, OpKind::Coll, persistent, 0, live);
+        let kind = OpKind::Coll { seq: seq as u32 };
+        register(request, id, kind, persistent, 0, info.index + 1);
     }
     r.commit();
 }

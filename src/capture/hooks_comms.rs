@@ -64,9 +64,9 @@ pub fn comm_idup(call: Call, comm: MPI_Comm, newcomm: *mut MPI_Comm, request: *m
                 newcomm: newcomm as usize,
                 parent_gid: info.gid,
                 nth,
+                seq: seq as u32,
             };
-            let live = (info as *const CommInfo as usize, seq as i64);
-            register(request, id, kind, false, 0, live);
+            register(request, id, kind, false, 0, info.index + 1);
         }
         r.commit();
     })

@@ -4,7 +4,7 @@
 //! are the piggyback's (the wrappers call it around the real call); these
 //! record what came of it.
 
-use crate::comms::{self, CommInfo};
+use crate::comms;
 use crate::ffi::{MPI_Comm, MPI_Datatype, MPI_Message, MPI_Request, MPI_Status};
 use crate::guard::Guard;
 use crate::hooks_call::{actual, comm_info, guarded, register, Call};
@@ -75,17 +75,13 @@ pub fn issue(
                 tag,
                 posted: Some(bytes),
             },
-            Issued::Send => OpKind::Send,
+            Issued::Send => OpKind::Send { dst: peer },
         };
         let mut w = call.begin();
+        let recv = matches!(kind, OpKind::Recv { .. });
         if call.ok() {
             let id = w.as_mut().map_or(0, |r| r.take_op());
-            let recv = matches!(kind, OpKind::Recv { .. });
-            let live = (info as *const CommInfo as usize, i64::from(peer));
-            register(request, id, kind, persistent, pb, live);
-            if let Some(r) = w.as_ref().filter(|_| !persistent && !recv) {
-                live::sent(r.live(), bytes);
-            }
+            register(request, id, kind, persistent, pb, info.index + 1);
             // (A send's slot never joins the pending receives.)
             if !persistent && recv {
                 piggyback::posted_recv(pb, true);
@@ -94,6 +90,9 @@ pub fn issue(
             piggyback::release(pb);
         }
         if let Some(mut r) = w {
+            if !recv && !persistent && call.ok() {
+                live::sent(r.live(), bytes);
+            }
             put_send(&mut r, peer, tag, info.index, bytes);
             r.commit();
         }
@@ -296,8 +295,7 @@ pub fn isendrecv(
                     posted: Some(posted),
                 }
             };
-            let live = (info as *const CommInfo as usize, i64::from(source));
-            register(request, id, kind, false, pb, live);
+            register(request, id, kind, false, pb, info.index + 1);
             piggyback::posted_recv(pb, true);
         } else {
             piggyback::release(pb);
@@ -401,7 +399,7 @@ pub fn imrecv(
                 posted: EXPLICIT.2,
             };
             // The message is here already: completing waits on no one.
-            register(request, id, kind, false, pb, (0, 0));
+            register(request, id, kind, false, pb, 0);
         } else {
             piggyback::release(pb);
         }

@@ -284,6 +284,7 @@ fn complete_set(call: &Call, set: &[Completed]) {
             newcomm,
             parent_gid,
             nth,
+            ..
         } = c.kind
         {
             let comm = crate::requests::comm_of_idup(newcomm);

@@ -8,6 +8,7 @@
 //! communicators, whom a blocked call waits for) is `live_tick`'s, run
 //! through `tick` so that the writer thread need not import it.
 
+use crate::ffi::{MPI_Comm, MPI_Request};
 use core::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed, Ordering::Release};
 use memmap2::MmapMut;
 use parking_lot::Mutex;
@@ -23,6 +24,46 @@ impl Slot {
     #[inline(always)]
     pub fn word(&self, i: usize) -> &AtomicU64 {
         &self.0[i]
+    }
+
+    /// The low half of word `i` (the file is little-endian, as are the
+    /// targets pmtrace runs on). The calls store 32-bit values there:
+    /// a store of an immediate or of a 32-bit register, where a 64-bit
+    /// store would first need the value widened. Only 32-bit accesses
+    /// reach these halves in the process.
+    #[inline(always)]
+    pub fn low(&self, i: usize) -> &AtomicU32 {
+        // SAFETY: the slot is 8-aligned and words are 8 bytes; the half
+        // lies inside word `i` and is only accessed as an AtomicU32.
+        unsafe { &*(self.0.as_ptr().add(i) as *const AtomicU32) }
+    }
+
+    /// The high half of word `i` (see `low`).
+    #[inline(always)]
+    pub fn high(&self, i: usize) -> &AtomicU32 {
+        // SAFETY: as in `low`, the other half.
+        unsafe { &*((self.0.as_ptr().add(i) as *const AtomicU32).add(1)) }
+    }
+
+    /// Stores handle `h` into word `i` at the handle's own width (4 bytes
+    /// in MPICH, 8 in Open MPI and the standard ABI): what `handle_key`
+    /// makes of it, the other half staying 0.
+    #[inline(always)]
+    fn put_handle<T: Copy>(&self, i: usize, h: T) {
+        if size_of::<T>() == 4 {
+            self.low(i).store(crate::ffi::handle_key(h) as u32, Relaxed);
+        } else {
+            self.word(i).store(crate::ffi::handle_key(h), Relaxed);
+        }
+    }
+
+    /// A handle's key that `put_handle::<T>` stored, read at its width.
+    pub fn handle_at<T: Copy>(&self, i: usize) -> u64 {
+        if size_of::<T>() == 4 {
+            u64::from(self.low(i).load(Relaxed))
+        } else {
+            self.word(i).load(Relaxed)
+        }
     }
 }
 
@@ -197,36 +238,50 @@ pub fn tick() {
 }
 
 /// A call begins: its time, then its word (`IN_CALL` set, by the caller:
-/// a constant).
+/// a constant, stored as a 32-bit immediate).
 #[inline(always)]
-pub fn enter(s: &Slot, word: u64, t0: u64) {
-    debug_assert!(word & IN_CALL != 0);
+pub fn enter(s: &Slot, word: u32, t0: u64) {
+    debug_assert!(u64::from(word) & IN_CALL != 0);
     s.word(w::T).store(t0, Relaxed);
-    s.word(w::WORD).store(word, Release);
+    s.low(w::WORD).store(word, Release);
 }
 
-/// A call with a peer or communicator begins (see the format for `a`, `b`).
+/// A call with a peer (a rank of `comm`) begins.
 #[inline(always)]
-pub fn enter_with(s: &Slot, word: u64, t0: u64, a: u64, b: u64) {
-    s.word(w::A).store(a, Relaxed);
-    s.word(w::B).store(b, Relaxed);
+pub fn enter_with(s: &Slot, word: u32, t0: u64, peer: i32, comm: MPI_Comm) {
+    s.low(w::A).store(peer as u32, Relaxed);
+    s.put_handle(w::B, comm);
     enter(s, word, t0);
 }
 
-/// A collective begins on the communicator whose handle key is `b`.
+/// A call that sends to `dest` and receives from `source` begins.
 #[inline(always)]
-pub fn enter_comm(s: &Slot, word: u64, t0: u64, b: u64) {
-    s.word(w::B).store(b, Relaxed);
+pub fn enter_pair(s: &Slot, word: u32, t0: u64, dest: i32, source: i32, comm: MPI_Comm) {
+    s.high(w::A).store(source as u32, Relaxed);
+    enter_with(s, word, t0, dest, comm);
+}
+
+/// A collective begins on `comm`.
+#[inline(always)]
+pub fn enter_comm(s: &Slot, word: u32, t0: u64, comm: MPI_Comm) {
+    s.put_handle(w::B, comm);
     enter(s, word, t0);
 }
 
-/// A wait begins on the requests whose keys `keys` gives (`n` of them).
+/// `MPI_Wait` begins on `request` (one: the kind says so).
 #[inline(always)]
-pub fn enter_wait(s: &Slot, word: u64, t0: u64, n: usize, keys: impl Iterator<Item = u64>) {
-    for (i, k) in keys.take(fmt::REQS).enumerate() {
-        s.word(w::REQS + i).store(k, Relaxed);
+pub fn enter_wait(s: &Slot, word: u32, t0: u64, request: MPI_Request) {
+    s.put_handle(w::REQS, request);
+    enter(s, word, t0);
+}
+
+/// A wait begins on `requests`.
+#[inline(always)]
+pub fn enter_waits(s: &Slot, word: u32, t0: u64, requests: &[MPI_Request]) {
+    for (i, &q) in requests.iter().take(fmt::REQS).enumerate() {
+        s.put_handle(w::REQS + i, q);
     }
-    s.word(w::A).store(n as u64, Relaxed);
+    s.low(w::A).store(requests.len() as u32, Relaxed);
     enter(s, word, t0);
 }
 
@@ -234,7 +289,7 @@ pub fn enter_wait(s: &Slot, word: u64, t0: u64, n: usize, keys: impl Iterator<It
 /// store here, not two.
 #[inline(always)]
 pub fn leave(s: &Slot, func: u32) {
-    s.word(w::WORD).store(u64::from(func), Release);
+    s.low(w::WORD).store(func, Release);
 }
 
 /// A message of `bytes` bytes left this thread. Only a registered

@@ -52,8 +52,8 @@ fn header(at: usize) -> Option<&'static AtomicU64> {
     live::header_u64(at)
 }
 
-/// The communicators the table held at the last look, and its change
-/// count then: the table is scanned again only once it changed.
+/// The communicators the table held at the last look, by index, and its
+/// change count then: the table is scanned again only once it changed.
 static KNOWN: parking_lot::Mutex<(u64, Vec<&'static CommInfo>)> =
     parking_lot::Mutex::new((u64::MAX, Vec::new()));
 
@@ -66,6 +66,7 @@ fn write_comms() {
         known.1.clear();
         let list = &mut known.1;
         comms::each(|c| list.push(c));
+        list.sort_unstable_by_key(|c| c.index);
         known.0 = changes;
     }
     let rows = &known.1;
@@ -88,7 +89,7 @@ fn write_comms() {
 /// Notes when a thread is first seen out of its last call, and resolves
 /// whom a call waits for once it has blocked a while.
 fn resolve(s: &Slot, now: u64) {
-    let word = s.word(w::WORD).load(Acquire);
+    let word = u64::from(s.low(w::WORD).load(Acquire));
     if word & IN_CALL == 0 {
         let t = s.word(w::T).load(Relaxed);
         if s.word(w::SEEN_T).load(Relaxed) != t {
@@ -103,7 +104,8 @@ fn resolve(s: &Slot, now: u64) {
     {
         return;
     }
-    let (a, b) = (s.word(w::A).load(Relaxed), s.word(w::B).load(Relaxed));
+    let a = s.low(w::A).load(Relaxed);
+    let b = s.handle_at::<ffi::MPI_Comm>(w::B);
     let mut waits = Vec::new();
     let mut total = 0u32;
     let mut add = |wt: Option<Wait>| {
@@ -116,13 +118,16 @@ fn resolve(s: &Slot, now: u64) {
         LiveKind::Recv => add(p2p(b, a as i32, true)),
         LiveKind::Send => add(p2p(b, a as i32, false)),
         LiveKind::Sendrecv => {
-            add(p2p(b, a as u32 as i32, false));
-            add(p2p(b, (a >> 32) as u32 as i32, true));
+            add(p2p(b, a as i32, false));
+            add(p2p(b, s.high(w::A).load(Relaxed) as i32, true));
         }
         LiveKind::Wait | LiveKind::Waitall | LiveKind::Waitany | LiveKind::Waitsome => {
-            let n = (a as usize).min(fmt::REQS);
+            let n = match LiveKind::of((word >> 16) as u8) {
+                LiveKind::Wait => 1,
+                _ => (a as usize).min(fmt::REQS),
+            };
             for i in 0..n {
-                add(request(s.word(w::REQS + i).load(Relaxed)));
+                add(request(s.handle_at::<ffi::MPI_Request>(w::REQS + i)));
             }
         }
         LiveKind::Coll => {
@@ -136,7 +141,7 @@ fn resolve(s: &Slot, now: u64) {
         LiveKind::Other => return,
     }
     // The call may have ended while its arguments were read.
-    if s.word(w::WORD).load(Acquire) != word || s.word(w::T).load(Relaxed) != t0 {
+    if u64::from(s.low(w::WORD).load(Acquire)) != word || s.word(w::T).load(Relaxed) != t0 {
         return;
     }
     let kept = waits.len().min(fmt::DETAIL_ENTRIES);
@@ -186,24 +191,58 @@ fn peer_of(c: &CommInfo, r: i32) -> Option<Peer> {
     }
 }
 
+/// The communicator whose `CommInfo::index` is `index`, among those the
+/// table held at the last `write_comms` (one freed since is not found).
+fn by_index(index: u32) -> Option<&'static CommInfo> {
+    let known = KNOWN.lock();
+    let list = &known.1;
+    list.binary_search_by_key(&index, |c| c.index)
+        .ok()
+        .map(|i| list[i])
+}
+
+/// The collective number whose low 32 bits are `low`: the latest one
+/// below `now`, the communicator's count of collectives begun.
+fn seq_near(now: u64, low: u32) -> u64 {
+    let s = (now & !0xffff_ffff) | u64::from(low);
+    if s >= now && s >= 1 << 32 {
+        s - (1 << 32)
+    } else {
+        s
+    }
+}
+
 /// What completing the request with handle key `key` waits on.
 fn request(key: u64) -> Option<Wait> {
     let op = REQUESTS.get(key, 0)?;
-    let (info, peer) = op.live;
-    // SAFETY: `live.0` is a `&'static CommInfo`'s address or 0.
-    let c = unsafe { (info as *const CommInfo).as_ref() }?;
+    let c = by_index(op.comm.checked_sub(1)?)?;
     match op.kind {
-        OpKind::Send => Some(Wait::To {
+        OpKind::Send { dst } => Some(Wait::To {
             gid: c.gid,
-            peer: peer_of(c, peer as i32)?,
+            peer: peer_of(c, dst)?,
         }),
-        OpKind::Recv { .. } | OpKind::RecvBlind { .. } => Some(Wait::From {
+        OpKind::Recv { src, .. } | OpKind::RecvBlind { src, .. } => Some(Wait::From {
             gid: c.gid,
-            peer: peer_of(c, peer as i32)?,
+            peer: peer_of(c, src)?,
         }),
-        OpKind::Coll | OpKind::Idup { .. } => Some(Wait::Coll {
+        OpKind::Coll { seq } | OpKind::Idup { seq, .. } => Some(Wait::Coll {
             gid: c.gid,
-            seq: peer as u64,
+            seq: seq_near(c.seq.load(Relaxed), seq),
         }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::seq_near;
+
+    #[test]
+    fn a_collective_number_is_rebuilt_from_its_low_bits() {
+        assert_eq!(seq_near(10, 3), 3);
+        assert_eq!(seq_near(10, 9), 9);
+        // the count passed 2^32 since it began
+        assert_eq!(seq_near((1 << 32) + 5, 0xffff_fff0), 0xffff_fff0);
+        assert_eq!(seq_near((1 << 32) + 5, 4), (1 << 32) + 4);
+        assert_eq!(seq_near((3 << 32) + 7, 7), (2 << 32) + 7);
     }
 }

@@ -17,7 +17,8 @@ use std::hash::{BuildHasherDefault, Hasher};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum OpKind {
-    Send,
+    /// A send to `dst` (for the live view).
+    Send { dst: i32 },
     /// A receive, with what was posted (source, tag, bytes); `None` bytes
     /// (and i32::MIN source/tag) when the status is written out in full.
     Recv {
@@ -27,17 +28,17 @@ pub enum OpKind {
     },
     /// A receive whose status MPI does not fill (`piggyback::isendrecv_blind`):
     /// recorded as what was posted.
-    RecvBlind {
-        src: i32,
-        tag: i32,
-        posted: u64,
-    },
-    Coll,
+    RecvBlind { src: i32, tag: i32, posted: u64 },
+    /// A nonblocking or persistent collective, the `seq`th on its
+    /// communicator (its low 32 bits: for the live view).
+    Coll { seq: u32 },
     /// An `MPI_Comm_idup`: at completion, define the new communicator.
     Idup {
         newcomm: usize,
         parent_gid: u64,
         nth: u64,
+        /// Its number among the parent's collectives (low 32 bits).
+        seq: u32,
     },
 }
 
@@ -55,10 +56,11 @@ pub struct Op {
     pub slot: usize,
     /// The operation's piggyback slot (`piggyback_slots::Slot`), 0 if none.
     pub pb: usize,
-    /// What completing it waits on, for the live view: its communicator
-    /// (a `&'static CommInfo`'s address, 0: no one) and its peer's rank
-    /// there, or for a collective its number on the communicator.
-    pub live: (usize, i64),
+    /// For the live view, the communicator completing it waits on: its
+    /// index + 1 (`CommInfo::index`), 0 for none; the peer or the
+    /// collective's number is the kind's. (A u32, so that it fits where
+    /// `Op` had padding.)
+    pub comm: u32,
 }
 
 /// Multiplicative hashing of handle values (already unique integers).
@@ -262,3 +264,7 @@ pub fn comm_of_idup(newcomm: usize) -> MPI_Comm {
     // MPI_Comm_idup, which MPI requires to stay valid until completion.
     unsafe { *(newcomm as *const MPI_Comm) }
 }
+
+// `Op::comm` fits where `Op` had padding: the table's entries stay as
+// large as before the live view.
+const _: () = assert!(size_of::<Op>() == 80);

@@ -198,6 +198,13 @@ fn a_deadlock_in_waitall_on_a_split_communicator_names_world_ranks() {
     deadlock(Mpi::OpenMpi, "waitall", "MPI_Waitall");
 }
 
+/// The same under MPICH, whose request and communicator handles are
+/// 4-byte integers (the slot keeps them at that width).
+#[test]
+fn a_deadlock_in_waitall_names_world_ranks_under_mpich() {
+    deadlock(Mpi::Mpich, "waitall", "MPI_Waitall");
+}
+
 fn stalled(mpi: Mpi) {
     let dir = scratch(&format!("live-stalled-{mpi:?}"));
     let prog = mpi.prog("hang");

@@ -22,7 +22,8 @@
 //!   0 generation u64 (odd while being rewritten)   8 count u32   12 truncated u32
 //!  16 + 24 i: gid u64, collectives started u64, rank in it u32, size u32 (top bit: inter)
 //! slot i (at SLOTS_AT + i SLOT_LEN)
-//!   0 word u64: function id (bits 0-15), live kind (16-23), in the call (bit 63)
+//!   0 word u64: function id (bits 0-15), live kind (16-23), in the call
+//!     (bit 31); the high 32 bits stay 0
 //!   8 t u64: when the thread's current (or last) call began (tracer clock)
 //!  16 a u64, 24 b u64: the call's arguments, by kind (below)
 //!  32 events u64 (records written)  40 messages sent u64  48 bytes sent u64
@@ -39,11 +40,15 @@
 //!     low 32 bits), gid u64
 //! ```
 //!
-//! Arguments by live kind: a receive or probe has the source in `a` and the
-//! communicator's handle key in `b`; a send, the destination and the
-//! communicator; a send-receive, the destination (low 32 bits) and source
-//! (high 32) in `a`; a wait, the number of requests in `a` and their keys
-//! in the slot's request list; a collective, the communicator in `b`.
+//! Arguments by live kind, for the writer thread: a receive or probe has
+//! the source in the low 32 bits of `a` and the communicator's handle key
+//! in `b`; a send, the destination and the communicator; a send-receive,
+//! the destination (low 32 bits) and source (high 32) in `a`; a wait, the
+//! number of requests in `a` (`MPI_Wait`: one, not stored) and their keys
+//! in the slot's request list; a collective, the communicator in `b`. A
+//! handle key is stored at the handle's own width (4 bytes in MPICH), the
+//! rest of the word staying 0; a half of `a` not stored may be left from
+//! an earlier call.
 //!
 //! Each word is written whole, but a slot as a whole is not: a copy taken
 //! while the thread enters or leaves a call may pair one call's word with
@@ -53,7 +58,7 @@
 use crate::FormatError;
 
 pub const LIVE_MAGIC: &[u8; 4] = b"PMTL";
-pub const LIVE_VERSION: u32 = 1;
+pub const LIVE_VERSION: u32 = 2;
 pub const HEADER_LEN: usize = 4096;
 pub const COMMS_AT: usize = HEADER_LEN;
 pub const COMMS_LEN: usize = 8192;
@@ -111,8 +116,10 @@ pub mod w {
     pub const DETAIL: usize = 67;
 }
 
-/// Bit 63 of a slot's word: the thread is inside the call.
-pub const IN_CALL: u64 = 1 << 63;
+/// Bit 31 of a slot's word: the thread is inside the call. (The word's
+/// high half stays 0: a call stores the low half alone, as a 32-bit
+/// immediate.)
+pub const IN_CALL: u64 = 1 << 31;
 
 /// A rank's state, from the header.
 pub const STATE_RUNNING: u32 = 1;
