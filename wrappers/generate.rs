@@ -1185,8 +1185,10 @@ fn wrapper(o: &mut String, e: &Entry) -> Result<(), String> {
              {}\n        \
              // SAFETY: the caller's arguments, passed on.\n        \
              let rc = unsafe {{ next({args}) }};\n        \
-             let t1 = clock::now();",
-            live_enter(e, true)?
+             let t1 = clock::now();\n        \
+             live::leave(guard.recorder().live, ids::{});",
+            live_enter(e, true)?,
+            e.name.to_ascii_uppercase()
         )
         .unwrap();
         narrow_handles(o, e, "        ");
@@ -1364,6 +1366,14 @@ fn inner_level(
         .map_or_else(|| direct.clone(), |c| c.replace("{REAL}", &direct));
     writeln!(o, "    let rc = unsafe {{ {real_call} }};").unwrap();
     writeln!(o, "    let t1 = clock::now();").unwrap();
+    // Out of the call at once, before what the piggyback unpacks: the
+    // slot's address is at hand, and nothing made since need move.
+    writeln!(
+        o,
+        "    live::leave(guard.recorder().live, ids::{});",
+        e.name.to_ascii_uppercase()
+    )
+    .unwrap();
     for l in &around.post {
         writeln!(o, "    {l}").unwrap();
     }

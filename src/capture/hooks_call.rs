@@ -34,7 +34,6 @@ pub struct Call<'g> {
 impl<'g> Call<'g> {
     #[inline(always)]
     pub fn new(guard: &'g Guard, func: u32, t0: u64, t1: u64, rc: c_int) -> Self {
-        crate::live::leave(guard.recorder().live, func);
         Call {
             guard,
             func,

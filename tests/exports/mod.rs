@@ -399,15 +399,32 @@ fn check_window(trace: &Path, dir: &Path, rep: &serde_json::Value) {
 #[test]
 fn the_timeline_shows_the_critical_path_phases_wait_states_and_parallelism() {
     let dir = scratch("timeline-insight");
-    let run = mpirun(&dir, 4, &prog("phases"), &["40"], Mode::Preload, &[]);
-    assert_eq!(run.code, 0, "{}", run.stderr);
     let html = dir.join("timeline.html");
-    written(&run.trace, "timeline", &html);
-    // What the trace says, on the synchronized time base the page draws
-    // insight on: `pmtrace merge` writes it.
-    let log = dir.join("merged.log");
-    written(&run.trace, "merge", &log);
-    let calls = merged_calls(&std::fs::read_to_string(&log).unwrap());
+    // Check 3 below needs a moment of "setup" when all four ranks compute.
+    // With four ranks on this machine's two cores, one rank can be
+    // descheduled until the others have finished their setups and wait in
+    // the barrier: then the trace (rightly) has no such moment, and the
+    // job is run again, up to three times.
+    let mut attempts = 0;
+    let (calls, (setup_start, setup_end)) = loop {
+        attempts += 1;
+        let run = mpirun(&dir, 4, &prog("phases"), &["40"], Mode::Preload, &[]);
+        assert_eq!(run.code, 0, "{}", run.stderr);
+        written(&run.trace, "timeline", &html);
+        // What the trace says, on the synchronized time base the page
+        // draws insight on: `pmtrace merge` writes it.
+        let log = dir.join("merged.log");
+        written(&run.trace, "merge", &log);
+        let calls = merged_calls(&std::fs::read_to_string(&log).unwrap());
+        let window = all_in_setup(&calls);
+        if window.0 < window.1 || attempts == 3 {
+            break (calls, window);
+        }
+    };
+    assert!(
+        setup_start < setup_end,
+        "in {attempts} runs, the four ranks never computed their setups at once"
+    );
     let url = format!("file://{}", html.display());
     let dom = chromium(&format!("{url}#mode=synced"), None);
     assert_eq!(body_attr(&dom, "phases"), 24, "6 phases on each of 4 ranks");
@@ -516,21 +533,6 @@ fn the_timeline_shows_the_critical_path_phases_wait_states_and_parallelism() {
     }
     // In "setup" every rank computes (its calls come at its end): the
     // strip is full.
-    let setup_end = calls[&0]
-        .iter()
-        .find(|c| c.name == "MPI_Barrier")
-        .map(|c| c.enter)
-        .unwrap();
-    let setup_start = (0..4)
-        .map(|r| {
-            calls[&r]
-                .iter()
-                .find(|c| c.name == "pmtrace_phase_begin" && c.arg == "setup")
-                .unwrap()
-                .enter
-        })
-        .max()
-        .unwrap();
     let x = at.x(setup_start + (setup_end - setup_start) / 4);
     shot.expect(
         x,
@@ -542,6 +544,32 @@ fn the_timeline_shows_the_critical_path_phases_wait_states_and_parallelism() {
     // Raw time is not the report's base: nothing of it is drawn there.
     let raw = chromium(&format!("{url}#mode=raw"), None);
     assert_eq!(body_attr(&raw, "path-drawn"), 0);
+}
+
+/// When all four ranks compute in "setup": from the last one's start of
+/// it to the first MPI call any rank makes after its own start (an empty
+/// span when a rank began its setup only after another had finished).
+fn all_in_setup(calls: &std::collections::BTreeMap<u32, Vec<Merged>>) -> (u64, u64) {
+    let begins: Vec<u64> = (0..4)
+        .map(|r| {
+            calls[&r]
+                .iter()
+                .find(|c| c.name == "pmtrace_phase_begin" && c.arg == "setup")
+                .expect("setup begins")
+                .enter
+        })
+        .collect();
+    let start = *begins.iter().max().unwrap();
+    let end = (0..4)
+        .filter_map(|r| {
+            calls[&r]
+                .iter()
+                .find(|c| c.name.starts_with("MPI_") && c.enter > begins[r as usize])
+                .map(|c| c.enter)
+        })
+        .min()
+        .unwrap_or(0);
+    (start, end)
 }
 
 /// `pmtrace VERB TRACE -o OUT`, which must succeed.
