@@ -1251,28 +1251,25 @@ fn live_enter(e: &Entry, narrow: bool) -> Result<String, String> {
     let slot = "guard.recorder().live";
     Ok(match e.kind.as_str() {
         "recv" | "probe" | "mprobe" => format!(
-            "live::enter_with({slot}, {}, t0, {}, {});",
+            "live::enter_with({slot}, {}, {}, {});",
             word("Recv"),
             r("peer")?,
             comm(r("comm")?)
         ),
         "send" => format!(
-            "live::enter_with({slot}, {}, t0, {}, {});",
+            "live::enter_with({slot}, {}, {}, {});",
             word("Send"),
             r("peer")?,
             comm(r("comm")?)
         ),
         "sendrecv" | "sendrecv_replace" => format!(
-            "live::enter_pair({slot}, {}, t0, {}, {}, {});",
+            "live::enter_pair({slot}, {}, {}, {}, {});",
             word("Sendrecv"),
             r("peer")?,
             r("source")?,
             comm(r("comm")?)
         ),
-        "wait" if !narrow => format!(
-            "live::enter_wait({slot}, {}, t0, request_in);",
-            word("Wait")
-        ),
+        "wait" if !narrow => format!("live::enter_wait({slot}, {}, request_in);", word("Wait")),
         "waitall" | "waitany" | "waitsome" if !narrow => {
             let kind = match e.kind.as_str() {
                 "waitall" => "Waitall",
@@ -1280,18 +1277,18 @@ fn live_enter(e: &Entry, narrow: bool) -> Result<String, String> {
                 _ => "Waitsome",
             };
             format!(
-                "live::enter_waits({slot}, {}, t0, scratch.requests());",
+                "live::enter_waits({slot}, {}, scratch.requests());",
                 word(kind)
             )
         }
         k if (k.starts_with("coll:") || k == "comm_new") && opt_role(e, "comm").is_some() => {
             format!(
-                "live::enter_comm({slot}, {}, t0, {});",
+                "live::enter_comm({slot}, {}, {});",
                 word("Coll"),
                 comm(r("comm")?)
             )
         }
-        _ => format!("live::enter({slot}, {}, t0);", word("Other")),
+        _ => format!("live::enter({slot}, {});", word("Other")),
     })
 }
 

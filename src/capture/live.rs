@@ -237,52 +237,52 @@ pub fn tick() {
     }
 }
 
-/// A call begins: its time, then its word (`IN_CALL` set, by the caller:
-/// a constant, stored as a 32-bit immediate).
+/// A call begins: its word (`IN_CALL` set, by the caller: a constant,
+/// stored as a 32-bit immediate). When it began is the writer thread's
+/// to note (`live_tick`), within a tick: one store here, not two.
 #[inline(always)]
-pub fn enter(s: &Slot, word: u32, t0: u64) {
+pub fn enter(s: &Slot, word: u32) {
     debug_assert!(u64::from(word) & IN_CALL != 0);
-    s.word(w::T).store(t0, Relaxed);
     s.low(w::WORD).store(word, Release);
 }
 
 /// A call with a peer (a rank of `comm`) begins.
 #[inline(always)]
-pub fn enter_with(s: &Slot, word: u32, t0: u64, peer: i32, comm: MPI_Comm) {
+pub fn enter_with(s: &Slot, word: u32, peer: i32, comm: MPI_Comm) {
     s.low(w::A).store(peer as u32, Relaxed);
     s.put_handle(w::B, comm);
-    enter(s, word, t0);
+    enter(s, word);
 }
 
 /// A call that sends to `dest` and receives from `source` begins.
 #[inline(always)]
-pub fn enter_pair(s: &Slot, word: u32, t0: u64, dest: i32, source: i32, comm: MPI_Comm) {
+pub fn enter_pair(s: &Slot, word: u32, dest: i32, source: i32, comm: MPI_Comm) {
     s.high(w::A).store(source as u32, Relaxed);
-    enter_with(s, word, t0, dest, comm);
+    enter_with(s, word, dest, comm);
 }
 
 /// A collective begins on `comm`.
 #[inline(always)]
-pub fn enter_comm(s: &Slot, word: u32, t0: u64, comm: MPI_Comm) {
+pub fn enter_comm(s: &Slot, word: u32, comm: MPI_Comm) {
     s.put_handle(w::B, comm);
-    enter(s, word, t0);
+    enter(s, word);
 }
 
 /// `MPI_Wait` begins on `request` (one: the kind says so).
 #[inline(always)]
-pub fn enter_wait(s: &Slot, word: u32, t0: u64, request: MPI_Request) {
+pub fn enter_wait(s: &Slot, word: u32, request: MPI_Request) {
     s.put_handle(w::REQS, request);
-    enter(s, word, t0);
+    enter(s, word);
 }
 
 /// A wait begins on `requests`.
 #[inline(always)]
-pub fn enter_waits(s: &Slot, word: u32, t0: u64, requests: &[MPI_Request]) {
+pub fn enter_waits(s: &Slot, word: u32, requests: &[MPI_Request]) {
     for (i, &q) in requests.iter().take(fmt::REQS).enumerate() {
         s.put_handle(w::REQS + i, q);
     }
     s.low(w::A).store(requests.len() as u32, Relaxed);
-    enter(s, word, t0);
+    enter(s, word);
 }
 
 /// The call ended. When is left to the writer thread (`OUT_T`): one

@@ -33,9 +33,10 @@ pub fn tick() {
     }
     write_comms();
     crate::flusher::each_link(|l| {
-        l.live
-            .word(w::EVENTS)
-            .store(l.events.load(Relaxed), Relaxed);
+        let events = l.events.load(Relaxed);
+        l.live.word(w::EVENTS).store(events, Relaxed);
+        let progress = events + l.dropped.load(Relaxed);
+        l.live.word(w::PROGRESS).store(progress, Relaxed);
     });
     for s in live::slots() {
         resolve(s, now);
@@ -86,16 +87,26 @@ fn write_comms() {
     t[0].store(gen + 2, Release);
 }
 
-/// Notes when a thread is first seen out of its last call, and resolves
-/// whom a call waits for once it has blocked a while.
+/// Notes when a thread is first seen in a call, or out of its last one,
+/// and resolves whom a call waits for once it has blocked a while.
+///
+/// A call stores its word alone; when it began is noted here, as the
+/// first tick that saw it. A call is new when the word changed since the
+/// last tick, or when the thread wrote (or dropped) a record since: each
+/// call ends in one, so the same word with more records is the next call
+/// of the same function.
 fn resolve(s: &Slot, now: u64) {
     let word = u64::from(s.low(w::WORD).load(Acquire));
+    let progress = s.word(w::PROGRESS).load(Relaxed);
+    if s.word(w::SEEN_WORD).load(Relaxed) != word
+        || s.word(w::SEEN_PROGRESS).load(Relaxed) != progress
+    {
+        s.word(w::SEEN_WORD).store(word, Relaxed);
+        s.word(w::SEEN_PROGRESS).store(progress, Relaxed);
+        let at = if word & IN_CALL != 0 { w::T } else { w::OUT_T };
+        s.word(at).store(now, Release);
+    }
     if word & IN_CALL == 0 {
-        let t = s.word(w::T).load(Relaxed);
-        if s.word(w::SEEN_T).load(Relaxed) != t {
-            s.word(w::OUT_T).store(now, Relaxed);
-            s.word(w::SEEN_T).store(t, Relaxed);
-        }
         return;
     }
     let t0 = s.word(w::T).load(Relaxed);
@@ -141,7 +152,7 @@ fn resolve(s: &Slot, now: u64) {
         LiveKind::Other => return,
     }
     // The call may have ended while its arguments were read.
-    if u64::from(s.low(w::WORD).load(Acquire)) != word || s.word(w::T).load(Relaxed) != t0 {
+    if u64::from(s.low(w::WORD).load(Acquire)) != word {
         return;
     }
     let kept = waits.len().min(fmt::DETAIL_ENTRIES);

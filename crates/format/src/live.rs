@@ -24,12 +24,15 @@
 //! slot i (at SLOTS_AT + i SLOT_LEN)
 //!   0 word u64: function id (bits 0-15), live kind (16-23), in the call
 //!     (bit 31); the high 32 bits stay 0
-//!   8 t u64: when the thread's current (or last) call began (tracer clock)
+//!   8 t u64 (by the writer thread): the first tick that saw the thread in
+//!     its current (or last) call, at most a tick after the call began
+//!     (tracer clock)
 //!  16 a u64, 24 b u64: the call's arguments, by kind (below)
 //!  32 events u64 (records written)  40 messages sent u64  48 bytes sent u64
 //!  56 tid u64   64 out_t u64 (by the writer thread: the first tick that saw
 //!     the thread out of its last call, an upper bound of when it left it)
-//!  72 seen_t u64 (the writer thread's: the `t` that tick saw)
+//!  72 seen word u64, 80 seen records u64, 88 records u64 (the writer
+//!     thread's: what it saw at its last tick, to tell a new call)
 //! 128 request keys u64 x REQS (waits: the first REQS of the call's requests)
 //! 384 phase: length u8, then the innermost phase's name (up to 63 bytes)
 //! 512 detail (by the writer thread): t u64 and word u64 of the call it is
@@ -105,7 +108,11 @@ pub mod w {
     pub const BYTES: usize = 6;
     pub const TID: usize = 7;
     pub const OUT_T: usize = 8;
-    pub const SEEN_T: usize = 9;
+    /// The writer thread's own: the word, and the thread's records
+    /// (written and dropped), at its last look, and those records now.
+    pub const SEEN_WORD: usize = 9;
+    pub const SEEN_PROGRESS: usize = 10;
+    pub const PROGRESS: usize = 11;
     pub const REQS: usize = 16;
     pub const PHASE: usize = 48;
     pub const PHASE_WORDS: usize = 8;
