@@ -130,6 +130,25 @@ fn deadlock(mpi: Mpi, mode: &str, call: &str) {
             (ranks_of(&c["waiting"]), ranks_of(&c["missing"])),
             (vec![2, 3], vec![0, 1])
         );
+        // Blocked sends are messages sent and not yet received.
+        let unreceived: Vec<(u64, u64, String)> = s["summary"]["unreceived"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|u| {
+                (
+                    u["rank"].as_u64().unwrap(),
+                    u["to"].as_u64().unwrap(),
+                    u["call"].as_str().unwrap().to_string(),
+                )
+            })
+            .collect();
+        let want = if call == "MPI_Send" {
+            vec![(0, 1, call.to_string()), (1, 0, call.to_string())]
+        } else {
+            vec![]
+        };
+        assert_eq!(unreceived, want, "{mpi:?} {mode}: {s}");
     });
     assert_ne!(run.code, 0, "{mpi:?} {mode}: the job was killed");
     // Once its writers are silent, every rank is gone and top says the job
@@ -196,6 +215,13 @@ fn a_deadlock_is_named_while_it_hangs_and_after_the_job_is_killed_under_mpich() 
 #[test]
 fn a_deadlock_in_waitall_on_a_split_communicator_names_world_ranks() {
     deadlock(Mpi::OpenMpi, "waitall", "MPI_Waitall");
+}
+
+/// Ranks 0 and 1 each block sending 16 MiB to the other: a deadlock of
+/// two sends, and two messages sent and not yet received.
+#[test]
+fn a_deadlock_of_two_sends_shows_both_messages_unreceived() {
+    deadlock(Mpi::OpenMpi, "sends", "MPI_Send");
 }
 
 /// The same under MPICH, whose request and communicator handles are

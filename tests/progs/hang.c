@@ -5,6 +5,9 @@
  *   waitall    as deadlock, but ranks 0 and 1 post MPI_Irecv from each
  *              other on a communicator split from the world (comm ranks
  *              differ from world ranks) and block in MPI_Waitall.
+ *   sends      as deadlock, but ranks 0 and 1 each block in MPI_Send of
+ *              16 MiB to the other (too large to go eagerly: neither is
+ *              received, since neither rank receives).
  *   stalled    rank 2 computes for SECONDS (default 12) while the others
  *              wait in MPI_Allreduce; then the job ends normally.
  *
@@ -47,6 +50,15 @@ int main(int argc, char **argv) {
         if (rank < 2) {
             int v;
             MPI_Recv(&v, 1, MPI_INT, 1 - rank, 7, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+        } else {
+            MPI_Barrier(MPI_COMM_WORLD);
+        }
+    } else if (strcmp(mode, "sends") == 0) {
+        if (rank < 2) {
+            const int n = 16 << 20;
+            char *buf = calloc(n, 1);
+            MPI_Send(buf, n, MPI_BYTE, 1 - rank, 10, MPI_COMM_WORLD);
+            free(buf);
         } else {
             MPI_Barrier(MPI_COMM_WORLD);
         }

@@ -185,6 +185,31 @@ pub fn lines(s: &Snapshot) -> Vec<String> {
             list(&c.missing)
         ));
     }
+    if !sum.unreceived.is_empty() {
+        let sends: Vec<String> = sum
+            .unreceived
+            .iter()
+            .take(8)
+            .map(|u| {
+                let to = match (u.to, u.comm_rank) {
+                    (Some(w), _) => w.to_string(),
+                    (None, Some(c)) => format!("rank {c} of {:#x}", u.comm),
+                    (None, None) => "?".into(),
+                };
+                format!("{} -> {} ({}, {})", u.rank, to, u.call, secs(u.for_ns))
+            })
+            .collect();
+        let more = sum.unreceived.len().saturating_sub(8);
+        out.push(format!(
+            "sent, not yet received: {}{}",
+            sends.join("; "),
+            if more > 0 {
+                format!("; {more} more")
+            } else {
+                String::new()
+            }
+        ));
+    }
     match &s.hang {
         None => out.push(format!(
             "hang: none (waits of {} or more would be named)",

@@ -86,6 +86,27 @@ pub struct Summary {
     pub slowest: Vec<Slow>,
     /// Collectives some members wait in, with the members not in them yet.
     pub collectives: Vec<CollWait>,
+    /// Messages sent and not yet received, as the senders' calls show
+    /// them: a blocking send, or a wait on a send's request, blocked for
+    /// its message to be taken. (A send that completed before its message
+    /// was received, as small messages do, shows nowhere.)
+    pub unreceived: Vec<Unreceived>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Unreceived {
+    /// The sender, and its thread.
+    pub rank: u32,
+    pub thread: u32,
+    /// The receiver, a world rank; null when only its rank on the
+    /// communicator is known (`comm_rank`).
+    pub to: Option<u32>,
+    pub comm_rank: Option<u32>,
+    /// The communicator's global id (0: `MPI_COMM_WORLD`).
+    pub comm: u64,
+    /// The sender's call, and how long it has been in it.
+    pub call: String,
+    pub for_ns: u64,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -610,6 +631,36 @@ fn summarize(
         }
     }
     s.collectives = colls.into_values().collect();
+    for r in ranks.values() {
+        let view = views.iter().find(|v| v.rank == r.rank);
+        for (i, t) in r.threads.iter().enumerate() {
+            let Some((waits, _)) = t.waits.as_ref().filter(|_| t.in_call) else {
+                continue;
+            };
+            let for_ns = view
+                .and_then(|v| v.threads.get(i))
+                .map_or(0, |tv| tv.for_ns);
+            for wt in waits {
+                if let Wait::To { gid, peer } = *wt {
+                    s.unreceived.push(Unreceived {
+                        rank: r.rank,
+                        thread: t.index,
+                        to: match peer {
+                            Peer::World(w) => Some(w),
+                            _ => None,
+                        },
+                        comm_rank: match peer {
+                            Peer::Comm(c) => Some(c),
+                            _ => None,
+                        },
+                        comm: gid,
+                        call: look.name(r.rank, t.func),
+                        for_ns,
+                    });
+                }
+            }
+        }
+    }
     s
 }
 
@@ -712,6 +763,75 @@ mod tests {
         assert_eq!(
             s.summary.slowest.iter().map(|x| x.rank).collect::<Vec<_>>(),
             vec![0, 1]
+        );
+        assert!(s.summary.unreceived.is_empty(), "receives only");
+    }
+
+    /// Ranks 0 and 1 both block in MPI_Send to each other (messages too
+    /// large to go eagerly), the other rank's on a communicator the
+    /// writer could not map: both messages are sent and not received.
+    #[test]
+    fn blocked_sends_are_messages_sent_and_not_yet_received() {
+        let ranks: BTreeMap<u32, LiveRank> = [
+            rank(
+                0,
+                in_call(
+                    0,
+                    LiveKind::Send,
+                    97 * S,
+                    vec![Wait::To {
+                        gid: 0,
+                        peer: Peer::World(1),
+                    }],
+                ),
+            ),
+            rank(
+                1,
+                in_call(
+                    0,
+                    LiveKind::Send,
+                    98 * S,
+                    vec![Wait::To {
+                        gid: 7,
+                        peer: Peer::Comm(0),
+                    }],
+                ),
+            ),
+            rank(
+                2,
+                in_call(
+                    2,
+                    LiveKind::Coll,
+                    93 * S,
+                    vec![Wait::Coll { gid: 0, seq: 3 }],
+                ),
+            ),
+            rank(
+                3,
+                in_call(
+                    2,
+                    LiveKind::Coll,
+                    93 * S,
+                    vec![Wait::Coll { gid: 0, seq: 3 }],
+                ),
+            ),
+        ]
+        .into_iter()
+        .map(|r| (r.rank, r))
+        .collect();
+        let s = build(&ranks, 4, &names(), When::Now, 5 * S, 1_001 * S);
+        let u: Vec<_> = s
+            .summary
+            .unreceived
+            .iter()
+            .map(|u| (u.rank, u.to, u.comm_rank, u.comm, u.call.as_str(), u.for_ns))
+            .collect();
+        assert_eq!(
+            u,
+            vec![
+                (0, Some(1), None, 0, "MPI_Send", 4 * S),
+                (1, None, Some(0), 7, "MPI_Send", 3 * S),
+            ]
         );
     }
 
