@@ -632,7 +632,7 @@ fn summarize(
     }
     s.collectives = colls.into_values().collect();
     for r in ranks.values() {
-        let view = views.iter().find(|v| v.rank == r.rank);
+        let view = views.get(r.rank as usize);
         for (i, t) in r.threads.iter().enumerate() {
             let Some((waits, _)) = t.waits.as_ref().filter(|_| t.in_call) else {
                 continue;
