@@ -178,6 +178,7 @@ pub fn actual(status: *const MPI_Status) -> (i32, i32, u64) {
 /// Enters the operation a call just created under the request handle MPI
 /// stored at `request`; `comm` is its communicator for the live view
 /// (`Op::comm`).
+#[inline(always)]
 pub fn register(
     request: *mut MPI_Request,
     id: u64,
