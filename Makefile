@@ -15,7 +15,7 @@ export OMPI_MCA_rmaps_base_oversubscribe := 1
 
 DEB_PACKAGES := openmpi-bin libopenmpi-dev libclang-dev clang pkg-config \
   libopen-trace-format2-dev otf2-tools python3-otf2 chromium python3-pip valgrind \
-  mpich libmpich-dev python3-mpi4py unzip python3-dev python3-setuptools gfortran tmux
+  mpich libmpich-dev python3-mpi4py unzip python3-dev python3-setuptools gfortran tmux binutils
 
 # The current releases, from their wheels (pinned), each unpacked into a
 # prefix of its own under target/mpi: never into the system's Python.
@@ -113,7 +113,7 @@ target/examples/%: examples/%.c examples/expect.h | deps
 
 target/examples/%: tests/progs/%.c examples/expect.h | deps
 	@mkdir -p target/examples
-	mpicc -O2 -Wall -Wextra -Iexamples -Iinclude -o $@ $<
+	mpicc -O2 -g -Wall -Wextra -Iexamples -Iinclude -o $@ $<
 
 # $(call fortran,dir,mpif90): the Fortran test programs of one MPI into dir
 # (modules under dir/fmod).
@@ -184,7 +184,7 @@ $(1)/examples/%: examples/%.c examples/expect.h | deps
 	$(2) -O2 -Wall -Wextra -Wno-stringop-overflow -o $$@ $$<
 $(1)/examples/%: tests/progs/%.c examples/expect.h | deps
 	@mkdir -p $$(@D)
-	$(2) -O2 -Wall -Wextra -Wno-stringop-overflow -Iexamples -Iinclude -o $$@ $$<
+	$(2) -O2 -g -Wall -Wextra -Wno-stringop-overflow -Iexamples -Iinclude -o $$@ $$<
 $(1)/examples/libpmpicount.so: tests/progs/pmpicount.c | deps
 	@mkdir -p $$(@D)
 	$(2) -O2 -Wall -Wextra -shared -fPIC -o $$@ $$<

@@ -23,6 +23,7 @@
 //! - `flusher`: the background writer thread that owns the file;
 //! - `live`: the live status file `pmtrace top` reads, which each call
 //!   writes a few words of; `live_tick`: what the writer thread adds;
+//!   `live_site`: where a blocked call came from, asked of its thread;
 //! - `comms`, `requests`: communicator ids and live request state;
 //! - `library`: the running library's version and quirks;
 //! - `guard`: lifecycle state and the re-entrancy guard; `clock`: the timer;
@@ -50,6 +51,7 @@ mod large_headers;
 mod library;
 mod lifecycle;
 mod live;
+mod live_site;
 mod live_tick;
 mod offsets;
 mod orphans;

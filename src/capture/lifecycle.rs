@@ -499,6 +499,9 @@ fn start_tracing(
         live::create(&live_path, rank as u32, size as u32, &hostname(), t0);
         live::set_ticker(crate::live_tick::tick);
         live::set_sync_ms(cfg.live_sync_ms);
+        if cfg.live_site {
+            crate::live_site::install();
+        }
     }
     // All ranks trace or none: a rank without a trace file would skip the
     // communicator id agreement (a hidden collective) that the others run.

@@ -14,6 +14,9 @@ use pmtrace_format::live::{self as fmt, h, w, LiveKind, Peer, Wait, IN_CALL};
 
 /// A call blocked this long gets its waits resolved.
 const RESOLVE_AFTER_NS: u64 = 200_000_000;
+/// A call blocked this long gets its call site (`live_site`): a signal to
+/// its thread, so not for every passing wait.
+const SITE_AFTER_NS: u64 = 1_000_000_000;
 
 /// One tick of the writer thread.
 pub fn tick() {
@@ -110,6 +113,11 @@ fn resolve(s: &Slot, now: u64) {
         return;
     }
     let t0 = s.word(w::T).load(Relaxed);
+    if now.saturating_sub(t0) >= SITE_AFTER_NS
+        && !(s.word(w::SITE_T).load(Relaxed) == t0 && s.word(w::SITE_WORD).load(Relaxed) == word)
+    {
+        site(s, t0, word);
+    }
     if now.saturating_sub(t0) < RESOLVE_AFTER_NS
         || (s.word(w::DETAIL_T).load(Relaxed) == t0 && s.word(w::DETAIL_WORD).load(Relaxed) == word)
     {
@@ -165,6 +173,34 @@ fn resolve(s: &Slot, now: u64) {
         .store(kept as u64 | u64::from(total) << 32, Relaxed);
     s.word(w::DETAIL_WORD).store(word, Relaxed);
     s.word(w::DETAIL_T).store(t0, Release);
+}
+
+/// Finds where the call `word` that began at `t0` came from, once: the
+/// site is marked as this call's even when none was found.
+fn site(s: &Slot, t0: u64, word: u64) {
+    let frames = crate::live_site::site_of(s.word(w::TID).load(Relaxed) as i32).unwrap_or_default();
+    let mut text = Vec::with_capacity(w::SITE_TEXT_LEN);
+    let mut n = 0u64;
+    for f in &frames {
+        let line = f.line();
+        if text.len() + line.len() >= w::SITE_TEXT_LEN {
+            break;
+        }
+        text.extend_from_slice(line.as_bytes());
+        n += 1;
+    }
+    text.resize(w::SITE_TEXT_LEN, 0);
+    // The call may have ended while its thread was asked.
+    if u64::from(s.low(w::WORD).load(Acquire)) != word {
+        return;
+    }
+    for (i, c) in text.chunks(8).enumerate() {
+        s.word(w::SITE_TEXT + i)
+            .store(u64::from_le_bytes(c.try_into().unwrap()), Relaxed);
+    }
+    s.word(w::SITE_N).store(n, Relaxed);
+    s.word(w::SITE_WORD).store(word, Relaxed);
+    s.word(w::SITE_T).store(t0, Release);
 }
 
 /// A message from (`from`) or to `peer`, a rank of the communicator whose

@@ -93,6 +93,75 @@ impl Drop for Killer {
     }
 }
 
+/// A site's frame as (function, file name, line).
+fn frame(f: &Value) -> (String, String, u64) {
+    (
+        f["function"].as_str().unwrap_or("").to_string(),
+        f["file"]
+            .as_str()
+            .unwrap_or("")
+            .rsplit('/')
+            .next()
+            .unwrap()
+            .to_string(),
+        f["line"].as_u64().unwrap_or(0),
+    )
+}
+
+/// The lines of tests/progs/hang.c that hold `text`.
+fn hang_lines(text: &str) -> Vec<u64> {
+    let src =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/progs/hang.c"))
+            .unwrap();
+    src.lines()
+        .enumerate()
+        .filter(|(_, l)| l.contains(text))
+        .map(|(i, _)| i as u64 + 1)
+        .collect()
+}
+
+/// Where the hung calls came from: for the deadlock of receives, ranks 0
+/// and 1 in `receive_from`, at its MPI_Recv, called from main; every other
+/// blocked call in main (hang.c is built with -g), at a line of that call.
+fn check_sites(
+    mpi: Mpi,
+    mode: &str,
+    call: &str,
+    site_of: impl Fn(u64) -> Vec<(String, String, u64)>,
+) {
+    let recv = hang_lines("/* site: receive_from */");
+    let calls = hang_lines(&format!("{call}("));
+    let barriers = hang_lines("MPI_Barrier(");
+    for r in 0..4 {
+        let site = site_of(r);
+        let top = site.first().cloned().unwrap_or_default();
+        if r < 2 && mode == "deadlock" {
+            assert_eq!(
+                top,
+                ("receive_from".into(), "hang.c".into(), recv[0]),
+                "{mpi:?} rank {r}"
+            );
+            assert_eq!(
+                site.get(1).map(|f| f.0.as_str()),
+                Some("main"),
+                "{mpi:?} rank {r}: {site:?}"
+            );
+        } else {
+            let lines = if r < 2 { &calls } else { &barriers };
+            assert_eq!(
+                (top.0.as_str(), top.1.as_str()),
+                ("main", "hang.c"),
+                "{mpi:?} {mode} rank {r}: {site:?}"
+            );
+            assert!(
+                lines.contains(&top.2),
+                "{mpi:?} {mode} rank {r}: line {} not one of {lines:?}",
+                top.2
+            );
+        }
+    }
+}
+
 fn deadlock(mpi: Mpi, mode: &str, call: &str) {
     let dir = scratch(&format!("live-{mode}-{mpi:?}"));
     let prog = mpi.prog("hang");
@@ -149,6 +218,19 @@ fn deadlock(mpi: Mpi, mode: &str, call: &str) {
             vec![]
         };
         assert_eq!(unreceived, want, "{mpi:?} {mode}: {s}");
+        // Where each call came from, in the ranks and in the hang.
+        check_sites(mpi, mode, call, |r| {
+            s["ranks"][r as usize]["site"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(frame)
+                .collect()
+        });
+        for w in hang["waits"].as_array().unwrap() {
+            let r = w["rank"].as_u64().unwrap() as usize;
+            assert_eq!(w["site"], s["ranks"][r]["site"][0], "{mpi:?} {mode}");
+        }
     });
     assert_ne!(run.code, 0, "{mpi:?} {mode}: the job was killed");
     // Once its writers are silent, every rank is gone and top says the job
@@ -190,9 +272,18 @@ fn deadlock(mpi: Mpi, mode: &str, call: &str) {
         ],
         "{mpi:?} {mode}"
     );
+    check_sites(mpi, mode, call, |r| {
+        at_end["ranks"][r as usize]["site"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(frame)
+            .collect()
+    });
     let text = pmtrace(&["report", trace.to_str().unwrap()]);
     let text = String::from_utf8_lossy(&text.stdout);
     assert!(text.contains(&format!("rank 0: in {call} for ")), "{text}");
+    assert!(text.contains(", called from "), "{text}");
     assert!(
         text.contains("deadlock: ranks 0 -> 1 waited for each other"),
         "{text}"

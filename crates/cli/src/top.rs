@@ -239,11 +239,14 @@ pub fn lines(s: &Snapshot) -> Vec<String> {
             });
             for w in &h.waits {
                 out.push(format!(
-                    "  rank {} in {} for {} waits for {}",
+                    "  rank {} in {} for {} waits for {}{}",
                     w.rank,
                     w.call.as_deref().unwrap_or("?"),
                     secs(w.for_ns),
-                    list(&w.waits_for)
+                    list(&w.waits_for),
+                    w.site
+                        .as_ref()
+                        .map_or(String::new(), |f| format!(", called from {}", f.short()))
                 ));
             }
         }

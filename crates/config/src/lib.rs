@@ -68,6 +68,9 @@ pub struct Config {
     /// `PMTRACE_LIVE_SYNC`: ms between syncs of the live status file to
     /// the file system, for `pmtrace top` on another node.
     pub live_sync_ms: u32,
+    /// `PMTRACE_LIVE_SITE`: find where a call blocked for a second came
+    /// from, by a signal to its thread.
+    pub live_site: bool,
     pub warnings: Vec<String>,
 }
 
@@ -211,6 +214,7 @@ impl Config {
             exclude: Vec::new(),
             shm: true,
             live_sync_ms: DEFAULT_LIVE_SYNC_MS,
+            live_site: true,
             warnings: Vec::new(),
         };
         for (k, v) in vars {
@@ -267,6 +271,13 @@ impl Config {
                     "off" => c.shm = false,
                     _ => c.warnings.push(format!("PMTRACE_SHM={v} is not on or off; using on")),
                 },
+                "PMTRACE_LIVE_SITE" => match v.as_str() {
+                    "on" => c.live_site = true,
+                    "off" => c.live_site = false,
+                    _ => c
+                        .warnings
+                        .push(format!("PMTRACE_LIVE_SITE={v} is not on or off; using on")),
+                },
                 "PMTRACE_LIVE_SYNC" => match v.trim().parse::<f64>() {
                     Ok(x) if (0.25..=3600.0).contains(&x) => {
                         c.live_sync_ms = (x * 1000.0).round() as u32
@@ -320,6 +331,9 @@ impl Config {
         if !self.shm {
             m.insert("PMTRACE_SHM".into(), "off".into());
         }
+        if !self.live_site {
+            m.insert("PMTRACE_LIVE_SITE".into(), "off".into());
+        }
         if let Some(t) = &self.clock_sim_text {
             m.insert("PMTRACE_CLOCK_SIM".into(), t.clone());
         }
@@ -370,6 +384,19 @@ mod tests {
         assert_eq!(w.len(), 2, "{w:?}");
         assert!(w[0].contains("MPI_Send cannot be left out"), "{w:?}");
         assert!(w[1].contains("sundial is neither"), "{w:?}");
+    }
+
+    #[test]
+    fn the_live_site_is_on_unless_turned_off() {
+        assert!(cfg(&[]).live_site);
+        let c = cfg(&[("PMTRACE_LIVE_SITE", "off")]);
+        assert!(!c.live_site && c.warnings.is_empty());
+        let c = cfg(&[("PMTRACE_LIVE_SITE", "0")]);
+        assert!(c.live_site);
+        assert_eq!(
+            c.warnings,
+            vec!["PMTRACE_LIVE_SITE=0 is not on or off; using on".to_string()]
+        );
     }
 
     #[test]

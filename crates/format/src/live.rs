@@ -41,6 +41,12 @@
 //!     2 the peer is a rank of the communicator, not of the world),
 //!     pad u16, peer i32 (for a collective: its number on the communicator,
 //!     low 32 bits), gid u64
+//! 1024 site (by the writer thread, for a call blocked a second): t u64
+//!     and word u64 of the call it is about, frames u32, pad u32, then
+//!     text: one line a frame, the innermost application frame first,
+//!     "address\tsymbol\tobject\n" (address hex, relative to the
+//!     object's load bias, as `addr2line -e object` takes it; symbol
+//!     "name+0xoffset" or empty)
 //! ```
 //!
 //! Arguments by live kind, for the writer thread: a receive or probe has
@@ -61,14 +67,14 @@
 use crate::FormatError;
 
 pub const LIVE_MAGIC: &[u8; 4] = b"PMTL";
-pub const LIVE_VERSION: u32 = 2;
+pub const LIVE_VERSION: u32 = 3;
 pub const HEADER_LEN: usize = 4096;
 pub const COMMS_AT: usize = HEADER_LEN;
 pub const COMMS_LEN: usize = 8192;
 /// Communicators the table holds; more are counted as truncated.
 pub const MAX_COMMS: usize = (COMMS_LEN - 16) / 24;
 pub const SLOTS_AT: usize = COMMS_AT + COMMS_LEN;
-pub const SLOT_LEN: usize = 1024;
+pub const SLOT_LEN: usize = 2048;
 /// Threads a rank shows; later ones are counted, not shown.
 pub const MAX_THREADS: usize = 64;
 pub const FILE_LEN: usize = SLOTS_AT + MAX_THREADS * SLOT_LEN;
@@ -121,6 +127,58 @@ pub mod w {
     /// Count (low 32 bits) and total (high 32).
     pub const DETAIL_N: usize = 66;
     pub const DETAIL: usize = 67;
+    pub const SITE_T: usize = 128;
+    pub const SITE_WORD: usize = 129;
+    /// Frames (low 32 bits).
+    pub const SITE_N: usize = 130;
+    /// The text's first word; it runs to the slot's end.
+    pub const SITE_TEXT: usize = 131;
+    pub const SITE_TEXT_LEN: usize = super::SLOT_LEN - SITE_TEXT * 8;
+}
+
+/// Application frames a site keeps.
+pub const SITE_FRAMES: usize = 4;
+
+/// One frame of the code a blocked call came from, as the writer thread
+/// found it: `address` is relative to its object's load bias.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SiteFrame {
+    pub address: u64,
+    /// "name+0xoffset", from the dynamic symbol table, if it has one.
+    pub symbol: Option<String>,
+    pub object: String,
+}
+
+impl SiteFrame {
+    /// Its line of a site's text.
+    pub fn line(&self) -> String {
+        format!(
+            "{:x}\t{}\t{}\n",
+            self.address,
+            self.symbol.as_deref().unwrap_or(""),
+            self.object
+        )
+    }
+
+    /// The frames of a site's text (a line cut short is dropped).
+    pub fn parse_text(text: &[u8]) -> Vec<SiteFrame> {
+        let end = text.iter().position(|&c| c == 0).unwrap_or(text.len());
+        let text = String::from_utf8_lossy(&text[..end]);
+        text.split_terminator('\n')
+            .filter_map(|l| {
+                let mut f = l.splitn(3, '\t');
+                let address = u64::from_str_radix(f.next()?, 16).ok()?;
+                let symbol = f.next()?;
+                let object = f.next()?;
+                Some(SiteFrame {
+                    address,
+                    symbol: (!symbol.is_empty()).then(|| symbol.to_string()),
+                    object: object.to_string(),
+                })
+            })
+            .take(SITE_FRAMES)
+            .collect()
+    }
 }
 
 /// Bit 31 of a slot's word: the thread is inside the call. (The word's
@@ -281,6 +339,9 @@ pub struct LiveThread {
     /// Whom the call waits for, when the writer resolved it for this
     /// very call; the second figure is how many there were in all.
     pub waits: Option<(Vec<Wait>, u32)>,
+    /// Where this very call came from, innermost first, once the writer
+    /// found it (a call blocked a second); empty until then.
+    pub site: Vec<SiteFrame>,
 }
 
 /// A whole live file, read.
@@ -427,6 +488,15 @@ impl LiveRank {
                 .collect();
             (waits, (n >> 32) as u32)
         });
+        let this_call = w0 & IN_CALL != 0 && word(w::SITE_T) == t && word(w::SITE_WORD) == w0;
+        let site = if this_call {
+            let n = (word(w::SITE_N) as u32 as usize).min(SITE_FRAMES);
+            let mut f = SiteFrame::parse_text(&b[w::SITE_TEXT * 8..]);
+            f.truncate(n);
+            f
+        } else {
+            Vec::new()
+        };
         LiveThread {
             index,
             tid: word(w::TID),
@@ -442,6 +512,7 @@ impl LiveRank {
             bytes_sent: word(w::BYTES),
             phase,
             waits,
+            site,
         }
     }
 
@@ -538,6 +609,47 @@ mod tests {
                 1
             ))
         );
+    }
+
+    #[test]
+    fn a_site_reads_back_only_for_its_call_and_up_to_its_frame_count() {
+        let mut b = blank(1);
+        let s = SLOTS_AT;
+        let wd = word(3, LiveKind::Recv) | IN_CALL;
+        put(&mut b, s, wd);
+        put(&mut b, s + 8, 7_000);
+        let frames = [
+            SiteFrame {
+                address: 0x11a9,
+                symbol: None,
+                object: "/apps/solver".into(),
+            },
+            SiteFrame {
+                address: 0x2f00,
+                symbol: Some("run_step+0x40".into()),
+                object: "/apps/libphys.so".into(),
+            },
+        ];
+        let text: String = frames.iter().map(SiteFrame::line).collect();
+        // a third line, cut short by the end of the area
+        let text = text + "3000\tmain+0x1";
+        let at = s + w::SITE_TEXT * 8;
+        b[at..at + text.len()].copy_from_slice(text.as_bytes());
+        put(&mut b, s + w::SITE_N * 8, 2);
+        put(&mut b, s + w::SITE_WORD * 8, wd);
+        put(&mut b, s + w::SITE_T * 8, 6_000);
+        let r = LiveRank::parse_once(&b).unwrap().unwrap();
+        assert_eq!(r.threads[0].site, vec![], "a site of an earlier call");
+        put(&mut b, s + w::SITE_T * 8, 7_000);
+        let r = LiveRank::parse_once(&b).unwrap().unwrap();
+        assert_eq!(r.threads[0].site, frames.to_vec());
+        put(&mut b, s + w::SITE_N * 8, 1);
+        let r = LiveRank::parse_once(&b).unwrap().unwrap();
+        assert_eq!(r.threads[0].site, frames[..1].to_vec());
+        // out of the call, no site
+        put(&mut b, s, wd & !IN_CALL);
+        let r = LiveRank::parse_once(&b).unwrap().unwrap();
+        assert_eq!(r.threads[0].site, vec![]);
     }
 
     #[test]

@@ -7,5 +7,6 @@
 
 pub mod definitions;
 pub mod elf;
+pub mod places;
 
 pub use definitions::*;

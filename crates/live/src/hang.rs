@@ -18,6 +18,8 @@
 
 use serde::Serialize;
 
+use crate::site::Frame;
+
 /// What a rank is doing, as the graph needs it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Node {
@@ -26,6 +28,9 @@ pub struct Node {
     pub call: Option<String>,
     /// How long it has been in that call, or computing.
     pub for_ns: u64,
+    /// Where the call came from (its innermost application frame), once
+    /// known.
+    pub site: Option<Frame>,
     /// Blocked on others: the clauses (see the module). `None`: not
     /// blocked, or not known whom it waits for.
     pub clauses: Option<Vec<Vec<u32>>>,
@@ -67,6 +72,9 @@ pub struct WaitEntry {
     /// every rank it waits for (for a stall).
     pub waits_for: Vec<u32>,
     pub for_ns: u64,
+    /// Where its call came from (the innermost application frame), once
+    /// known.
+    pub site: Option<Frame>,
 }
 
 /// Where a stall ends.
@@ -76,6 +84,7 @@ pub struct End {
     pub state: State,
     pub call: Option<String>,
     pub for_ns: u64,
+    pub site: Option<Frame>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -207,6 +216,7 @@ fn entries(nodes: &[Node], ranks: &[u32], waits_for: impl Fn(u32) -> Vec<u32>) -
             call: nodes[r as usize].call.clone(),
             waits_for: waits_for(r),
             for_ns: nodes[r as usize].for_ns,
+            site: nodes[r as usize].site.clone(),
         })
         .collect()
 }
@@ -269,6 +279,7 @@ fn stall(
             state: n.state,
             call: n.call.clone(),
             for_ns: n.for_ns,
+            site: n.site.clone(),
         }),
     }
 }
@@ -308,6 +319,7 @@ mod tests {
             state: State::Mpi,
             call: Some(call.into()),
             for_ns: secs * S,
+            site: None,
             clauses: Some(clauses.iter().map(|c| c.to_vec()).collect()),
         }
     }
@@ -317,6 +329,7 @@ mod tests {
             state: State::Compute,
             call: None,
             for_ns: secs * S,
+            site: None,
             clauses: None,
         }
     }
@@ -423,6 +436,7 @@ mod tests {
                 state: State::Gone,
                 call: Some("MPI_Send".into()),
                 for_ns: 9 * S,
+                site: None,
                 clauses: None,
             },
         ];
@@ -441,6 +455,7 @@ mod tests {
                 state: State::Mpi,
                 call: Some("MPI_Iprobe".into()),
                 for_ns: 0,
+                site: None,
                 clauses: None,
             },
         ];

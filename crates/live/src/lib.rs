@@ -6,9 +6,11 @@
 //! - [`snapshot`]: one look at the files: each rank's state, call, time in
 //!   it, whom it waits for, its counts and rates, and a summary;
 //! - [`hang`]: the wait-for graph over the ranks, and the deadlock or
-//!   stall it shows.
+//!   stall it shows;
+//! - [`site`]: where a blocked call came from, in the application's code.
 
 pub mod hang;
+pub mod site;
 pub mod snapshot;
 
 pub use hang::{Hang, State};
@@ -35,6 +37,9 @@ pub struct RankAtEnd {
     pub call: Option<String>,
     pub for_ns: u64,
     pub waits_for: Vec<u32>,
+    /// Where its call came from, innermost frame first (a call blocked
+    /// for a second or more).
+    pub site: Vec<site::Frame>,
 }
 
 /// Waits this long, at the end of a job that did not finish, are a hang:
@@ -64,6 +69,7 @@ pub fn at_end(dir: &std::path::Path) -> Option<AtEnd> {
                 call: r.call,
                 for_ns: r.for_ns,
                 waits_for: r.waits_for,
+                site: r.site,
             })
             .collect(),
         hang: s.hang,
@@ -91,9 +97,13 @@ impl AtEnd {
                 let s = if w.len() == 1 { "" } else { "s" };
                 format!(", waiting for rank{s} {}", w.join(", "))
             };
+            let at = r
+                .site
+                .first()
+                .map_or(String::new(), |f| format!(", called from {}", f.short()));
             writeln!(
                 out,
-                "  rank {}: {what} for {:.2} s{waits}",
+                "  rank {}: {what} for {:.2} s{waits}{at}",
                 r.rank,
                 r.for_ns as f64 / 1e9
             )?;

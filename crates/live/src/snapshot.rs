@@ -8,6 +8,7 @@ use pmtrace_format::live::{self as fmt, LiveKind, LiveRank, LiveThread, Peer, Wa
 use serde::Serialize;
 
 use crate::hang::{self, Hang, Node, State};
+use crate::site::{Frame, Resolver};
 
 /// A rank whose writer has not beaten for this long is taken for gone.
 pub const GONE_AFTER_NS: u64 = 3_000_000_000;
@@ -45,6 +46,9 @@ pub struct RankView {
     pub peer: Option<u32>,
     /// Every rank the call waits for (resolved once it has blocked 0.2 s).
     pub waits_for: Vec<u32>,
+    /// Where the call came from, the innermost application frame first
+    /// (found once it has blocked a second; empty until then).
+    pub site: Vec<Frame>,
     pub calls: u64,
     pub messages_sent: u64,
     pub bytes_sent: u64,
@@ -65,6 +69,7 @@ pub struct ThreadView {
     pub call: Option<String>,
     pub for_ns: u64,
     pub waits_for: Vec<u32>,
+    pub site: Vec<Frame>,
     pub calls: u64,
     pub phase: Option<String>,
 }
@@ -152,6 +157,7 @@ pub struct Reader {
     dir: PathBuf,
     names: HashMap<u32, Vec<String>>,
     prev: HashMap<u32, (u64, u64, u64, u64)>,
+    sites: Resolver,
 }
 
 impl Reader {
@@ -163,6 +169,7 @@ impl Reader {
             dir: dir.to_path_buf(),
             names: HashMap::new(),
             prev: HashMap::new(),
+            sites: Resolver::default(),
         })
     }
 
@@ -238,6 +245,18 @@ impl Reader {
             }
         }
         let mut snap = build(&ranks, size, &self.names, when, hang_after_ns, unix_now_ns);
+        let views = snap.ranks.iter_mut().flat_map(|v| {
+            v.site
+                .iter_mut()
+                .chain(v.threads.iter_mut().flat_map(|t| t.site.iter_mut()))
+        });
+        let hang = snap.hang.iter_mut().flat_map(|h| {
+            h.waits
+                .iter_mut()
+                .filter_map(|w| w.site.as_mut())
+                .chain(h.end.iter_mut().filter_map(|e| e.site.as_mut()))
+        });
+        self.sites.resolve(views.chain(hang));
         for v in &mut snap.ranks {
             let now = (unix_now_ns, v.calls, v.messages_sent, v.bytes_sent);
             if let Some(&(t, c, m, b)) = self.prev.get(&v.rank) {
@@ -437,6 +456,7 @@ pub fn build(
                 state: State::Gone,
                 call: None,
                 for_ns: 0,
+                site: None,
                 clauses: None,
             });
             continue;
@@ -479,6 +499,7 @@ pub fn build(
                     call: t.in_call.then(|| look.name(rank, t.func)),
                     for_ns: now.saturating_sub(since),
                     waits_for: flat(&clauses),
+                    site: t.site.iter().map(Frame::of).collect(),
                     calls: t.events,
                     phase: t.phase.clone(),
                 };
@@ -507,10 +528,12 @@ pub fn build(
         };
         let call = first.and_then(|(v, _)| v.call.clone());
         let for_ns = first.map_or(0, |(v, _)| v.for_ns);
+        let site = first.map_or(Vec::new(), |(v, _)| v.site.clone());
         nodes.push(Node {
             state,
             call: call.clone(),
             for_ns,
+            site: site.first().cloned(),
             clauses: clauses.clone(),
         });
         views.push(RankView {
@@ -520,6 +543,7 @@ pub fn build(
             for_ns,
             peer: peer.filter(|_| gone.is_none()),
             waits_for: flat(&clauses),
+            site,
             calls: r.threads.iter().map(|t| t.events).sum(),
             messages_sent: r.threads.iter().map(|t| t.messages_sent).sum(),
             bytes_sent: r.threads.iter().map(|t| t.bytes_sent).sum(),
@@ -555,6 +579,7 @@ fn missing(rank: u32) -> RankView {
         for_ns: 0,
         peer: None,
         waits_for: Vec::new(),
+        site: Vec::new(),
         calls: 0,
         messages_sent: 0,
         bytes_sent: 0,
@@ -667,7 +692,7 @@ fn summarize(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use pmtrace_format::live::{LiveComm, LiveRank, LiveThread};
+    use pmtrace_format::live::{LiveComm, LiveRank, LiveThread, SiteFrame};
 
     const S: u64 = 1_000_000_000;
 
@@ -714,6 +739,7 @@ mod tests {
             bytes_sent: 500,
             phase: None,
             waits: Some((waits, n)),
+            site: Vec::new(),
         }
     }
 
@@ -732,8 +758,21 @@ mod tests {
             peer: Peer::World(p),
         };
         let barrier = Wait::Coll { gid: 0, seq: 3 };
+        let mut zero = in_call(1, LiveKind::Recv, 92 * S, vec![from(1)]);
+        zero.site = vec![
+            SiteFrame {
+                address: 0x1189,
+                symbol: None,
+                object: "/apps/solver".into(),
+            },
+            SiteFrame {
+                address: 0x1300,
+                symbol: Some("main+0x20".into()),
+                object: "/apps/solver".into(),
+            },
+        ];
         let ranks: BTreeMap<u32, LiveRank> = [
-            rank(0, in_call(1, LiveKind::Recv, 92 * S, vec![from(1)])),
+            rank(0, zero),
             rank(1, in_call(1, LiveKind::Recv, 92 * S, vec![from(0)])),
             rank(2, in_call(2, LiveKind::Coll, 93 * S, vec![barrier])),
             rank(3, in_call(2, LiveKind::Coll, 93 * S, vec![barrier])),
@@ -755,6 +794,15 @@ mod tests {
         assert_eq!(h.ranks, vec![0, 1]);
         assert_eq!(h.waits.len(), 4);
         assert_eq!(h.waits[2].call.as_deref(), Some("MPI_Barrier"));
+        // Where rank 0's receive came from: its frames, the innermost in
+        // the hang's entry.
+        let site: Vec<String> = v.site.iter().map(Frame::short).collect();
+        assert_eq!(site, vec!["solver+0x1189", "main"]);
+        assert_eq!(
+            h.waits[0].site.as_ref().map(Frame::short).as_deref(),
+            Some("solver+0x1189")
+        );
+        assert_eq!(h.waits[1].site, None);
         let c = &s.summary.collectives[0];
         assert_eq!(
             (c.comm, c.seq, c.waiting.clone(), c.missing.clone()),
