@@ -14,8 +14,9 @@ pub struct Place {
     /// The object's load bias: the address minus it is what its symbol and
     /// debug tables (and `addr2line -e object`) know the address by.
     pub bias: usize,
-    /// The nearest dynamic symbol at or below the address, with the
-    /// address's offset from it.
+    /// The dynamic symbol the address lies in, with the address's offset
+    /// from it (none for an address past the symbol's end, in code the
+    /// dynamic table does not name, such as a static function).
     pub symbol: Option<(String, usize)>,
 }
 
@@ -85,16 +86,33 @@ pub fn locate(addrs: &[usize]) -> Vec<Option<Place>> {
         .collect()
 }
 
-/// The dynamic symbol at or below `addr`, and the offset from it.
+/// `dladdr1`'s flag for the symbol table entry (dlfcn.h).
+const RTLD_DL_SYMENT: libc::c_int = 1;
+
+/// The dynamic symbol `addr` lies in, and the offset from it.
 fn symbol_at(addr: usize) -> Option<(String, usize)> {
     let mut info = core::mem::MaybeUninit::<libc::Dl_info>::zeroed();
-    // SAFETY: dladdr fills `info` for any address, or returns 0.
-    if unsafe { libc::dladdr(addr as *const c_void, info.as_mut_ptr()) } == 0 {
+    let mut sym: *mut c_void = core::ptr::null_mut();
+    // SAFETY: dladdr1 fills `info` and `sym` for any address, or returns 0.
+    let found = unsafe {
+        libc::dladdr1(
+            addr as *const c_void,
+            info.as_mut_ptr(),
+            &mut sym,
+            RTLD_DL_SYMENT,
+        )
+    };
+    if found == 0 {
         return None;
     }
-    // SAFETY: filled by dladdr.
+    // SAFETY: filled by dladdr1.
     let info = unsafe { info.assume_init() };
-    if info.dli_sname.is_null() || info.dli_saddr.is_null() {
+    if info.dli_sname.is_null() || info.dli_saddr.is_null() || sym.is_null() {
+        return None;
+    }
+    // SAFETY: the loader's entry of the symbol named.
+    let size = unsafe { (*(sym as *const libc::Elf64_Sym)).st_size } as usize;
+    if addr.wrapping_sub(info.dli_saddr as usize) >= size {
         return None;
     }
     // SAFETY: a NUL-terminated name from the loader.

@@ -1,8 +1,9 @@
 //! Where a blocked call came from, for people: the frames the rank's
 //! writer thread found (`SiteFrame`: an object and an address in it), with
-//! the function, file and line that the object's symbol and debug tables
-//! give, read with `addr2line` when the object can be read here. A frame
-//! that cannot be resolved keeps its dynamic symbol, or its address.
+//! the function, file and line that the object's debug information gives
+//! (read with `addr2line`), or else the function its symbol table gives,
+//! when the object can be read here. A frame that cannot be resolved keeps
+//! the dynamic symbol the writer thread found, or its address.
 
 use std::collections::HashMap;
 use std::process::{Command, Stdio};
@@ -107,24 +108,38 @@ impl Resolver {
         }
     }
 
+    /// What the object's tables say of `addrs`. A function name is taken
+    /// from `addr2line` only with a file and line: without debug
+    /// information it names the nearest dynamic symbol, however far.
     fn ask(&mut self, object: &str, addrs: &[u64]) -> Vec<Resolved> {
-        if self.missing || !std::path::Path::new(object).is_file() {
+        let Ok(image) = std::fs::read(object) else {
             return Vec::new();
-        }
-        let out = Command::new("addr2line")
-            .args(["-f", "-C", "-e", object])
-            .args(addrs.iter().map(|a| format!("{a:#x}")))
-            .stdin(Stdio::null())
-            .stderr(Stdio::null())
-            .output();
-        match out {
-            Ok(o) if o.status.success() => parse(&String::from_utf8_lossy(&o.stdout)),
-            Ok(_) => Vec::new(),
-            Err(_) => {
-                self.missing = true;
-                Vec::new()
+        };
+        let mut lines = if self.missing {
+            Vec::new()
+        } else {
+            let out = Command::new("addr2line")
+                .args(["-f", "-C", "-e", object])
+                .args(addrs.iter().map(|a| format!("{a:#x}")))
+                .stdin(Stdio::null())
+                .stderr(Stdio::null())
+                .output();
+            match out {
+                Ok(o) if o.status.success() => parse(&String::from_utf8_lossy(&o.stdout)),
+                Ok(_) => Vec::new(),
+                Err(_) => {
+                    self.missing = true;
+                    Vec::new()
+                }
+            }
+        };
+        lines.resize(addrs.len(), Resolved::default());
+        for (r, &a) in lines.iter_mut().zip(addrs) {
+            if r.file.is_none() || r.line.is_none() {
+                r.function = pmtrace_linkage::elf::function_at(&image, a).map(|(name, _)| name);
             }
         }
+        lines
     }
 }
 
@@ -203,6 +218,35 @@ mod tests {
         assert_eq!(g.short(), "solver+0x11a9 (solver.c:9)");
         g.function = Some("main".into());
         assert_eq!(g.short(), "main (solver.c:9)");
+    }
+
+    #[inline(never)]
+    fn a_function_of_this_test() -> usize {
+        a_function_of_this_test as *const () as usize
+    }
+
+    /// A frame in this test's own binary (built with debug information,
+    /// and with `addr2line` installed by `make deps`).
+    #[test]
+    fn a_frame_of_this_binary_is_named_with_its_file_and_line() {
+        let at = a_function_of_this_test() + 1;
+        let place = pmtrace_linkage::places::locate(&[at])
+            .pop()
+            .flatten()
+            .unwrap();
+        let mut f = Frame::of(&SiteFrame {
+            address: (at - place.bias) as u64,
+            symbol: None,
+            object: place.object.to_string_lossy().into_owned(),
+        });
+        Resolver::default().resolve([&mut f]);
+        let function = f.function.clone().unwrap_or_default();
+        assert!(function.contains("a_function_of_this_test"), "{f:?}");
+        assert!(
+            f.file.as_deref().unwrap_or("").ends_with("site.rs"),
+            "{f:?}"
+        );
+        assert!(f.line.is_some(), "{f:?}");
     }
 
     #[test]
