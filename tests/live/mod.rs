@@ -322,6 +322,45 @@ fn a_deadlock_in_waitall_names_world_ranks_under_mpich() {
     deadlock(Mpi::Mpich, "waitall", "MPI_Waitall");
 }
 
+/// The application takes every real-time signal after MPI_Init: pmtrace,
+/// whose handler is then not there, sends it none (rank 0 counts what the
+/// ranks got), finds no site for the calls blocked meanwhile, and the job
+/// runs as untraced.
+#[test]
+fn an_application_that_takes_the_signals_gets_none_of_pmtraces() {
+    let mpi = Mpi::OpenMpi;
+    let dir = scratch("live-taken");
+    let prog = mpi.prog("hang");
+    let plain = mpirun_on(mpi, &dir, 4, &prog, &["taken", "1"], Mode::Plain, &[]);
+    assert_eq!(plain.stdout, "hang: ready\nhang: ok np=4 signals=0\n");
+    let run = mpirun_during(
+        mpi,
+        &dir,
+        4,
+        &prog,
+        &["taken", "6"],
+        Mode::Preload,
+        &[],
+        |trace| {
+            let s = top_until(trace, "ranks 1 to 3 blocked 2.5 s", |s| {
+                (1..4).all(|r| {
+                    s["ranks"][r]["call"] == "MPI_Barrier"
+                        && s["ranks"][r]["for_ns"].as_u64().unwrap() > 2_500_000_000
+                })
+            });
+            for r in 1..4 {
+                assert_eq!(
+                    s["ranks"][r]["site"],
+                    serde_json::json!([]),
+                    "rank {r}: {s}"
+                );
+            }
+        },
+    );
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert_eq!(run.stdout, "hang: ready\nhang: ok np=4 signals=0\n");
+}
+
 fn stalled(mpi: Mpi) {
     let dir = scratch(&format!("live-stalled-{mpi:?}"));
     let prog = mpi.prog("hang");
@@ -351,6 +390,21 @@ fn stalled(mpi: Mpi) {
             }
             assert_eq!(s["ranks"][2]["state"], "compute");
             assert!(s["ranks"][2]["call"].is_null());
+            // Where the waiting ranks' Allreduce came from: main, at the
+            // stall's Allreduce.
+            let lines = hang_lines("MPI_Allreduce(");
+            for w in hang["waits"].as_array().unwrap() {
+                let (f, file, line) = frame(&w["site"]);
+                assert_eq!(
+                    (f.as_str(), file.as_str()),
+                    ("main", "hang.c"),
+                    "{mpi:?}: {w}"
+                );
+                assert!(
+                    lines.contains(&line),
+                    "{mpi:?}: line {line}, not one of {lines:?}"
+                );
+            }
             // The job is let finish.
             std::mem::forget(kill);
         },

@@ -10,12 +10,17 @@
  *              received, since neither rank receives).
  *   stalled    rank 2 computes for SECONDS (default 12) while the others
  *              wait in MPI_Allreduce; then the job ends normally.
+ *   taken      every rank takes every real-time signal for a handler of its
+ *              own; then rank 0 computes for SECONDS while the others wait
+ *              in MPI_Barrier, and rank 0 prints how many of those signals
+ *              the ranks got in all ("hang: ok np=N signals=K").
  *
  * Before blocking, every rank makes a few calls (Allreduce, Barrier) so
  * that the collective counts are past zero. Prints "hang: ready" on rank 0
  * once every rank is about to block (stdout, flushed), and, for stalled,
  * "hang: ok np=N" at the end. */
 #include <mpi.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,6 +32,12 @@ __attribute__((noinline)) static int receive_from(int peer) {
     int v;
     MPI_Recv(&v, 1, MPI_INT, peer, 7, MPI_COMM_WORLD, MPI_STATUS_IGNORE); /* site: receive_from */
     return v;
+}
+
+static volatile sig_atomic_t signals_got;
+static void count_signal(int sig) {
+    (void)sig;
+    signals_got++;
 }
 
 static double now(void) {
@@ -83,6 +94,23 @@ int main(int argc, char **argv) {
         } else {
             MPI_Barrier(MPI_COMM_WORLD);
         }
+    } else if (strcmp(mode, "taken") == 0) {
+        struct sigaction sa;
+        memset(&sa, 0, sizeof sa);
+        sa.sa_handler = count_signal;
+        sigemptyset(&sa.sa_mask);
+        for (int s = SIGRTMIN; s <= SIGRTMAX; s++) sigaction(s, &sa, NULL);
+        if (rank == 0) {
+            volatile double acc = 0;
+            double t0 = now();
+            while (now() - t0 < seconds) {
+                for (int i = 0; i < 100000; i++) acc += i * 1e-9;
+            }
+        }
+        MPI_Barrier(MPI_COMM_WORLD);
+        int mine = signals_got, all = 0;
+        MPI_Reduce(&mine, &all, 1, MPI_INT, MPI_SUM, 0, MPI_COMM_WORLD);
+        if (rank == 0) printf("hang: ok np=%d signals=%d\n", size, all);
     } else if (strcmp(mode, "stalled") == 0) {
         if (rank == 2) {
             volatile double acc = 0;
