@@ -251,6 +251,10 @@ BEFORE_ISSUE_17 = {
 }
 
 
+# Runs of each instruction count, of which the median is printed.
+INSTRUCTION_RUNS = 3
+
+
 def instructions_section(scratch):
     """Instructions per call, untraced and traced, by difference of two loop
     lengths (np=1, so no other rank's progress is counted). Unlike times,
@@ -258,7 +262,7 @@ def instructions_section(scratch):
     if shutil.which("valgrind") is None:
         print("instructions per call: skipped (no valgrind)")
         return
-    print("instructions per call (callgrind, np=1, difference of two loop lengths);")
+    print(f"instructions per call (callgrind, np=1, difference of two loop lengths, median of {INSTRUCTION_RUNS} runs);")
     print("'own' counts those inside libpmtrace.so alone, which the MPI's progress does not move:")
     # mpibench runs blocks of 1000 after a warm-up of a tenth as many
     # (iprobe: calls, not blocks); scales give 1 and 11 blocks plus warm-up.
@@ -293,10 +297,16 @@ def instructions_section(scratch):
             n = calls(s2) - calls(s1)
             per, own = {}, 0.0
             for traced in (False, True):
-                (a, own_a) = instructions(mode, s1, traced, scratch, clocks, lib, progs)
-                (b, own_b) = instructions(mode, s2, traced, scratch, clocks, lib, progs)
-                per[traced] = (b - a) / n
-                own = (own_b - own_a) / n
+                # The whole process's count moves by a few instructions a
+                # call from run to run (threads that follow the clock: the
+                # writer's ticks, the MPI's own): the median of three.
+                runs = []
+                for _ in range(INSTRUCTION_RUNS):
+                    (a, own_a) = instructions(mode, s1, traced, scratch, clocks, lib, progs)
+                    (b, own_b) = instructions(mode, s2, traced, scratch, clocks, lib, progs)
+                    runs.append(((b - a) / n, (own_b - own_a) / n))
+                per[traced] = statistics.median(r[0] for r in runs)
+                own = statistics.median(r[1] for r in runs)
             before = BEFORE_ISSUE_17.get((key, label))
             print(f"  {label:<38}{per[False]:>10.0f}{per[True]:>10.0f}"
                   f"{per[True] - per[False]:>+10.0f}{own:>10.1f}"

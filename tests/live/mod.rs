@@ -529,6 +529,97 @@ fn a_running_job_shows_its_rates_and_the_terminal_view_every_rank() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// `pmtrace timeline --follow` on a running job (hang's stall: rank 2
+/// computes while the others wait in MPI_Allreduce): a page drawn while it
+/// runs, which reloads itself; once the job ends, the command exits by
+/// itself, leaving the page `timeline` draws, which has the calls made
+/// since.
+#[test]
+fn the_timeline_follows_a_running_job_and_ends_as_timeline_draws_it() {
+    let dir = scratch("live-follow");
+    let prog = prog("hang");
+    let page = dir.join("follow.html");
+    let mut follow = None;
+    let mut running = Vec::new();
+    let run = mpirun_during(
+        Mpi::OpenMpi,
+        &dir,
+        4,
+        &prog,
+        &["stalled", "8"],
+        Mode::Preload,
+        &[],
+        |trace| {
+            top_until(trace, "the job's live files", |_| true);
+            let child = Command::new(cli())
+                .args(["timeline", trace.to_str().unwrap(), "-o"])
+                .arg(&page)
+                .args(["--follow", "--interval", "0.5"])
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap();
+            follow = Some(child);
+            let start = Instant::now();
+            loop {
+                assert!(
+                    start.elapsed() < Duration::from_secs(20),
+                    "no page while the job ran"
+                );
+                if let Ok(p) = std::fs::read(&page) {
+                    running = p;
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        },
+    );
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let text = String::from_utf8_lossy(&running).into_owned();
+    assert!(
+        text.contains("<meta http-equiv=\"refresh\" content=\"1\">"),
+        "{}",
+        &text[..text.len().min(300)]
+    );
+    assert!(text.trim_end().ends_with("</html>"), "a whole page");
+    let out = follow.unwrap().wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // The last page is the finished job's, as `timeline` draws it.
+    let plain = dir.join("plain.html");
+    let st = pmtrace(&[
+        "timeline",
+        run.trace.to_str().unwrap(),
+        "-o",
+        plain.to_str().unwrap(),
+    ]);
+    assert!(st.status.success());
+    let last = std::fs::read(&page).unwrap();
+    assert!(
+        last == std::fs::read(&plain).unwrap(),
+        "the last page differs from timeline's"
+    );
+    // The page of the running job had fewer calls: the Allreduce and
+    // MPI_Finalize were still to come.
+    let calls = |t: &str| -> u64 {
+        let title = &t[t.find("\"title\":").expect("the page's data")..];
+        let at = title.find(" calls").expect("the title's call count");
+        title[..at].rsplit(' ').next().unwrap().parse().unwrap()
+    };
+    let last = String::from_utf8_lossy(&last).into_owned();
+    assert!(!last.contains("http-equiv=\"refresh\""));
+    assert!(
+        calls(&text) < calls(&last),
+        "{} then {}",
+        calls(&text),
+        calls(&last)
+    );
+    assert!(!dir.join("follow.html.part").exists());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 fn which(name: &str) -> std::path::PathBuf {
     let out = Command::new("sh")
         .args(["-c", &format!("command -v {name}")])
@@ -576,4 +667,25 @@ fn top_on_bad_input_says_so_in_one_line() {
     );
     let before = std::fs::read(bad.join("rank-00000.live")).unwrap();
     assert_eq!(std::fs::read(bad.join("rank-00000.live")).unwrap(), before);
+    // The timeline's --follow, likewise.
+    let page = dir.join("page.html");
+    let page = page.to_str().unwrap();
+    check(
+        &[
+            "timeline",
+            missing.to_str().unwrap(),
+            "-o",
+            page,
+            "--follow",
+        ],
+        "follow: no directory",
+    );
+    check(
+        &["timeline", bad.to_str().unwrap(), "-o", page, "--follow"],
+        "follow: a foreign live file",
+    );
+    check(
+        &["timeline", empty.to_str().unwrap(), "-o", "-", "--follow"],
+        "follow: standard output",
+    );
 }

@@ -210,6 +210,22 @@ pub struct TimelineArgs {
     /// Draw only up to this time after the trace's start.
     #[arg(long, value_name = "TIME", value_parser = parse_offset)]
     pub to: Option<u64>,
+    /// Follow a running job: rewrite FILE every interval until the job
+    /// ends (the page reloads itself meanwhile), then write it once more,
+    /// as without --follow, and exit.
+    #[arg(long)]
+    pub follow: bool,
+    /// Seconds between rewrites with --follow.
+    #[arg(long, value_name = "SECONDS", default_value_t = 2.0, value_parser = positive_seconds)]
+    pub interval: f64,
+}
+
+/// A number of seconds above 0 (and below a million).
+pub fn positive_seconds(s: &str) -> Result<f64, String> {
+    match s.trim().parse::<f64>() {
+        Ok(x) if x > 0.0 && x.is_finite() && x < 1e6 => Ok(x),
+        _ => Err(format!("{s} is not a positive number of seconds")),
+    }
 }
 
 /// A time after the trace's start, in ns: a number with an optional unit

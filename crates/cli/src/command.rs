@@ -81,8 +81,8 @@ pub struct TopArgs {
     pub dir: PathBuf,
     /// Print one JSON object per refresh, a line each (keys: ranks[] with
     /// rank, state, call, for_ns, peer, waits_for, calls, messages_sent,
-    /// bytes_sent, rates, phase, threads[]; summary; hang: null, or kind,
-    /// ranks[], waits[] with rank, call, waits_for, for_ns).
+    /// bytes_sent, rates, phase, site[], threads[]; summary; hang: null, or
+    /// kind, ranks[], waits[] with rank, call, waits_for, for_ns, site).
     #[arg(long)]
     pub json: bool,
     /// One snapshot, then exit (its rates span one interval).
@@ -94,13 +94,6 @@ pub struct TopArgs {
     /// Seconds between refreshes.
     #[arg(long, value_name = "SECONDS", default_value_t = 1.0, value_parser = positive_seconds)]
     pub interval: f64,
-}
-
-fn positive_seconds(s: &str) -> Result<f64, String> {
-    match s.trim().parse::<f64>() {
-        Ok(x) if x > 0.0 && x.is_finite() && x < 1e6 => Ok(x),
-        _ => Err(format!("{s} is not a positive number of seconds")),
-    }
 }
 
 /// Write a simulated trace of N ranks with known truth, for testing

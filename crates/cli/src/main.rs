@@ -297,18 +297,91 @@ fn timeline(args: TimelineArgs) -> Result<ExitCode> {
             bail!("--to ({to} ns) is before --from ({from} ns)");
         }
     }
+    if args.follow {
+        return follow_timeline(&args);
+    }
+    draw_timeline(&args, &args.output, false)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `timeline --follow`: the page rewritten every interval while the job
+/// runs, each one telling the browser to reload it; once the job has
+/// ended (every rank finished or gone, as `top` says), the page as
+/// `timeline` draws it. Each page is written beside the output and
+/// renamed over it, so a browser never loads half of one.
+fn follow_timeline(args: &TimelineArgs) -> Result<ExitCode> {
+    if args.output.as_os_str() == "-" {
+        bail!("--follow rewrites a file: give one with -o, not standard output");
+    }
+    let mut reader = pmtrace_live::Reader::new(&args.dir).map_err(anyhow::Error::msg)?;
+    let mut part = args.output.clone().into_os_string();
+    part.push(".part");
+    let part = std::path::PathBuf::from(part);
+    let every = std::time::Duration::from_secs_f64(args.interval);
+    let reload = args.interval.ceil().max(1.0) as u64;
+    let mut said = false;
+    loop {
+        let next = std::time::Instant::now() + every;
+        match reader.snapshot(pmtrace_live::When::Now, u64::MAX, top::unix_now()) {
+            Ok(s) if s.job == "ended" => break,
+            Ok(_) => {
+                // A trace still being made may not read yet: the next
+                // interval's may.
+                if draw_timeline(args, &part, true).is_ok() {
+                    let page = std::fs::read(&part)
+                        .with_context(|| format!("cannot read {}", part.display()))?;
+                    std::fs::write(&part, with_reload(&page, reload))
+                        .with_context(|| format!("cannot write {}", part.display()))?;
+                    std::fs::rename(&part, &args.output)
+                        .with_context(|| format!("cannot write {}", args.output.display()))?;
+                }
+            }
+            Err(pmtrace_live::ReadError::NotYet(m)) => {
+                if !said {
+                    eprintln!("pmtrace: {m}; waiting");
+                    said = true;
+                }
+            }
+            Err(e @ pmtrace_live::ReadError::Bad(_)) => bail!(e),
+        }
+        std::thread::sleep(next.saturating_duration_since(std::time::Instant::now()));
+    }
+    draw_timeline(args, &part, false)?;
+    std::fs::rename(&part, &args.output)
+        .with_context(|| format!("cannot write {}", args.output.display()))?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// A page that tells the browser to load it again in `secs` seconds.
+fn with_reload(page: &[u8], secs: u64) -> Vec<u8> {
+    let tag = format!("\n<meta http-equiv=\"refresh\" content=\"{secs}\">");
+    let at = page
+        .windows(6)
+        .position(|w| w == b"<head>")
+        .map_or(0, |i| i + 6);
+    [&page[..at], tag.as_bytes(), &page[at..]].concat()
+}
+
+/// Draws the timeline of `args.dir` into `output`. `quiet` (a page of
+/// `--follow` while the job runs): no warnings, notes or summary line,
+/// and the trace is freed, as more pages follow.
+fn draw_timeline(args: &TimelineArgs, output: &Path, quiet: bool) -> Result<()> {
     let progress = progress::Progress::new();
     progress.phase("reading the trace");
     let trace = Trace::open(&args.dir)?;
-    for warning in trace.all_warnings() {
-        eprintln!("pmtrace: warning: {warning}");
+    if !quiet {
+        for warning in trace.all_warnings() {
+            eprintln!("pmtrace: warning: {warning}");
+        }
     }
     progress.phase("matching messages");
     let messages = Messages::build(&trace);
     let synced = match Synced::load(&trace)? {
         Some(s) => s,
         None => {
-            note_not_synced(&args.dir);
+            if !quiet {
+                note_not_synced(&args.dir);
+            }
             progress.phase("synchronizing timestamps");
             pmtrace_sync::sync(&trace, &messages, &SyncParams::default())
         }
@@ -365,11 +438,11 @@ fn timeline(args: TimelineArgs) -> Result<ExitCode> {
             .map(|m| (m.from_ns, m.bin_ns, &m.parallelism[..])),
     };
     let mut tick = progress.counted("writing", view.calls());
-    let s = with_output(&args.output, |w| {
+    let s = with_output(output, |w| {
         timeline::write(&view, &title, window, Some(&overlay), w, &mut tick)
     })?;
     drop(progress);
-    if args.output.as_os_str() != "-" {
+    if !quiet && args.output.as_os_str() != "-" {
         eprintln!(
             "pmtrace: wrote {} ({} lanes, {} calls, {} messages, {} of them backward in raw time; {})",
             args.output.display(),
@@ -380,8 +453,10 @@ fn timeline(args: TimelineArgs) -> Result<ExitCode> {
             pmtrace_report::human_bytes(s.bytes)
         );
     }
-    leave(trace);
-    Ok(ExitCode::SUCCESS)
+    if !quiet {
+        leave(trace);
+    }
+    Ok(())
 }
 
 /// Says that a trace is synchronized in memory because `pmtrace sync` did

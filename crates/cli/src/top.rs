@@ -52,7 +52,7 @@ fn take(reader: &mut Reader, hang_after: u64) -> Result<Snapshot> {
     Ok(reader.snapshot(When::Now, hang_after, unix_now())?)
 }
 
-fn unix_now() -> u64 {
+pub fn unix_now() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos() as u64)
