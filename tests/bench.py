@@ -275,6 +275,9 @@ def instructions_section(scratch):
          "8 B Send+Recv to self, Lamport", "lamport"),
         ("selfi", (0.005, 0.055), lambda s: (int(200 * s) + int(200 * s) // 10) * 1000,
          "8 B Irecv+Send+Wait to self, Lamport", "lamport"),
+        # issue 40's loop: the send nonblocking, the receive blocking
+        ("selfs", (0.005, 0.055), lambda s: (int(200 * s) + int(200 * s) // 10) * 1000,
+         "8 B Isend+Recv+Wait to self, Lamport", "lamport"),
         # past the one-node inline limit (1 KiB): the header through a ring
         ("selfi:2048", (0.005, 0.055), lambda s: (int(200 * s) + int(200 * s) // 10) * 1000,
          "2 KiB Irecv+Send+Wait to self, Lamport", "lamport"),

@@ -11,6 +11,9 @@
  *   selfi      the same message received by an MPI_Irecv posted before the
  *              send and an MPI_Wait (MPICH's blocking send to its own rank
  *              does not return before the receive is posted)
+ *   selfs      the same message sent by an MPI_Isend, received by an
+ *              MPI_Recv, the send then completed by an MPI_Wait (the loop
+ *              of issue 40's targets)
  * Rank 0 prints "<mode> <value>" (pingpong and allreduce: the median block,
  * then "mean <ns>"). Each measures after a warm-up. */
 #include <mpi.h>
@@ -134,8 +137,8 @@ int main(int argc, char **argv) {
             value = median(per, nb);
         }
         free(per);
-    } else if (!strcmp(mode, "self") || !strcmp(mode, "selfi")) {
-        int posted = !strcmp(mode, "selfi");
+    } else if (!strcmp(mode, "self") || !strcmp(mode, "selfi") || !strcmp(mode, "selfs")) {
+        int posted = !strcmp(mode, "selfi"), isend = !strcmp(mode, "selfs");
         long blocks = (long)(200 * scale);
         int bytes = argc > 3 ? atoi(argv[3]) : 8;
         if (bytes < 1) bytes = 1;
@@ -151,6 +154,10 @@ int main(int argc, char **argv) {
                     if (posted) {
                         MPI_Irecv(got, bytes, MPI_BYTE, rank, 0, MPI_COMM_WORLD, &req);
                         MPI_Send(b, bytes, MPI_BYTE, rank, 0, MPI_COMM_WORLD);
+                        MPI_Wait(&req, MPI_STATUS_IGNORE);
+                    } else if (isend) {
+                        MPI_Isend(b, bytes, MPI_BYTE, rank, 0, MPI_COMM_WORLD, &req);
+                        MPI_Recv(got, bytes, MPI_BYTE, rank, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
                         MPI_Wait(&req, MPI_STATUS_IGNORE);
                     } else {
                         MPI_Send(b, bytes, MPI_BYTE, rank, 0, MPI_COMM_WORLD);
