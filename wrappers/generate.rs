@@ -1186,9 +1186,9 @@ fn wrapper(o: &mut String, e: &Entry) -> Result<(), String> {
              // SAFETY: the caller's arguments, passed on.\n        \
              let rc = unsafe {{ next({args}) }};\n        \
              let t1 = clock::now();\n        \
-             live::leave(guard.recorder().live, ids::{});",
+             {}",
             live_enter(e, true)?,
-            e.name.to_ascii_uppercase()
+            live_leave(e)
         )
         .unwrap();
         narrow_handles(o, e, "        ");
@@ -1292,6 +1292,14 @@ fn live_enter(e: &Entry, narrow: bool) -> Result<String, String> {
     })
 }
 
+/// The line after `t1` that tells the live status file the call ended.
+fn live_leave(e: &Entry) -> String {
+    format!(
+        "live::leave(guard.recorder().live, ids::{});",
+        e.name.to_ascii_uppercase()
+    )
+}
+
 /// `P{name}`: records the call around the real function, and piggybacks.
 #[allow(clippy::too_many_arguments)]
 fn inner_level(
@@ -1365,12 +1373,7 @@ fn inner_level(
     writeln!(o, "    let t1 = clock::now();").unwrap();
     // Out of the call at once, before what the piggyback unpacks: the
     // slot's address is at hand, and nothing made since need move.
-    writeln!(
-        o,
-        "    live::leave(guard.recorder().live, ids::{});",
-        e.name.to_ascii_uppercase()
-    )
-    .unwrap();
+    writeln!(o, "    {}", live_leave(e)).unwrap();
     for l in &around.post {
         writeln!(o, "    {l}").unwrap();
     }

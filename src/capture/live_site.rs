@@ -14,6 +14,7 @@
 //! blocks the signal). The handler is installed with `SA_RESTART` and keeps
 //! `errno`. `PMTRACE_LIVE_SITE=off` turns all of this off.
 
+use crate::next::places::{locate, Place};
 use core::cell::UnsafeCell;
 use core::ffi::{c_int, c_void};
 use core::sync::atomic::{AtomicI32, AtomicU64, AtomicUsize, Ordering::*};
@@ -75,8 +76,14 @@ extern "C" fn on_signal(_: c_int, _: *mut libc::siginfo_t, _: *mut c_void) {
 }
 
 /// Takes a free real-time signal for the asks (at `MPI_Init`, before any
-/// thread can be asked).
+/// thread can be asked). Not when pmtrace is linked into the executable:
+/// its frames and the application's are then in one object, and cannot be
+/// told apart.
 pub fn install() {
+    let Some(own) = own_place() else { return };
+    if std::fs::read_link("/proc/self/exe").is_ok_and(|exe| exe == own.object) {
+        return;
+    }
     // The unwinder's first use loads libgcc_s: not in a signal handler.
     let mut warm = [core::ptr::null_mut(); 4];
     // SAFETY: a buffer of 4 pointers.
@@ -175,25 +182,25 @@ fn is_libc_object(path: &std::path::Path) -> bool {
     name.starts_with(b"libc.so") || name.starts_with(b"libc-")
 }
 
+/// The object pmtrace's code is in.
+fn own_place() -> Option<Place> {
+    locate(&[own_place as *const () as usize]).pop().flatten()
+}
+
 /// The application frames of a stack (return addresses, innermost first):
 /// those past pmtrace's outermost frame, less the MPI library's, up to the
-/// C library's that began the stack. None when
-/// pmtrace's frames are not there (the thread had left the call), or when
-/// pmtrace is linked into the executable, where its frames and the
-/// application's cannot be told apart by object.
-pub fn application_frames(stack: &[usize]) -> Option<Vec<SiteFrame>> {
-    let own = crate::next::own();
-    let last_own = stack
-        .iter()
-        .rposition(|&pc| crate::next::object_of(pc as *const c_void) == own)?;
-    let places = crate::next::places::locate(stack);
-    let exe = std::fs::read_link("/proc/self/exe").ok();
-    if places[last_own]
-        .as_ref()
-        .is_some_and(|p| Some(&p.object) == exe.as_ref())
-    {
-        return None;
-    }
+/// C library's that began the stack. None when pmtrace's frames are not
+/// there (the thread had left the call).
+fn application_frames(stack: &[usize]) -> Option<Vec<SiteFrame>> {
+    // The stack's places, and pmtrace's own last, in one look.
+    let mut addrs = stack.to_vec();
+    addrs.push(own_place as *const () as usize);
+    let mut places = locate(&addrs);
+    let own = places.pop().flatten()?;
+    let last_own = places.iter().rposition(|p| {
+        p.as_ref()
+            .is_some_and(|p| p.object == own.object && p.bias == own.bias)
+    })?;
     let frames = stack[last_own + 1..]
         .iter()
         .zip(&places[last_own + 1..])

@@ -179,15 +179,14 @@ fn resolve(s: &Slot, now: u64) {
 /// site is marked as this call's even when none was found.
 fn site(s: &Slot, t0: u64, word: u64) {
     let frames = crate::live_site::site_of(s.word(w::TID).load(Relaxed) as i32).unwrap_or_default();
+    // Whole lines, with room for a NUL after them.
     let mut text = Vec::with_capacity(w::SITE_TEXT_LEN);
-    let mut n = 0u64;
     for f in &frames {
         let line = f.line();
         if text.len() + line.len() >= w::SITE_TEXT_LEN {
             break;
         }
         text.extend_from_slice(line.as_bytes());
-        n += 1;
     }
     text.resize(w::SITE_TEXT_LEN, 0);
     // The call may have ended while its thread was asked.
@@ -198,7 +197,6 @@ fn site(s: &Slot, t0: u64, word: u64) {
         s.word(w::SITE_TEXT + i)
             .store(u64::from_le_bytes(c.try_into().unwrap()), Relaxed);
     }
-    s.word(w::SITE_N).store(n, Relaxed);
     s.word(w::SITE_WORD).store(word, Relaxed);
     s.word(w::SITE_T).store(t0, Release);
 }

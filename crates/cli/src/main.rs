@@ -300,7 +300,7 @@ fn timeline(args: TimelineArgs) -> Result<ExitCode> {
     if args.follow {
         return follow_timeline(&args);
     }
-    draw_timeline(&args, &args.output, false)?;
+    draw_timeline(&args, &args.output, None)?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -327,11 +327,7 @@ fn follow_timeline(args: &TimelineArgs) -> Result<ExitCode> {
             Ok(_) => {
                 // A trace still being made may not read yet: the next
                 // interval's may.
-                if draw_timeline(args, &part, true).is_ok() {
-                    let page = std::fs::read(&part)
-                        .with_context(|| format!("cannot read {}", part.display()))?;
-                    std::fs::write(&part, with_reload(&page, reload))
-                        .with_context(|| format!("cannot write {}", part.display()))?;
+                if draw_timeline(args, &part, Some(reload)).is_ok() {
                     std::fs::rename(&part, &args.output)
                         .with_context(|| format!("cannot write {}", args.output.display()))?;
                 }
@@ -346,26 +342,18 @@ fn follow_timeline(args: &TimelineArgs) -> Result<ExitCode> {
         }
         std::thread::sleep(next.saturating_duration_since(std::time::Instant::now()));
     }
-    draw_timeline(args, &part, false)?;
+    draw_timeline(args, &part, None)?;
     std::fs::rename(&part, &args.output)
         .with_context(|| format!("cannot write {}", args.output.display()))?;
     Ok(ExitCode::SUCCESS)
 }
 
-/// A page that tells the browser to load it again in `secs` seconds.
-fn with_reload(page: &[u8], secs: u64) -> Vec<u8> {
-    let tag = format!("\n<meta http-equiv=\"refresh\" content=\"{secs}\">");
-    let at = page
-        .windows(6)
-        .position(|w| w == b"<head>")
-        .map_or(0, |i| i + 6);
-    [&page[..at], tag.as_bytes(), &page[at..]].concat()
-}
-
-/// Draws the timeline of `args.dir` into `output`. `quiet` (a page of
-/// `--follow` while the job runs): no warnings, notes or summary line,
-/// and the trace is freed, as more pages follow.
-fn draw_timeline(args: &TimelineArgs, output: &Path, quiet: bool) -> Result<()> {
+/// Draws the timeline of `args.dir` into `output`. With `reload` (a page
+/// of `--follow` while the job runs): a page that reloads itself that
+/// often; no warnings, notes or summary line; and the trace is freed, as
+/// more pages follow.
+fn draw_timeline(args: &TimelineArgs, output: &Path, reload: Option<u64>) -> Result<()> {
+    let quiet = reload.is_some();
     let progress = progress::Progress::new();
     progress.phase("reading the trace");
     let trace = Trace::open(&args.dir)?;
@@ -439,7 +427,7 @@ fn draw_timeline(args: &TimelineArgs, output: &Path, quiet: bool) -> Result<()> 
     };
     let mut tick = progress.counted("writing", view.calls());
     let s = with_output(output, |w| {
-        timeline::write(&view, &title, window, Some(&overlay), w, &mut tick)
+        timeline::write(&view, &title, window, Some(&overlay), reload, w, &mut tick)
     })?;
     drop(progress);
     if !quiet && args.output.as_os_str() != "-" {

@@ -128,12 +128,14 @@ pub struct Overlay<'a> {
 /// Writes the timeline page of `view` (raw times beside synchronized ones
 /// when `view.synced` is set) to `w`. With `window` (start, end), in the
 /// view's times, only the calls that overlap it are drawn, and the
-/// messages between two of them.
+/// messages between two of them. With `reload` (seconds), the page tells
+/// the browser to load it again that often (`timeline --follow`).
 pub fn write(
     view: &View,
     title: &str,
     window: Option<(u64, u64)>,
     overlay: Option<&Overlay>,
+    reload: Option<u64>,
     w: &mut dyn Write,
     progress: &mut dyn FnMut(u64),
 ) -> io::Result<Summary> {
@@ -142,7 +144,18 @@ pub fn write(
         .expect("the template has its data line");
     let mut out = Counter { w, n: 0 };
     let w = &mut out;
-    w.write_all(head.as_bytes())?;
+    match reload {
+        Some(secs) => {
+            let (before, after) = head
+                .split_once("<head>\n")
+                .expect("the template has its head");
+            write!(
+                w,
+                "{before}<head>\n<meta http-equiv=\"refresh\" content=\"{secs}\">\n{after}"
+            )?;
+        }
+        None => w.write_all(head.as_bytes())?,
+    }
     w.write_all(b"\n")?;
     let synced = view.synced.is_some();
     let mut s = Summary::default();

@@ -42,11 +42,11 @@
 //!     pad u16, peer i32 (for a collective: its number on the communicator,
 //!     low 32 bits), gid u64
 //! 1024 site (by the writer thread, for a call blocked a second): t u64
-//!     and word u64 of the call it is about, frames u32, pad u32, then
-//!     text: one line a frame, the innermost application frame first,
+//!     and word u64 of the call it is about, then text: one line a frame,
+//!     the innermost application frame first, each ending in a newline,
 //!     "address\tsymbol\tobject\n" (address hex, relative to the
 //!     object's load bias, as `addr2line -e object` takes it; symbol
-//!     "name+0xoffset" or empty)
+//!     "name+0xoffset" or empty), the rest of the area NUL
 //! ```
 //!
 //! Arguments by live kind, for the writer thread: a receive or probe has
@@ -129,10 +129,8 @@ pub mod w {
     pub const DETAIL: usize = 67;
     pub const SITE_T: usize = 128;
     pub const SITE_WORD: usize = 129;
-    /// Frames (low 32 bits).
-    pub const SITE_N: usize = 130;
     /// The text's first word; it runs to the slot's end.
-    pub const SITE_TEXT: usize = 131;
+    pub const SITE_TEXT: usize = 130;
     pub const SITE_TEXT_LEN: usize = super::SLOT_LEN - SITE_TEXT * 8;
 }
 
@@ -160,10 +158,15 @@ impl SiteFrame {
         )
     }
 
-    /// The frames of a site's text (a line cut short is dropped).
+    /// The frames of a site's text: its whole lines (one cut short, or
+    /// not ended by a newline, is dropped).
     pub fn parse_text(text: &[u8]) -> Vec<SiteFrame> {
         let end = text.iter().position(|&c| c == 0).unwrap_or(text.len());
-        let text = String::from_utf8_lossy(&text[..end]);
+        let whole = text[..end]
+            .iter()
+            .rposition(|&c| c == b'\n')
+            .map_or(0, |i| i + 1);
+        let text = String::from_utf8_lossy(&text[..whole]);
         text.split_terminator('\n')
             .filter_map(|l| {
                 let mut f = l.splitn(3, '\t');
@@ -490,10 +493,7 @@ impl LiveRank {
         });
         let this_call = w0 & IN_CALL != 0 && word(w::SITE_T) == t && word(w::SITE_WORD) == w0;
         let site = if this_call {
-            let n = (word(w::SITE_N) as u32 as usize).min(SITE_FRAMES);
-            let mut f = SiteFrame::parse_text(&b[w::SITE_TEXT * 8..]);
-            f.truncate(n);
-            f
+            SiteFrame::parse_text(&b[w::SITE_TEXT * 8..])
         } else {
             Vec::new()
         };
@@ -612,7 +612,7 @@ mod tests {
     }
 
     #[test]
-    fn a_site_reads_back_only_for_its_call_and_up_to_its_frame_count() {
+    fn a_site_reads_back_only_for_its_call_and_in_whole_lines() {
         let mut b = blank(1);
         let s = SLOTS_AT;
         let wd = word(3, LiveKind::Recv) | IN_CALL;
@@ -631,11 +631,11 @@ mod tests {
             },
         ];
         let text: String = frames.iter().map(SiteFrame::line).collect();
-        // a third line, cut short by the end of the area
-        let text = text + "3000\tmain+0x1";
+        // a third line, cut short (no newline, though its fields are all
+        // there)
+        let text = text + "3000\tmain+0x1\t/apps/solv";
         let at = s + w::SITE_TEXT * 8;
         b[at..at + text.len()].copy_from_slice(text.as_bytes());
-        put(&mut b, s + w::SITE_N * 8, 2);
         put(&mut b, s + w::SITE_WORD * 8, wd);
         put(&mut b, s + w::SITE_T * 8, 6_000);
         let r = LiveRank::parse_once(&b).unwrap().unwrap();
@@ -643,9 +643,11 @@ mod tests {
         put(&mut b, s + w::SITE_T * 8, 7_000);
         let r = LiveRank::parse_once(&b).unwrap().unwrap();
         assert_eq!(r.threads[0].site, frames.to_vec());
-        put(&mut b, s + w::SITE_N * 8, 1);
+        // at most SITE_FRAMES frames
+        let many: String = std::iter::repeat_n(frames[0].line(), SITE_FRAMES + 2).collect();
+        b[at..at + many.len()].copy_from_slice(many.as_bytes());
         let r = LiveRank::parse_once(&b).unwrap().unwrap();
-        assert_eq!(r.threads[0].site, frames[..1].to_vec());
+        assert_eq!(r.threads[0].site, vec![frames[0].clone(); SITE_FRAMES]);
         // out of the call, no site
         put(&mut b, s, wd & !IN_CALL);
         let r = LiveRank::parse_once(&b).unwrap().unwrap();
