@@ -623,7 +623,9 @@ fn body(e: &Entry) -> Result<(Vec<String>, String), String> {
             );
             let args = args.replace("{ , ", "{ ");
             if prefix == "coll" {
-                format!("hooks::coll({call}, Shape::{}, &{args})", camel(shape))
+                // Built where it is needed: the fast path of a repeated
+                // collective reads a few fields (`hooks_colls::coll`).
+                format!("hooks::coll({call}, Shape::{}, || {args})", camel(shape))
             } else if prefix == "pcoll" {
                 format!(
                     "hooks::pcoll({call}, Shape::{}, &{args}, {})",

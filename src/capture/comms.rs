@@ -65,7 +65,7 @@ pub fn changes() -> u64 {
 }
 
 #[inline(always)]
-fn key_of(comm: MPI_Comm) -> u64 {
+pub fn key_of(comm: MPI_Comm) -> u64 {
     match ffi::handle_key(comm) {
         0 => u64::MAX,
         k => k,
@@ -307,6 +307,13 @@ pub fn init(world_rank: u32, rec: &mut Recorder, t: u64) {
     let (world, selfc) = unsafe { (ffi::RSMPI_COMM_WORLD, ffi::RSMPI_COMM_SELF) };
     define(world, WORLD_GID, rec, t);
     define(selfc, (u64::from(world_rank) << 32) | 1, rec, t);
+}
+
+/// The communicator table's generation: what a thread's cached view of
+/// a communicator is valid for.
+#[inline(always)]
+pub fn generation() -> u64 {
+    GENERATION.load(Ordering::Relaxed)
 }
 
 /// The communicator of this thread's previous call, if `comm` is it

@@ -14,6 +14,10 @@ use std::sync::OnceLock;
 static EXCLUDED: OnceLock<Box<[bool]>> = OnceLock::new();
 static LEFT_OUT: OnceLock<Box<[AtomicU64]>> = OnceLock::new();
 
+/// Whether any call may be left out now (some are excluded, or recording
+/// is paused): the one load a call makes when none is.
+static ANY: AtomicBool = AtomicBool::new(false);
+
 /// Leaves the calls of `ids` out of the trace (set once, at `MPI_Init`).
 pub fn exclude(ids: &[u32]) {
     let n = crate::mpi::FUNCTIONS.len();
@@ -23,6 +27,9 @@ pub fn exclude(ids: &[u32]) {
     }
     let _ = EXCLUDED.set(set.into_boxed_slice());
     let _ = LEFT_OUT.set((0..n).map(|_| Default::default()).collect());
+    if !ids.is_empty() {
+        ANY.store(true, Relaxed);
+    }
 }
 
 /// `MPI_Pcontrol(0)` to `MPI_Pcontrol(1)`: calls that move no message,
@@ -39,6 +46,8 @@ pub fn pause(on: bool) {
             .collect()
     });
     PAUSED.store(on, Relaxed);
+    let excluded = EXCLUDED.get().is_some_and(|set| set.contains(&true));
+    ANY.store(on || excluded, Relaxed);
 }
 
 /// Calls left out while paused, by function name.
@@ -69,6 +78,18 @@ pub fn left_out() -> BTreeMap<String, u64> {
 /// complete none ask.
 #[inline(always)]
 pub fn leave_out(func: u32) -> bool {
+    ANY.load(Relaxed) && leave_out_slow(func)
+}
+
+/// Whether any call may be left out now (see `ANY`).
+#[inline(always)]
+pub fn any() -> bool {
+    ANY.load(Relaxed)
+}
+
+#[cold]
+#[inline(never)]
+fn leave_out_slow(func: u32) -> bool {
     if PAUSED.load(Relaxed) {
         if let Some(c) = PAUSED_OUT.get().and_then(|c| c.get(func as usize)) {
             c.fetch_add(1, Relaxed);

@@ -157,14 +157,14 @@ impl Guard {
 
     #[inline(always)]
     fn enter(t: &Local) -> Option<Guard> {
-        if t.busy.replace(true) {
-            None
-        } else {
-            Some(Guard {
-                thread: t as *const Local,
-                _not_send: PhantomData,
-            })
+        if t.busy.get() {
+            return None;
         }
+        t.busy.set(true);
+        Some(Guard {
+            thread: t as *const Local,
+            _not_send: PhantomData,
+        })
     }
 
     /// After the thread-locals of the main thread are gone, its calls go

@@ -3,14 +3,16 @@
 //! and the bytes this rank sends and receives, worked out per shape from
 //! the arguments that are significant on this rank.
 
-use crate::comms::CommInfo;
+use crate::comms::{self, CommInfo};
 use crate::ffi::{self, MPI_Comm, MPI_Datatype, MPI_Request, TypeSizes};
 use crate::hooks_call::{comm_info, guarded, register, Call};
-use crate::recorder::Writer;
+use crate::recorder::{fixed_head, Writer};
+use crate::thread::CollMemo;
+use core::sync::atomic::Ordering::Relaxed;
 use crate::requests::OpKind;
 use core::ffi::{c_int, c_void};
 use pmtrace_format::record::root_code;
-use pmtrace_format::varint::Sink;
+use pmtrace_format::varint::{Packed, Sink};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Shape {
@@ -431,8 +433,59 @@ pub fn put_coll(
     r.put_coll_seq(info.index, seq);
 }
 
-pub fn coll(call: Call, shape: Shape, args: &CollArgs) {
+/// A blocking collective. One of a shape whose payload depends on its
+/// communicator, count, datatype and root alone (`memoised`) that repeats
+/// the thread's last such collective is a fixed record: that payload's
+/// bytes, then its sequence code, with no look at the datatype or the
+/// communicator table (`Recorder::fixed_call`).
+/// `args` builds the arguments (twice at most: only the slow path needs
+/// them whole).
+#[inline(always)]
+pub fn coll(call: Call, shape: Shape, args: impl Fn() -> CollArgs) {
+    if memoised(shape) && call.ok() {
+        let args = args();
+        let thread = call.thread();
+        let m = thread.state.coll_memo;
+        if m.comm == comms::key_of(args.comm)
+            && m.count == args.count
+            && m.datatype == ffi::handle_key(args.datatype)
+            && m.root == args.root
+            && m.shape == shape as u8
+            && m.comm_generation == comms::generation()
+            && m.type_generation == ffi::TYPE_GENERATION.load(Relaxed)
+        {
+            if let Some(info) = m.info {
+                let head = fixed_head(call.func);
+                let payload = (m.bytes, m.len);
+                if let Some(mut w) = thread.recorder.fixed_call(head, call.t0, call.t1, payload) {
+                    w.put_coll_seq(info.index, next_seq(info));
+                    w.commit();
+                    return;
+                }
+            }
+        }
+    }
+    coll_full(call, shape, &args());
+}
+
+#[inline(never)]
+fn coll_full(call: Call, shape: Shape, args: &CollArgs) {
     guarded(|| record_coll(&call, shape, args, None))
+}
+
+/// Shapes whose bytes depend on the communicator, count, datatype and
+/// root alone (see `coll_bytes`).
+#[inline(always)]
+fn memoised(shape: Shape) -> bool {
+    matches!(
+        shape,
+        Shape::Barrier
+            | Shape::Bcast
+            | Shape::Reduce
+            | Shape::Allreduce
+            | Shape::Scan
+            | Shape::Exscan
+    )
 }
 
 pub fn icoll(call: Call, shape: Shape, args: &CollArgs, request: *mut MPI_Request) {
@@ -468,4 +521,27 @@ fn record_coll(
         register(request, id, kind, persistent, 0, info.index + 1);
     }
     r.commit();
+    if request.is_none() && memoised(shape) && call.ok() {
+        // The payload just written but its sequence code, for the next
+        // such collective.
+        let mut payload = Packed::default();
+        payload.put_u(u64::from(info.index));
+        payload.put_u(root_code(root));
+        payload.put_u(sent);
+        payload.put_u(recvd);
+        if payload.len <= 8 {
+            call.thread().state.coll_memo = CollMemo {
+                comm: comms::key_of(args.comm),
+                comm_generation: comms::generation(),
+                info: Some(info),
+                datatype: ffi::handle_key(args.datatype),
+                type_generation: ffi::TYPE_GENERATION.load(Relaxed),
+                count: args.count,
+                root: args.root,
+                shape: shape as u8,
+                bytes: payload.bytes,
+                len: payload.len,
+            };
+        }
+    }
 }

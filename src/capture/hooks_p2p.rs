@@ -10,12 +10,13 @@ use crate::guard::Guard;
 use crate::hooks_call::{actual, comm_info, guarded, register, Call};
 use crate::live;
 use crate::piggyback::{self, Got};
-use crate::recorder::{RecvSlot, Writer};
+use crate::recorder::{fixed_head, RecvSlot, Writer};
 use crate::requests::{key, OpKind, MESSAGES};
 use core::ffi::c_int;
 use pmtrace_format::pending::PendingRecv;
 use pmtrace_format::record::{ST_EMPTY, ST_NONE};
-use pmtrace_format::varint::Sink;
+use crate::thread::ProbeMiss;
+use pmtrace_format::varint::{Packed, Sink};
 
 #[inline(always)]
 fn put_send(r: &mut impl Sink, peer: c_int, tag: c_int, comm: u32, bytes: u64) {
@@ -313,7 +314,41 @@ pub fn isendrecv(
 }
 
 /// Probe, Iprobe (`flag`), Mprobe (`message`), Improbe (both).
+/// A probe. One that finds nothing, as the thread's last recorded miss
+/// did (same source, tag and communicator), is a fixed record: its
+/// payload is that miss's bytes, written without a look at the message
+/// machinery (`Recorder::fixed_call`).
+#[inline(always)]
 pub fn probe(
+    call: Call,
+    src: c_int,
+    tag: c_int,
+    comm: MPI_Comm,
+    flag: *mut c_int,
+    message: *mut MPI_Message,
+    status: *mut MPI_Status,
+) {
+    // SAFETY: MPI set *flag for this call when it succeeded.
+    if call.ok() && !flag.is_null() && unsafe { *flag } == 0 && !crate::exclusion::any() {
+        let thread = call.thread();
+        let miss = thread.state.probe_miss;
+        if miss.comm == comms::key_of(comm)
+            && miss.from == ProbeMiss::of(src, tag)
+            && miss.generation == comms::generation()
+        {
+            let head = fixed_head(call.func);
+            let payload = (miss.bytes, miss.len);
+            if let Some(w) = thread.recorder.fixed_call(head, call.t0, call.t1, payload) {
+                w.commit();
+                return;
+            }
+        }
+    }
+    probe_full(call, src, tag, comm, flag, message, status);
+}
+
+#[inline(never)]
+fn probe_full(
     call: Call,
     src: c_int,
     tag: c_int,
@@ -350,6 +385,23 @@ pub fn probe(
             r.put_u(ST_EMPTY);
         }
         r.commit();
+        if !found {
+            // The payload just written, kept for the next such miss.
+            let mut payload = Packed::default();
+            payload.put_i(i64::from(src));
+            payload.put_i(i64::from(tag));
+            payload.put_u(u64::from(info.index));
+            payload.put_u(ST_EMPTY);
+            if payload.len <= 8 {
+                call.thread().state.probe_miss = ProbeMiss {
+                    comm: comms::key_of(comm),
+                    generation: comms::generation(),
+                    from: ProbeMiss::of(src, tag),
+                    bytes: payload.bytes,
+                    len: payload.len,
+                };
+            }
+        }
     })
 }
 

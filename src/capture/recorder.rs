@@ -73,6 +73,13 @@ fn gettid() -> u64 {
     unsafe { libc::syscall(libc::SYS_gettid) as u64 }
 }
 
+/// The first varint of a successful call's record of function `func`
+/// (`record::put_head`), packed (for `Recorder::fixed_call`).
+#[inline(always)]
+pub const fn fixed_head(func: u32) -> (u64, usize) {
+    pmtrace_format::varint::packed((FIRST_FUNCTION_CODE + func as u64) << 1)
+}
+
 pub struct Recorder {
     region: Option<Region>,
     base: *mut u8,
@@ -362,6 +369,48 @@ impl Recorder {
         self.start = prev + gap;
         let mut w = self.writer();
         record::put_head(&mut w, code, gap, dur, rc);
+        Some(w)
+    }
+
+    /// Starts a call record whose payload is already encoded (the low
+    /// `len` bytes of `payload`, at most 8), on the fast path: `head` is
+    /// the call's encoded first varint for a successful call
+    /// (`fixed_head`). The writer returned may add up to 16 bytes more.
+    /// `None`, with nothing written, when the record needs `begin_call`'s
+    /// path: a pending receive to encode first, a buffer wait to write,
+    /// too little room, recording stopped.
+    #[inline(always)]
+    pub fn fixed_call(
+        &mut self,
+        head: (u64, usize),
+        t0: u64,
+        t1: u64,
+        (payload, len): (u64, usize),
+    ) -> Option<Writer<'_>> {
+        if self.pending
+            || self.cap - self.pos < record::MAX_FIXED_RECORD
+            || self.pending_wait.is_some()
+            || STOPPED.load(Relaxed)
+        {
+            return None;
+        }
+        let prev = self.prev_end;
+        let (gap, dur) = self.advance(t0, t1);
+        self.start = prev + gap;
+        let mut w = self.writer();
+        // SAFETY: MAX_FIXED_RECORD bytes are free at the cursor: the head
+        // (at most 8 bytes written, `head.1` kept), two varints of at most
+        // 10 bytes, 8 bytes written of which `len` are kept, then what the
+        // caller adds; bytes past the record are free room, overwritten by
+        // the next one.
+        unsafe {
+            (w.p as *mut u64).write_unaligned(head.0);
+            w.p = w.p.add(head.1);
+            w.put_u(gap);
+            w.put_u(dur);
+            (w.p as *mut u64).write_unaligned(payload);
+            w.p = w.p.add(len);
+        }
         Some(w)
     }
 

@@ -49,6 +49,73 @@ pub struct ThreadState {
     stage_in: Vec<u8>,
     /// The names of the phases this thread is in, innermost last.
     pub phases: Vec<Vec<u8>>,
+    /// The last probe this thread recorded that found nothing.
+    pub probe_miss: ProbeMiss,
+    /// The last blocking collective this thread recorded of a shape whose
+    /// payload depends on its communicator, count, datatype and root alone.
+    pub coll_memo: CollMemo,
+}
+
+/// A blocking collective's payload but its sequence code, encoded, and
+/// what it was for: one of the same shape with the same communicator,
+/// count, datatype and root (each handle under the same table) has the
+/// same payload (`hooks_colls::coll`).
+#[derive(Clone, Copy)]
+pub struct CollMemo {
+    /// The communicator (`comms::key_of`, never 0); 0: none.
+    pub comm: u64,
+    pub comm_generation: u64,
+    pub info: Option<&'static CommInfo>,
+    pub datatype: u64,
+    pub type_generation: u64,
+    pub count: i64,
+    pub root: i32,
+    pub shape: u8,
+    pub bytes: u64,
+    pub len: usize,
+}
+
+impl CollMemo {
+    const NONE: CollMemo = CollMemo {
+        comm: 0,
+        comm_generation: 0,
+        info: None,
+        datatype: 0,
+        type_generation: 0,
+        count: 0,
+        root: 0,
+        shape: 0,
+        bytes: 0,
+        len: 0,
+    };
+}
+
+impl Default for CollMemo {
+    fn default() -> Self {
+        CollMemo::NONE
+    }
+}
+
+/// A probe that found nothing, its payload encoded: a probe of the same
+/// source, tag and communicator (under the same communicator table) that
+/// finds nothing has the same payload (`hooks_p2p::probe`).
+#[derive(Default, Clone, Copy)]
+pub struct ProbeMiss {
+    /// The communicator's key (`comms::key_of`, never 0); 0: none.
+    pub comm: u64,
+    pub generation: u64,
+    /// Source and tag (`ProbeMiss::of`).
+    pub from: u64,
+    pub bytes: u64,
+    pub len: usize,
+}
+
+impl ProbeMiss {
+    /// A probe's source and tag, as one word.
+    #[inline(always)]
+    pub fn of(src: i32, tag: i32) -> u64 {
+        (u64::from(src as u32) << 32) | u64::from(tag as u32)
+    }
 }
 
 impl Thread {
@@ -79,6 +146,14 @@ impl ThreadState {
             stage_out: Vec::new(),
             stage_in: Vec::new(),
             phases: Vec::new(),
+            probe_miss: ProbeMiss {
+                comm: 0,
+                generation: 0,
+                from: 0,
+                bytes: 0,
+                len: 0,
+            },
+            coll_memo: CollMemo::NONE,
         }
     }
 

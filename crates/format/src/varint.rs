@@ -43,6 +43,41 @@ pub fn put_u(buf: &mut [u8], pos: &mut usize, mut v: u64) {
     *pos += 1;
 }
 
+/// The varint of `v` as the low bytes of a u64 (little-endian) and their
+/// count: for a value whose varint takes at most 8 bytes (below 2^56).
+pub const fn packed(mut v: u64) -> (u64, usize) {
+    let mut bytes = 0u64;
+    let mut n = 0;
+    while v >= 0x80 {
+        bytes |= ((v & 0x7f) | 0x80) << (8 * n);
+        n += 1;
+        v >>= 7;
+    }
+    (bytes | (v << (8 * n)), n + 1)
+}
+
+/// A sink that gathers varints in the low bytes of a u64, as `packed`
+/// does; `len` counts every byte, so more than 8 means they did not fit.
+#[derive(Default)]
+pub struct Packed {
+    pub bytes: u64,
+    pub len: usize,
+}
+
+impl Sink for Packed {
+    fn put_u(&mut self, v: u64) {
+        let mut b = [0u8; MAX_VARINT];
+        let mut n = 0;
+        put_u(&mut b, &mut n, v);
+        for &byte in &b[..n] {
+            if self.len < 8 {
+                self.bytes |= u64::from(byte) << (8 * self.len);
+            }
+            self.len += 1;
+        }
+    }
+}
+
 #[inline(always)]
 pub fn zigzag(v: i64) -> u64 {
     ((v << 1) ^ (v >> 63)) as u64
@@ -88,6 +123,26 @@ pub fn get_i(buf: &[u8], pos: &mut usize) -> Option<i64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `packed` and `Packed` give the bytes `put_u` writes.
+    #[test]
+    fn packed_varints_are_the_written_bytes() {
+        for v in [0u64, 1, 0x7f, 0x80, 300, 0x3fff, 0x4000, 1 << 35, (1 << 56) - 1] {
+            let mut buf = [0u8; 16];
+            let mut n = 0;
+            put_u(&mut buf, &mut n, v);
+            let mut low = [0u8; 8];
+            low[..n].copy_from_slice(&buf[..n]);
+            assert_eq!(packed(v), (u64::from_le_bytes(low), n), "{v}");
+        }
+        let mut p = Packed::default();
+        p.put_i(-3);
+        p.put_u(300);
+        p.put_u(16);
+        assert_eq!((p.bytes, p.len), (0x10_02ac_05, 4));
+        p.put_u(1 << 40);
+        assert_eq!(p.len, 10);
+    }
 
     #[test]
     fn small_values_take_one_byte() {
