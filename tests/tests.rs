@@ -2713,3 +2713,137 @@ fn fortran_marks_phases_through_the_same_api() {
     let reduce = rep["phases"][0]["functions"][0]["name"].clone();
     assert_eq!(reduce, "MPI_Allreduce");
 }
+
+/// What `repeats` (tests/progs) records on `rank`, one line per call as
+/// `export --format text` writes it, times and definitions left out;
+/// `any` is how the MPI spells MPI_ANY_SOURCE.
+fn repeats_expected(rank: i32, any: i32) -> Vec<String> {
+    let o = 1 - rank;
+    let mut e: Vec<String> = ["MPI_Init", "MPI_Comm_rank", "MPI_Comm_size"]
+        .map(String::from)
+        .to_vec();
+    let mut miss = |src: i32, tag: i32, comm: u32, n: usize| {
+        for _ in 0..n {
+            e.push(format!(
+                "MPI_Iprobe src={src} tag={tag} comm={comm} status=[src={src},tag={tag},bytes=0,empty]"
+            ));
+        }
+    };
+    miss(o, 7, 0, 3);
+    miss(o, 8, 0, 2);
+    miss(any, 8, 0, 2);
+    miss(o, 300000, 0, 2);
+    let mut e = e;
+    e.push("MPI_Comm_dup parent=0 new=2".into());
+    let mut rest = Vec::new();
+    let mut miss = |src: i32, tag: i32, comm: u32, n: usize| {
+        for _ in 0..n {
+            rest.push(format!(
+                "MPI_Iprobe src={src} tag={tag} comm={comm} status=[src={src},tag={tag},bytes=0,empty]"
+            ));
+        }
+    };
+    miss(o, 7, 2, 3);
+    e.append(&mut rest);
+    e.push("MPI_Comm_free comm=2".into());
+    e.push("MPI_Comm_dup parent=0 new=3".into());
+    for (comm, n) in [(3, 3), (0, 2)] {
+        for _ in 0..n {
+            e.push(format!(
+                "MPI_Iprobe src={o} tag=7 comm={comm} status=[src={o},tag=7,bytes=0,empty]"
+            ));
+        }
+    }
+    let mut seq = [0u64; 4];
+    let mut coll =
+        |e: &mut Vec<String>, name: &str, comm: usize, root: Option<i32>, sent: u64, recvd: u64| {
+            let root = root.map(|r| format!(" root={r}")).unwrap_or_default();
+            e.push(format!(
+                "{name} comm={comm}{root} sent={sent} recvd={recvd} seq={}",
+                seq[comm]
+            ));
+            seq[comm] += 1;
+        };
+    let both = |b: u64| (b, b);
+    for (comm, n, bytes) in [
+        (0, 3, 4),
+        (0, 2, 8),
+        (0, 2, 16),
+        (3, 2, 8),
+        (0, 1, 8),
+        (3, 1, 8),
+    ] {
+        for _ in 0..n {
+            let (s, r) = both(bytes);
+            coll(&mut e, "MPI_Allreduce", comm, None, s, r);
+        }
+    }
+    let bcast = |root: i32, bytes: u64| if rank == root { (bytes, 0) } else { (0, bytes) };
+    for root in [0, 1] {
+        for _ in 0..2 {
+            let (s, r) = bcast(root, 12);
+            coll(&mut e, "MPI_Bcast", 0, Some(root), s, r);
+        }
+    }
+    for _ in 0..2 {
+        let (s, r) = if rank == 1 { (16, 16) } else { (16, 0) };
+        coll(&mut e, "MPI_Reduce", 0, Some(1), s, r);
+    }
+    for _ in 0..3 {
+        coll(&mut e, "MPI_Barrier", 0, None, 0, 0);
+    }
+    for name in ["MPI_Scan", "MPI_Exscan"] {
+        for _ in 0..2 {
+            coll(&mut e, name, 0, None, 4, 4);
+        }
+    }
+    for bytes in [12, 20] {
+        e.push("MPI_Type_contiguous".into());
+        e.push("MPI_Type_commit".into());
+        for _ in 0..2 {
+            let (s, r) = bcast(0, bytes);
+            coll(&mut e, "MPI_Bcast", 0, Some(0), s, r);
+        }
+        e.push("MPI_Type_free".into());
+    }
+    e.push("MPI_Comm_free comm=3".into());
+    e.push("MPI_Finalize".into());
+    e
+}
+
+/// Calls that repeat the one before are recorded from what the runtime
+/// kept of it (a probe that finds nothing, a blocking collective): each
+/// record still carries exactly its own call's fields, when the source,
+/// tag, communicator (one freed and made again under a reused handle),
+/// count, datatype (one freed and made again) or root change.
+#[test]
+fn repeated_calls_record_exactly_their_own_fields() {
+    for (mpi, any) in [(Mpi::OpenMpi, -1), (Mpi::Mpich, -2)] {
+        let run = check_on(mpi, "repeats", "repeats", 2, &[], "lamport");
+        assert!(run.stdout.contains("repeats: ok"), "{}", run.stdout);
+        let text = run.trace.with_extension("txt");
+        let out = pmtrace(&[
+            "export",
+            run.trace.to_str().unwrap(),
+            "--format",
+            "text",
+            "-o",
+            text.to_str().unwrap(),
+        ]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let text = std::fs::read_to_string(&text).unwrap();
+        for rank in 0..2 {
+            let got: Vec<String> = text
+                .lines()
+                .filter(|l| l.starts_with(&format!("r{rank} ")))
+                .map(|l| l.splitn(5, ' ').nth(4).unwrap_or("").to_string())
+                .filter(|l| !l.starts_with("Def"))
+                .collect();
+            assert_eq!(got, repeats_expected(rank, any), "{mpi:?} rank {rank}");
+        }
+    }
+}

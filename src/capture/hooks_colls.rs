@@ -7,10 +7,10 @@ use crate::comms::{self, CommInfo};
 use crate::ffi::{self, MPI_Comm, MPI_Datatype, MPI_Request, TypeSizes};
 use crate::hooks_call::{comm_info, guarded, register, Call};
 use crate::recorder::{fixed_head, Writer};
-use crate::thread::CollMemo;
-use core::sync::atomic::Ordering::Relaxed;
 use crate::requests::OpKind;
+use crate::thread::CollMemo;
 use core::ffi::{c_int, c_void};
+use core::sync::atomic::Ordering::Relaxed;
 use pmtrace_format::record::root_code;
 use pmtrace_format::varint::{Packed, Sink};
 

@@ -12,10 +12,10 @@ use crate::live;
 use crate::piggyback::{self, Got};
 use crate::recorder::{fixed_head, RecvSlot, Writer};
 use crate::requests::{key, OpKind, MESSAGES};
+use crate::thread::ProbeMiss;
 use core::ffi::c_int;
 use pmtrace_format::pending::PendingRecv;
 use pmtrace_format::record::{ST_EMPTY, ST_NONE};
-use crate::thread::ProbeMiss;
 use pmtrace_format::varint::{Packed, Sink};
 
 #[inline(always)]

@@ -127,7 +127,17 @@ mod tests {
     /// `packed` and `Packed` give the bytes `put_u` writes.
     #[test]
     fn packed_varints_are_the_written_bytes() {
-        for v in [0u64, 1, 0x7f, 0x80, 300, 0x3fff, 0x4000, 1 << 35, (1 << 56) - 1] {
+        for v in [
+            0u64,
+            1,
+            0x7f,
+            0x80,
+            300,
+            0x3fff,
+            0x4000,
+            1 << 35,
+            (1 << 56) - 1,
+        ] {
             let mut buf = [0u8; 16];
             let mut n = 0;
             put_u(&mut buf, &mut n, v);
