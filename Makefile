@@ -5,7 +5,7 @@ SHELL := /bin/bash
 CARGO ?= cargo
 RELEASE := target/release
 EXAMPLES := ring pingpong halo2d master_worker collectives
-PROGS := dlmpi libdlmpi.so traffic coverage bytes manycalls mpibench threads late_finalize abort pbcost scenarios syncbench reqfree errors zerocoll spawn bigmsg waits races phases hang repeats
+PROGS := dlmpi libdlmpi.so traffic coverage bytes manycalls mpibench threads late_finalize abort pbcost scenarios syncbench reqfree errors zerocoll spawn bigmsg waits races phases hang repeats liballoccount.so
 EX_BIN := $(addprefix target/examples/,$(EXAMPLES) $(PROGS))
 
 # Open MPI refuses root and more ranks than cores unless told.
@@ -101,6 +101,11 @@ target/examples/dlmpi: tests/progs/dlmpi.c examples/expect.h | deps
 target/examples/libdlmpi.so: tests/progs/dlmpi.c examples/expect.h | deps
 	@mkdir -p target/examples
 	mpicc -O2 -Wall -Wextra -DLIBRARY -Iexamples -shared -fPIC -o $@ $<
+
+# Counts pmtrace's own heap calls (tests/progs/alloccount.c): no MPI.
+target/examples/liballoccount.so: tests/progs/alloccount.c
+	@mkdir -p target/examples
+	cc -O2 -Wall -Wextra -shared -fPIC -o $@ $<
 
 # A slow disk, as pmtrace's writer sees it (tests/faults): no MPI.
 target/examples/stall: tests/progs/stall.c

@@ -524,6 +524,10 @@ fn start_tracing(
     }
     let Ok((tx, handle)) = local else { return };
     recorder::set_flusher(tx);
+    // The channel's wake-up names the sending thread (`thread::current`),
+    // which allocates the first time: done now, so that this thread's
+    // first buffer hand-off, in the middle of its calls, does not.
+    let _ = std::thread::current();
     if let Some(s) = SESSION.lock().as_mut() {
         s.dir = Some(dir);
         s.flusher = Some(handle);

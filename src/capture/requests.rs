@@ -10,8 +10,6 @@
 
 use crate::ffi::{self, MPI_Comm};
 use parking_lot::Mutex;
-use smallvec::SmallVec;
-use std::collections::hash_map::Entry;
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 
@@ -102,46 +100,6 @@ impl<V> Table<V> {
     }
 }
 
-/// A table value that can stand for "no entry": the table keeps no
-/// empty values.
-pub trait Vacant: Default {
-    fn is_vacant(&self) -> bool;
-}
-
-impl<A: smallvec::Array> Vacant for SmallVec<A> {
-    #[inline(always)]
-    fn is_vacant(&self) -> bool {
-        self.is_empty()
-    }
-}
-
-impl<V: Vacant> Table<V> {
-    /// Runs `f` on the entry for `key` (empty if absent); an entry left
-    /// empty is not kept. One probe of the map either way.
-    #[inline]
-    pub fn with<R>(&self, key: u64, f: impl FnOnce(&mut V) -> R) -> R {
-        let mut shard = self.shard(key).lock();
-        let map = shard.get_or_insert_with(Map::default);
-        match map.entry(key) {
-            Entry::Occupied(mut e) => {
-                let r = f(e.get_mut());
-                if e.get().is_vacant() {
-                    e.remove();
-                }
-                r
-            }
-            Entry::Vacant(e) => {
-                let mut v = V::default();
-                let r = f(&mut v);
-                if !v.is_vacant() {
-                    e.insert(v);
-                }
-                r
-            }
-        }
-    }
-}
-
 impl<V: Copy> Table<V> {
     pub fn insert(&self, key: u64, v: V) {
         self.shard(key)
@@ -168,23 +126,185 @@ pub static REQUESTS: Requests = Requests::new();
 /// that completed at once (an eager `MPI_Isend` sent inline, any operation
 /// on MPI_PROC_NULL), so several live operations can share a handle. Those
 /// are told apart by the address the handle was stored at, then by age.
+///
+/// Each shard is an open-addressed table (linear probing, deletion by
+/// shifting back, so no tombstones), under its own lock: an insert or a
+/// completion is one lock, one hash and a probe or two, and allocates
+/// nothing but when a shard grows (doubling, at half full).
 pub struct Requests {
-    table: Table<SmallVec<[Op; 1]>>,
+    shards: [Mutex<Open>; SHARDS],
+}
+
+/// One shard's table. `ages` 0 marks a free entry; the others number the
+/// shard's inserts, so that the oldest of several operations under one
+/// handle is known.
+struct Open {
+    keys: Vec<u64>,
+    ages: Vec<u64>,
+    ops: Vec<Op>,
+    len: usize,
+    next_age: u64,
+}
+
+/// Entries a shard starts with (at its first insert).
+const FIRST_CAPACITY: usize = 64;
+
+impl Open {
+    const fn new() -> Open {
+        Open {
+            keys: Vec::new(),
+            ages: Vec::new(),
+            ops: Vec::new(),
+            len: 0,
+            next_age: 1,
+        }
+    }
+
+    #[inline(always)]
+    fn mask(&self) -> usize {
+        self.keys.len().wrapping_sub(1)
+    }
+
+    /// Where `key`'s probe starts (the hash's bits below the shard's).
+    #[inline(always)]
+    fn home(&self, key: u64) -> usize {
+        (hash(key) >> 32) as usize & self.mask()
+    }
+
+    #[inline(always)]
+    fn insert(&mut self, key: u64, op: Op) {
+        if (self.len + 1) * 2 > self.keys.len() {
+            self.grow();
+        }
+        let age = self.next_age;
+        self.next_age += 1;
+        self.place(key, age, op);
+        self.len += 1;
+    }
+
+    #[inline(always)]
+    fn place(&mut self, key: u64, age: u64, op: Op) {
+        let mask = self.mask();
+        let mut i = self.home(key);
+        while self.ages[i] != 0 {
+            i = (i + 1) & mask;
+        }
+        self.keys[i] = key;
+        self.ages[i] = age;
+        self.ops[i] = op;
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn grow(&mut self) {
+        let capacity = (self.keys.len() * 2).max(FIRST_CAPACITY);
+        let keys = core::mem::replace(&mut self.keys, vec![0; capacity]);
+        let ages = core::mem::replace(&mut self.ages, vec![0; capacity]);
+        let ops = core::mem::replace(&mut self.ops, vec![EMPTY_OP; capacity]);
+        for ((key, age), op) in keys.into_iter().zip(ages).zip(ops) {
+            if age != 0 {
+                self.place(key, age, op);
+            }
+        }
+    }
+
+    /// The entry of the operation behind `key`: the one stored at `slot`
+    /// if several share the handle, else the oldest.
+    #[inline(always)]
+    fn find(&self, key: u64, slot: usize) -> Option<usize> {
+        if self.len == 0 {
+            return None;
+        }
+        let mask = self.mask();
+        let mut i = self.home(key);
+        let mut found: Option<usize> = None;
+        while self.ages[i] != 0 {
+            if self.keys[i] == key {
+                match found {
+                    None => found = Some(i),
+                    Some(f) => {
+                        // Several under one handle (rare): the oldest of
+                        // those stored at `slot`, else the oldest.
+                        let (at_i, at_f) = (self.ops[i].slot == slot, self.ops[f].slot == slot);
+                        if (at_i && !at_f) || (at_i == at_f && self.ages[i] < self.ages[f]) {
+                            found = Some(i);
+                        }
+                    }
+                }
+            }
+            i = (i + 1) & mask;
+        }
+        found
+    }
+
+    /// Frees entry `i`, shifting back the entries after it in the run
+    /// that would no longer be found from their homes.
+    #[inline(always)]
+    fn remove_at(&mut self, mut i: usize) {
+        let mask = self.mask();
+        let mut j = i;
+        loop {
+            j = (j + 1) & mask;
+            if self.ages[j] == 0 {
+                break;
+            }
+            let home = self.home(self.keys[j]);
+            // Entry j may move to the hole at i unless its home lies
+            // cyclically in (i, j].
+            let stays = if i <= j {
+                i < home && home <= j
+            } else {
+                i < home || home <= j
+            };
+            if !stays {
+                self.keys[i] = self.keys[j];
+                self.ages[i] = self.ages[j];
+                self.ops[i] = self.ops[j];
+                i = j;
+            }
+        }
+        self.ages[i] = 0;
+        self.len -= 1;
+    }
+}
+
+/// What free entries of `Open::ops` hold.
+const EMPTY_OP: Op = Op {
+    id: 0,
+    kind: OpKind::Coll { seq: 0 },
+    persistent: false,
+    instance: None,
+    cancelled: false,
+    slot: 0,
+    pb: 0,
+    comm: 0,
+};
+
+#[inline(always)]
+fn hash(key: u64) -> u64 {
+    key.wrapping_mul(0x9E37_79B9_7F4A_7C15)
 }
 
 impl Requests {
     pub const fn new() -> Self {
         Requests {
-            table: Table::new(),
+            shards: [const { Mutex::new(Open::new()) }; SHARDS],
         }
     }
 
+    #[inline(always)]
+    fn shard(&self, key: u64) -> &Mutex<Open> {
+        &self.shards[(hash(key) >> 60) as usize % SHARDS]
+    }
+
+    #[inline(always)]
     pub fn insert(&self, key: u64, op: Op) {
-        self.table.with(key, |ops| ops.push(op));
+        self.shard(key).lock().insert(key, op);
     }
 
     /// Runs `f` on the operation behind `key` (the one stored at `slot` if
     /// several share the handle, else the oldest); `remove` drops it after.
+    #[inline(always)]
     pub fn with_op<R>(
         &self,
         key: u64,
@@ -192,36 +312,26 @@ impl Requests {
         remove: bool,
         f: impl FnOnce(&mut Op) -> R,
     ) -> Option<R> {
-        self.table.with(key, |ops| {
-            let i = if ops.len() > 1 {
-                ops.iter().position(|o| o.slot == slot).unwrap_or(0)
-            } else {
-                0
-            };
-            let op = ops.get_mut(i)?;
-            let r = f(op);
-            if remove {
-                drop_at(ops, i);
-            }
-            Some(r)
-        })
+        let mut shard = self.shard(key).lock();
+        let i = shard.find(key, slot)?;
+        let r = f(&mut shard.ops[i]);
+        if remove {
+            shard.remove_at(i);
+        }
+        Some(r)
     }
 
     /// The operation behind `key` (as `with_op`), dropped from the table
     /// when `gone` says so: one lookup for a completion.
+    #[inline(always)]
     pub fn take_if(&self, key: u64, slot: usize, gone: impl FnOnce(&Op) -> bool) -> Option<Op> {
-        self.table.with(key, |ops| {
-            let i = if ops.len() > 1 {
-                ops.iter().position(|o| o.slot == slot).unwrap_or(0)
-            } else {
-                0
-            };
-            let op = *ops.get(i)?;
-            if gone(&op) {
-                drop_at(ops, i);
-            }
-            Some(op)
-        })
+        let mut shard = self.shard(key).lock();
+        let i = shard.find(key, slot)?;
+        let op = shard.ops[i];
+        if gone(&op) {
+            shard.remove_at(i);
+        }
+        Some(op)
     }
 
     pub fn get(&self, key: u64, slot: usize) -> Option<Op> {
@@ -230,17 +340,6 @@ impl Requests {
 
     pub fn remove(&self, key: u64, slot: usize) -> Option<Op> {
         self.with_op(key, slot, true, |op| *op)
-    }
-}
-
-/// Drops the i-th operation of a handle, keeping the others in age order;
-/// the last one (the only one, nearly always) without a move.
-#[inline(always)]
-fn drop_at(ops: &mut SmallVec<[Op; 1]>, i: usize) {
-    if i + 1 == ops.len() {
-        ops.pop();
-    } else {
-        ops.remove(i);
     }
 }
 
@@ -268,3 +367,81 @@ pub fn comm_of_idup(newcomm: usize) -> MPI_Comm {
 // `Op::comm` fits where `Op` had padding: the table's entries stay as
 // large as before the live view.
 const _: () = assert!(size_of::<Op>() == 80);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::{BTreeMap, VecDeque};
+
+    fn op(id: u64, slot: usize) -> Op {
+        Op {
+            id,
+            slot,
+            ..EMPTY_OP
+        }
+    }
+
+    #[test]
+    fn operations_under_one_handle_are_told_apart_by_slot_then_age() {
+        let t = Requests::new();
+        t.insert(5, op(1, 100));
+        t.insert(5, op(2, 200));
+        t.insert(5, op(3, 300));
+        t.insert(5, op(4, 200));
+        assert_eq!(
+            t.get(5, 200).map(|o| o.id),
+            Some(2),
+            "the oldest at the slot"
+        );
+        assert_eq!(t.remove(5, 200).map(|o| o.id), Some(2));
+        assert_eq!(t.remove(5, 200).map(|o| o.id), Some(4));
+        assert_eq!(t.get(5, 999).map(|o| o.id), Some(1), "the oldest");
+        assert_eq!(t.remove(5, 999).map(|o| o.id), Some(1));
+        assert_eq!(t.take_if(5, 300, |_| false).map(|o| o.id), Some(3));
+        assert_eq!(t.take_if(5, 300, |_| true).map(|o| o.id), Some(3));
+        assert_eq!(t.get(5, 0), None);
+        assert_eq!(t.get(6, 0), None);
+    }
+
+    /// Inserts and removals of handles that look like pointers (many in
+    /// one shard, runs that wrap around the table's end, growth from the
+    /// first capacity to thousands of entries) against a plain map.
+    #[test]
+    fn the_table_agrees_with_a_map_through_growth_and_removals() {
+        let t = Requests::new();
+        let mut model: BTreeMap<u64, VecDeque<u64>> = BTreeMap::new();
+        let mut x = 0x2545_f491_4f6c_dd1du64;
+        let mut next = 1;
+        let mut live = 0usize;
+        for round in 0..300_000u64 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let key = ((x >> 16) % 4000 + 1) * 64;
+            // Grow to about 6,000 live operations, then shrink.
+            let insert = if round < 150_000 {
+                x % 5 < 3
+            } else {
+                x % 5 < 1
+            };
+            if insert {
+                t.insert(key, op(next, 0));
+                model.entry(key).or_default().push_back(next);
+                next += 1;
+                live += 1;
+            } else {
+                let want = model.get_mut(&key).and_then(|q| q.pop_front());
+                assert_eq!(t.remove(key, 0).map(|o| o.id), want, "round {round}");
+                live -= usize::from(want.is_some());
+            }
+        }
+        assert!(live > 0);
+        for (key, ids) in model {
+            for id in ids {
+                assert_eq!(t.remove(key, 0).map(|o| o.id), Some(id));
+            }
+            assert_eq!(t.get(key, 0), None);
+        }
+        assert!(t.shards.iter().all(|s| s.lock().len == 0));
+    }
+}
