@@ -149,7 +149,7 @@ mod tests {
         p.put_i(-3);
         p.put_u(300);
         p.put_u(16);
-        assert_eq!((p.bytes, p.len), (0x10_02ac_05, 4));
+        assert_eq!((p.bytes, p.len), (0x1002_ac05, 4));
         p.put_u(1 << 40);
         assert_eq!(p.len, 10);
     }
