@@ -11,6 +11,7 @@ use crate::hooks_call::{actual, guarded, slot_at, Call};
 use crate::piggyback::{self, Got};
 use crate::recorder::Writer;
 use crate::requests::{key, OpKind, REQUESTS};
+use core::cell::Cell;
 use core::ffi::c_int;
 use pmtrace_format::record::{ST_CANCELLED, ST_NONE};
 use pmtrace_format::varint::Sink;
@@ -79,8 +80,7 @@ pub enum Done {
     Some(*mut c_int, *mut c_int, *mut MPI_Status),
 }
 
-/// An operation a completion call completed.
-pub struct Completed {
+struct Completed {
     op: u64,
     kind: OpKind,
     cancelled: bool,
@@ -259,15 +259,18 @@ impl Seen {
     }
 }
 
+thread_local! {
+    /// The list `complete` fills, kept for the thread's next completion.
+    static COMPLETED: Cell<Vec<Completed>> = const { Cell::new(Vec::new()) };
+}
+
 pub fn complete(call: Call, requests: &[MPI_Request], slots: *const MPI_Request, done: Done) {
     guarded(|| {
-        // The thread's list, kept from its previous completion: no
-        // allocation once it is long enough.
-        let list = core::mem::take(&mut call.thread().state.completed);
+        let list = COMPLETED.try_with(Cell::take).unwrap_or_default();
         let mut set = completed_set(&call, requests, slots, &done, list);
         complete_set(&call, &set);
         set.clear();
-        call.thread().state.completed = set;
+        let _ = COMPLETED.try_with(|c| c.set(set));
     })
 }
 

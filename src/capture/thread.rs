@@ -51,9 +51,6 @@ pub struct ThreadState {
     pub phases: Vec<Vec<u8>>,
     /// The last probe this thread recorded that found nothing.
     pub probe_miss: ProbeMiss,
-    /// The list a completion call fills (`hooks_requests::complete`),
-    /// kept for the thread's next one.
-    pub completed: Vec<crate::hooks_requests::Completed>,
     /// The last blocking collective this thread recorded of a shape whose
     /// payload depends on its communicator, count, datatype and root alone.
     pub coll_memo: CollMemo,
@@ -157,7 +154,6 @@ impl ThreadState {
                 len: 0,
             },
             coll_memo: CollMemo::NONE,
-            completed: Vec::new(),
         }
     }
 
