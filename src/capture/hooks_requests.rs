@@ -93,14 +93,9 @@ struct Completed {
 /// Takes the operation behind a completed request out of the table. A
 /// nonpersistent request completed only if MPI set the application's handle
 /// to MPI_REQUEST_NULL (Open MPI keeps a failed request alive, for one).
-fn complete_op(
-    handle: MPI_Request,
-    slot: usize,
-    status: *const MPI_Status,
-    out: &mut Vec<Completed>,
-) {
+fn complete_op(handle: MPI_Request, slot: usize, status: *const MPI_Status) -> Option<Completed> {
     if ffi::is_request_null(handle) {
-        return;
+        return None;
     }
     let k = key(handle);
     // SAFETY: `slot` is the address of the application's handle that this
@@ -109,35 +104,59 @@ fn complete_op(
     let freed = ffi::is_request_null(after);
     // A nonpersistent operation whose handle MPI freed is done: it leaves
     // the table in the same lookup.
-    let Some(op) = REQUESTS.take_if(k, slot, |o| !o.persistent && freed) else {
-        return;
-    };
+    let op = REQUESTS.take_if(k, slot, |o| !o.persistent && freed)?;
     // Without a status (the final scan of `completed_set`), only freed
     // nonpersistent requests count; a persistent one is never freed here.
     if (!op.persistent && !freed) || (op.persistent && status.is_null()) {
-        return;
+        return None;
     }
     let cancelled = op.cancelled && !status.is_null() && ffi::status_cancelled(status);
     let got = piggyback::complete(op.pb, status as *mut MPI_Status, cancelled, op.persistent);
     let id = if op.persistent {
         // An inactive persistent request completes at once and has no instance.
-        let Some(inst) = REQUESTS
+        REQUESTS
             .with_op(k, slot, false, |o| o.instance.take())
-            .flatten()
-        else {
-            return;
-        };
-        inst
+            .flatten()?
     } else {
         op.id
     };
-    out.push(Completed {
+    Some(Completed {
         op: id,
         kind: op.kind,
         cancelled: op.cancelled,
         status,
         got,
-    });
+    })
+}
+
+/// `completed_set` for the one request of `MPI_Wait` or `MPI_Test`, with
+/// no list and no marks.
+#[inline(always)]
+fn complete_single(
+    call: &Call,
+    h: MPI_Request,
+    slot: usize,
+    done: &Done,
+    st: *mut MPI_Status,
+) -> Option<Completed> {
+    // SAFETY: MPI filled the flag of this call.
+    let reported = call.rc == 0 && unsafe {
+        match *done {
+            Done::IfFlag(flag, _) => *flag != 0,
+            _ => true,
+        }
+    };
+    if reported {
+        return complete_op(h, slot, st);
+    }
+    // Not reported complete, but freed by MPI: over too (as in
+    // `completed_set`'s final scan).
+    // SAFETY: the application's handle, valid for the call.
+    let freed = ffi::is_request_null(unsafe { *(slot as *const MPI_Request) });
+    if !ffi::is_request_null(h) && freed {
+        return complete_op(h, slot, core::ptr::null());
+    }
+    None
 }
 
 fn completed_set(
@@ -153,7 +172,7 @@ fn completed_set(
     let mut seen = Seen::new(requests.len());
     let mut visit = |i: usize, st: *const MPI_Status, out: &mut Vec<Completed>| {
         if seen.set(i) {
-            complete_op(requests[i], at(i), st, out);
+            out.extend(complete_op(requests[i], at(i), st));
         }
     };
     let ok = call.rc == 0;
@@ -212,7 +231,7 @@ fn completed_set(
             // SAFETY: the application's handle array, valid for the call.
             let freed = || ffi::is_request_null(unsafe { *(at(i) as *const MPI_Request) });
             if !seen.has(i) && !ffi::is_request_null(h) && freed() {
-                complete_op(h, at(i), core::ptr::null(), &mut out);
+                out.extend(complete_op(h, at(i), core::ptr::null()));
             }
         }
     }
@@ -266,6 +285,13 @@ thread_local! {
 
 pub fn complete(call: Call, requests: &[MPI_Request], slots: *const MPI_Request, done: Done) {
     guarded(|| {
+        if let [h] = requests {
+            if let Done::One(st) | Done::IfFlag(_, st) = done {
+                let c = complete_single(&call, *h, slots as usize, &done, st);
+                complete_set(&call, c.as_slice());
+                return;
+            }
+        }
         let list = COMPLETED.try_with(Cell::take).unwrap_or_default();
         let mut set = completed_set(&call, requests, slots, &done, list);
         complete_set(&call, &set);
