@@ -140,12 +140,13 @@ fn complete_single(
     st: *mut MPI_Status,
 ) -> Option<Completed> {
     // SAFETY: MPI filled the flag of this call.
-    let reported = call.rc == 0 && unsafe {
-        match *done {
-            Done::IfFlag(flag, _) => *flag != 0,
-            _ => true,
-        }
-    };
+    let reported = call.rc == 0
+        && unsafe {
+            match *done {
+                Done::IfFlag(flag, _) => *flag != 0,
+                _ => true,
+            }
+        };
     if reported {
         return complete_op(h, slot, st);
     }
