@@ -2719,40 +2719,25 @@ fn fortran_marks_phases_through_the_same_api() {
 /// `any` is how the MPI spells MPI_ANY_SOURCE.
 fn repeats_expected(rank: i32, any: i32) -> Vec<String> {
     let o = 1 - rank;
+    let misses = |src: i32, tag: i32, comm: u32, n: usize| {
+        let line = format!(
+            "MPI_Iprobe src={src} tag={tag} comm={comm} status=[src={src},tag={tag},bytes=0,empty]"
+        );
+        vec![line; n]
+    };
     let mut e: Vec<String> = ["MPI_Init", "MPI_Comm_rank", "MPI_Comm_size"]
         .map(String::from)
         .to_vec();
-    let mut miss = |src: i32, tag: i32, comm: u32, n: usize| {
-        for _ in 0..n {
-            e.push(format!(
-                "MPI_Iprobe src={src} tag={tag} comm={comm} status=[src={src},tag={tag},bytes=0,empty]"
-            ));
-        }
-    };
-    miss(o, 7, 0, 3);
-    miss(o, 8, 0, 2);
-    miss(any, 8, 0, 2);
-    miss(o, 300000, 0, 2);
+    e.extend(misses(o, 7, 0, 3));
+    e.extend(misses(o, 8, 0, 2));
+    e.extend(misses(any, 8, 0, 2));
+    e.extend(misses(o, 300000, 0, 2));
     e.push("MPI_Comm_dup parent=0 new=2".into());
-    let mut rest = Vec::new();
-    let mut miss = |src: i32, tag: i32, comm: u32, n: usize| {
-        for _ in 0..n {
-            rest.push(format!(
-                "MPI_Iprobe src={src} tag={tag} comm={comm} status=[src={src},tag={tag},bytes=0,empty]"
-            ));
-        }
-    };
-    miss(o, 7, 2, 3);
-    e.append(&mut rest);
+    e.extend(misses(o, 7, 2, 3));
     e.push("MPI_Comm_free comm=2".into());
     e.push("MPI_Comm_dup parent=0 new=3".into());
-    for (comm, n) in [(3, 3), (0, 2)] {
-        for _ in 0..n {
-            e.push(format!(
-                "MPI_Iprobe src={o} tag=7 comm={comm} status=[src={o},tag=7,bytes=0,empty]"
-            ));
-        }
-    }
+    e.extend(misses(o, 7, 3, 3));
+    e.extend(misses(o, 7, 0, 2));
     let mut seq = [0u64; 4];
     let mut coll =
         |e: &mut Vec<String>, name: &str, comm: usize, root: Option<i32>, sent: u64, recvd: u64| {
@@ -2763,7 +2748,6 @@ fn repeats_expected(rank: i32, any: i32) -> Vec<String> {
             ));
             seq[comm] += 1;
         };
-    let both = |b: u64| (b, b);
     for (comm, n, bytes) in [
         (0, 3, 4),
         (0, 2, 8),
@@ -2773,8 +2757,7 @@ fn repeats_expected(rank: i32, any: i32) -> Vec<String> {
         (3, 1, 8),
     ] {
         for _ in 0..n {
-            let (s, r) = both(bytes);
-            coll(&mut e, "MPI_Allreduce", comm, None, s, r);
+            coll(&mut e, "MPI_Allreduce", comm, None, bytes, bytes);
         }
     }
     let bcast = |root: i32, bytes: u64| if rank == root { (bytes, 0) } else { (0, bytes) };
