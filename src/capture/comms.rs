@@ -65,7 +65,7 @@ pub fn changes() -> u64 {
 }
 
 #[inline(always)]
-pub fn key_of(comm: MPI_Comm) -> u64 {
+fn key_of(comm: MPI_Comm) -> u64 {
     match ffi::handle_key(comm) {
         0 => u64::MAX,
         k => k,
@@ -186,6 +186,7 @@ fn forget(comm: MPI_Comm) {
     let _lock = INSERT.lock();
     // Per-thread caches of the last communicator are now stale.
     GENERATION.fetch_add(1, Ordering::Relaxed);
+    ffi::EPOCH.fetch_add(1, Ordering::Relaxed);
     let key = key_of(comm);
     let mut i = home(key);
     for _ in 0..SLOTS {
@@ -307,13 +308,6 @@ pub fn init(world_rank: u32, rec: &mut Recorder, t: u64) {
     let (world, selfc) = unsafe { (ffi::RSMPI_COMM_WORLD, ffi::RSMPI_COMM_SELF) };
     define(world, WORLD_GID, rec, t);
     define(selfc, (u64::from(world_rank) << 32) | 1, rec, t);
-}
-
-/// The communicator table's generation: what a thread's cached view of
-/// a communicator is valid for.
-#[inline(always)]
-pub fn generation() -> u64 {
-    GENERATION.load(Ordering::Relaxed)
 }
 
 /// The communicator of this thread's previous call, if `comm` is it

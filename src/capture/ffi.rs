@@ -523,6 +523,11 @@ pub fn quietly<R>(f: impl FnOnce() -> R) -> R {
 /// must be dropped when one is freed.
 pub static TYPE_GENERATION: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
+/// Bumped whenever a communicator or a datatype is freed (`comms::forget`,
+/// `hooks_call::types_changing`): the kept payloads of fixed records
+/// (`ProbeMiss`, `CollMemo`) are valid within one epoch.
+pub static EPOCH: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
 /// A thread's cache of the last datatype it sized: most calls repeat it.
 pub struct TypeSizes {
     key: u64,

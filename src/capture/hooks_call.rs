@@ -225,4 +225,5 @@ pub fn plain(call: Call) {
 /// Before `MPI_Type_free`: cached datatype sizes become stale.
 pub fn types_changing() {
     ffi::TYPE_GENERATION.fetch_add(1, core::sync::atomic::Ordering::Relaxed);
+    ffi::EPOCH.fetch_add(1, core::sync::atomic::Ordering::Relaxed);
 }

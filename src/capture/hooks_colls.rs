@@ -3,7 +3,7 @@
 //! and the bytes this rank sends and receives, worked out per shape from
 //! the arguments that are significant on this rank.
 
-use crate::comms::{self, CommInfo};
+use crate::comms::CommInfo;
 use crate::ffi::{self, MPI_Comm, MPI_Datatype, MPI_Request, TypeSizes};
 use crate::hooks_call::{comm_info, guarded, register, Call};
 use crate::recorder::{fixed_head, Writer};
@@ -442,26 +442,23 @@ pub fn put_coll(
 /// them whole).
 #[inline(always)]
 pub fn coll(call: Call, shape: Shape, args: impl Fn() -> CollArgs) {
-    if memoised(shape) && call.ok() {
+    if let Some(slot) = memo_slot(shape).filter(|_| call.ok()) {
         let args = args();
         let thread = call.thread();
-        let m = thread.state.coll_memo;
-        if m.comm == comms::key_of(args.comm)
+        let m = thread.state.coll_memo[slot];
+        if m.comm == ffi::handle_key(args.comm)
             && m.count == args.count
             && m.datatype == ffi::handle_key(args.datatype)
             && m.root == args.root
-            && m.shape == shape as u8
-            && m.comm_generation == comms::generation()
-            && m.type_generation == ffi::TYPE_GENERATION.load(Relaxed)
+            && m.epoch == ffi::EPOCH.load(Relaxed)
         {
-            if let Some(info) = m.info {
-                let head = fixed_head(call.func);
-                let payload = (m.bytes, m.len);
-                if let Some(mut w) = thread.recorder.fixed_call(head, call.t0, call.t1, payload) {
-                    w.put_coll_seq(info.index, next_seq(info));
-                    w.commit();
-                    return;
-                }
+            let info = m.info;
+            let head = fixed_head(call.func);
+            let payload = (m.bytes, m.len);
+            if let Some(mut w) = thread.recorder.fixed_call(head, call.t0, call.t1, payload) {
+                w.put_coll_seq(info.index, next_seq(info));
+                w.commit();
+                return;
             }
         }
     }
@@ -474,18 +471,19 @@ fn coll_full(call: Call, shape: Shape, args: &CollArgs) {
 }
 
 /// Shapes whose bytes depend on the communicator, count, datatype and
-/// root alone (see `coll_bytes`).
+/// root alone (see `coll_bytes`): each has its place among the thread's
+/// kept collectives (`ThreadState::coll_memo`).
 #[inline(always)]
-fn memoised(shape: Shape) -> bool {
-    matches!(
-        shape,
-        Shape::Barrier
-            | Shape::Bcast
-            | Shape::Reduce
-            | Shape::Allreduce
-            | Shape::Scan
-            | Shape::Exscan
-    )
+fn memo_slot(shape: Shape) -> Option<usize> {
+    match shape {
+        Shape::Barrier => Some(0),
+        Shape::Bcast => Some(1),
+        Shape::Reduce => Some(2),
+        Shape::Allreduce => Some(3),
+        Shape::Scan => Some(4),
+        Shape::Exscan => Some(5),
+        _ => None,
+    }
 }
 
 pub fn icoll(call: Call, shape: Shape, args: &CollArgs, request: *mut MPI_Request) {
@@ -521,7 +519,7 @@ fn record_coll(
         register(request, id, kind, persistent, 0, info.index + 1);
     }
     r.commit();
-    if request.is_none() && memoised(shape) && call.ok() {
+    if let Some(slot) = memo_slot(shape).filter(|_| request.is_none() && call.ok()) {
         // The payload just written but its sequence code, for the next
         // such collective.
         let mut payload = Packed::default();
@@ -530,15 +528,13 @@ fn record_coll(
         payload.put_u(sent);
         payload.put_u(recvd);
         if payload.len <= 8 {
-            call.thread().state.coll_memo = CollMemo {
-                comm: comms::key_of(args.comm),
-                comm_generation: comms::generation(),
-                info: Some(info),
+            call.thread().state.coll_memo[slot] = CollMemo {
+                comm: ffi::handle_key(args.comm),
+                epoch: ffi::EPOCH.load(Relaxed),
+                info,
                 datatype: ffi::handle_key(args.datatype),
-                type_generation: ffi::TYPE_GENERATION.load(Relaxed),
                 count: args.count,
                 root: args.root,
-                shape: shape as u8,
                 bytes: payload.bytes,
                 len: payload.len,
             };

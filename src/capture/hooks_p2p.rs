@@ -5,7 +5,7 @@
 //! record what came of it.
 
 use crate::comms;
-use crate::ffi::{MPI_Comm, MPI_Datatype, MPI_Message, MPI_Request, MPI_Status};
+use crate::ffi::{self, MPI_Comm, MPI_Datatype, MPI_Message, MPI_Request, MPI_Status};
 use crate::guard::Guard;
 use crate::hooks_call::{actual, comm_info, guarded, register, Call};
 use crate::live;
@@ -14,6 +14,7 @@ use crate::recorder::{fixed_head, RecvSlot, Writer};
 use crate::requests::{key, OpKind, MESSAGES};
 use crate::thread::ProbeMiss;
 use core::ffi::c_int;
+use core::sync::atomic::Ordering::Relaxed;
 use pmtrace_format::pending::PendingRecv;
 use pmtrace_format::record::{ST_EMPTY, ST_NONE};
 use pmtrace_format::varint::{Packed, Sink};
@@ -332,9 +333,9 @@ pub fn probe(
     if call.ok() && !flag.is_null() && unsafe { *flag } == 0 && !crate::exclusion::any() {
         let thread = call.thread();
         let miss = thread.state.probe_miss;
-        if miss.comm == comms::key_of(comm)
+        if miss.comm == ffi::handle_key(comm)
             && miss.from == ProbeMiss::of(src, tag)
-            && miss.generation == comms::generation()
+            && miss.epoch == ffi::EPOCH.load(Relaxed)
         {
             let head = fixed_head(call.func);
             let payload = (miss.bytes, miss.len);
@@ -394,8 +395,8 @@ fn probe_full(
             payload.put_u(ST_EMPTY);
             if payload.len <= 8 {
                 call.thread().state.probe_miss = ProbeMiss {
-                    comm: comms::key_of(comm),
-                    generation: comms::generation(),
+                    comm: ffi::handle_key(comm),
+                    epoch: ffi::EPOCH.load(Relaxed),
                     from: ProbeMiss::of(src, tag),
                     bytes: payload.bytes,
                     len: payload.len,

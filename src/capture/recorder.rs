@@ -89,7 +89,8 @@ pub struct Recorder {
     seq: u64,
     /// Next operation number (ids are `thread << 40 | n`, see the format).
     next_n: u64,
-    last_coll: Option<(u32, u64)>,
+    /// The last collective's communicator and number (`u32::MAX`: none).
+    last_coll: (u32, u64),
     /// Call records written by this thread.
     events: u64,
     link: Option<Arc<ThreadLink>>,
@@ -121,7 +122,7 @@ impl Recorder {
             prev_end: 0,
             seq: 0,
             next_n: 1,
-            last_coll: None,
+            last_coll: (u32::MAX, 0),
             events: 0,
             link: None,
             spares: None,
@@ -394,9 +395,8 @@ impl Recorder {
         {
             return None;
         }
-        let prev = self.prev_end;
+        // (No `start`: a fixed record has no piggyback to code against it.)
         let (gap, dur) = self.advance(t0, t1);
-        self.start = prev + gap;
         let mut w = self.writer();
         // SAFETY: MAX_FIXED_RECORD bytes are free at the cursor: the head
         // (at most 8 bytes written, `head.1` kept), two varints of at most
@@ -666,8 +666,9 @@ impl Writer<'_> {
 
     #[inline(always)]
     pub fn put_coll_seq(&mut self, comm: u32, seq: u64) {
-        let code = record::coll_seq_code(self.rec.last_coll, comm, seq);
-        self.rec.last_coll = Some((comm, seq));
+        // No communicator has index u32::MAX: as `None` for the rule.
+        let code = record::coll_seq_code(Some(self.rec.last_coll), comm, seq);
+        self.rec.last_coll = (comm, seq);
         self.put_u(code);
     }
 

@@ -51,40 +51,52 @@ pub struct ThreadState {
     pub phases: Vec<Vec<u8>>,
     /// The last probe this thread recorded that found nothing.
     pub probe_miss: ProbeMiss,
-    /// The last blocking collective this thread recorded of a shape whose
-    /// payload depends on its communicator, count, datatype and root alone.
-    pub coll_memo: CollMemo,
+    /// The last blocking collective this thread recorded of each shape
+    /// whose payload depends on its communicator, count, datatype and root
+    /// alone (`hooks_colls::memo_slot`).
+    pub coll_memo: [CollMemo; 6],
 }
 
 /// A blocking collective's payload but its sequence code, encoded, and
 /// what it was for: one of the same shape with the same communicator,
-/// count, datatype and root (each handle under the same table) has the
+/// count, datatype and root (in the same epoch, `ffi::EPOCH`) has the
 /// same payload (`hooks_colls::coll`).
 #[derive(Clone, Copy)]
 pub struct CollMemo {
-    /// The communicator (`comms::key_of`, never 0); 0: none.
+    /// The communicator's handle (`ffi::handle_key`).
     pub comm: u64,
-    pub comm_generation: u64,
-    pub info: Option<&'static CommInfo>,
+    /// `ffi::EPOCH` when kept; `u64::MAX` (never an epoch): none.
+    pub epoch: u64,
+    /// The communicator's info (`NO_COMM` for none).
+    pub info: &'static CommInfo,
     pub datatype: u64,
-    pub type_generation: u64,
     pub count: i64,
     pub root: i32,
-    pub shape: u8,
     pub bytes: u64,
     pub len: usize,
 }
 
+/// What an empty `CollMemo` names: never used, as no key matches it.
+static NO_COMM: CommInfo = CommInfo {
+    index: 0,
+    gid: 0,
+    size: 0,
+    rank: 0,
+    inter: false,
+    remote_size: 0,
+    seq: AtomicU64::new(0),
+    idups: AtomicU64::new(0),
+    world_ranks: std::sync::OnceLock::new(),
+};
+
 impl CollMemo {
     const NONE: CollMemo = CollMemo {
         comm: 0,
-        comm_generation: 0,
-        info: None,
+        epoch: u64::MAX,
+        info: &NO_COMM,
         datatype: 0,
-        type_generation: 0,
         count: 0,
         root: 0,
-        shape: 0,
         bytes: 0,
         len: 0,
     };
@@ -97,13 +109,14 @@ impl Default for CollMemo {
 }
 
 /// A probe that found nothing, its payload encoded: a probe of the same
-/// source, tag and communicator (under the same communicator table) that
+/// source, tag and communicator (in the same epoch, `ffi::EPOCH`) that
 /// finds nothing has the same payload (`hooks_p2p::probe`).
 #[derive(Default, Clone, Copy)]
 pub struct ProbeMiss {
-    /// The communicator's key (`comms::key_of`, never 0); 0: none.
+    /// The communicator's handle (`ffi::handle_key`).
     pub comm: u64,
-    pub generation: u64,
+    /// `ffi::EPOCH` when kept; `u64::MAX` (never an epoch): none.
+    pub epoch: u64,
     /// Source and tag (`ProbeMiss::of`).
     pub from: u64,
     pub bytes: u64,
@@ -148,12 +161,12 @@ impl ThreadState {
             phases: Vec::new(),
             probe_miss: ProbeMiss {
                 comm: 0,
-                generation: 0,
+                epoch: u64::MAX,
                 from: 0,
                 bytes: 0,
                 len: 0,
             },
-            coll_memo: CollMemo::NONE,
+            coll_memo: [CollMemo::NONE; 6],
         }
     }
 
