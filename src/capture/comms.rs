@@ -354,17 +354,10 @@ pub fn unknown(rec: &mut Recorder, t: u64) -> &'static CommInfo {
     if let Some(info) = UNKNOWN.get() {
         return info;
     }
-    let info: &'static CommInfo = Box::leak(Box::new(CommInfo {
-        index: NEXT_INDEX.fetch_add(1, Ordering::Relaxed),
-        gid: LOCAL_GID_BIT | (u64::from(WORLD_RANK.load(Ordering::Relaxed)) << 32),
-        size: 0,
-        rank: 0,
-        inter: false,
-        remote_size: 0,
-        seq: AtomicU64::new(0),
-        idups: AtomicU64::new(0),
-        world_ranks: std::sync::OnceLock::new(),
-    }));
+    let info: &'static CommInfo = Box::leak(Box::new(CommInfo::empty(
+        NEXT_INDEX.fetch_add(1, Ordering::Relaxed),
+        LOCAL_GID_BIT | (u64::from(WORLD_RANK.load(Ordering::Relaxed)) << 32),
+    )));
     write_def(rec, t, info, &[]);
     let _ = UNKNOWN.set(info);
     info

@@ -426,11 +426,18 @@ pub fn put_coll(
     sent: u64,
     recvd: u64,
 ) {
-    r.put_u(u64::from(info.index));
-    r.put_u(root_code(root));
-    r.put_u(sent);
-    r.put_u(recvd);
+    put_coll_fields(r, info.index, root, sent, recvd);
     r.put_coll_seq(info.index, seq);
+}
+
+/// A collective's payload but its sequence code: into a record, or into
+/// the bytes a fixed record repeats (`CollMemo`).
+#[inline(always)]
+fn put_coll_fields<S: Sink>(out: &mut S, comm: u32, root: Option<i32>, sent: u64, recvd: u64) {
+    out.put_u(u64::from(comm));
+    out.put_u(root_code(root));
+    out.put_u(sent);
+    out.put_u(recvd);
 }
 
 /// A blocking collective. One of a shape whose payload depends on its
@@ -523,10 +530,7 @@ fn record_coll(
         // The payload just written but its sequence code, for the next
         // such collective.
         let mut payload = Packed::default();
-        payload.put_u(u64::from(info.index));
-        payload.put_u(root_code(root));
-        payload.put_u(sent);
-        payload.put_u(recvd);
+        put_coll_fields(&mut payload, info.index, root, sent, recvd);
         if payload.len <= 8 {
             call.thread().state.coll_memo[slot] = CollMemo {
                 comm: ffi::handle_key(args.comm),

@@ -370,9 +370,7 @@ fn probe_full(
             return;
         }
         let Some(mut r) = call.begin() else { return };
-        r.put_i(i64::from(src));
-        r.put_i(i64::from(tag));
-        r.put_u(u64::from(info.index));
+        put_probe_fields(&mut r, src, tag, info.index);
         if found {
             let a = actual(status);
             r.put_status((src, tag, None), a, 0);
@@ -389,9 +387,7 @@ fn probe_full(
         if !found {
             // The payload just written, kept for the next such miss.
             let mut payload = Packed::default();
-            payload.put_i(i64::from(src));
-            payload.put_i(i64::from(tag));
-            payload.put_u(u64::from(info.index));
+            put_probe_fields(&mut payload, src, tag, info.index);
             payload.put_u(ST_EMPTY);
             if payload.len <= 8 {
                 call.thread().state.probe_miss = ProbeMiss {
@@ -404,6 +400,15 @@ fn probe_full(
             }
         }
     })
+}
+
+/// A probe's source, tag and communicator: into a record, or into the
+/// bytes a fixed record repeats (`ProbeMiss`).
+#[inline(always)]
+fn put_probe_fields<S: Sink>(out: &mut S, src: c_int, tag: c_int, comm: u32) {
+    out.put_i(i64::from(src));
+    out.put_i(i64::from(tag));
+    out.put_u(u64::from(comm));
 }
 
 /// Status fields are all written out for matched receives (`None` posted),

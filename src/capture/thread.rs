@@ -28,6 +28,24 @@ pub struct CommInfo {
     pub world_ranks: std::sync::OnceLock<Box<[core::ffi::c_int]>>,
 }
 
+impl CommInfo {
+    /// A communicator of no members (placeholders: `comms::unknown`,
+    /// `CollMemo::NONE`).
+    pub const fn empty(index: u32, gid: u64) -> CommInfo {
+        CommInfo {
+            index,
+            gid,
+            size: 0,
+            rank: 0,
+            inter: false,
+            remote_size: 0,
+            seq: AtomicU64::new(0),
+            idups: AtomicU64::new(0),
+            world_ranks: std::sync::OnceLock::new(),
+        }
+    }
+}
+
 /// Everything one thread keeps: its recorder and its state.
 #[derive(Default)]
 pub struct Thread {
@@ -77,17 +95,7 @@ pub struct CollMemo {
 }
 
 /// What an empty `CollMemo` names: never used, as no key matches it.
-static NO_COMM: CommInfo = CommInfo {
-    index: 0,
-    gid: 0,
-    size: 0,
-    rank: 0,
-    inter: false,
-    remote_size: 0,
-    seq: AtomicU64::new(0),
-    idups: AtomicU64::new(0),
-    world_ranks: std::sync::OnceLock::new(),
-};
+static NO_COMM: CommInfo = CommInfo::empty(0, 0);
 
 impl CollMemo {
     const NONE: CollMemo = CollMemo {
