@@ -94,6 +94,16 @@ struct Completed {
 /// nonpersistent request completed only if MPI set the application's handle
 /// to MPI_REQUEST_NULL (Open MPI keeps a failed request alive, for one).
 fn complete_op(handle: MPI_Request, slot: usize, status: *const MPI_Status) -> Option<Completed> {
+    complete_op_inline(handle, slot, status)
+}
+
+/// `complete_op`, inlined where one request completes.
+#[inline(always)]
+fn complete_op_inline(
+    handle: MPI_Request,
+    slot: usize,
+    status: *const MPI_Status,
+) -> Option<Completed> {
     if ffi::is_request_null(handle) {
         return None;
     }
@@ -148,7 +158,7 @@ fn complete_single(
             }
         };
     if reported {
-        return complete_op(h, slot, st);
+        return complete_op_inline(h, slot, st);
     }
     // Not reported complete, but freed by MPI: over too (as in
     // `completed_set`'s final scan).
@@ -289,7 +299,7 @@ pub fn complete(call: Call, requests: &[MPI_Request], slots: *const MPI_Request,
         if let [h] = requests {
             if let Done::One(st) | Done::IfFlag(_, st) = done {
                 let c = complete_single(&call, *h, slots as usize, &done, st);
-                complete_set(&call, c.as_slice());
+                complete_one(&call, c);
                 return;
             }
         }
@@ -299,6 +309,28 @@ pub fn complete(call: Call, requests: &[MPI_Request], slots: *const MPI_Request,
         set.clear();
         let _ = COMPLETED.try_with(|c| c.set(set));
     })
+}
+
+/// `complete_set` for at most one operation: the record is written at
+/// once, with no list to split into batches.
+#[inline(always)]
+fn complete_one(call: &Call, c: Option<Completed>) {
+    match &c {
+        Some(c) if matches!(c.kind, OpKind::Idup { .. }) => {
+            return complete_set(call, core::slice::from_ref(c));
+        }
+        None if call.leave_out() => return,
+        _ => {}
+    }
+    let n = usize::from(c.is_some());
+    let Some(mut w) = call.begin_list(n) else {
+        return;
+    };
+    w.put_u(n as u64);
+    if let Some(c) = &c {
+        completion_item(&mut w, c);
+    }
+    w.commit();
 }
 
 /// Records the operations a completion call completed.
@@ -326,29 +358,35 @@ fn complete_set(call: &Call, set: &[Completed]) {
 
 fn completion_items(r: &mut Writer, batch: &[Completed]) {
     for c in batch {
-        r.put_op_ref((c.op != 0).then_some(c.op));
-        let cancelled = c.cancelled && !c.status.is_null() && ffi::status_cancelled(c.status);
-        let extra = if cancelled { ST_CANCELLED } else { 0 };
-        match c.kind {
-            OpKind::Recv { src, tag, posted } if !cancelled && !c.status.is_null() => {
-                r.put_status_pb((src, tag, posted), actual(c.status), extra, c.got.as_ref())
-            }
-            OpKind::RecvBlind { src, tag, posted } if !cancelled && !c.status.is_null() => {
-                // The posted values; a wildcard's from the status, which
-                // has them right where MPI fills them at all.
-                let (s, t, _) = actual(c.status);
-                let k = ffi::consts();
-                let src_ = if src == k.any_source { s } else { src };
-                let tag_ = if tag == k.any_tag { t } else { tag };
-                r.put_status_pb(
-                    (src, tag, Some(posted)),
-                    (src_, tag_, posted),
-                    extra,
-                    c.got.as_ref(),
-                )
-            }
-            _ => r.put_u(ST_NONE | extra),
+        completion_item(r, c);
+    }
+}
+
+/// One completed operation: its id, then its status.
+#[inline(always)]
+fn completion_item(r: &mut Writer, c: &Completed) {
+    r.put_op_ref((c.op != 0).then_some(c.op));
+    let cancelled = c.cancelled && !c.status.is_null() && ffi::status_cancelled(c.status);
+    let extra = if cancelled { ST_CANCELLED } else { 0 };
+    match c.kind {
+        OpKind::Recv { src, tag, posted } if !cancelled && !c.status.is_null() => {
+            r.put_status_pb((src, tag, posted), actual(c.status), extra, c.got.as_ref())
         }
+        OpKind::RecvBlind { src, tag, posted } if !cancelled && !c.status.is_null() => {
+            // The posted values; a wildcard's from the status, which
+            // has them right where MPI fills them at all.
+            let (s, t, _) = actual(c.status);
+            let k = ffi::consts();
+            let src_ = if src == k.any_source { s } else { src };
+            let tag_ = if tag == k.any_tag { t } else { tag };
+            r.put_status_pb(
+                (src, tag, Some(posted)),
+                (src_, tag_, posted),
+                extra,
+                c.got.as_ref(),
+            )
+        }
+        _ => r.put_u(ST_NONE | extra),
     }
 }
 

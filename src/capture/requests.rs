@@ -165,6 +165,23 @@ impl Open {
         self.keys.len().wrapping_sub(1)
     }
 
+    /// Entry `i`'s age (0: free). `i` is masked, so within the table:
+    /// the three vectors always have the same, power-of-two, length.
+    #[inline(always)]
+    fn age(&self, i: usize) -> u64 {
+        debug_assert!(i < self.ages.len());
+        // SAFETY: every index is masked by `mask()`, below the length.
+        unsafe { *self.ages.get_unchecked(i) }
+    }
+
+    /// Entry `i`'s key (as `age`).
+    #[inline(always)]
+    fn key(&self, i: usize) -> u64 {
+        debug_assert!(i < self.keys.len());
+        // SAFETY: as in `age`.
+        unsafe { *self.keys.get_unchecked(i) }
+    }
+
     /// Where `key`'s probe starts (the hash's bits below the shard's).
     #[inline(always)]
     fn home(&self, key: u64) -> usize {
@@ -186,7 +203,7 @@ impl Open {
     fn place(&mut self, key: u64, age: u64, op: Op) {
         let mask = self.mask();
         let mut i = self.home(key);
-        while self.ages[i] != 0 {
+        while self.age(i) != 0 {
             i = (i + 1) & mask;
         }
         self.keys[i] = key;
@@ -218,8 +235,8 @@ impl Open {
         let mask = self.mask();
         let mut i = self.home(key);
         let mut found: Option<usize> = None;
-        while self.ages[i] != 0 {
-            if self.keys[i] == key {
+        while self.age(i) != 0 {
+            if self.key(i) == key {
                 match found {
                     None => found = Some(i),
                     Some(f) => {
@@ -245,10 +262,10 @@ impl Open {
         let mut j = i;
         loop {
             j = (j + 1) & mask;
-            if self.ages[j] == 0 {
+            if self.age(j) == 0 {
                 break;
             }
-            let home = self.home(self.keys[j]);
+            let home = self.home(self.key(j));
             // Entry j may move to the hole at i unless its home lies
             // cyclically in (i, j].
             let stays = if i <= j {
