@@ -12,7 +12,7 @@ use crate::live;
 use crate::piggyback::{self, Got};
 use crate::recorder::{fixed_head, RecvSlot, Writer};
 use crate::requests::{key, OpKind, MESSAGES};
-use crate::thread::ProbeMiss;
+use crate::thread::{ProbeMiss, SendMemo};
 use core::ffi::c_int;
 use core::sync::atomic::Ordering::Relaxed;
 use pmtrace_format::pending::PendingRecv;
@@ -55,8 +55,58 @@ pub enum Issued {
 /// Isend and its modes, Irecv, and the persistent `*_init` calls. `pb` is
 /// the piggyback slot the wrapper made; the request keeps it even when the
 /// call cannot be recorded, since completing it must unpack the message.
+/// A nonblocking send like the thread's last recorded one (same count,
+/// datatype, destination, tag and communicator) is a fixed record: its
+/// payload is that send's bytes (`Recorder::fixed_call`).
 #[allow(clippy::too_many_arguments)]
+#[inline(always)]
 pub fn issue(
+    call: Call,
+    count: i64,
+    datatype: MPI_Datatype,
+    peer: c_int,
+    tag: c_int,
+    comm: MPI_Comm,
+    request: *mut MPI_Request,
+    issued: Issued,
+    persistent: bool,
+    pb: usize,
+) {
+    if call.ok() && !persistent && matches!(issued, Issued::Send) {
+        let thread = call.thread();
+        let m = thread.state.send_memo;
+        if m.comm == ffi::handle_key(comm)
+            && m.datatype == ffi::handle_key(datatype)
+            && m.count == count
+            && m.to == ProbeMiss::of(peer, tag)
+            && m.epoch == ffi::EPOCH.load(Relaxed)
+        {
+            let head = fixed_head(call.func);
+            let payload = (m.payload, m.len);
+            if let Some(mut w) = thread.recorder.fixed_call(head, call.t0, call.t1, payload) {
+                let id = w.take_op();
+                register(
+                    request,
+                    id,
+                    OpKind::Send { dst: peer },
+                    false,
+                    pb,
+                    m.index + 1,
+                );
+                live::sent(w.live(), m.bytes);
+                w.commit();
+                return;
+            }
+        }
+    }
+    issue_full(
+        call, count, datatype, peer, tag, comm, request, issued, persistent, pb,
+    );
+}
+
+#[allow(clippy::too_many_arguments)]
+#[inline(never)]
+fn issue_full(
     call: Call,
     count: i64,
     datatype: MPI_Datatype,
@@ -97,6 +147,24 @@ pub fn issue(
             }
             put_send(&mut r, peer, tag, info.index, bytes);
             r.commit();
+        }
+        if !recv && !persistent && call.ok() {
+            // The payload just written, kept for the next such send.
+            let mut payload = Packed::default();
+            put_send(&mut payload, peer, tag, info.index, bytes);
+            if payload.len <= 8 {
+                call.thread().state.send_memo = SendMemo {
+                    comm: ffi::handle_key(comm),
+                    epoch: ffi::EPOCH.load(Relaxed),
+                    datatype: ffi::handle_key(datatype),
+                    count,
+                    to: ProbeMiss::of(peer, tag),
+                    index: info.index,
+                    bytes,
+                    payload: payload.bytes,
+                    len: payload.len,
+                };
+            }
         }
     })
 }

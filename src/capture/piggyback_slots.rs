@@ -26,6 +26,7 @@ use crate::piggyback_send::{
 };
 use crate::thread::Thread;
 use core::ffi::{c_int, c_void};
+use core::sync::atomic::{AtomicUsize, Ordering::AcqRel};
 use parking_lot::Mutex;
 
 /// Piggyback state that lives with a request until it completes (or, for a
@@ -69,6 +70,10 @@ unsafe impl Send for Slot {}
 #[allow(clippy::vec_box)]
 static SPARE: Mutex<Vec<Box<Slot>>> = Mutex::new(Vec::new());
 const SPARE_KEPT: usize = 256;
+/// The slot released last (0: none), taken back with no lock: a thread
+/// that posts and completes one operation at a time never touches `SPARE`.
+/// A swap hands it over whole, so each slot has one owner at all times.
+static LAST: AtomicUsize = AtomicUsize::new(0);
 /// Areas larger than this are not kept.
 const SPARE_AREA: usize = 1 << 16;
 
@@ -109,9 +114,28 @@ fn keep(mut s: Box<Slot>) {
     if s.area.capacity() > SPARE_AREA {
         s.area = Vec::new();
     }
+    let older = LAST.swap(Box::into_raw(s) as usize, AcqRel);
+    if older == 0 {
+        return;
+    }
+    // SAFETY: `LAST` held a slot of `Box::into_raw`, now ours alone.
+    let older = unsafe { Box::from_raw(older as *mut Slot) };
     let mut spare = SPARE.lock();
     if spare.len() < SPARE_KEPT {
-        spare.push(s);
+        spare.push(older);
+    }
+}
+
+/// A released slot to reuse, or a new one.
+#[inline(always)]
+fn reuse() -> Box<Slot> {
+    match LAST.swap(0, AcqRel) {
+        // SAFETY: as in `keep`.
+        0 => SPARE
+            .lock()
+            .pop()
+            .unwrap_or_else(|| Box::new(Slot::empty())),
+        last => unsafe { Box::from_raw(last as *mut Slot) },
     }
 }
 
@@ -192,10 +216,7 @@ fn new_slot(
         Route::Untouched => saved_len(posted),
     };
     // A slot released earlier, area and all, or a new one.
-    let mut slot = SPARE
-        .lock()
-        .pop()
-        .unwrap_or_else(|| Box::new(Slot::empty()));
+    let mut slot = reuse();
     if route == Route::Untouched && !send {
         // The buffer's first bytes as they are (no zeroing first).
         slot.area.clear();

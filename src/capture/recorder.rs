@@ -378,8 +378,8 @@ impl Recorder {
     /// the call's encoded first varint for a successful call
     /// (`fixed_head`). The writer returned may add up to 16 bytes more.
     /// `None`, with nothing written, when the record needs `begin_call`'s
-    /// path: a pending receive to encode first, a buffer wait to write,
-    /// too little room, recording stopped.
+    /// path: a buffer wait to write, too little room, recording stopped.
+    /// (A pending receive is encoded first, as `ready` does.)
     #[inline(always)]
     pub fn fixed_call(
         &mut self,
@@ -388,8 +388,10 @@ impl Recorder {
         t1: u64,
         (payload, len): (u64, usize),
     ) -> Option<Writer<'_>> {
-        if self.pending
-            || self.cap - self.pos < record::MAX_FIXED_RECORD
+        if self.pending {
+            self.flush_pending();
+        }
+        if self.cap - self.pos < record::MAX_FIXED_RECORD
             || self.pending_wait.is_some()
             || STOPPED.load(Relaxed)
         {

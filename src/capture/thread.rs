@@ -73,6 +73,43 @@ pub struct ThreadState {
     /// whose payload depends on its communicator, count, datatype and root
     /// alone (`hooks_colls::memo_slot`).
     pub coll_memo: [CollMemo; 6],
+    /// The last nonblocking send this thread recorded.
+    pub send_memo: SendMemo,
+}
+
+/// A nonblocking send's payload, encoded, and what it was for: a send of
+/// the same count and datatype to the same destination, tag and
+/// communicator (in the same epoch, `ffi::EPOCH`) has the same payload
+/// (`hooks_p2p::issue`).
+#[derive(Clone, Copy)]
+pub struct SendMemo {
+    /// The communicator's handle (`ffi::handle_key`).
+    pub comm: u64,
+    /// `ffi::EPOCH` when kept; `u64::MAX` (never an epoch): none.
+    pub epoch: u64,
+    pub datatype: u64,
+    pub count: i64,
+    /// Destination and tag (`ProbeMiss::of`).
+    pub to: u64,
+    /// The communicator's index, and the message's bytes.
+    pub index: u32,
+    pub bytes: u64,
+    pub payload: u64,
+    pub len: usize,
+}
+
+impl SendMemo {
+    pub const NONE: SendMemo = SendMemo {
+        comm: 0,
+        epoch: u64::MAX,
+        datatype: 0,
+        count: 0,
+        to: 0,
+        index: 0,
+        bytes: 0,
+        payload: 0,
+        len: 0,
+    };
 }
 
 /// A blocking collective's payload but its sequence code, encoded, and
@@ -175,6 +212,7 @@ impl ThreadState {
                 len: 0,
             },
             coll_memo: [CollMemo::NONE; 6],
+            send_memo: SendMemo::NONE,
         }
     }
 
