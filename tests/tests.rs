@@ -2788,13 +2788,39 @@ fn repeats_expected(rank: i32, any: i32) -> Vec<String> {
         }
         e.push("MPI_Type_free".into());
     }
+    // Nonblocking sends, each received back and waited for; operation
+    // ids count from 1 (no call before took one).
+    let mut op = 0;
+    let mut sends = |e: &mut Vec<String>, name: &str, tag: i32, bytes: u64, comm: u32, n: usize| {
+        for _ in 0..n {
+            op += 1;
+            e.push(format!(
+                "{name} peer={o} tag={tag} comm={comm} bytes={bytes} op=0.{op}"
+            ));
+            e.push(format!(
+                "MPI_Recv src={o} tag={tag} comm={comm} posted={bytes} status=[src={o},tag={tag},bytes={bytes}]"
+            ));
+            e.push(format!("MPI_Wait done=0.{op}:[none]"));
+        }
+    };
+    sends(&mut e, "MPI_Isend", 5, 4, 0, 3);
+    sends(&mut e, "MPI_Isend", 6, 4, 0, 2);
+    sends(&mut e, "MPI_Isend", 6, 8, 0, 2);
+    // two shorts
+    sends(&mut e, "MPI_Isend", 6, 4, 0, 2);
+    sends(&mut e, "MPI_Isend", 6, 4, 3, 2);
     e.push("MPI_Comm_free comm=3".into());
+    e.push("MPI_Comm_dup parent=0 new=4".into());
+    sends(&mut e, "MPI_Isend", 6, 4, 4, 2);
+    sends(&mut e, "MPI_Issend", 6, 4, 4, 2);
+    e.push("MPI_Comm_free comm=4".into());
     e.push("MPI_Finalize".into());
     e
 }
 
 /// Calls that repeat the one before are recorded from what the runtime
-/// kept of it (a probe that finds nothing, a blocking collective): each
+/// kept of it (a probe that finds nothing, a blocking collective, a
+/// nonblocking send): each
 /// record still carries exactly its own call's fields, when the source,
 /// tag, communicator (one freed and made again under a reused handle),
 /// count, datatype (one freed and made again) or root change.

@@ -94,16 +94,6 @@ struct Completed {
 /// nonpersistent request completed only if MPI set the application's handle
 /// to MPI_REQUEST_NULL (Open MPI keeps a failed request alive, for one).
 fn complete_op(handle: MPI_Request, slot: usize, status: *const MPI_Status) -> Option<Completed> {
-    complete_op_inline(handle, slot, status)
-}
-
-/// `complete_op`, inlined where one request completes.
-#[inline(always)]
-fn complete_op_inline(
-    handle: MPI_Request,
-    slot: usize,
-    status: *const MPI_Status,
-) -> Option<Completed> {
     if ffi::is_request_null(handle) {
         return None;
     }
@@ -139,16 +129,11 @@ fn complete_op_inline(
     })
 }
 
-/// `completed_set` for the one request of `MPI_Wait` or `MPI_Test`, with
-/// no list and no marks.
+/// `MPI_Wait` or `MPI_Test` of one request: `completed_set`, `complete_op`
+/// and `complete_set` in one, with no list and no marks, the record
+/// written from the operation's fields as they leave the table.
 #[inline(always)]
-fn complete_single(
-    call: &Call,
-    h: MPI_Request,
-    slot: usize,
-    done: &Done,
-    st: *mut MPI_Status,
-) -> Option<Completed> {
+fn complete_single(call: &Call, h: MPI_Request, slot: usize, done: &Done, st: *mut MPI_Status) {
     // SAFETY: MPI filled the flag of this call.
     let reported = call.rc == 0
         && unsafe {
@@ -157,17 +142,63 @@ fn complete_single(
                 _ => true,
             }
         };
-    if reported {
-        return complete_op_inline(h, slot, st);
-    }
-    // Not reported complete, but freed by MPI: over too (as in
-    // `completed_set`'s final scan).
     // SAFETY: the application's handle, valid for the call.
     let freed = ffi::is_request_null(unsafe { *(slot as *const MPI_Request) });
-    if !ffi::is_request_null(h) && freed {
-        return complete_op(h, slot, core::ptr::null());
+    // Not reported complete but freed by MPI: over too, with no status
+    // (as in `completed_set`'s final scan).
+    let status: *const MPI_Status = if reported { st } else { core::ptr::null() };
+    let op = if ffi::is_request_null(h) || !(reported || freed) {
+        None
+    } else {
+        // A nonpersistent operation whose handle MPI freed is done: it
+        // leaves the table in the same lookup.
+        REQUESTS.take_if(key(h), slot, |o| !o.persistent && freed)
+    };
+    // Without a status, only freed nonpersistent requests count; a
+    // persistent one is never freed here.
+    let Some(op) = op.filter(|o| {
+        if o.persistent {
+            !status.is_null()
+        } else {
+            freed
+        }
+    }) else {
+        return complete_none(call);
+    };
+    let cancelled = op.cancelled && !status.is_null() && ffi::status_cancelled(status);
+    let got = piggyback::complete(op.pb, status as *mut MPI_Status, cancelled, op.persistent);
+    let id = if op.persistent {
+        // An inactive persistent request completes at once and has no instance.
+        let instance = REQUESTS.with_op(key(h), slot, false, |o| o.instance.take());
+        let Some(id) = instance.flatten() else {
+            return complete_none(call);
+        };
+        id
+    } else {
+        op.id
+    };
+    if let OpKind::Idup { .. } = op.kind {
+        let c = Completed {
+            op: id,
+            kind: op.kind,
+            cancelled: op.cancelled,
+            status,
+            got,
+        };
+        return complete_set(call, core::slice::from_ref(&c));
     }
-    None
+    let Some(mut w) = call.begin_list(1) else {
+        return;
+    };
+    w.put_u(1);
+    put_completion(&mut w, id, op.kind, op.cancelled, status, got.as_ref());
+    w.commit();
+}
+
+/// The record of a completion call that completed nothing.
+#[inline(never)]
+fn complete_none(call: &Call) {
+    complete_set(call, &[]);
 }
 
 fn completed_set(
@@ -298,8 +329,7 @@ pub fn complete(call: Call, requests: &[MPI_Request], slots: *const MPI_Request,
     guarded(|| {
         if let [h] = requests {
             if let Done::One(st) | Done::IfFlag(_, st) = done {
-                let c = complete_single(&call, *h, slots as usize, &done, st);
-                complete_one(&call, c);
+                complete_single(&call, *h, slots as usize, &done, st);
                 return;
             }
         }
@@ -309,28 +339,6 @@ pub fn complete(call: Call, requests: &[MPI_Request], slots: *const MPI_Request,
         set.clear();
         let _ = COMPLETED.try_with(|c| c.set(set));
     })
-}
-
-/// `complete_set` for at most one operation: the record is written at
-/// once, with no list to split into batches.
-#[inline(always)]
-fn complete_one(call: &Call, c: Option<Completed>) {
-    match &c {
-        Some(c) if matches!(c.kind, OpKind::Idup { .. }) => {
-            return complete_set(call, core::slice::from_ref(c));
-        }
-        None if call.leave_out() => return,
-        _ => {}
-    }
-    let n = usize::from(c.is_some());
-    let Some(mut w) = call.begin_list(n) else {
-        return;
-    };
-    w.put_u(n as u64);
-    if let Some(c) = &c {
-        completion_item(&mut w, c);
-    }
-    w.commit();
 }
 
 /// Records the operations a completion call completed.
@@ -365,26 +373,35 @@ fn completion_items(r: &mut Writer, batch: &[Completed]) {
 /// One completed operation: its id, then its status.
 #[inline(always)]
 fn completion_item(r: &mut Writer, c: &Completed) {
-    r.put_op_ref((c.op != 0).then_some(c.op));
-    let cancelled = c.cancelled && !c.status.is_null() && ffi::status_cancelled(c.status);
+    put_completion(r, c.op, c.kind, c.cancelled, c.status, c.got.as_ref());
+}
+
+/// A completed operation `op` (0: none) of `kind`; `cancel` if
+/// `MPI_Cancel` was called on it; `status` null when MPI reported none.
+#[inline(always)]
+fn put_completion(
+    r: &mut Writer,
+    op: u64,
+    kind: OpKind,
+    cancel: bool,
+    status: *const MPI_Status,
+    got: Option<&Got>,
+) {
+    r.put_op_ref((op != 0).then_some(op));
+    let cancelled = cancel && !status.is_null() && ffi::status_cancelled(status);
     let extra = if cancelled { ST_CANCELLED } else { 0 };
-    match c.kind {
-        OpKind::Recv { src, tag, posted } if !cancelled && !c.status.is_null() => {
-            r.put_status_pb((src, tag, posted), actual(c.status), extra, c.got.as_ref())
+    match kind {
+        OpKind::Recv { src, tag, posted } if !cancelled && !status.is_null() => {
+            r.put_status_pb((src, tag, posted), actual(status), extra, got)
         }
-        OpKind::RecvBlind { src, tag, posted } if !cancelled && !c.status.is_null() => {
+        OpKind::RecvBlind { src, tag, posted } if !cancelled && !status.is_null() => {
             // The posted values; a wildcard's from the status, which
             // has them right where MPI fills them at all.
-            let (s, t, _) = actual(c.status);
+            let (s, t, _) = actual(status);
             let k = ffi::consts();
             let src_ = if src == k.any_source { s } else { src };
             let tag_ = if tag == k.any_tag { t } else { tag };
-            r.put_status_pb(
-                (src, tag, Some(posted)),
-                (src_, tag_, posted),
-                extra,
-                c.got.as_ref(),
-            )
+            r.put_status_pb((src, tag, Some(posted)), (src_, tag_, posted), extra, got)
         }
         _ => r.put_u(ST_NONE | extra),
     }

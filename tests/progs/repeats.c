@@ -1,10 +1,11 @@
 /* Calls that repeat the one before: the runtime records the second and
  * later ones from what it kept of the first (issue 40's fixed records).
- * np=2. Every probe finds nothing (nothing is ever sent); each group's
+ * np=2. Every probe finds nothing (no message has its tag); each group's
  * arguments differ from the group before in one way: source, tag,
  * communicator, a communicator freed and made again under a handle MPI
- * may reuse, count, datatype, a datatype freed and made again, root.
- * Prints `repeats: ok`. The test checks each record's fields. */
+ * may reuse, count, datatype, a datatype freed and made again, root;
+ * then nonblocking sends, changed in tag, count, datatype, communicator
+ * or mode. Prints `repeats: ok`. The test checks each record's fields. */
 #include "expect.h"
 #include <mpi.h>
 #include <stdio.h>
@@ -25,6 +26,22 @@ static void misses(int src, int tag, MPI_Comm comm, int n) {
     for (int i = 0; i < n; i++) {
         C(MPI_Iprobe, src, tag, comm, &flag, i % 2 ? MPI_STATUS_IGNORE : &st);
         CHECK(flag == 0);
+    }
+}
+
+/* n nonblocking sends to `to` (each received back from it, then waited
+ * for): the sends repeat one another, the receives too. */
+static void sends(int issend, int to, int tag, const void *buf, int count,
+                  MPI_Datatype type, MPI_Comm comm, int n) {
+    char back[64];
+    for (int i = 0; i < n; i++) {
+        MPI_Request r;
+        if (issend)
+            C(MPI_Issend, buf, count, type, to, tag, comm, &r);
+        else
+            C(MPI_Isend, buf, count, type, to, tag, comm, &r);
+        C(MPI_Recv, back, count, type, to, tag, comm, MPI_STATUS_IGNORE);
+        C(MPI_Wait, &r, MPI_STATUS_IGNORE);
     }
 }
 
@@ -71,7 +88,20 @@ int main(int argc, char **argv) {
     C(MPI_Type_commit, &t);
     for (int i = 0; i < 2; i++) C(MPI_Bcast, in, 1, t, 0, MPI_COMM_WORLD);
     C(MPI_Type_free, &t);
+
+    /* Nonblocking sends: tag, count, datatype, communicator (one freed and
+     * made again), the send mode. */
+    int w[4] = {1, 2, 3, 4};
+    sends(0, other, 5, w, 1, MPI_INT, MPI_COMM_WORLD, 3);
+    sends(0, other, 6, w, 1, MPI_INT, MPI_COMM_WORLD, 2);
+    sends(0, other, 6, w, 2, MPI_INT, MPI_COMM_WORLD, 2);
+    sends(0, other, 6, w, 2, MPI_SHORT, MPI_COMM_WORLD, 2);
+    sends(0, other, 6, w, 2, MPI_SHORT, b, 2);
     C(MPI_Comm_free, &b);
+    C(MPI_Comm_dup, MPI_COMM_WORLD, &a);
+    sends(0, other, 6, w, 2, MPI_SHORT, a, 2);
+    sends(1, other, 6, w, 2, MPI_SHORT, a, 2);
+    C(MPI_Comm_free, &a);
 
     if (rank == 0) printf("repeats: ok\n");
     expect_write(rank);
