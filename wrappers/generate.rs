@@ -660,6 +660,11 @@ struct Around {
     post: Vec<String>,
     /// The real call's expression, when not `real::PMPI_X(args)`.
     call: Option<String>,
+    /// A fast path taken before `pre` when its first half gives its
+    /// arguments (`pb_fast`, with the same fields as the `pre` variable
+    /// the substitutions name): that half, and the second, which ends the
+    /// wrapper. Both see `rc`, `t0` and `t1` (see `hooks_recv`).
+    fast: Option<(String, String, String)>,
 }
 
 /// The real call of `MPI_(I)Sendrecv_replace`: when the piggyback layer's
@@ -767,6 +772,26 @@ fn around(e: &Entry) -> Result<Around, String> {
             ));
             replace(&mut a, "pb_in", ["buf", "count", "datatype"]);
             if e.kind == "recv" {
+                let id = format!("ids::{}", e.name.to_ascii_uppercase());
+                let args = format!(
+                    "{b} as *mut c_void, i64::from({c}), {d}, {}, {}, {}",
+                    r("peer")?,
+                    r("tag")?,
+                    r("comm")?
+                );
+                a.fast = Some((
+                    format!(
+                        "hooks::recv_fast(&guard, {id}, t0, i64::from({c}), {d}, {}, {}, {})",
+                        r("peer")?,
+                        r("tag")?,
+                        r("comm")?
+                    ),
+                    format!(
+                        "hooks::recv_fast_end(&guard, pb_fast, ({id}, rc, t0, t1), {args}, {})",
+                        r("status")?
+                    ),
+                    "pb_in".into(),
+                ));
                 // Half of the receive's pending slot, written while the
                 // rank would wait anyway (see `hooks::recv_prepare`); after
                 // `In::new`, which caches the datatype's size.
@@ -1353,6 +1378,26 @@ fn inner_level(
     }
     writeln!(o, "    let t0 = clock::now();").unwrap();
     writeln!(o, "    {}", live_enter(e, false)?).unwrap();
+    if let Some((first, second, var)) = &around.fast {
+        let fast_args = real_args.replace(&format!("{var}."), "pb_fast.");
+        writeln!(o, "    if let Some(pb_fast) = {first} {{").unwrap();
+        writeln!(
+            o,
+            "        // SAFETY: the caller's arguments, the message buffer the fast path's."
+        )
+        .unwrap();
+        writeln!(
+            o,
+            "        let rc = unsafe {{ real::P{}({fast_args}) }};",
+            e.name
+        )
+        .unwrap();
+        writeln!(o, "        let t1 = clock::now();").unwrap();
+        writeln!(o, "        {}", live_leave(e)).unwrap();
+        writeln!(o, "        {second};").unwrap();
+        writeln!(o, "        return rc;").unwrap();
+        writeln!(o, "    }}").unwrap();
+    }
     for l in &around.pre {
         writeln!(o, "    {l}").unwrap();
     }

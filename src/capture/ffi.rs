@@ -632,6 +632,14 @@ impl TypeSizes {
         (self.valid && count >= 0).then(|| ((count as u64).saturating_mul(self.size), self.dense))
     }
 
+    /// `layout`, when `datatype` is the cached type; `None` rather than
+    /// asking MPI about it.
+    #[inline(always)]
+    pub fn cached_layout(&self, count: i64, datatype: MPI_Datatype) -> Option<(u64, bool)> {
+        (self.holds(datatype) && self.valid && count >= 0)
+            .then(|| ((count as u64).saturating_mul(self.size), self.dense))
+    }
+
     /// `bytes`, when `datatype` is the cached type; `None` rather than
     /// asking MPI about it.
     #[inline(always)]

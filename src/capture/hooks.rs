@@ -5,6 +5,7 @@
 //! This module lists every hook; they live by MPI family (as the sections
 //! of `wrappers/mpi.wrap`), each on `hooks_call`'s `Call`:
 //! - `hooks_p2p`: sends, receives, probes, matched receives;
+//! - `hooks_recv`: the blocking receive's fast path;
 //! - `hooks_requests`: persistent starts, completions, cancellation,
 //!   request status and free;
 //! - `hooks_colls`: collectives;
@@ -20,6 +21,7 @@ pub use crate::hooks_p2p::{
     claim_message, imrecv, isendrecv, issue, mrecv, probe, recv, recv_prepare, send, sendrecv,
     Issued,
 };
+pub use crate::hooks_recv::{recv_fast, recv_fast_end};
 #[allow(unused_imports)] // MPI-4.1 libraries only
 pub use crate::hooks_requests::request_statuses;
 pub use crate::hooks_requests::{

@@ -46,6 +46,7 @@ mod hooks_call;
 mod hooks_colls;
 mod hooks_comms;
 mod hooks_p2p;
+mod hooks_recv;
 mod hooks_requests;
 mod large_headers;
 mod library;

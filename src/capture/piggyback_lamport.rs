@@ -128,6 +128,22 @@ pub fn receive_clock(
     own: Option<(usize, u64, i32)>,
     got: &Got,
 ) {
+    receive_lamport(wildcard, comm, tag, own, got.lc);
+    if mode() == Mode::Vector {
+        merge_vector(got);
+    }
+}
+
+/// `receive_clock`'s Lamport part, for a message that carried clock `lc`
+/// (all of it, outside vector mode).
+#[inline(always)]
+pub fn receive_lamport(
+    wildcard: bool,
+    comm: u64,
+    tag: i32,
+    own: Option<(usize, u64, i32)>,
+    lc: u64,
+) {
     let (ticks, was_pending) = if PENDING_N.load(Relaxed) > 0 {
         pending_ticks(comm, tag, own)
     } else {
@@ -135,14 +151,11 @@ pub fn receive_clock(
     };
     let own_tick = u64::from(wildcard && (own.is_none() || was_pending));
     let add = ticks + own_tick;
-    let floor = got.lc.saturating_add(1);
+    let floor = lc.saturating_add(1);
     if SERIAL.load(Relaxed) {
         LC.store((LC.load(Relaxed) + add).max(floor), Relaxed);
     } else {
         let _ = LC.fetch_update(Relaxed, Relaxed, |c| Some((c + add).max(floor)));
-    }
-    if mode() == Mode::Vector {
-        merge_vector(got);
     }
 }
 

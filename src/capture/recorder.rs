@@ -599,6 +599,7 @@ impl Recorder {
 }
 
 /// Where a prepared receive's record is due (see `Recorder::prepare_recv`).
+#[derive(Clone, Copy)]
 pub struct RecvSlot {
     pos: usize,
     seq: u64,

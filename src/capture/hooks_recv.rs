@@ -1,0 +1,205 @@
+//! The blocking receive's fast path: `MPI_Recv` of a small dense message
+//! under Lamport clocks, with the thread's last communicator and datatype.
+//! It does what `In::new`, `recv_prepare`, `In::finish` and `recv` do for
+//! such a receive, with the values in locals: the message lands in the
+//! thread's staging area, its header is read in place, and the record's
+//! fields go to the chunk's pending slot. Anything unusual after the call
+//! (an error, an untraced sender, a header that came apart, a record that
+//! cannot wait) goes back to those general functions, as if they had run
+//! from the start.
+
+use crate::comms;
+use crate::ffi::{self, MPI_Comm, MPI_Datatype, MPI_Status};
+use crate::guard::Guard;
+use crate::hooks_call::{actual, Call};
+use crate::hooks_p2p;
+use crate::large_headers;
+use crate::piggyback_deliver::{completed_ok, unpack, Landing, Rx};
+use crate::piggyback_header::header_len;
+use crate::piggyback_lamport::{mode, receive_lamport, Mode};
+use crate::piggyback_routes::{copy_bytes, Route, COPY_MAX};
+use crate::recorder::{Got, RecvSlot};
+use core::ffi::{c_int, c_void};
+use pmtrace_format::pending::PendingRecv;
+
+/// The arguments a fast receive passes to MPI (its staging area, as
+/// bytes), and what its second half needs.
+pub struct FastRecv {
+    pub buf: *mut c_void,
+    pub count: i64,
+    pub datatype: MPI_Datatype,
+    posted: u64,
+    slot: RecvSlot,
+}
+
+/// Before the call: the fast path's arguments, with the fields known now
+/// in the pending slot; `None` (nothing done that matters) when the
+/// receive takes the general path.
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+pub fn recv_fast(
+    guard: &Guard,
+    func: u32,
+    t0: u64,
+    count: i64,
+    datatype: MPI_Datatype,
+    src: c_int,
+    tag: c_int,
+    comm: MPI_Comm,
+) -> Option<FastRecv> {
+    if mode() != Mode::Lamport {
+        return None;
+    }
+    let thread = guard.thread();
+    let (bytes, dense) = thread.state.types.cached_layout(count, datatype)?;
+    if !dense || bytes > COPY_MAX {
+        return None;
+    }
+    let info = comms::cached(comm, &thread.state)?;
+    let len = header_len() + bytes as usize;
+    let area = thread.state.stage_in(len);
+    let slot = thread.recorder.prepare_recv(&PendingRecv {
+        func,
+        t0,
+        src,
+        tag,
+        comm: info.index,
+        posted: bytes,
+        ..PendingRecv::default()
+    })?;
+    Some(FastRecv {
+        buf: area as *mut c_void,
+        count: len as i64,
+        datatype: ffi::consts().byte,
+        posted: bytes,
+        slot,
+    })
+}
+
+/// After the call: the data to the user's buffer, the status fixed, the
+/// clock rule, the rest of the pending slot.
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+pub fn recv_fast_end(
+    guard: &Guard,
+    f: FastRecv,
+    (func, rc, t0, t1): (u32, c_int, u64, u64),
+    buf: *mut c_void,
+    count: i64,
+    datatype: MPI_Datatype,
+    src: c_int,
+    tag: c_int,
+    comm: MPI_Comm,
+    status: *mut MPI_Status,
+) {
+    let h = header_len() as u64;
+    if completed_ok(rc, status) {
+        let bytes = ffi::status_bytes(status);
+        if bytes >= h && !large_headers::beyond(bytes) {
+            let data = bytes - h;
+            let area = f.buf as *const u8;
+            // SAFETY: the staging area holds the header and `data` bytes
+            // received; the user's buffer was posted with `posted` dense
+            // bytes. The header's fields are u64s at 8, 16 and 24.
+            let (lc, id, sent) = unsafe {
+                copy_bytes(
+                    area.add(h as usize),
+                    buf as *mut u8,
+                    data.min(f.posted) as usize,
+                );
+                (
+                    core::ptr::read_unaligned(area.add(8) as *const u64),
+                    core::ptr::read_unaligned(area.add(16) as *const u64),
+                    core::ptr::read_unaligned(area.add(24) as *const u64),
+                )
+            };
+            ffi::set_status_bytes(status, data);
+            // SAFETY: MPI filled the status.
+            let got_tag = unsafe { (*status).MPI_TAG };
+            let wildcard = src == ffi::consts().any_source;
+            receive_lamport(wildcard, ffi::handle_key(comm), got_tag, None, lc);
+            let pb = (id, lc, sent);
+            if guard
+                .recorder()
+                .finish_recv(f.slot, t1, actual(status), Some(pb))
+            {
+                return;
+            }
+            let got = Got {
+                id,
+                lc,
+                sent,
+                vc: Vec::new(),
+            };
+            let call = Call::new(guard, func, t0, t1, rc);
+            return hooks_p2p::recv(
+                call,
+                count,
+                datatype,
+                src,
+                tag,
+                comm,
+                status,
+                Some(got),
+                None,
+            );
+        }
+    }
+    recv_fast_general(
+        guard,
+        f,
+        (func, rc, t0, t1),
+        buf,
+        count,
+        datatype,
+        src,
+        tag,
+        comm,
+        status,
+    );
+}
+
+/// `recv_fast_end` for the unusual: `In::finish` and `recv` as the general
+/// path runs them.
+#[allow(clippy::too_many_arguments)]
+#[cold]
+#[inline(never)]
+fn recv_fast_general(
+    guard: &Guard,
+    f: FastRecv,
+    (func, rc, t0, t1): (u32, c_int, u64, u64),
+    buf: *mut c_void,
+    count: i64,
+    datatype: MPI_Datatype,
+    src: c_int,
+    tag: c_int,
+    comm: MPI_Comm,
+    status: *mut MPI_Status,
+) {
+    let got = if completed_ok(rc, status) {
+        let land = Landing {
+            route: Route::Staged,
+            area: f.buf as *mut u8,
+            user: buf,
+            count,
+            datatype,
+            posted: f.posted,
+            dense: true,
+        };
+        unpack(&land, status, Rx::new(src, comm), None, false)
+    } else {
+        None
+    };
+    let call = Call::new(guard, func, t0, t1, rc);
+    hooks_p2p::recv(
+        call,
+        count,
+        datatype,
+        src,
+        tag,
+        comm,
+        status,
+        got,
+        Some(f.slot),
+    );
+}
