@@ -528,6 +528,12 @@ fn start_tracing(
     // which allocates the first time: done now, so that this thread's
     // first buffer hand-off, in the middle of its calls, does not.
     let _ = std::thread::current();
+    // A thread that waits for a free buffer blocks on a channel, whose
+    // first wait makes the thread's waiting context (an allocation): made
+    // now, by a wait that times out, so that a stall in the middle of the
+    // calls allocates nothing either.
+    let (_keep, never) = crossbeam_channel::bounded::<()>(1);
+    let _ = never.recv_timeout(std::time::Duration::from_millis(1));
     if let Some(s) = SESSION.lock().as_mut() {
         s.dir = Some(dir);
         s.flusher = Some(handle);
