@@ -106,11 +106,16 @@ impl Slot {
 }
 
 /// Puts a slot no operation owns any more into the spares.
+#[inline(always)]
 fn keep(mut s: Box<Slot>) {
     free_type(&mut s.temp);
-    s.got = None;
+    if s.got.is_some() {
+        s.got = None;
+    }
     s.partner = 0;
-    s.copy = Vec::new();
+    if s.copy.capacity() != 0 {
+        s.copy = Vec::new();
+    }
     if s.area.capacity() > SPARE_AREA {
         s.area = Vec::new();
     }
@@ -301,6 +306,7 @@ fn load_send(slot: &mut Slot, thread: &mut Thread, t0: u64) {
 }
 
 /// Isend (and modes) and Send_init (and modes).
+#[inline(always)]
 pub fn post_send(
     thread: &mut Thread,
     t0: u64,
@@ -357,6 +363,7 @@ pub fn post_isendrecv_recv(
 }
 
 #[allow(clippy::too_many_arguments)]
+#[inline(always)]
 fn post_send_up_to(
     thread: &mut Thread,
     t0: u64,
