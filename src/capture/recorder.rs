@@ -53,6 +53,11 @@ const WAIT_RECORD: usize = 32;
 
 static STOPPED: AtomicBool = AtomicBool::new(false);
 
+/// `Recorder::attention`: a receive waits in the pending slot.
+const ATTENTION_PENDING: u8 = 1;
+/// `Recorder::attention`: a buffer wait waits to be written.
+const ATTENTION_WAIT: u8 = 2;
+
 pub fn stop_recording() {
     STOPPED.store(true, Relaxed);
 }
@@ -106,8 +111,10 @@ pub struct Recorder {
     start: u64,
     /// The active chunk's pending slot (see `pmtrace_format::pending`).
     slot: *mut u8,
-    /// The slot holds a receive whose record is due at `pos`.
-    pending: bool,
+    /// What the next record must see to first (`ATTENTION_*`): a pending
+    /// receive to encode, a buffer wait to write; 0 on the fast path, so
+    /// that a record tests one byte for both.
+    attention: u8,
     /// This thread's slot in the live status file (see `live`).
     pub live: &'static crate::live::Slot,
 }
@@ -135,7 +142,7 @@ impl Recorder {
             },
             start: 0,
             slot: core::ptr::null_mut(),
-            pending: false,
+            attention: 0,
             live: &crate::live::SINK,
         }
     }
@@ -204,6 +211,7 @@ impl Recorder {
                 link.waits.fetch_add(1, Relaxed);
                 link.wait_ns.fetch_add(t1 - t0, Relaxed);
                 self.pending_wait = Some((t0, t1));
+                self.attention |= ATTENTION_WAIT;
                 return self.cap - self.pos >= need || self.fail();
             }
         };
@@ -294,7 +302,7 @@ impl Recorder {
 
     /// Gives the active buffer to the flusher.
     fn hand_off(&mut self, last: bool) {
-        if self.pending {
+        if self.attention & ATTENTION_PENDING != 0 {
             self.flush_pending();
         }
         let Some(region) = self.region.take() else {
@@ -318,9 +326,10 @@ impl Recorder {
 
     /// Seals this thread's buffer for good (finalize, thread exit).
     pub fn finish(&mut self) {
-        if self.pending {
+        if self.attention & ATTENTION_PENDING != 0 {
             self.flush_pending();
         }
+        self.attention &= !ATTENTION_WAIT;
         if let Some((a, b)) = self.pending_wait.take() {
             if self.reserve(WAIT_RECORD) {
                 self.write_wait(a, b);
@@ -378,8 +387,8 @@ impl Recorder {
     /// the call's encoded first varint for a successful call
     /// (`fixed_head`). The writer returned may add up to 16 bytes more.
     /// `None`, with nothing written, when the record needs `begin_call`'s
-    /// path: a buffer wait to write, too little room, recording stopped.
-    /// (A pending receive is encoded first, as `ready` does.)
+    /// path: a pending receive to encode first, a buffer wait to write,
+    /// too little room, recording stopped.
     #[inline(always)]
     pub fn fixed_call(
         &mut self,
@@ -388,11 +397,8 @@ impl Recorder {
         t1: u64,
         (payload, len): (u64, usize),
     ) -> Option<Writer<'_>> {
-        if self.pending {
-            self.flush_pending();
-        }
-        if self.cap - self.pos < record::MAX_FIXED_RECORD
-            || self.pending_wait.is_some()
+        if self.attention != 0
+            || self.cap - self.pos < record::MAX_FIXED_RECORD
             || STOPPED.load(Relaxed)
         {
             return None;
@@ -419,11 +425,14 @@ impl Recorder {
     /// Makes room for a record that starts at `t0`.
     #[inline(always)]
     fn ready(&mut self, t0: u64, need: usize) -> bool {
-        if self.pending {
-            self.flush_pending();
-        }
-        if self.cap - self.pos >= need && self.pending_wait.is_none() && !STOPPED.load(Relaxed) {
+        if self.attention == 0 && self.cap - self.pos >= need && !STOPPED.load(Relaxed) {
             return true;
+        }
+        if self.attention & ATTENTION_PENDING != 0 {
+            self.flush_pending();
+            if self.attention == 0 && self.cap - self.pos >= need && !STOPPED.load(Relaxed) {
+                return true;
+            }
         }
         self.ready_slow(t0, need)
     }
@@ -440,6 +449,7 @@ impl Recorder {
             self.prev_end = t0;
         }
         let earlier = self.pending_wait.take();
+        self.attention &= !ATTENTION_WAIT;
         if !self.reserve(need + WAIT_RECORD) {
             return false;
         }
@@ -503,7 +513,8 @@ impl Recorder {
         actual: (i32, i32, u64),
         pb: Option<(u64, u64, u64)>,
     ) -> bool {
-        if token.pos != self.pos || token.seq != self.seq || self.pending {
+        if token.pos != self.pos || token.seq != self.seq || self.attention & ATTENTION_PENDING != 0
+        {
             return false;
         }
         pending::store_result(self.slot_fields(), t1, actual, pb);
@@ -519,7 +530,7 @@ impl Recorder {
             let at = &*(self.slot.add(PENDING_AT) as *const core::sync::atomic::AtomicU64);
             at.store(self.pos as u64 + 1, core::sync::atomic::Ordering::Release);
         }
-        self.pending = true;
+        self.attention |= ATTENTION_PENDING;
         self.events += 1;
         self.publish();
     }
@@ -527,7 +538,7 @@ impl Recorder {
     /// Encodes the pending receive's record, in the room it reserved.
     #[inline(never)]
     fn flush_pending(&mut self) {
-        self.pending = false;
+        self.attention &= !ATTENTION_PENDING;
         // SAFETY: as in `slot_fields`; the slot is still the active chunk's.
         let slot = unsafe { core::slice::from_raw_parts(self.slot, PENDING_LEN) };
         let Some(p) = PendingRecv::load(slot, self.pos as u64) else {
