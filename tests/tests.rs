@@ -2813,6 +2813,27 @@ fn repeats_expected(rank: i32, any: i32) -> Vec<String> {
     e.push("MPI_Comm_dup parent=0 new=4".into());
     sends(&mut e, "MPI_Isend", 6, 4, 4, 2);
     sends(&mut e, "MPI_Issend", 6, 4, 4, 2);
+    // Nonblocking receives, each matched by a blocking send and waited
+    // for: its status is the posted one, so nothing of it is written out.
+    for (tag, bytes, comm, n) in [
+        (9, 4, 4, 3),
+        (9, 12, 4, 2),
+        // three shorts
+        (9, 6, 4, 2),
+        (10, 6, 4, 2),
+        (10, 6, 0, 2),
+    ] {
+        for _ in 0..n {
+            op += 1;
+            e.push(format!(
+                "MPI_Irecv src={o} tag={tag} comm={comm} posted={bytes} op=0.{op}"
+            ));
+            e.push(format!(
+                "MPI_Send peer={o} tag={tag} comm={comm} bytes={bytes}"
+            ));
+            e.push(format!("MPI_Wait done=0.{op}:[]"));
+        }
+    }
     e.push("MPI_Comm_free comm=4".into());
     e.push("MPI_Finalize".into());
     e

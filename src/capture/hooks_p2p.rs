@@ -12,7 +12,7 @@ use crate::live;
 use crate::piggyback::{self, Got};
 use crate::recorder::{fixed_head, RecvSlot, Writer};
 use crate::requests::{key, OpKind, MESSAGES};
-use crate::thread::{ProbeMiss, SendMemo};
+use crate::thread::{ProbeMiss, SendMemo, Thread};
 use core::ffi::c_int;
 use core::sync::atomic::Ordering::Relaxed;
 use pmtrace_format::pending::PendingRecv;
@@ -27,7 +27,87 @@ fn put_send(r: &mut impl Sink, peer: c_int, tag: c_int, comm: u32, bytes: u64) {
     r.put_u(bytes);
 }
 
+/// The thread's kept point-to-point payload, if it is this call's (see
+/// `SendMemo`).
+#[inline(always)]
+fn memo_of(
+    thread: &Thread,
+    count: i64,
+    datatype: MPI_Datatype,
+    peer: c_int,
+    tag: c_int,
+    comm: MPI_Comm,
+) -> Option<SendMemo> {
+    let m = thread.state.send_memo;
+    (m.comm == ffi::handle_key(comm)
+        && m.datatype == ffi::handle_key(datatype)
+        && m.count == count
+        && m.to == ProbeMiss::of(peer, tag)
+        && m.epoch == ffi::EPOCH.load(Relaxed))
+    .then_some(m)
+}
+
+/// Keeps the payload a successful point-to-point call just recorded
+/// (`put_send`'s fields) for the next call like it.
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+fn keep_memo(
+    thread: &mut Thread,
+    count: i64,
+    datatype: MPI_Datatype,
+    peer: c_int,
+    tag: c_int,
+    comm: MPI_Comm,
+    index: u32,
+    bytes: u64,
+) {
+    let mut payload = Packed::default();
+    put_send(&mut payload, peer, tag, index, bytes);
+    if payload.len <= 8 {
+        thread.state.send_memo = SendMemo {
+            comm: ffi::handle_key(comm),
+            epoch: ffi::EPOCH.load(Relaxed),
+            datatype: ffi::handle_key(datatype),
+            count,
+            to: ProbeMiss::of(peer, tag),
+            index,
+            bytes,
+            payload: payload.bytes,
+            len: payload.len,
+        };
+    }
+}
+
+/// A blocking send. One like the thread's last recorded point-to-point
+/// call (same count, datatype, peer, tag and communicator) is a fixed
+/// record.
+#[inline(always)]
 pub fn send(
+    call: Call,
+    count: i64,
+    datatype: MPI_Datatype,
+    peer: c_int,
+    tag: c_int,
+    comm: MPI_Comm,
+) {
+    if call.ok() {
+        let thread = call.thread();
+        if let Some(m) = memo_of(thread, count, datatype, peer, tag, comm) {
+            thread.recorder.settle_pending();
+            let head = fixed_head(call.func);
+            let payload = (m.payload, m.len);
+            if let Some(w) = thread.recorder.fixed_call(head, call.t0, call.t1, payload) {
+                live::sent(w.live(), m.bytes);
+                w.commit();
+                return;
+            }
+        }
+    }
+    send_full(call, count, datatype, peer, tag, comm);
+}
+
+#[inline(never)]
+fn send_full(
     call: Call,
     count: i64,
     datatype: MPI_Datatype,
@@ -43,6 +123,18 @@ pub fn send(
             put_send(&mut r, peer, tag, info.index, bytes);
             r.commit();
         }
+        if call.ok() {
+            keep_memo(
+                call.thread(),
+                count,
+                datatype,
+                peer,
+                tag,
+                comm,
+                info.index,
+                bytes,
+            );
+        }
     })
 }
 
@@ -55,9 +147,9 @@ pub enum Issued {
 /// Isend and its modes, Irecv, and the persistent `*_init` calls. `pb` is
 /// the piggyback slot the wrapper made; the request keeps it even when the
 /// call cannot be recorded, since completing it must unpack the message.
-/// A nonblocking send like the thread's last recorded one (same count,
-/// datatype, destination, tag and communicator) is a fixed record: its
-/// payload is that send's bytes (`Recorder::fixed_call`).
+/// A nonblocking one like the thread's last recorded point-to-point call
+/// (same count, datatype, peer, tag and communicator) is a fixed record:
+/// its payload is that call's bytes (`Recorder::fixed_call`).
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
 pub fn issue(
@@ -72,28 +164,30 @@ pub fn issue(
     persistent: bool,
     pb: usize,
 ) {
-    if call.ok() && !persistent && matches!(issued, Issued::Send) {
+    if call.ok() && !persistent {
         let thread = call.thread();
-        let m = thread.state.send_memo;
-        if m.comm == ffi::handle_key(comm)
-            && m.datatype == ffi::handle_key(datatype)
-            && m.count == count
-            && m.to == ProbeMiss::of(peer, tag)
-            && m.epoch == ffi::EPOCH.load(Relaxed)
-        {
+        if let Some(m) = memo_of(thread, count, datatype, peer, tag, comm) {
+            thread.recorder.settle_pending();
             let head = fixed_head(call.func);
             let payload = (m.payload, m.len);
             if let Some(mut w) = thread.recorder.fixed_call(head, call.t0, call.t1, payload) {
                 let id = w.take_op();
-                register(
-                    request,
-                    id,
-                    OpKind::Send { dst: peer },
-                    false,
-                    pb,
-                    m.index + 1,
-                );
-                live::sent(w.live(), m.bytes);
+                let recv = matches!(issued, Issued::Recv);
+                let kind = if recv {
+                    OpKind::Recv {
+                        src: peer,
+                        tag,
+                        posted: Some(m.bytes),
+                    }
+                } else {
+                    OpKind::Send { dst: peer }
+                };
+                register(request, id, kind, false, pb, m.index + 1);
+                if recv {
+                    piggyback::posted_recv(pb, true);
+                } else {
+                    live::sent(w.live(), m.bytes);
+                }
                 w.commit();
                 return;
             }
@@ -148,23 +242,9 @@ fn issue_full(
             put_send(&mut r, peer, tag, info.index, bytes);
             r.commit();
         }
-        if !recv && !persistent && call.ok() {
-            // The payload just written, kept for the next such send.
-            let mut payload = Packed::default();
-            put_send(&mut payload, peer, tag, info.index, bytes);
-            if payload.len <= 8 {
-                call.thread().state.send_memo = SendMemo {
-                    comm: ffi::handle_key(comm),
-                    epoch: ffi::EPOCH.load(Relaxed),
-                    datatype: ffi::handle_key(datatype),
-                    count,
-                    to: ProbeMiss::of(peer, tag),
-                    index: info.index,
-                    bytes,
-                    payload: payload.bytes,
-                    len: payload.len,
-                };
-            }
+        if !persistent && call.ok() {
+            let thread = call.thread();
+            keep_memo(thread, count, datatype, peer, tag, comm, info.index, bytes);
         }
     })
 }

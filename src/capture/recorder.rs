@@ -422,6 +422,15 @@ impl Recorder {
         Some(w)
     }
 
+    /// Encodes a pending receive now, if one waits (for a caller about to
+    /// try `fixed_call`, which leaves it to `begin_call`'s path).
+    #[inline(always)]
+    pub fn settle_pending(&mut self) {
+        if self.attention & ATTENTION_PENDING != 0 {
+            self.flush_pending();
+        }
+    }
+
     /// Makes room for a record that starts at `t0`.
     #[inline(always)]
     fn ready(&mut self, t0: u64, need: usize) -> bool {

@@ -73,14 +73,15 @@ pub struct ThreadState {
     /// whose payload depends on its communicator, count, datatype and root
     /// alone (`hooks_colls::memo_slot`).
     pub coll_memo: [CollMemo; 6],
-    /// The last nonblocking send this thread recorded.
+    /// The last send or nonblocking receive this thread recorded.
     pub send_memo: SendMemo,
 }
 
-/// A nonblocking send's payload, encoded, and what it was for: a send of
-/// the same count and datatype to the same destination, tag and
-/// communicator (in the same epoch, `ffi::EPOCH`) has the same payload
-/// (`hooks_p2p::issue`).
+/// A point-to-point payload (peer, tag, communicator, bytes), encoded,
+/// and what it was for: a send, `MPI_Isend` or `MPI_Irecv` of the same
+/// count and datatype with the same peer, tag and communicator (in the
+/// same epoch, `ffi::EPOCH`) has the same payload (`hooks_p2p::send`,
+/// `hooks_p2p::issue`).
 #[derive(Clone, Copy)]
 pub struct SendMemo {
     /// The communicator's handle (`ffi::handle_key`).
@@ -89,7 +90,7 @@ pub struct SendMemo {
     pub epoch: u64,
     pub datatype: u64,
     pub count: i64,
-    /// Destination and tag (`ProbeMiss::of`).
+    /// Peer and tag (`ProbeMiss::of`).
     pub to: u64,
     /// The communicator's index, and the message's bytes.
     pub index: u32,

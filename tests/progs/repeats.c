@@ -5,7 +5,7 @@
  * communicator, a communicator freed and made again under a handle MPI
  * may reuse, count, datatype, a datatype freed and made again, root;
  * then nonblocking sends, changed in tag, count, datatype, communicator
- * or mode. Prints `repeats: ok`. The test checks each record's fields. */
+ * or mode, and nonblocking receives with blocking sends. Prints `repeats: ok`. The test checks each record's fields. */
 #include "expect.h"
 #include <mpi.h>
 #include <stdio.h>
@@ -41,6 +41,19 @@ static void sends(int issend, int to, int tag, const void *buf, int count,
         else
             C(MPI_Isend, buf, count, type, to, tag, comm, &r);
         C(MPI_Recv, back, count, type, to, tag, comm, MPI_STATUS_IGNORE);
+        C(MPI_Wait, &r, MPI_STATUS_IGNORE);
+    }
+}
+
+/* n nonblocking receives from `from`, each matched by a blocking send to
+ * it, then waited for: the receives repeat one another, the sends too. */
+static void recvs(int from, int tag, const void *buf, int count,
+                  MPI_Datatype type, MPI_Comm comm, int n) {
+    char in[64];
+    for (int i = 0; i < n; i++) {
+        MPI_Request r;
+        C(MPI_Irecv, in, count, type, from, tag, comm, &r);
+        C(MPI_Send, buf, count, type, from, tag, comm);
         C(MPI_Wait, &r, MPI_STATUS_IGNORE);
     }
 }
@@ -101,6 +114,13 @@ int main(int argc, char **argv) {
     C(MPI_Comm_dup, MPI_COMM_WORLD, &a);
     sends(0, other, 6, w, 2, MPI_SHORT, a, 2);
     sends(1, other, 6, w, 2, MPI_SHORT, a, 2);
+
+    /* Nonblocking receives and blocking sends, changed the same ways. */
+    recvs(other, 9, w, 1, MPI_INT, a, 3);
+    recvs(other, 9, w, 3, MPI_INT, a, 2);
+    recvs(other, 9, w, 3, MPI_SHORT, a, 2);
+    recvs(other, 10, w, 3, MPI_SHORT, a, 2);
+    recvs(other, 10, w, 3, MPI_SHORT, MPI_COMM_WORLD, 2);
     C(MPI_Comm_free, &a);
 
     if (rank == 0) printf("repeats: ok\n");
