@@ -167,7 +167,6 @@ pub fn issue(
     if call.ok() && !persistent {
         let thread = call.thread();
         if let Some(m) = memo_of(thread, count, datatype, peer, tag, comm) {
-            thread.recorder.settle_pending();
             let head = fixed_head(call.func);
             let payload = (m.payload, m.len);
             if let Some(mut w) = thread.recorder.fixed_call(head, call.t0, call.t1, payload) {
