@@ -92,6 +92,15 @@ pub fn recv_fast_end(
     comm: MPI_Comm,
     status: *mut MPI_Status,
 ) {
+    let args = || RecvArgs {
+        buf,
+        count,
+        datatype,
+        src,
+        tag,
+        comm,
+        status,
+    };
     let h = header_len() as u64;
     if completed_ok(rc, status) {
         let bytes = ffi::status_bytes(status);
@@ -131,43 +140,15 @@ pub fn recv_fast_end(
                 sent,
                 vc: Vec::new(),
             };
-            let call = Call::new(guard, func, t0, t1, rc);
-            return hooks_p2p::recv(
-                call,
-                count,
-                datatype,
-                src,
-                tag,
-                comm,
-                status,
-                Some(got),
-                None,
-            );
+            return recv_fast_record(guard, (func, rc, t0, t1), args(), Some(got), None);
         }
     }
-    recv_fast_general(
-        guard,
-        f,
-        (func, rc, t0, t1),
-        buf,
-        count,
-        datatype,
-        src,
-        tag,
-        comm,
-        status,
-    );
+    recv_fast_general(guard, f, (func, rc, t0, t1), args());
 }
 
-/// `recv_fast_end` for the unusual: `In::finish` and `recv` as the general
-/// path runs them.
-#[allow(clippy::too_many_arguments)]
-#[cold]
-#[inline(never)]
-fn recv_fast_general(
-    guard: &Guard,
-    f: FastRecv,
-    (func, rc, t0, t1): (u32, c_int, u64, u64),
+/// A receive's own arguments, for the unusual cases.
+#[derive(Clone, Copy)]
+struct RecvArgs {
     buf: *mut c_void,
     count: i64,
     datatype: MPI_Datatype,
@@ -175,31 +156,49 @@ fn recv_fast_general(
     tag: c_int,
     comm: MPI_Comm,
     status: *mut MPI_Status,
-) {
-    let got = if completed_ok(rc, status) {
+}
+
+/// `recv_fast_end` for the unusual: `In::finish` and `recv` as the general
+/// path runs them.
+#[cold]
+#[inline(never)]
+fn recv_fast_general(guard: &Guard, f: FastRecv, call: (u32, c_int, u64, u64), a: RecvArgs) {
+    let got = if completed_ok(call.1, a.status) {
         let land = Landing {
             route: Route::Staged,
             area: f.buf as *mut u8,
-            user: buf,
-            count,
-            datatype,
+            user: a.buf,
+            count: a.count,
+            datatype: a.datatype,
             posted: f.posted,
             dense: true,
         };
-        unpack(&land, status, Rx::new(src, comm), None, false)
+        unpack(&land, a.status, Rx::new(a.src, a.comm), None, false)
     } else {
         None
     };
+    recv_fast_record(guard, call, a, got, Some(f.slot));
+}
+
+/// The receive's record through `recv`, the general hook.
+#[cold]
+#[inline(never)]
+fn recv_fast_record(
+    guard: &Guard,
+    (func, rc, t0, t1): (u32, c_int, u64, u64),
+    a: RecvArgs,
+    got: Option<Got>,
+    slot: Option<RecvSlot>,
+) {
     let call = Call::new(guard, func, t0, t1, rc);
-    hooks_p2p::recv(
-        call,
+    let RecvArgs {
         count,
         datatype,
         src,
         tag,
         comm,
         status,
-        got,
-        Some(f.slot),
-    );
+        ..
+    } = a;
+    hooks_p2p::recv(call, count, datatype, src, tag, comm, status, got, slot);
 }
