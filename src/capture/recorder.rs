@@ -94,6 +94,10 @@ pub struct Recorder {
     seq: u64,
     /// Next operation number (ids are `thread << 40 | n`, see the format).
     next_n: u64,
+    /// This thread's index in the high bits of its operation and message
+    /// ids (`record::op_id(index, 0)`, the same as `msg_id`'s): 0 until the
+    /// thread registers, as the index.
+    index_bits: u64,
     /// The last collective's communicator and number (`u32::MAX`: none).
     last_coll: (u32, u64),
     /// Call records written by this thread.
@@ -129,6 +133,7 @@ impl Recorder {
             prev_end: 0,
             seq: 0,
             next_n: 1,
+            index_bits: 0,
             last_coll: (u32::MAX, 0),
             events: 0,
             link: None,
@@ -147,26 +152,12 @@ impl Recorder {
         }
     }
 
-    /// The index of this thread's stream of records (message ids name
-    /// it), the thread registered first.
-    #[inline(always)]
-    pub fn stream(&mut self) -> u32 {
-        if self.link.is_none() {
-            let _ = self.reserve(64);
-        }
-        self.thread_index()
-    }
-
     /// Sets the time base of this thread's first chunk (before its first
     /// record), so that a record may start before the thread registered.
     pub fn set_origin(&mut self, t: u64) {
         if self.link.is_none() {
             self.prev_end = t;
         }
-    }
-
-    pub fn thread_index(&self) -> u32 {
-        self.link.as_ref().map(|l| l.index).unwrap_or(0)
     }
 
     /// Makes room for `need` bytes. False if nothing can be recorded.
@@ -265,6 +256,7 @@ impl Recorder {
         }
         crate::flusher::register_link(link.clone());
         self.live = live;
+        self.index_bits = record::op_id(index, 0);
         self.link = Some(link);
         self.spares = Some(rx);
         if self.prev_end == 0 {
@@ -607,16 +599,30 @@ impl Recorder {
     /// The id the next created operation gets, and takes it.
     #[inline(always)]
     pub fn take_op(&mut self) -> u64 {
-        let id = record::op_id(self.thread_index(), self.next_n);
+        let id = self.index_bits | self.next_n;
         self.next_n += 1;
         id
     }
 
     #[inline(always)]
     pub fn next_op(&self) -> u64 {
-        record::op_id(self.thread_index(), self.next_n)
+        self.index_bits | self.next_n
+    }
+
+    /// Message id `n` of this thread, which registers first (the id names
+    /// its stream).
+    #[inline(always)]
+    pub fn msg_id(&mut self, n: u64) -> u64 {
+        if self.link.is_none() {
+            let _ = self.reserve(64);
+        }
+        self.index_bits | n
     }
 }
+
+// Operation and message ids put the thread's index at the same place
+// (`Recorder::index_bits`).
+const _: () = assert!(record::OP_THREAD_SHIFT == record::MSG_THREAD_SHIFT);
 
 /// Where a prepared receive's record is due (see `Recorder::prepare_recv`).
 #[derive(Clone, Copy)]

@@ -7,7 +7,6 @@
 
 use crate::ffi::TypeSizes;
 use crate::recorder::Recorder;
-use pmtrace_format::record;
 use std::sync::atomic::AtomicU64;
 
 /// What the runtime keeps of a communicator (made and looked up in
@@ -189,9 +188,8 @@ impl Thread {
     /// the recorder's stream, so the thread is registered first.
     #[inline(always)]
     pub fn next_msg_id(&mut self) -> u64 {
-        let stream = self.recorder.stream();
         self.state.msg_n += 1;
-        record::msg_id(stream, self.state.msg_n)
+        self.recorder.msg_id(self.state.msg_n)
     }
 }
 
