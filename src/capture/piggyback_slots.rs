@@ -669,6 +669,7 @@ pub fn finish_orphan(slot: usize, status: *mut MPI_Status) {
     release(slot);
 }
 
+#[inline(always)]
 pub fn release(slot: usize) {
     if slot == 0 {
         return;
