@@ -10,7 +10,7 @@ use crate::guard::Guard;
 use crate::hooks_call::{actual, guarded, slot_at, Call};
 use crate::piggyback::{self, Got};
 use crate::recorder::Writer;
-use crate::requests::{key, OpKind, REQUESTS};
+use crate::requests::{key, Op, OpKind, REQUESTS};
 use core::cell::Cell;
 use core::ffi::c_int;
 use pmtrace_format::record::{ST_CANCELLED, ST_NONE};
@@ -94,6 +94,25 @@ struct Completed {
 /// nonpersistent request completed only if MPI set the application's handle
 /// to MPI_REQUEST_NULL (Open MPI keeps a failed request alive, for one).
 fn complete_op(handle: MPI_Request, slot: usize, status: *const MPI_Status) -> Option<Completed> {
+    let (op, id, got) = take_completed(handle, slot, status)?;
+    Some(Completed {
+        op: id,
+        kind: op.kind,
+        cancelled: op.cancelled,
+        status,
+        got,
+    })
+}
+
+/// `complete_op`'s parts, as they leave the table: the entry, the id its
+/// record names (a persistent request's instance), and what the message's
+/// piggyback said (the slot unpacked and released).
+#[inline(always)]
+fn take_completed(
+    handle: MPI_Request,
+    slot: usize,
+    status: *const MPI_Status,
+) -> Option<(Op, u64, Option<Got>)> {
     if ffi::is_request_null(handle) {
         return None;
     }
@@ -120,18 +139,12 @@ fn complete_op(handle: MPI_Request, slot: usize, status: *const MPI_Status) -> O
     } else {
         op.id
     };
-    Some(Completed {
-        op: id,
-        kind: op.kind,
-        cancelled: op.cancelled,
-        status,
-        got,
-    })
+    Some((op, id, got))
 }
 
-/// `MPI_Wait` or `MPI_Test` of one request: `completed_set`, `complete_op`
-/// and `complete_set` in one, with no list and no marks, the record
-/// written from the operation's fields as they leave the table.
+/// `MPI_Wait` or `MPI_Test` of one request: `completed_set` and
+/// `complete_set` in one, with no list and no marks, the record written
+/// from the operation's parts as they leave the table.
 #[inline(always)]
 fn complete_single(call: &Call, h: MPI_Request, slot: usize, done: &Done, st: *mut MPI_Status) {
     // SAFETY: MPI filled the flag of this call.
@@ -142,40 +155,16 @@ fn complete_single(call: &Call, h: MPI_Request, slot: usize, done: &Done, st: *m
                 _ => true,
             }
         };
-    // SAFETY: the application's handle, valid for the call.
-    let freed = ffi::is_request_null(unsafe { *(slot as *const MPI_Request) });
     // Not reported complete but freed by MPI: over too, with no status
     // (as in `completed_set`'s final scan).
+    // SAFETY: the application's handle, valid for the call.
+    let freed = || ffi::is_request_null(unsafe { *(slot as *const MPI_Request) });
     let status: *const MPI_Status = if reported { st } else { core::ptr::null() };
-    let op = if ffi::is_request_null(h) || !(reported || freed) {
-        None
-    } else {
-        // A nonpersistent operation whose handle MPI freed is done: it
-        // leaves the table in the same lookup.
-        REQUESTS.take_if(key(h), slot, |o| !o.persistent && freed)
-    };
-    // Without a status, only freed nonpersistent requests count; a
-    // persistent one is never freed here.
-    let Some(op) = op.filter(|o| {
-        if o.persistent {
-            !status.is_null()
-        } else {
-            freed
-        }
-    }) else {
+    if !reported && !freed() {
         return complete_none(call);
-    };
-    let cancelled = op.cancelled && !status.is_null() && ffi::status_cancelled(status);
-    let got = piggyback::complete(op.pb, status as *mut MPI_Status, cancelled, op.persistent);
-    let id = if op.persistent {
-        // An inactive persistent request completes at once and has no instance.
-        let instance = REQUESTS.with_op(key(h), slot, false, |o| o.instance.take());
-        let Some(id) = instance.flatten() else {
-            return complete_none(call);
-        };
-        id
-    } else {
-        op.id
+    }
+    let Some((op, id, got)) = take_completed(h, slot, status) else {
+        return complete_none(call);
     };
     if let OpKind::Idup { .. } = op.kind {
         let c = Completed {
@@ -366,14 +355,8 @@ fn complete_set(call: &Call, set: &[Completed]) {
 
 fn completion_items(r: &mut Writer, batch: &[Completed]) {
     for c in batch {
-        completion_item(r, c);
+        put_completion(r, c.op, c.kind, c.cancelled, c.status, c.got.as_ref());
     }
-}
-
-/// One completed operation: its id, then its status.
-#[inline(always)]
-fn completion_item(r: &mut Writer, c: &Completed) {
-    put_completion(r, c.op, c.kind, c.cancelled, c.status, c.got.as_ref());
 }
 
 /// A completed operation `op` (0: none) of `kind`; `cancel` if
