@@ -284,8 +284,21 @@ pub fn recv_prepare(
     comm: MPI_Comm,
 ) -> Option<RecvSlot> {
     let thread = guard.thread();
-    let info = comms::cached(comm, &thread.state)?;
     let posted = thread.state.types.cached_bytes(count, datatype)?;
+    prepare_pending(thread, func, t0, (src, tag, comm), posted)
+}
+
+/// `recv_prepare` once the posted bytes are known: the thread's last
+/// communicator, then the pending slot's first half.
+#[inline(always)]
+pub fn prepare_pending(
+    thread: &mut Thread,
+    func: u32,
+    t0: u64,
+    (src, tag, comm): (c_int, c_int, MPI_Comm),
+    posted: u64,
+) -> Option<RecvSlot> {
+    let info = comms::cached(comm, &thread.state)?;
     thread.recorder.prepare_recv(&PendingRecv {
         func,
         t0,

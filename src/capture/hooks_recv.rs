@@ -8,7 +8,6 @@
 //! cannot wait) goes back to those general functions, as if they had run
 //! from the start.
 
-use crate::comms;
 use crate::ffi::{self, MPI_Comm, MPI_Datatype, MPI_Status};
 use crate::guard::Guard;
 use crate::hooks_call::{actual, Call};
@@ -20,7 +19,6 @@ use crate::piggyback_lamport::{mode, receive_lamport, Mode};
 use crate::piggyback_routes::{copy_bytes, Route, COPY_MAX};
 use crate::recorder::{Got, RecvSlot};
 use core::ffi::{c_int, c_void};
-use pmtrace_format::pending::PendingRecv;
 
 /// The arguments a fast receive passes to MPI (its staging area, as
 /// bytes), and what its second half needs.
@@ -55,18 +53,9 @@ pub fn recv_fast(
     if !dense || bytes > COPY_MAX {
         return None;
     }
-    let info = comms::cached(comm, &thread.state)?;
+    let slot = hooks_p2p::prepare_pending(thread, func, t0, (src, tag, comm), bytes)?;
     let len = header_len() + bytes as usize;
     let area = thread.state.stage_in(len);
-    let slot = thread.recorder.prepare_recv(&PendingRecv {
-        func,
-        t0,
-        src,
-        tag,
-        comm: info.index,
-        posted: bytes,
-        ..PendingRecv::default()
-    })?;
     Some(FastRecv {
         buf: area as *mut c_void,
         count: len as i64,
