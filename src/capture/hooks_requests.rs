@@ -9,12 +9,12 @@ use crate::ffi::{self, MPI_Request, MPI_Status};
 use crate::guard::Guard;
 use crate::hooks_call::{actual, guarded, slot_at, Call};
 use crate::piggyback::{self, Got};
-use crate::recorder::Writer;
+use crate::recorder::{fixed_head, Writer};
 use crate::requests::{key, Op, OpKind, REQUESTS};
 use core::cell::Cell;
 use core::ffi::c_int;
-use pmtrace_format::record::{ST_CANCELLED, ST_NONE};
-use pmtrace_format::varint::Sink;
+use pmtrace_format::record::{self, ST_CANCELLED, ST_NONE};
+use pmtrace_format::varint::{zigzag, Sink};
 use smallvec::SmallVec;
 
 /// Before `MPI_Start(all)`: persistent sends load their next message.
@@ -176,12 +176,40 @@ fn complete_single(call: &Call, h: MPI_Request, slot: usize, done: &Done, st: *m
         };
         return complete_set(call, core::slice::from_ref(&c));
     }
+    if let OpKind::Send { .. } = op.kind {
+        if call.rc == 0 && !op.cancelled && fixed_send_completion(call, id) {
+            return;
+        }
+    }
     let Some(mut w) = call.begin_list(1) else {
         return;
     };
     w.put_u(1);
     put_completion(&mut w, id, op.kind, op.cancelled, status, got.as_ref());
     w.commit();
+}
+
+/// The record of a successful `MPI_Wait` or `MPI_Test` that completed one
+/// send, never cancelled, as a fixed record: the list's count 1, the
+/// operation's reference and `ST_NONE`, the bytes `put_completion` writes.
+/// False, with nothing written, when the reference takes more than a byte
+/// or the recorder needs the general path.
+#[inline(always)]
+fn fixed_send_completion(call: &Call, id: u64) -> bool {
+    let rec = call.rec();
+    rec.settle_pending();
+    let op_ref = zigzag(record::op_ref(rec.next_op(), Some(id)));
+    if op_ref >= 0x80 {
+        return false;
+    }
+    let payload = 1 | op_ref << 8 | ST_NONE << 16;
+    match rec.fixed_call(fixed_head(call.func), call.t0, call.t1, (payload, 3)) {
+        Some(w) => {
+            w.commit();
+            true
+        }
+        None => false,
+    }
 }
 
 /// The record of a completion call that completed nothing.

@@ -62,6 +62,7 @@ mod piggyback_deliver;
 mod piggyback_header;
 mod piggyback_lamport;
 mod piggyback_replace;
+mod piggyback_ring;
 mod piggyback_routes;
 mod piggyback_send;
 mod piggyback_slots;

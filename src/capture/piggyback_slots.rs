@@ -20,6 +20,7 @@ use crate::piggyback_deliver::{completed_ok, deliver, saved_len, unpack, untouch
 use crate::piggyback_header::{header_len, write_header, Got};
 use crate::piggyback_lamport::{forget_pending, join_pending, next_post, on};
 use crate::piggyback_replace::{apart_send, replace_apart};
+use crate::piggyback_ring::{self, is_ring};
 use crate::piggyback_routes::{bottom, copy_bytes, free_type, struct_type, Route, COPY_MAX};
 use crate::piggyback_send::{
     apart_header, isendrecv_blind, isendrecv_stage_max, send_apart, skip_header, To,
@@ -164,6 +165,9 @@ pub struct Posted {
     pub count: i64,
     pub datatype: MPI_Datatype,
     pub slot: Option<Box<Slot>>,
+    /// The send ring's area the message waits in (`piggyback_ring`; 0:
+    /// none, when `slot` may be some).
+    pub ring: usize,
 }
 
 impl Posted {
@@ -173,6 +177,7 @@ impl Posted {
             count,
             datatype,
             slot: None,
+            ring: 0,
         }
     }
 
@@ -185,11 +190,17 @@ impl Posted {
             count,
             datatype,
             slot: Some(slot),
+            ring: 0,
         }
     }
 
-    /// The slot as an integer for the request table (0: none).
+    /// The slot (or ring area) as an integer for the request table (0:
+    /// none).
+    #[inline(always)]
     pub fn into_slot(self) -> usize {
+        if self.ring != 0 {
+            return self.ring;
+        }
         self.slot.map_or(0, |b| Box::into_raw(b) as usize)
     }
 
@@ -316,7 +327,9 @@ pub fn post_send(
     to: To,
     persistent: bool,
 ) -> Posted {
-    post_send_up_to(thread, t0, buf, count, datatype, to, persistent, COPY_MAX)
+    post_send_up_to(
+        thread, t0, buf, count, datatype, to, persistent, COPY_MAX, true,
+    )
 }
 
 /// The send half of `MPI_Isendrecv`.
@@ -338,6 +351,7 @@ pub fn post_isendrecv_send(
         to,
         false,
         isendrecv_stage_max(),
+        false,
     )
 }
 
@@ -373,6 +387,7 @@ fn post_send_up_to(
     to: To,
     persistent: bool,
     stage_max: u64,
+    may_ring: bool,
 ) -> Posted {
     let buf = buf as *mut c_void;
     if !on() {
@@ -408,6 +423,7 @@ fn post_send_up_to(
                 count,
                 datatype,
                 slot,
+                ring: 0,
             };
         }
     }
@@ -416,6 +432,11 @@ fn post_send_up_to(
     } else {
         Route::Struct
     };
+    if may_ring && route == Route::Staged && !persistent {
+        if let Some(p) = post_ring(thread, t0, buf, bytes) {
+            return p;
+        }
+    }
     let rx = Rx::matched();
     let Some(mut slot) = new_slot(buf, count, datatype, route, (bytes, dense), true, rx, 0) else {
         return Posted::passthrough(buf, count, datatype);
@@ -425,6 +446,30 @@ fn post_send_up_to(
         slot.active = true;
     }
     Posted::with_slot(slot, buf, count, datatype)
+}
+
+/// A small staged send in the thread's send ring: the header and the data
+/// copied to a free area, which the call sends as bytes. `None` when it
+/// does not fit or every area is in flight.
+#[inline(always)]
+fn post_ring(thread: &mut Thread, t0: u64, buf: *mut c_void, bytes: u64) -> Option<Posted> {
+    let h = header_len();
+    let len = h + bytes as usize;
+    if len > piggyback_ring::ENTRY {
+        return None;
+    }
+    let (pb, area) = thread.state.ring.take()?;
+    write_header(area, thread, t0);
+    // SAFETY: the user's buffer holds `bytes` dense bytes; the area holds
+    // `ENTRY` ≥ h + bytes.
+    unsafe { copy_bytes(buf as *const u8, area.add(h), bytes as usize) };
+    Some(Posted {
+        buf: area as *mut c_void,
+        count: len as i64,
+        datatype: ffi::consts().byte,
+        slot: None,
+        ring: pb,
+    })
 }
 
 /// Irecv, Recv_init, Imrecv.
@@ -543,7 +588,7 @@ pub fn paired(recv: usize, send: usize) -> usize {
 /// After a nonblocking receive was posted (`ok`) or started: a wildcard one
 /// joins the pending set.
 pub fn posted_recv(slot: usize, ok: bool) {
-    if slot == 0 {
+    if slot == 0 || is_ring(slot) {
         return;
     }
     // SAFETY: a live slot of this module.
@@ -557,7 +602,7 @@ pub fn posted_recv(slot: usize, ok: bool) {
 /// Before `MPI_Start`: a persistent send loads its next message, a
 /// persistent receive takes a new post number.
 pub fn before_start(slot: usize, thread: &mut Thread, t0: u64) {
-    if slot == 0 {
+    if slot == 0 || is_ring(slot) {
         return;
     }
     // SAFETY: a live slot of this module.
@@ -594,6 +639,10 @@ pub fn complete(
     if slot == 0 {
         return None;
     }
+    if is_ring(slot) {
+        piggyback_ring::release(slot);
+        return None;
+    }
     // SAFETY: a live slot of this module, owned by the completed request.
     let s = unsafe { &mut *(slot as *mut Slot) };
     let mut got = None;
@@ -620,7 +669,7 @@ pub fn complete(
 /// `MPI_Request_get_status` found the request complete: unpack now (the
 /// user may read the buffer), keep what came for the completing call.
 pub fn peek(slot: usize, status: *mut MPI_Status) {
-    if slot == 0 {
+    if slot == 0 || is_ring(slot) {
         return;
     }
     // SAFETY: a live slot of this module.
@@ -639,14 +688,18 @@ pub fn peek(slot: usize, status: *mut MPI_Status) {
 
 /// Whether the operation of `slot` (0: none) is in flight.
 pub fn in_flight(slot: usize) -> bool {
+    // (A ring area is taken at the send's post and freed at its completion.)
     // SAFETY: a live slot of this module.
-    slot != 0 && unsafe { (*(slot as *const Slot)).active }
+    slot != 0 && (is_ring(slot) || unsafe { (*(slot as *const Slot)).active })
 }
 
 /// Whether completing the operation of `slot` writes to the user's buffer
 /// (a receive not yet unpacked: staged data to copy, an inline header to
 /// take off an untouched buffer, data that came apart to move).
 pub fn delivers(slot: usize) -> bool {
+    if is_ring(slot) {
+        return false;
+    }
     // SAFETY: a live slot of this module.
     let s = unsafe { &*(slot as *const Slot) };
     !s.send && s.got.is_none()
@@ -656,6 +709,10 @@ pub fn delivers(slot: usize) -> bool {
 /// buffer gets its data, with no clock rule (the trace has no event for
 /// it); the slot is released.
 pub fn finish_orphan(slot: usize, status: *mut MPI_Status) {
+    if is_ring(slot) {
+        piggyback_ring::release(slot);
+        return;
+    }
     // SAFETY: a live slot of this module, owned by the orphan.
     let s = unsafe { &mut *(slot as *mut Slot) };
     // SAFETY: Testsome filled the status (zeroed before, so MPI_ERROR is 0
@@ -672,6 +729,10 @@ pub fn finish_orphan(slot: usize, status: *mut MPI_Status) {
 #[inline(always)]
 pub fn release(slot: usize) {
     if slot == 0 {
+        return;
+    }
+    if is_ring(slot) {
+        piggyback_ring::release(slot);
         return;
     }
     forget_pending(slot);

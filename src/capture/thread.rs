@@ -74,6 +74,8 @@ pub struct ThreadState {
     pub coll_memo: [CollMemo; 6],
     /// The last send or nonblocking receive this thread recorded.
     pub send_memo: SendMemo,
+    /// Where this thread's small nonblocking sends wait (`piggyback_ring`).
+    pub ring: crate::piggyback_ring::Owned,
 }
 
 /// A point-to-point payload (peer, tag, communicator, bytes), encoded,
@@ -212,6 +214,7 @@ impl ThreadState {
             },
             coll_memo: [CollMemo::NONE; 6],
             send_memo: SendMemo::NONE,
+            ring: crate::piggyback_ring::Owned::none(),
         }
     }
 
