@@ -157,8 +157,8 @@ fn vector_clocks_are_transparent_and_exact_on_every_example() {
     }
 }
 
-/// Without piggybacking, receives still leave their records in the
-/// pending slot: every call is there, every message matched (by FIFO).
+/// Without piggybacking every call is still recorded, and every message
+/// matched (by FIFO).
 #[test]
 fn without_piggyback_every_call_is_recorded_and_every_message_matched() {
     for name in EXAMPLES.iter().chain(&["coverage", "threads"]) {
@@ -821,11 +821,11 @@ fn a_damaged_real_trace_gives_one_line_errors() {
     std::fs::write(&file, &good[..good.len() / 2 + 7]).unwrap();
     check("truncated");
     let mut flipped = good.clone();
-    // Inside the first chunk's records: after the header page, the 64-byte
-    // chunk header and the pending slot.
+    // Inside the first chunk's records: after the header page and the
+    // 64-byte chunk header.
     let first_chunk =
         (u32::from_le_bytes(good[12..16].try_into().unwrap()) as usize + 20).div_ceil(4096) * 4096;
-    flipped[first_chunk + 64 + pmtrace_format::pending::PENDING_LEN + 10] ^= 0x20;
+    flipped[first_chunk + 64 + 10] ^= 0x20;
     std::fs::write(&file, &flipped).unwrap();
     check("bit flipped");
     std::fs::remove_file(&file).unwrap();
@@ -945,8 +945,7 @@ fn an_aborted_job_keeps_its_trace() {
 }
 
 /// A rank killed right after a receive returned keeps that receive, and its
-/// message stays matched: the record waited, raw, in the chunk's pending
-/// slot (see `pmtrace_format::pending`).
+/// message stays matched: the record is written before the call returns.
 #[test]
 fn a_rank_killed_right_after_a_receive_keeps_it() {
     let dir = scratch("kill");

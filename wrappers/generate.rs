@@ -354,7 +354,7 @@ fn body(e: &Entry) -> Result<(Vec<String>, String), String> {
             e.kind.ends_with("_init")
         ),
         "recv" => format!(
-            "hooks::recv({call}, {}, {}, {}, {}, {}, {}, got, pre)",
+            "hooks::recv({call}, {}, {}, {}, {}, {}, {}, got)",
             wide(r("count")?),
             r("datatype")?,
             r("peer")?,
@@ -781,9 +781,7 @@ fn around(e: &Entry) -> Result<Around, String> {
                 );
                 a.fast = Some((
                     format!(
-                        "hooks::recv_fast(&guard, {id}, t0, i64::from({c}), {d}, {}, {}, {})",
-                        r("peer")?,
-                        r("tag")?,
+                        "hooks::recv_fast(&guard, i64::from({c}), {d}, {})",
                         r("comm")?
                     ),
                     format!(
@@ -791,16 +789,6 @@ fn around(e: &Entry) -> Result<Around, String> {
                         r("status")?
                     ),
                     "pb_in".into(),
-                ));
-                // Half of the receive's pending slot, written while the
-                // rank would wait anyway (see `hooks::recv_prepare`); after
-                // `In::new`, which caches the datatype's size.
-                a.pre.push(format!(
-                    "let pre = hooks::recv_prepare(&guard, ids::{}, t0, i64::from({c}), {d}, {}, {}, {});",
-                    e.name.to_ascii_uppercase(),
-                    r("peer")?,
-                    r("tag")?,
-                    r("comm")?
                 ));
             }
             a.post.push(format!(

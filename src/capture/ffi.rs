@@ -640,13 +640,6 @@ impl TypeSizes {
             .then(|| ((count as u64).saturating_mul(self.size), self.dense))
     }
 
-    /// `bytes`, when `datatype` is the cached type; `None` rather than
-    /// asking MPI about it.
-    #[inline(always)]
-    pub fn cached_bytes(&self, count: i64, datatype: MPI_Datatype) -> Option<u64> {
-        self.holds(datatype).then(|| self.times(count))
-    }
-
     /// Bytes in `count` elements of `datatype`.
     #[inline]
     pub fn bytes(&mut self, count: i64, datatype: MPI_Datatype) -> u64 {

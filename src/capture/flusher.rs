@@ -28,7 +28,6 @@
 use crossbeam_channel::{Receiver, Sender};
 use memmap2::{MmapMut, MmapOptions};
 use parking_lot::Mutex;
-use pmtrace_format::pending::PENDING_LEN;
 use pmtrace_format::{meta, ChunkHeader, ChunkKind, ChunkState, CHUNK_HEADER_LEN, PAGE};
 use std::fs::File;
 use std::os::fd::AsRawFd;
@@ -36,9 +35,9 @@ use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::Arc;
 
-/// Where an events chunk's records start: after its header and its
-/// pending slot (see `pmtrace_format::pending`).
-pub const RECORDS_AT: usize = CHUNK_HEADER_LEN + PENDING_LEN;
+/// Where an events chunk's records start: after its header (no pending
+/// slot: `pmtrace_format::pending` is for traces of earlier runtimes).
+pub const RECORDS_AT: usize = CHUNK_HEADER_LEN;
 
 pub const FIRST_BUFFER: usize = 256 << 10;
 
@@ -197,7 +196,7 @@ impl Flusher {
             base_ns: 0,
             seq: 0,
             crc: 0,
-            slot: PENDING_LEN as u32,
+            slot: 0,
         };
         map[..CHUNK_HEADER_LEN].copy_from_slice(&h.encode());
         // Write-fault every page here, not on the application thread: pages

@@ -4,13 +4,11 @@
 //! are the piggyback's (the wrappers call it around the real call); these
 //! record what came of it.
 
-use crate::comms;
 use crate::ffi::{self, MPI_Comm, MPI_Datatype, MPI_Message, MPI_Request, MPI_Status};
-use crate::guard::Guard;
 use crate::hooks_call::{actual, comm_info, guarded, register, Call};
 use crate::live;
 use crate::piggyback::{self, Got};
-use crate::recorder::{fixed_head, RecvSlot, Writer};
+use crate::recorder::{fixed_head, Writer};
 use crate::requests::{key, OpKind, MESSAGES};
 use crate::thread::{ProbeMiss, SendMemo, Thread};
 use core::ffi::c_int;
@@ -93,7 +91,6 @@ pub fn send(
     if call.ok() {
         let thread = call.thread();
         if let Some(m) = memo_of(thread, count, datatype, peer, tag, comm) {
-            thread.recorder.settle_pending();
             let head = fixed_head(call.func);
             let payload = (m.payload, m.len);
             if let Some(w) = thread.recorder.fixed_call(head, call.t0, call.t1, payload) {
@@ -265,56 +262,7 @@ fn put_recv_status(
     }
 }
 
-/// Before a blocking receive's call, while the rank is about to wait for
-/// the message anyway: makes room for its record and writes the fields
-/// known now into the pending slot (see `Recorder::prepare_recv`). Only
-/// when the communicator and the datatype are the ones this thread used
-/// last, so that nothing is asked of MPI about handles the call has not
-/// yet checked; otherwise `recv` does it all after the call.
-#[allow(clippy::too_many_arguments)]
-#[inline(always)]
-pub fn recv_prepare(
-    guard: &Guard,
-    func: u32,
-    t0: u64,
-    count: i64,
-    datatype: MPI_Datatype,
-    src: c_int,
-    tag: c_int,
-    comm: MPI_Comm,
-) -> Option<RecvSlot> {
-    let thread = guard.thread();
-    let posted = thread.state.types.cached_bytes(count, datatype)?;
-    prepare_pending(thread, func, t0, (src, tag, comm), posted)
-}
-
-/// `recv_prepare` once the posted bytes are known: the thread's last
-/// communicator, then the pending slot's first half.
-#[inline(always)]
-pub fn prepare_pending(
-    thread: &mut Thread,
-    func: u32,
-    t0: u64,
-    (src, tag, comm): (c_int, c_int, MPI_Comm),
-    posted: u64,
-) -> Option<RecvSlot> {
-    let info = comms::cached(comm, &thread.state)?;
-    thread.recorder.prepare_recv(&PendingRecv {
-        func,
-        t0,
-        src,
-        tag,
-        comm: info.index,
-        posted,
-        ..PendingRecv::default()
-    })
-}
-
-/// A blocking receive. A successful one without a vector clock is not
-/// encoded here, on the critical path of whatever the application sends
-/// next, but left raw in the chunk's pending slot and encoded at the
-/// thread's next record (see `Recorder::defer_recv`); the record is the
-/// same. What was known before the call is there already when `pre` is.
+/// A blocking receive (the general path: `hooks_recv` has the fast one).
 #[allow(clippy::too_many_arguments)]
 pub fn recv(
     call: Call,
@@ -325,17 +273,11 @@ pub fn recv(
     comm: MPI_Comm,
     status: *mut MPI_Status,
     got: Option<Got>,
-    pre: Option<RecvSlot>,
 ) {
     guarded(|| {
         if call.ok() && got.as_ref().is_none_or(|g| g.vc.is_empty()) {
             let pb = got.map(|g| (g.id, g.lc, g.sent));
-            if let Some(pre) = pre {
-                if call.rec().finish_recv(pre, call.t1, actual(status), pb) {
-                    return;
-                }
-            }
-            call.rec().defer_recv(&PendingRecv {
+            call.rec().write_recv(&PendingRecv {
                 func: call.func,
                 t0: call.t0,
                 t1: call.t1,

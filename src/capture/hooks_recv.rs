@@ -1,13 +1,13 @@
 //! The blocking receive's fast path: `MPI_Recv` of a small dense message
 //! under Lamport clocks, with the thread's last communicator and datatype.
-//! It does what `In::new`, `recv_prepare`, `In::finish` and `recv` do for
-//! such a receive, with the values in locals: the message lands in the
-//! thread's staging area, its header is read in place, and the record's
-//! fields go to the chunk's pending slot. Anything unusual after the call
-//! (an error, an untraced sender, a header that came apart, a record that
-//! cannot wait) goes back to those general functions, as if they had run
-//! from the start.
+//! It does what `In::new`, `In::finish` and `recv` do for such a receive,
+//! with the values in locals: the message lands in the thread's staging
+//! area, its header is read in place, and the record is written from the
+//! fields at hand. Anything unusual after the call (an error, an untraced
+//! sender, a header that came apart) goes back to those general functions,
+//! as if they had run from the start.
 
+use crate::comms;
 use crate::ffi::{self, MPI_Comm, MPI_Datatype, MPI_Status};
 use crate::guard::Guard;
 use crate::hooks_call::{actual, Call};
@@ -17,8 +17,9 @@ use crate::piggyback_deliver::{completed_ok, unpack, Landing, Rx};
 use crate::piggyback_header::header_len;
 use crate::piggyback_lamport::{mode, receive_lamport, Mode};
 use crate::piggyback_routes::{copy_bytes, Route, COPY_MAX};
-use crate::recorder::{Got, RecvSlot};
+use crate::recorder::Got;
 use core::ffi::{c_int, c_void};
+use pmtrace_format::pending::PendingRecv;
 
 /// The arguments a fast receive passes to MPI (its staging area, as
 /// bytes), and what its second half needs.
@@ -27,22 +28,16 @@ pub struct FastRecv {
     pub count: i64,
     pub datatype: MPI_Datatype,
     posted: u64,
-    slot: RecvSlot,
+    index: u32,
 }
 
-/// Before the call: the fast path's arguments, with the fields known now
-/// in the pending slot; `None` (nothing done that matters) when the
-/// receive takes the general path.
-#[allow(clippy::too_many_arguments)]
+/// Before the call: the fast path's arguments; `None` (nothing done that
+/// matters) when the receive takes the general path.
 #[inline(always)]
 pub fn recv_fast(
     guard: &Guard,
-    func: u32,
-    t0: u64,
     count: i64,
     datatype: MPI_Datatype,
-    src: c_int,
-    tag: c_int,
     comm: MPI_Comm,
 ) -> Option<FastRecv> {
     if mode() != Mode::Lamport {
@@ -53,7 +48,7 @@ pub fn recv_fast(
     if !dense || bytes > COPY_MAX {
         return None;
     }
-    let slot = hooks_p2p::prepare_pending(thread, func, t0, (src, tag, comm), bytes)?;
+    let index = comms::cached(comm, &thread.state)?.index;
     let len = header_len() + bytes as usize;
     let area = thread.state.stage_in(len);
     Some(FastRecv {
@@ -61,12 +56,12 @@ pub fn recv_fast(
         count: len as i64,
         datatype: ffi::consts().byte,
         posted: bytes,
-        slot,
+        index,
     })
 }
 
 /// After the call: the data to the user's buffer, the status fixed, the
-/// clock rule, the rest of the pending slot.
+/// clock rule, the record.
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
 pub fn recv_fast_end(
@@ -81,15 +76,6 @@ pub fn recv_fast_end(
     comm: MPI_Comm,
     status: *mut MPI_Status,
 ) {
-    let args = || RecvArgs {
-        buf,
-        count,
-        datatype,
-        src,
-        tag,
-        comm,
-        status,
-    };
     let h = header_len() as u64;
     if completed_ok(rc, status) {
         let bytes = ffi::status_bytes(status);
@@ -116,23 +102,30 @@ pub fn recv_fast_end(
             let got_tag = unsafe { (*status).MPI_TAG };
             let wildcard = src == ffi::consts().any_source;
             receive_lamport(wildcard, ffi::handle_key(comm), got_tag, None, lc);
-            let pb = (id, lc, sent);
-            if guard
-                .recorder()
-                .finish_recv(f.slot, t1, actual(status), Some(pb))
-            {
-                return;
-            }
-            let got = Got {
-                id,
-                lc,
-                sent,
-                vc: Vec::new(),
-            };
-            return recv_fast_record(guard, (func, rc, t0, t1), args(), Some(got), None);
+            guard.recorder().write_recv(&PendingRecv {
+                func,
+                t0,
+                t1,
+                src,
+                tag,
+                comm: f.index,
+                posted: f.posted,
+                actual: actual(status),
+                pb: Some((id, lc, sent)),
+            });
+            return;
         }
     }
-    recv_fast_general(guard, f, (func, rc, t0, t1), args());
+    let args = RecvArgs {
+        buf,
+        count,
+        datatype,
+        src,
+        tag,
+        comm,
+        status,
+    };
+    recv_fast_general(guard, f, (func, rc, t0, t1), args);
 }
 
 /// A receive's own arguments, for the unusual cases.
@@ -166,7 +159,7 @@ fn recv_fast_general(guard: &Guard, f: FastRecv, call: (u32, c_int, u64, u64), a
     } else {
         None
     };
-    recv_fast_record(guard, call, a, got, Some(f.slot));
+    recv_fast_record(guard, call, a, got);
 }
 
 /// The receive's record through `recv`, the general hook.
@@ -177,7 +170,6 @@ fn recv_fast_record(
     (func, rc, t0, t1): (u32, c_int, u64, u64),
     a: RecvArgs,
     got: Option<Got>,
-    slot: Option<RecvSlot>,
 ) {
     let call = Call::new(guard, func, t0, t1, rc);
     let RecvArgs {
@@ -189,5 +181,5 @@ fn recv_fast_record(
         status,
         ..
     } = a;
-    hooks_p2p::recv(call, count, datatype, src, tag, comm, status, got, slot);
+    hooks_p2p::recv(call, count, datatype, src, tag, comm, status, got);
 }

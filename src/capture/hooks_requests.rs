@@ -10,7 +10,7 @@ use crate::guard::Guard;
 use crate::hooks_call::{actual, guarded, slot_at, Call};
 use crate::piggyback::{self, Got};
 use crate::recorder::{fixed_head, Writer};
-use crate::requests::{key, Op, OpKind, REQUESTS};
+use crate::requests::{key, Op, OpKind, TakeSend, REQUESTS};
 use core::cell::Cell;
 use core::ffi::c_int;
 use pmtrace_format::record::{self, ST_CANCELLED, ST_NONE};
@@ -163,6 +163,21 @@ fn complete_single(call: &Call, h: MPI_Request, slot: usize, done: &Done, st: *m
     if !reported && !freed() {
         return complete_none(call);
     }
+    // A send: out of the table, its slot released, its record written,
+    // with no more of the general path than that.
+    if reported && call.rc == 0 && !ffi::is_request_null(h) && freed() {
+        match REQUESTS.take_send(key(h), slot) {
+            TakeSend::Sent { id, pb } => {
+                piggyback::release(pb);
+                if !fixed_send_completion(call, id) {
+                    complete_sent(call, id);
+                }
+                return;
+            }
+            TakeSend::Missing => return complete_none(call),
+            TakeSend::Other => {}
+        }
+    }
     let Some((op, id, got)) = take_completed(h, slot, status) else {
         return complete_none(call);
     };
@@ -175,11 +190,6 @@ fn complete_single(call: &Call, h: MPI_Request, slot: usize, done: &Done, st: *m
             got,
         };
         return complete_set(call, core::slice::from_ref(&c));
-    }
-    if let OpKind::Send { .. } = op.kind {
-        if call.rc == 0 && !op.cancelled && fixed_send_completion(call, id) {
-            return;
-        }
     }
     let Some(mut w) = call.begin_list(1) else {
         return;
@@ -197,7 +207,6 @@ fn complete_single(call: &Call, h: MPI_Request, slot: usize, done: &Done, st: *m
 #[inline(always)]
 fn fixed_send_completion(call: &Call, id: u64) -> bool {
     let rec = call.rec();
-    rec.settle_pending();
     let op_ref = zigzag(record::op_ref(rec.next_op(), Some(id)));
     if op_ref >= 0x80 {
         return false;
@@ -210,6 +219,19 @@ fn fixed_send_completion(call: &Call, id: u64) -> bool {
         }
         None => false,
     }
+}
+
+/// The record of a completion call that completed one send, when
+/// `fixed_send_completion` cannot write it.
+#[inline(never)]
+fn complete_sent(call: &Call, id: u64) {
+    let Some(mut w) = call.begin_list(1) else {
+        return;
+    };
+    w.put_u(1);
+    let kind = OpKind::Send { dst: 0 };
+    put_completion(&mut w, id, kind, false, core::ptr::null(), None);
+    w.commit();
 }
 
 /// The record of a completion call that completed nothing.

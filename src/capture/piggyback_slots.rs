@@ -728,13 +728,18 @@ pub fn finish_orphan(slot: usize, status: *mut MPI_Status) {
 
 #[inline(always)]
 pub fn release(slot: usize) {
-    if slot == 0 {
-        return;
-    }
     if is_ring(slot) {
         piggyback_ring::release(slot);
         return;
     }
+    if slot != 0 {
+        release_slot(slot);
+    }
+}
+
+/// `release` of a slot (not 0, not a ring area).
+#[inline(never)]
+fn release_slot(slot: usize) {
     forget_pending(slot);
     // SAFETY: the slot was made by `Posted::into_slot` and is released once.
     let s = unsafe { Box::from_raw(slot as *mut Slot) };

@@ -15,10 +15,9 @@ use crate::clock;
 use crate::flusher::{Msg, Region, ThreadLink, RECORDS_AT};
 use crossbeam_channel::{Receiver, Sender};
 use parking_lot::Mutex;
-use pmtrace_format::pending::{self, PendingRecv, PENDING_AT, PENDING_LEN};
+use pmtrace_format::pending::PendingRecv;
 use pmtrace_format::record::{self, CODE_BUFFER_WAIT, CODE_DEF_THREAD, FIRST_FUNCTION_CODE};
 use pmtrace_format::varint::Sink;
-use pmtrace_format::CHUNK_HEADER_LEN;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, OnceLock};
 
@@ -53,10 +52,8 @@ const WAIT_RECORD: usize = 32;
 
 static STOPPED: AtomicBool = AtomicBool::new(false);
 
-/// `Recorder::attention`: a receive waits in the pending slot.
-const ATTENTION_PENDING: u8 = 1;
 /// `Recorder::attention`: a buffer wait waits to be written.
-const ATTENTION_WAIT: u8 = 2;
+const ATTENTION_WAIT: u8 = 1;
 
 pub fn stop_recording() {
     STOPPED.store(true, Relaxed);
@@ -113,11 +110,8 @@ pub struct Recorder {
     pb_prev: record::PbState,
     /// Start of the record being written.
     start: u64,
-    /// The active chunk's pending slot (see `pmtrace_format::pending`).
-    slot: *mut u8,
-    /// What the next record must see to first (`ATTENTION_*`): a pending
-    /// receive to encode, a buffer wait to write; 0 on the fast path, so
-    /// that a record tests one byte for both.
+    /// What the next record must see to first (`ATTENTION_*`): a buffer
+    /// wait to write; 0 on the fast path.
     attention: u8,
     /// This thread's slot in the live status file (see `live`).
     pub live: &'static crate::live::Slot,
@@ -146,7 +140,6 @@ impl Recorder {
                 vc: Vec::new(),
             },
             start: 0,
-            slot: core::ptr::null_mut(),
             attention: 0,
             live: &crate::live::SINK,
         }
@@ -283,7 +276,6 @@ impl Recorder {
         map[32..40].copy_from_slice(&self.prev_end.to_le_bytes());
         map[40..48].copy_from_slice(&self.seq.to_le_bytes());
         self.seq += 1;
-        self.slot = map[CHUNK_HEADER_LEN..].as_mut_ptr();
         self.base = map[RECORDS_AT..].as_mut_ptr();
         self.cap = map.len() - RECORDS_AT;
         self.pos = 0;
@@ -294,9 +286,6 @@ impl Recorder {
 
     /// Gives the active buffer to the flusher.
     fn hand_off(&mut self, last: bool) {
-        if self.attention & ATTENTION_PENDING != 0 {
-            self.flush_pending();
-        }
         let Some(region) = self.region.take() else {
             return;
         };
@@ -318,9 +307,6 @@ impl Recorder {
 
     /// Seals this thread's buffer for good (finalize, thread exit).
     pub fn finish(&mut self) {
-        if self.attention & ATTENTION_PENDING != 0 {
-            self.flush_pending();
-        }
         self.attention &= !ATTENTION_WAIT;
         if let Some((a, b)) = self.pending_wait.take() {
             if self.reserve(WAIT_RECORD) {
@@ -414,26 +400,11 @@ impl Recorder {
         Some(w)
     }
 
-    /// Encodes a pending receive now, if one waits (for a caller about to
-    /// try `fixed_call`, which leaves it to `begin_call`'s path).
-    #[inline(always)]
-    pub fn settle_pending(&mut self) {
-        if self.attention & ATTENTION_PENDING != 0 {
-            self.flush_pending();
-        }
-    }
-
     /// Makes room for a record that starts at `t0`.
     #[inline(always)]
     fn ready(&mut self, t0: u64, need: usize) -> bool {
         if self.attention == 0 && self.cap - self.pos >= need && !STOPPED.load(Relaxed) {
             return true;
-        }
-        if self.attention & ATTENTION_PENDING != 0 {
-            self.flush_pending();
-            if self.attention == 0 && self.cap - self.pos >= need && !STOPPED.load(Relaxed) {
-                return true;
-            }
         }
         self.ready_slow(t0, need)
     }
@@ -443,7 +414,6 @@ impl Recorder {
     /// record was written is written now, before this record: it came after
     /// that record's call and before this one's. A wait that happens while
     /// making room for this record is written before the next one.
-    /// (`ready` encoded a pending receive first.)
     #[cold]
     fn ready_slow(&mut self, t0: u64, need: usize) -> bool {
         if self.link.is_none() && self.prev_end == 0 {
@@ -460,102 +430,22 @@ impl Recorder {
         true
     }
 
-    /// Records a successful blocking receive without encoding it: its
-    /// fields go raw into the chunk's pending slot, and its record is
-    /// encoded before the thread's next record (see
-    /// `pmtrace_format::pending`). The room the record needs is reserved
-    /// now, so that it is written at the position the slot names. False if
-    /// nothing can be recorded.
+    /// A successful blocking receive's record without a vector clock,
+    /// from its fields (`PendingRecv`, whose encoder the reader shares).
+    /// False if nothing can be recorded.
     #[inline(always)]
-    pub fn defer_recv(&mut self, p: &PendingRecv) -> bool {
+    pub fn write_recv(&mut self, p: &PendingRecv) -> bool {
         if !self.ready(p.t0, record::MAX_FIXED_RECORD) {
             return false;
         }
-        p.store(self.slot_fields());
-        self.make_pending();
-        true
-    }
-
-    /// The pending slot's fields, all but the position.
-    #[inline(always)]
-    fn slot_fields(&mut self) -> &mut [u8; PENDING_AT] {
-        // SAFETY: `slot` points at the active chunk's pending slot
-        // (PENDING_LEN bytes, 8-aligned: the chunk is page-aligned and the
-        // slot starts 64 bytes in), which only this thread writes; `ready`
-        // succeeded, so a chunk is active.
-        unsafe { &mut *(self.slot as *mut [u8; PENDING_AT]) }
-    }
-
-    /// The first half of `defer_recv`, before the receive's call: makes
-    /// room for its record (an earlier pending record is encoded now, off
-    /// the critical path) and writes the fields known before the call. The
-    /// token names the place the record is due at.
-    #[inline(always)]
-    pub fn prepare_recv(&mut self, p: &PendingRecv) -> Option<RecvSlot> {
-        if !self.ready(p.t0, record::MAX_FIXED_RECORD) {
-            return None;
-        }
-        p.store_posted(self.slot_fields());
-        Some(RecvSlot {
-            pos: self.pos,
-            seq: self.seq,
-        })
-    }
-
-    /// The second half, after a successful call: the rest of the fields,
-    /// then the position. False if any record was written since
-    /// `prepare_recv` (the slot may hold another call's fields then); the
-    /// caller defers the whole receive instead.
-    #[inline(always)]
-    pub fn finish_recv(
-        &mut self,
-        token: RecvSlot,
-        t1: u64,
-        actual: (i32, i32, u64),
-        pb: Option<(u64, u64, u64)>,
-    ) -> bool {
-        if token.pos != self.pos || token.seq != self.seq || self.attention & ATTENTION_PENDING != 0
-        {
-            return false;
-        }
-        pending::store_result(self.slot_fields(), t1, actual, pb);
-        self.make_pending();
-        true
-    }
-
-    /// Makes the slot live: its position last (see `defer_recv`).
-    #[inline(always)]
-    fn make_pending(&mut self) {
-        // SAFETY: as in `slot_fields`; the position field is 8-aligned.
-        unsafe {
-            let at = &*(self.slot.add(PENDING_AT) as *const core::sync::atomic::AtomicU64);
-            at.store(self.pos as u64 + 1, core::sync::atomic::Ordering::Release);
-        }
-        self.attention |= ATTENTION_PENDING;
-        self.events += 1;
-        self.publish();
-    }
-
-    /// Encodes the pending receive's record, in the room it reserved.
-    #[inline(never)]
-    fn flush_pending(&mut self) {
-        self.attention &= !ATTENTION_PENDING;
-        // SAFETY: as in `slot_fields`; the slot is still the active chunk's.
-        let slot = unsafe { core::slice::from_raw_parts(self.slot, PENDING_LEN) };
-        let Some(p) = PendingRecv::load(slot, self.pos as u64) else {
-            // Cannot happen (only this thread writes the slot); if it did,
-            // the receive is counted as lost, not hidden.
-            debug_assert!(false, "pending slot out of step");
-            self.dropped();
-            return;
-        };
         let mut prev_end = self.prev_end;
         let (mut id, mut lc) = (self.pb_prev.id, self.pb_prev.lc);
         let mut w = self.writer();
         p.encode(&mut w, &mut prev_end, (&mut id, &mut lc));
-        w.commit_part();
+        w.commit();
         self.prev_end = prev_end;
         (self.pb_prev.id, self.pb_prev.lc) = (id, lc);
+        true
     }
 
     fn write_wait(&mut self, t0: u64, t1: u64) {
@@ -623,13 +513,6 @@ impl Recorder {
 // Operation and message ids put the thread's index at the same place
 // (`Recorder::index_bits`).
 const _: () = assert!(record::OP_THREAD_SHIFT == record::MSG_THREAD_SHIFT);
-
-/// Where a prepared receive's record is due (see `Recorder::prepare_recv`).
-#[derive(Clone, Copy)]
-pub struct RecvSlot {
-    pos: usize,
-    seq: u64,
-}
 
 /// One record being written: a cursor into the active buffer, kept in a
 /// register while the record is encoded, stored back by `commit`.

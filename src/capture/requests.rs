@@ -351,6 +351,24 @@ impl Requests {
         Some(op)
     }
 
+    /// The completion's fast path: the operation behind `key` (as
+    /// `with_op`) out of the table if it is a send, not persistent and
+    /// never cancelled; any other stays for the general path.
+    #[inline(always)]
+    pub fn take_send(&self, key: u64, slot: usize) -> TakeSend {
+        let mut shard = self.shard(key).lock();
+        let Some(i) = shard.find(key, slot) else {
+            return TakeSend::Missing;
+        };
+        let op = &shard.ops[i];
+        if !matches!(op.kind, OpKind::Send { .. }) || op.persistent || op.cancelled {
+            return TakeSend::Other;
+        }
+        let (id, pb) = (op.id, op.pb);
+        shard.remove_at(i);
+        TakeSend::Sent { id, pb }
+    }
+
     pub fn get(&self, key: u64, slot: usize) -> Option<Op> {
         self.with_op(key, slot, false, |op| *op)
     }
@@ -364,6 +382,16 @@ impl Default for Requests {
     fn default() -> Self {
         Self::new()
     }
+}
+
+/// What `Requests::take_send` found.
+pub enum TakeSend {
+    /// A send, taken out: its id and piggyback slot.
+    Sent { id: u64, pb: usize },
+    /// Another operation, left in.
+    Other,
+    /// None.
+    Missing,
 }
 
 /// Matched-probe messages: message handle -> (op id, source, tag, bytes).

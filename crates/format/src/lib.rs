@@ -47,9 +47,11 @@
 //!
 //! An *open* chunk (a run that died) is still readable: records are scanned
 //! until the first zero byte, since fresh file pages are zero-filled and no
-//! record starts with a zero byte. The pending slot holds a blocking
-//! receive whose record is not encoded yet; see [`pending`] for when a
-//! reader appends it.
+//! record starts with a zero byte. Runtimes before issue 40 wrote a
+//! pending slot (`slot` = `pending::PENDING_LEN`) holding a blocking
+//! receive whose record was not encoded yet; see [`pending`] for when a
+//! reader appends it. Today's runtime writes its records at once and no
+//! slot (`slot` = 0).
 //!
 //! A thread's chunks are numbered by `seq` from 0 without gaps; they can lie
 //! anywhere in the file, interleaved with other threads' chunks. A chunk
