@@ -364,17 +364,28 @@ thread_local! {
     static COMPLETED: Cell<Vec<Completed>> = const { Cell::new(Vec::new()) };
 }
 
+/// A completion call: which of `requests` it completed, recorded.
+#[inline(always)]
 pub fn complete(call: Call, requests: &[MPI_Request], slots: *const MPI_Request, done: Done) {
-    guarded(|| {
-        if let [h] = requests {
-            if let Done::One(st) | Done::IfFlag(_, st) = done {
-                complete_single(&call, *h, slots as usize, &done, st);
-                return;
-            }
+    if let [h] = requests {
+        if let Done::One(st) | Done::IfFlag(_, st) = done {
+            return complete_one(&call, *h, slots as usize, &done, st);
         }
+    }
+    complete_many(&call, requests, slots, &done);
+}
+
+#[inline(never)]
+fn complete_one(call: &Call, h: MPI_Request, slot: usize, done: &Done, st: *mut MPI_Status) {
+    guarded(|| complete_single(call, h, slot, done, st));
+}
+
+#[inline(never)]
+fn complete_many(call: &Call, requests: &[MPI_Request], slots: *const MPI_Request, done: &Done) {
+    guarded(|| {
         let list = COMPLETED.try_with(Cell::take).unwrap_or_default();
-        let mut set = completed_set(&call, requests, slots, &done, list);
-        complete_set(&call, &set);
+        let mut set = completed_set(call, requests, slots, done, list);
+        complete_set(call, &set);
         set.clear();
         let _ = COMPLETED.try_with(|c| c.set(set));
     })

@@ -608,13 +608,35 @@ impl Writer<'_> {
 
 impl Sink for Writer<'_> {
     /// Appends a varint, without bounds checks: every record reserved its
-    /// maximum size first.
+    /// maximum size first. Two and three bytes are written whole: adding
+    /// `v & !0x7f` to `v` moves its bits from 7 up by one, so that each
+    /// group of seven starts a byte (and the same again from bit 14).
     #[inline(always)]
     fn put_u(&mut self, mut v: u64) {
         // SAFETY: `reserve` guaranteed room for the whole record, and no
         // record writes more than it reserved (MAX_FIXED_RECORD or the list
-        // sizes), so the cursor stays inside the mapped payload.
+        // sizes), so the cursor stays inside the mapped payload: a varint
+        // has room for its most bytes, ten, and the three-byte case writes
+        // four (the last a zero, overwritten by what follows, or left zero
+        // as the room past the records is).
         unsafe {
+            if v < 0x80 {
+                *self.p = v as u8;
+                self.p = self.p.add(1);
+                return;
+            }
+            if v < 1 << 14 {
+                let w = v + (v & !0x7f) + 0x80;
+                (self.p as *mut u16).write_unaligned(w as u16);
+                self.p = self.p.add(2);
+                return;
+            }
+            if v < 1 << 21 {
+                let w = v + (v & !0x7f) + ((v & !0x3fff) << 1) + 0x8080;
+                (self.p as *mut u32).write_unaligned(w as u32);
+                self.p = self.p.add(3);
+                return;
+            }
             while v >= 0x80 {
                 *self.p = (v as u8) | 0x80;
                 self.p = self.p.add(1);
@@ -648,6 +670,32 @@ mod tests {
     use pmtrace_trace::Payload;
     use pmtrace_trace::Record;
     use std::io::Write;
+
+    /// The writer's varints are the format's, byte for byte, at every
+    /// length and at each length's edges, and the bytes past one stay zero.
+    #[test]
+    fn varints_are_the_formats() {
+        let mut values = vec![0u64, 1, u64::MAX, u64::MAX - 1];
+        for bits in 1..64 {
+            let edge = 1u64 << bits;
+            values.extend([edge - 1, edge, edge + 1, edge | (edge >> 1) | 0x55]);
+        }
+        let mut rec = Recorder::new();
+        for v in values {
+            let mut want = [0u8; 16];
+            let mut n = 0;
+            pmtrace_format::varint::put_u(&mut want, &mut n, v);
+            let mut got = [0u8; 16];
+            let mut w = Writer {
+                rec: &mut rec,
+                p: got.as_mut_ptr(),
+            };
+            w.put_u(v);
+            // SAFETY: `p` moved forward within `got`.
+            let len = unsafe { w.p.offset_from(got.as_ptr()) } as usize;
+            assert_eq!((len, got), (n, want), "{v:#x}");
+        }
+    }
 
     /// The buffer machinery end to end, without MPI: one thread writes more
     /// records than many small buffers hold, plus list records split into
