@@ -124,7 +124,7 @@ pub fn bind(library: *mut core::ffi::c_void) {
         shim_consts(&mut raw);
         set_predefined(&raw);
     }
-    let _ = CONSTS.set(Consts {
+    let consts = Consts {
         in_place: raw.in_place as usize,
         root: raw.root as i32,
         proc_null: raw.proc_null as i32,
@@ -142,11 +142,12 @@ pub fn bind(library: *mut core::ffi::c_void) {
         op_min: handle(raw.op_min),
         info_null: handle(raw.info_null),
         comm_type_shared: raw.comm_type_shared as i32,
-    });
+    };
+    // SAFETY: as `set_predefined`: once, before any reader runs.
+    unsafe { *core::ptr::addr_of_mut!(CONSTS) = consts };
 }
 
 use core::mem::MaybeUninit;
-use std::sync::OnceLock;
 
 /// The real functions pmtrace calls for itself, with the prototypes of
 /// the bindings above, which they shadow: resolved by name when first
@@ -395,21 +396,36 @@ pub struct Consts {
 unsafe impl Send for Consts {}
 unsafe impl Sync for Consts {}
 
-static CONSTS: OnceLock<Consts> = OnceLock::new();
+/// Set by `bind` before any wrapper of this build runs, and read only
+/// after, as the predefined values are (no test on the hot paths).
+static mut CONSTS: Consts = Consts {
+    in_place: 0,
+    root: 0,
+    proc_null: 0,
+    any_source: 0,
+    any_tag: 0,
+    undefined: 0,
+    err_in_status: 0,
+    err_pending: 0,
+    // SAFETY: handles are plain values (pointers or integers); these are
+    // overwritten by `bind` before any use.
+    uint64: unsafe { core::mem::zeroed() },
+    char: unsafe { core::mem::zeroed() },
+    byte: unsafe { core::mem::zeroed() },
+    bottom: 0,
+    op_max: unsafe { core::mem::zeroed() },
+    op_sum: unsafe { core::mem::zeroed() },
+    op_min: unsafe { core::mem::zeroed() },
+    info_null: unsafe { core::mem::zeroed() },
+    comm_type_shared: 0,
+};
 
 /// MPI's special values, read by `bind`.
 #[inline(always)]
 pub fn consts() -> &'static Consts {
-    match CONSTS.get() {
-        Some(c) => c,
-        None => unbound(),
-    }
-}
-
-#[cold]
-fn unbound() -> ! {
-    eprintln!("pmtrace: internal error: a wrapper ran before its MPI was bound");
-    std::process::abort()
+    // SAFETY: written once by `bind`, before any wrapper runs (see
+    // `CONSTS`); only read after.
+    unsafe { &*core::ptr::addr_of!(CONSTS) }
 }
 
 /// `MPI_COMM_WORLD`.
