@@ -16,7 +16,7 @@ use crate::ffi::{self, MPI_Comm, MPI_Datatype, MPI_Request, MPI_Status};
 use crate::guard::Guard;
 use crate::piggyback;
 use crate::recorder::{Recorder, Writer};
-use crate::requests::{key, Op, OpKind, REQUESTS};
+use crate::requests::{key, KeptPlace, Op, OpKind, REQUESTS};
 use crate::thread::Thread;
 use core::ffi::c_int;
 use pmtrace_format::record::{LIST_BATCH, MAX_FIXED_RECORD, MAX_LIST_ITEM};
@@ -202,6 +202,34 @@ pub fn register(
             comm,
         },
     );
+}
+
+/// `register` for an operation the fast path posted: kept out of the
+/// table when the thread's place is free (`requests::Kept`).
+#[inline(always)]
+pub fn register_kept(
+    kept: &mut KeptPlace,
+    request: *mut MPI_Request,
+    id: u64,
+    kind: OpKind,
+    pb: usize,
+    comm: u32,
+) {
+    // SAFETY: MPI just stored the new request handle there.
+    let handle = unsafe { *request };
+    let op = Op {
+        id,
+        kind,
+        persistent: false,
+        instance: None,
+        cancelled: false,
+        slot: request as usize,
+        pb,
+        comm,
+    };
+    if !kept.get().put(key(handle), &op) {
+        REQUESTS.insert(key(handle), op);
+    }
 }
 
 /// Address of the i-th handle of the application's request array.

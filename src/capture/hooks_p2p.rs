@@ -5,7 +5,7 @@
 //! record what came of it.
 
 use crate::ffi::{self, MPI_Comm, MPI_Datatype, MPI_Message, MPI_Request, MPI_Status};
-use crate::hooks_call::{actual, comm_info, guarded, register, Call};
+use crate::hooks_call::{actual, comm_info, guarded, register, register_kept, Call};
 use crate::live;
 use crate::piggyback::{self, Got};
 use crate::recorder::{fixed_head, Writer};
@@ -178,7 +178,7 @@ pub fn issue(
                 } else {
                     OpKind::Send { dst: peer }
                 };
-                register(request, id, kind, false, pb, m.index + 1);
+                register_kept(&mut thread.state.kept, request, id, kind, pb, m.index + 1);
                 if recv {
                     piggyback::posted_recv(pb, true);
                 } else {

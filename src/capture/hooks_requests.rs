@@ -10,7 +10,7 @@ use crate::guard::Guard;
 use crate::hooks_call::{actual, guarded, slot_at, Call};
 use crate::piggyback::{self, Got};
 use crate::recorder::{fixed_head, Writer};
-use crate::requests::{key, Op, OpKind, TakeSend, REQUESTS};
+use crate::requests::{key, Kept, Op, OpKind, TakeSend, REQUESTS};
 use core::cell::Cell;
 use core::ffi::c_int;
 use pmtrace_format::record::{self, ST_CANCELLED, ST_NONE};
@@ -93,8 +93,13 @@ struct Completed {
 /// Takes the operation behind a completed request out of the table. A
 /// nonpersistent request completed only if MPI set the application's handle
 /// to MPI_REQUEST_NULL (Open MPI keeps a failed request alive, for one).
-fn complete_op(handle: MPI_Request, slot: usize, status: *const MPI_Status) -> Option<Completed> {
-    let (op, id, got) = take_completed(handle, slot, status)?;
+fn complete_op(
+    kept: Option<&Kept>,
+    handle: MPI_Request,
+    slot: usize,
+    status: *const MPI_Status,
+) -> Option<Completed> {
+    let (op, id, got) = take_completed(kept, handle, slot, status)?;
     Some(Completed {
         op: id,
         kind: op.kind,
@@ -109,6 +114,7 @@ fn complete_op(handle: MPI_Request, slot: usize, status: *const MPI_Status) -> O
 /// piggyback said (the slot unpacked and released).
 #[inline(always)]
 fn take_completed(
+    kept: Option<&Kept>,
     handle: MPI_Request,
     slot: usize,
     status: *const MPI_Status,
@@ -122,8 +128,12 @@ fn take_completed(
     let after = unsafe { *(slot as *const MPI_Request) };
     let freed = ffi::is_request_null(after);
     // A nonpersistent operation whose handle MPI freed is done: it leaves
-    // the table in the same lookup.
-    let op = REQUESTS.take_if(k, slot, |o| !o.persistent && freed)?;
+    // the thread's kept place, or the table in the same lookup.
+    let own = kept.filter(|_| freed).and_then(|c| c.take(k, slot));
+    let op = match own {
+        Some(op) => op,
+        None => REQUESTS.take_if(k, slot, |o| !o.persistent && freed)?,
+    };
     // Without a status (the final scan of `completed_set`), only freed
     // nonpersistent requests count; a persistent one is never freed here.
     if (!op.persistent && !freed) || (op.persistent && status.is_null()) {
@@ -163,22 +173,42 @@ fn complete_single(call: &Call, h: MPI_Request, slot: usize, done: &Done, st: *m
     if !reported && !freed() {
         return complete_none(call);
     }
-    // A send: out of the table, its slot released, its record written,
-    // with no more of the general path than that.
+    let kept = call.thread().state.kept.peek();
+    // A send: out of the thread's kept place or the table, its slot
+    // released, its record written, with no more of the general path than
+    // that. (A receive kept goes on below.)
+    let mut own = None;
     if reported && call.rc == 0 && !ffi::is_request_null(h) && freed() {
-        match REQUESTS.take_send(key(h), slot) {
-            TakeSend::Sent { id, pb } => {
-                piggyback::release(pb);
-                if !fixed_send_completion(call, id) {
-                    complete_sent(call, id);
-                }
-                return;
+        let k = key(h);
+        own = kept.and_then(|c| c.take(k, slot));
+        let sent = match own {
+            Some(Op {
+                kind: OpKind::Send { .. },
+                id,
+                pb,
+                ..
+            }) => Some((id, pb)),
+            Some(_) => None,
+            None => match REQUESTS.take_send(k, slot) {
+                TakeSend::Sent { id, pb } => Some((id, pb)),
+                TakeSend::Missing => return complete_none(call),
+                TakeSend::Other => None,
+            },
+        };
+        if let Some((id, pb)) = sent {
+            piggyback::release(pb);
+            if !fixed_send_completion(call, id) {
+                complete_sent(call, id);
             }
-            TakeSend::Missing => return complete_none(call),
-            TakeSend::Other => {}
+            return;
         }
     }
-    let Some((op, id, got)) = take_completed(h, slot, status) else {
+    let taken = match own {
+        // Kept: not persistent, never cancelled.
+        Some(op) => Some((op, op.id, piggyback::complete(op.pb, st, false, false))),
+        None => take_completed(kept, h, slot, status),
+    };
+    let Some((op, id, got)) = taken else {
         return complete_none(call);
     };
     if let OpKind::Idup { .. } = op.kind {
@@ -249,11 +279,12 @@ fn completed_set(
 ) -> Vec<Completed> {
     let at = |i: usize| slot_at(slots, i);
     let c = ffi::consts();
+    let kept = call.thread().state.kept.peek();
     // Requests looked at below, each once: the final scan skips them.
     let mut seen = Seen::new(requests.len());
     let mut visit = |i: usize, st: *const MPI_Status, out: &mut Vec<Completed>| {
         if seen.set(i) {
-            out.extend(complete_op(requests[i], at(i), st));
+            out.extend(complete_op(kept, requests[i], at(i), st));
         }
     };
     let ok = call.rc == 0;
@@ -312,7 +343,7 @@ fn completed_set(
             // SAFETY: the application's handle array, valid for the call.
             let freed = || ffi::is_request_null(unsafe { *(at(i) as *const MPI_Request) });
             if !seen.has(i) && !ffi::is_request_null(h) && freed() {
-                out.extend(complete_op(h, at(i), core::ptr::null()));
+                out.extend(complete_op(kept, h, at(i), core::ptr::null()));
             }
         }
     }

@@ -7,9 +7,19 @@
 //! requests stay until `MPI_Request_free`, with a new instance id per
 //! `MPI_Start`). The table is sharded so threads completing different
 //! requests rarely meet on a lock.
+//!
+//! Beside the table, each thread keeps one operation of its own out of it
+//! (`Kept`): the nonblocking send or receive it posted last on the fast
+//! path, when its place was free. The thread that posted it completes it
+//! from there, with no hash and no lock, as the usual pattern does (post,
+//! then wait). Anything else that needs the operation (another thread's
+//! completion, `MPI_Cancel`, the live view) moves it into the table first:
+//! every lookup that misses the table looks in the kept places.
 
 use crate::ffi::{self, MPI_Comm};
-use parking_lot::Mutex;
+use core::sync::atomic::Ordering::{Acquire, Relaxed, Release};
+use core::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, AtomicUsize};
+use parking_lot::{Mutex, MutexGuard};
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 
@@ -319,6 +329,38 @@ impl Requests {
         self.shard(key).lock().insert(key, op);
     }
 
+    /// The shard of `key`, locked, and the entry of the operation behind
+    /// it (as `Open::find`), one kept out of the table moved in first.
+    #[inline(always)]
+    fn lookup(&self, key: u64, slot: usize) -> Option<(MutexGuard<'_, Open>, usize)> {
+        let shard = self.shard(key).lock();
+        if let Some(i) = shard.find(key, slot) {
+            return Some((shard, i));
+        }
+        drop(shard);
+        self.lookup_kept(key, slot)
+    }
+
+    /// `lookup` after a miss: moves the operations of `key` that threads
+    /// keep into the table, then looks again.
+    #[cold]
+    #[inline(never)]
+    fn lookup_kept(&self, key: u64, slot: usize) -> Option<(MutexGuard<'_, Open>, usize)> {
+        let mut shard = self.shard(key).lock();
+        let mut moved = false;
+        for kept in KEPT.lock().iter() {
+            if let Some(op) = kept.take_key(key) {
+                shard.insert(key, op);
+                moved = true;
+            }
+        }
+        if !moved {
+            return None;
+        }
+        let i = shard.find(key, slot)?;
+        Some((shard, i))
+    }
+
     /// Runs `f` on the operation behind `key` (the one stored at `slot` if
     /// several share the handle, else the oldest); `remove` drops it after.
     #[inline(always)]
@@ -329,8 +371,7 @@ impl Requests {
         remove: bool,
         f: impl FnOnce(&mut Op) -> R,
     ) -> Option<R> {
-        let mut shard = self.shard(key).lock();
-        let i = shard.find(key, slot)?;
+        let (mut shard, i) = self.lookup(key, slot)?;
         let r = f(&mut shard.ops[i]);
         if remove {
             shard.remove_at(i);
@@ -342,8 +383,7 @@ impl Requests {
     /// when `gone` says so: one lookup for a completion.
     #[inline(always)]
     pub fn take_if(&self, key: u64, slot: usize, gone: impl FnOnce(&Op) -> bool) -> Option<Op> {
-        let mut shard = self.shard(key).lock();
-        let i = shard.find(key, slot)?;
+        let (mut shard, i) = self.lookup(key, slot)?;
         let op = shard.ops[i];
         if gone(&op) {
             shard.remove_at(i);
@@ -356,8 +396,7 @@ impl Requests {
     /// never cancelled; any other stays for the general path.
     #[inline(always)]
     pub fn take_send(&self, key: u64, slot: usize) -> TakeSend {
-        let mut shard = self.shard(key).lock();
-        let Some(i) = shard.find(key, slot) else {
+        let Some((mut shard, i)) = self.lookup(key, slot) else {
             return TakeSend::Missing;
         };
         let op = &shard.ops[i];
@@ -381,6 +420,188 @@ impl Requests {
 impl Default for Requests {
     fn default() -> Self {
         Self::new()
+    }
+}
+
+/// The operation a thread keeps out of the table (see the module docs):
+/// its fields in atomics, `state` saying whose they are. Only the owner
+/// fills it (from `EMPTY`); whoever takes it claims it first (`FULL` to
+/// `TAKING`), reads it, then frees it (`EMPTY`). Never freed: a thread
+/// that ends gives its place to the next (`Kept::own`).
+pub struct Kept {
+    state: AtomicU8,
+    key: AtomicU64,
+    slot: AtomicUsize,
+    id: AtomicU64,
+    pb: AtomicUsize,
+    /// Peer (destination or source) and tag, as `ProbeMiss::of` packs them.
+    from: AtomicU64,
+    /// A receive's posted bytes; `SEND` for a send.
+    posted: AtomicU64,
+    comm: AtomicU32,
+}
+
+const EMPTY: u8 = 0;
+const FULL: u8 = 1;
+const TAKING: u8 = 2;
+/// `Kept::posted` of a send.
+const SEND: u64 = u64::MAX;
+
+/// Every thread's kept place, for lookups that miss the table.
+static KEPT: Mutex<Vec<&'static Kept>> = Mutex::new(Vec::new());
+/// Places of threads that ended, for new threads.
+static KEPT_SPARE: Mutex<Vec<&'static Kept>> = Mutex::new(Vec::new());
+
+impl Kept {
+    /// A place for the calling thread: one a thread left, or a new one.
+    #[cold]
+    pub fn own() -> &'static Kept {
+        if let Some(k) = KEPT_SPARE.lock().pop() {
+            return k;
+        }
+        let k: &'static Kept = Box::leak(Box::new(Kept {
+            state: AtomicU8::new(EMPTY),
+            key: AtomicU64::new(0),
+            slot: AtomicUsize::new(0),
+            id: AtomicU64::new(0),
+            pb: AtomicUsize::new(0),
+            from: AtomicU64::new(0),
+            posted: AtomicU64::new(0),
+            comm: AtomicU32::new(0),
+        }));
+        KEPT.lock().push(k);
+        k
+    }
+
+    /// The owner's thread ended: the place goes to the next thread (an
+    /// operation in it stays there until someone completes it).
+    pub fn leave(&'static self) {
+        KEPT_SPARE.lock().push(self);
+    }
+
+    /// Keeps a nonblocking send or receive (`Op::kind` `Send`, or `Recv`
+    /// with its posted bytes), posted now and not persistent; false when
+    /// the place is taken (the caller enters it in the table). Owner only.
+    #[inline(always)]
+    pub fn put(&self, key: u64, op: &Op) -> bool {
+        if self.state.load(Relaxed) != EMPTY {
+            return false;
+        }
+        let (peer, tag, posted) = match op.kind {
+            OpKind::Send { dst } => (dst, 0, SEND),
+            OpKind::Recv {
+                src,
+                tag,
+                posted: Some(p),
+            } if p != SEND => (src, tag, p),
+            _ => return false,
+        };
+        self.key.store(key, Relaxed);
+        self.slot.store(op.slot, Relaxed);
+        self.id.store(op.id, Relaxed);
+        self.pb.store(op.pb, Relaxed);
+        self.from.store(
+            (u64::from(peer as u32) << 32) | u64::from(tag as u32),
+            Relaxed,
+        );
+        self.posted.store(posted, Relaxed);
+        self.comm.store(op.comm, Relaxed);
+        // Release: the fields before the state, for a thread that claims it.
+        self.state.store(FULL, Release);
+        true
+    }
+
+    /// The kept operation, out of this place, if it is the one behind
+    /// `key` stored at `slot`.
+    #[inline(always)]
+    pub fn take(&self, key: u64, slot: usize) -> Option<Op> {
+        if self.state.load(Relaxed) != FULL
+            || self.key.load(Relaxed) != key
+            || self.slot.load(Relaxed) != slot
+        {
+            return None;
+        }
+        self.claim(key)
+    }
+
+    /// The kept operation behind `key`, out of this place, whatever its slot.
+    fn take_key(&self, key: u64) -> Option<Op> {
+        if self.state.load(Relaxed) != FULL {
+            return None;
+        }
+        self.claim(key)
+    }
+
+    #[inline(always)]
+    fn claim(&self, key: u64) -> Option<Op> {
+        // Acquire: the owner's fields, stored before it set FULL.
+        if self
+            .state
+            .compare_exchange(FULL, TAKING, Acquire, Relaxed)
+            .is_err()
+        {
+            return None;
+        }
+        if self.key.load(Relaxed) != key {
+            self.state.store(FULL, Release);
+            return None;
+        }
+        let from = self.from.load(Relaxed);
+        let (peer, tag) = ((from >> 32) as u32 as i32, from as u32 as i32);
+        let posted = self.posted.load(Relaxed);
+        let kind = if posted == SEND {
+            OpKind::Send { dst: peer }
+        } else {
+            OpKind::Recv {
+                src: peer,
+                tag,
+                posted: Some(posted),
+            }
+        };
+        let op = Op {
+            id: self.id.load(Relaxed),
+            kind,
+            persistent: false,
+            instance: None,
+            cancelled: false,
+            slot: self.slot.load(Relaxed),
+            pb: self.pb.load(Relaxed),
+            comm: self.comm.load(Relaxed),
+        };
+        // Release: read before the owner may fill the place again.
+        self.state.store(EMPTY, Release);
+        Some(op)
+    }
+}
+
+/// A thread's kept place (`ThreadState::kept`), had at its first kept
+/// operation and given back when the thread ends.
+pub struct KeptPlace(Option<&'static Kept>);
+
+impl KeptPlace {
+    pub const fn none() -> KeptPlace {
+        KeptPlace(None)
+    }
+
+    #[inline(always)]
+    pub fn get(&mut self) -> &'static Kept {
+        match self.0 {
+            Some(k) => k,
+            None => *self.0.insert(Kept::own()),
+        }
+    }
+
+    #[inline(always)]
+    pub fn peek(&self) -> Option<&'static Kept> {
+        self.0
+    }
+}
+
+impl Drop for KeptPlace {
+    fn drop(&mut self) {
+        if let Some(k) = self.0 {
+            k.leave();
+        }
     }
 }
 
@@ -446,6 +667,52 @@ mod tests {
         assert_eq!(t.take_if(5, 300, |_| true).map(|o| o.id), Some(3));
         assert_eq!(t.get(5, 0), None);
         assert_eq!(t.get(6, 0), None);
+    }
+
+    /// A kept operation is taken by its owner from its place, or moved
+    /// into the table by any lookup that misses there, once.
+    #[test]
+    fn a_kept_operation_is_found_by_its_owner_or_moved_into_the_table() {
+        const K: u64 = 0x7e57_0000_0001;
+        let k = Kept::own();
+        let send = Op {
+            kind: OpKind::Send { dst: 3 },
+            ..op(7, 100)
+        };
+        assert!(k.put(K, &send));
+        assert!(!k.put(K, &op(8, 100)), "one operation a place");
+        assert_eq!(k.take(K, 999), None, "another slot");
+        assert_eq!(k.take(K + 1, 100), None, "another handle");
+        assert_eq!(k.take(K, 100), Some(send));
+        assert_eq!(k.take(K, 100), None, "taken once");
+
+        let recv = Op {
+            kind: OpKind::Recv {
+                src: -1,
+                tag: 9,
+                posted: Some(64),
+            },
+            comm: 4,
+            pb: 0x1000,
+            ..op(9, 200)
+        };
+        assert!(k.put(K, &recv));
+        let t = Requests::new();
+        let moved = std::thread::spawn(move || t.get(K, 0).map(|o| (o, t)))
+            .join()
+            .unwrap();
+        let (got, t) = moved.expect("moved into the table");
+        assert_eq!(got, recv);
+        assert_eq!(k.take(K, 200), None, "no longer kept");
+        assert_eq!(t.remove(K, 200), Some(recv));
+        assert_eq!(t.get(K, 0), None);
+        // Only sends and receives with posted bytes are kept.
+        let coll = Op {
+            kind: OpKind::Coll { seq: 1 },
+            ..op(10, 300)
+        };
+        assert!(!k.put(K, &coll));
+        k.leave();
     }
 
     /// Inserts and removals of handles that look like pointers (many in

@@ -76,6 +76,9 @@ pub struct ThreadState {
     pub send_memo: SendMemo,
     /// Where this thread's small nonblocking sends wait (`piggyback_ring`).
     pub ring: crate::piggyback_ring::Owned,
+    /// The operation this thread keeps out of the request table
+    /// (`requests::Kept`).
+    pub kept: crate::requests::KeptPlace,
 }
 
 /// A point-to-point payload (peer, tag, communicator, bytes), encoded,
@@ -215,6 +218,7 @@ impl ThreadState {
             coll_memo: [CollMemo::NONE; 6],
             send_memo: SendMemo::NONE,
             ring: crate::piggyback_ring::Owned::none(),
+            kept: crate::requests::KeptPlace::none(),
         }
     }
 

@@ -1,7 +1,10 @@
 /* MPI_THREAD_MULTIPLE: T threads per rank (default 4) each exchange N
  * messages (default 200) with the same thread of the partner rank, on their
- * own tag, with MPI_Isend/MPI_Irecv/MPI_Waitall; then the main thread does
- * one MPI_Allreduce. Needs an even np. Counts are written per rank. */
+ * own tag, with MPI_Isend/MPI_Irecv/MPI_Waitall; then, 10 times, the main
+ * thread posts an MPI_Irecv and an MPI_Isend and a new thread completes
+ * them with MPI_Wait (operations completed by a thread that did not post
+ * them); then the main thread does one MPI_Allreduce. Needs an even np.
+ * Counts are written per rank. */
 #include "expect.h"
 #include <mpi.h>
 #include <pthread.h>
@@ -11,7 +14,7 @@
 static int rank, np, nthreads = 4, n = 200;
 static int errors = 0;
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
-static long isends = 0, irecvs = 0, waitalls = 0;
+static long isends = 0, irecvs = 0, waitalls = 0, waits = 0;
 
 static void *worker(void *arg) {
     int t = (int)(long)arg, peer = rank ^ 1, bad = 0;
@@ -30,6 +33,20 @@ static void *worker(void *arg) {
     return NULL;
 }
 
+/* Completes the two requests the main thread posted: the send first. */
+static void *completer(void *arg) {
+    MPI_Request *r = arg;
+    MPI_Wait(&r[1], MPI_STATUS_IGNORE);
+    MPI_Status st;
+    MPI_Wait(&r[0], &st);
+    if (st.MPI_SOURCE != (rank ^ 1)) {
+        pthread_mutex_lock(&lock);
+        errors++;
+        pthread_mutex_unlock(&lock);
+    }
+    return NULL;
+}
+
 int main(int argc, char **argv) {
     int provided;
     if (argc > 1) nthreads = atoi(argv[1]);
@@ -44,10 +61,22 @@ int main(int argc, char **argv) {
     pthread_t th[64];
     for (long t = 0; t < nthreads; t++) pthread_create(&th[t], NULL, worker, (void *)t);
     for (int t = 0; t < nthreads; t++) pthread_join(th[t], NULL);
+    for (int i = 0; i < 10; i++) {
+        int out = rank * 100 + i, in = -1;
+        MPI_Request r[2];
+        C(MPI_Irecv, &in, 1, MPI_INT, rank ^ 1, nthreads, MPI_COMM_WORLD, &r[0]);
+        C(MPI_Isend, &out, 1, MPI_INT, rank ^ 1, nthreads, MPI_COMM_WORLD, &r[1]);
+        pthread_t other;
+        pthread_create(&other, NULL, completer, r);
+        pthread_join(other, NULL);
+        waits += 2;
+        if (in != (rank ^ 1) * 100 + i) errors++;
+    }
     /* The workers' calls, counted here (the C() macro is not thread-safe). */
     for (long i = 0; i < isends; i++) expect_count_("MPI_Isend");
     for (long i = 0; i < irecvs; i++) expect_count_("MPI_Irecv");
     for (long i = 0; i < waitalls; i++) expect_count_("MPI_Waitall");
+    for (long i = 0; i < waits; i++) expect_count_("MPI_Wait");
     int total = 0;
     C(MPI_Allreduce, &errors, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
     if (rank == 0) printf(total ? "threads: FAIL\n" : "threads: ok threads=%d n=%d\n", nthreads, n);
