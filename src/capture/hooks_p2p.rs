@@ -28,7 +28,7 @@ fn put_send(r: &mut impl Sink, peer: c_int, tag: c_int, comm: u32, bytes: u64) {
 /// The thread's kept point-to-point payload, if it is this call's (see
 /// `SendMemo`).
 #[inline(always)]
-fn memo_of(
+pub fn memo_of(
     thread: &Thread,
     count: i64,
     datatype: MPI_Datatype,

@@ -17,7 +17,7 @@ use crate::piggyback_deliver::{completed_ok, unpack, Landing, Rx};
 use crate::piggyback_header::header_len;
 use crate::piggyback_lamport::{mode, receive_lamport, Mode};
 use crate::piggyback_routes::{copy_bytes, Route, COPY_MAX};
-use crate::recorder::Got;
+use crate::recorder::{fixed_head, Got};
 use core::ffi::{c_int, c_void};
 use pmtrace_format::pending::PendingRecv;
 
@@ -102,7 +102,21 @@ pub fn recv_fast_end(
             let got_tag = unsafe { (*status).MPI_TAG };
             let wildcard = src == ffi::consts().any_source;
             receive_lamport(wildcard, ffi::handle_key(comm), got_tag, None, lc);
-            guard.recorder().write_recv(&PendingRecv {
+            let thread = guard.thread();
+            let actual = actual(status);
+            // Posted as the thread's last point-to-point call was (a send
+            // back to the same peer, say): those fields are the memo's.
+            if let Some(m) = hooks_p2p::memo_of(thread, count, datatype, src, tag, comm) {
+                let head = fixed_head(func);
+                let payload = (m.payload, m.len);
+                if let Some(mut w) = thread.recorder.fixed_call_pb(head, t0, t1, payload) {
+                    let posted = (src, tag, Some(f.posted));
+                    w.put_status_scalars(posted, actual, 0, (id, lc, sent));
+                    w.commit();
+                    return;
+                }
+            }
+            thread.recorder.write_recv(&PendingRecv {
                 func,
                 t0,
                 t1,
@@ -110,7 +124,7 @@ pub fn recv_fast_end(
                 tag,
                 comm: f.index,
                 posted: f.posted,
-                actual: actual(status),
+                actual,
                 pb: Some((id, lc, sent)),
             });
             return;

@@ -365,10 +365,34 @@ impl Recorder {
     /// the call's encoded first varint for a successful call
     /// (`fixed_head`). The writer returned may add up to 16 bytes more.
     /// `None`, with nothing written, when the record needs `begin_call`'s
-    /// path: a pending receive to encode first, a buffer wait to write,
-    /// too little room, recording stopped.
+    /// path: a buffer wait to write, too little room, recording stopped.
     #[inline(always)]
     pub fn fixed_call(
+        &mut self,
+        head: (u64, usize),
+        t0: u64,
+        t1: u64,
+        payload: (u64, usize),
+    ) -> Option<Writer<'_>> {
+        // (No `start`: a fixed record has no piggyback to code against it.)
+        self.fixed_begin::<false>(head, t0, t1, payload)
+    }
+
+    /// `fixed_call` for a record that goes on with a piggyback
+    /// (`Writer::put_status_scalars`), coded against its start.
+    #[inline(always)]
+    pub fn fixed_call_pb(
+        &mut self,
+        head: (u64, usize),
+        t0: u64,
+        t1: u64,
+        payload: (u64, usize),
+    ) -> Option<Writer<'_>> {
+        self.fixed_begin::<true>(head, t0, t1, payload)
+    }
+
+    #[inline(always)]
+    fn fixed_begin<const START: bool>(
         &mut self,
         head: (u64, usize),
         t0: u64,
@@ -381,8 +405,11 @@ impl Recorder {
         {
             return None;
         }
-        // (No `start`: a fixed record has no piggyback to code against it.)
+        let prev = self.prev_end;
         let (gap, dur) = self.advance(t0, t1);
+        if START {
+            self.start = prev + gap;
+        }
         let mut w = self.writer();
         // SAFETY: MAX_FIXED_RECORD bytes are free at the cursor: the head
         // (at most 8 bytes written, `head.1` kept), two varints of at most
@@ -550,11 +577,7 @@ impl Writer<'_> {
         match got {
             None => record::put_status(self, posted, actual, extra),
             Some(g) => {
-                record::put_status(self, posted, actual, extra | record::ST_PIGGYBACK);
-                let start = self.rec.start;
-                let (mut id, mut lc) = (self.rec.pb_prev.id, self.rec.pb_prev.lc);
-                record::put_pb_scalars(self, (&mut id, &mut lc), start, g.id, g.lc, g.sent);
-                (self.rec.pb_prev.id, self.rec.pb_prev.lc) = (id, lc);
+                self.put_status_scalars(posted, actual, extra, (g.id, g.lc, g.sent));
                 if !g.vc.is_empty() {
                     let mut prev = core::mem::take(&mut self.rec.pb_prev.vc);
                     record::put_pb_vector(self, &mut prev, &g.vc);
@@ -562,6 +585,23 @@ impl Writer<'_> {
                 }
             }
         }
+    }
+
+    /// `put_status_pb` of a piggyback without a vector clock: its id,
+    /// Lamport clock and send time.
+    #[inline(always)]
+    pub fn put_status_scalars(
+        &mut self,
+        posted: (i32, i32, Option<u64>),
+        actual: (i32, i32, u64),
+        extra: u64,
+        (id, lc, sent): (u64, u64, u64),
+    ) {
+        record::put_status(self, posted, actual, extra | record::ST_PIGGYBACK);
+        let start = self.rec.start;
+        let (mut prev_id, mut prev_lc) = (self.rec.pb_prev.id, self.rec.pb_prev.lc);
+        record::put_pb_scalars(self, (&mut prev_id, &mut prev_lc), start, id, lc, sent);
+        (self.rec.pb_prev.id, self.rec.pb_prev.lc) = (prev_id, prev_lc);
     }
 
     /// Takes the id of the operation this record creates.
