@@ -36,6 +36,13 @@ pub fn state() -> State {
 
 pub fn set_state(s: State) {
     STATE.store(s as u8, Ordering::Release);
+    let main = MAIN_TP.load(Ordering::Relaxed);
+    let active = if s == State::Active && main != 0 {
+        main
+    } else {
+        NO_THREAD
+    };
+    MAIN_TP_ACTIVE.store(active, Ordering::Release);
 }
 
 /// Everything a thread needs on the hot path, in one thread-local: its
@@ -72,6 +79,12 @@ static MAIN: MainThread = MainThread(Local {
 
 /// The main thread's thread pointer once it initialised MPI (0: no fast path).
 static MAIN_TP: AtomicUsize = AtomicUsize::new(0);
+/// `MAIN_TP` while tracing is active, else `NO_THREAD`: the main thread's
+/// calls test the state and the thread in one comparison.
+static MAIN_TP_ACTIVE: AtomicUsize = AtomicUsize::new(NO_THREAD);
+/// No thread's pointer (nor 0, which `thread_pointer` gives where it
+/// cannot tell).
+const NO_THREAD: usize = usize::MAX;
 
 /// The calling thread's thread pointer: distinct for every live thread, and
 /// one instruction to read (0 where not known how).
@@ -136,6 +149,9 @@ pub struct Guard {
 impl Guard {
     #[inline(always)]
     pub fn acquire() -> Option<Guard> {
+        if thread_pointer() == MAIN_TP_ACTIVE.load(Ordering::Relaxed) {
+            return Self::enter(&MAIN.0);
+        }
         if STATE.load(Ordering::Relaxed) != State::Active as u8 {
             return None;
         }
