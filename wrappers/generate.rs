@@ -1164,19 +1164,21 @@ fn wrapper(o: &mut String, e: &Entry) -> Result<(), String> {
         "/// Generated from wrappers/mpi.wrap line {} (kind `{}`): the outer level\n\
          /// (`crate::next`), another tool's `{n}` when one follows pmtrace's.\n\
          pub unsafe extern \"C\" fn {n}({ps}) -> {ret} {{\n    \
-         static TOOL: AtomicUsize = AtomicUsize::new(0);\n    \
-         if TOOL.load(core::sync::atomic::Ordering::Relaxed) == crate::next::NONE {{\n        \
+         if TOOL_{upper}.load(core::sync::atomic::Ordering::Relaxed) == crate::next::NONE {{\n        \
          // SAFETY: the caller's arguments, passed on.\n        \
          return unsafe {{ P{n}({args}) }};\n    \
          }}\n    \
          // SAFETY: as above.\n    \
-         unsafe {{ next_{n}(&TOOL, {args}) }}\n}}\n\n\
+         unsafe {{ next_{n}({args}) }}\n}}\n\n\
+         /// The tool that follows pmtrace's {n} (see `crate::next`).\n\
+         static TOOL_{upper}: AtomicUsize = AtomicUsize::new(0);\n\n\
          /// {n} when another tool may follow: found out once, then taken\n\
-         /// only when one does.\n\
+         /// only when one does. (Of the same prototype as {n}, so that\n\
+         /// both ways out of it can be jumps.)\n\
          #[cold]\n\
          #[inline(never)]\n\
-         unsafe fn next_{n}(at: &AtomicUsize, {ps}) -> {ret} {{\n    \
-         if let Some(f) = crate::next::tool(at, c\"{n}\", c\"P{n}\", {needs_inner}) {{\n        \
+         unsafe {abi}fn next_{n}({ps}) -> {ret} {{\n    \
+         if let Some(f) = crate::next::tool(&TOOL_{upper}, c\"{n}\", c\"P{n}\", {needs_inner}) {{\n        \
          // SAFETY: the other tool's {n}, of the prototype mpi.h declares.\n        \
          let next = unsafe {{ core::mem::transmute::<usize, unsafe extern \"C\" fn({types}) -> {ret}>(f) }};",
         e.line,
@@ -1185,6 +1187,11 @@ fn wrapper(o: &mut String, e: &Entry) -> Result<(), String> {
         ps = ps.join(", "),
         types = types.join(", "),
         needs_inner = !outer_records,
+        upper = e.name.to_ascii_uppercase(),
+        // All in registers: a jump to the C function. (With arguments on
+        // the stack the compiler copies them and calls, whatever the ABI;
+        // the Rust one then costs least.)
+        abi = if e.params.len() <= 6 { "extern \"C\" " } else { "" },
     )
     .unwrap();
     if outer_records {
