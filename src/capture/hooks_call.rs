@@ -43,6 +43,13 @@ impl<'g> Call<'g> {
         }
     }
 
+    /// The guard, function, times and return code, apart (for a general
+    /// path to make its own `Call` of).
+    #[inline(always)]
+    pub fn parts(&self) -> (&'g Guard, u32, u64, u64, c_int) {
+        (self.guard, self.func, self.t0, self.t1, self.rc)
+    }
+
     #[inline(always)]
     pub fn rec(&self) -> &mut Recorder {
         self.guard.recorder()

@@ -5,6 +5,7 @@
 //! record what came of it.
 
 use crate::ffi::{self, MPI_Comm, MPI_Datatype, MPI_Message, MPI_Request, MPI_Status};
+use crate::guard::Guard;
 use crate::hooks_call::{actual, comm_info, guarded, register, register_kept, Call};
 use crate::live;
 use crate::piggyback::{self, Got};
@@ -189,15 +190,34 @@ pub fn issue(
             }
         }
     }
-    issue_full(
-        call, count, datatype, peer, tag, comm, request, issued, persistent, pb,
-    );
+    // Made here, on the general path only: nothing of it is stored on the
+    // fast path for this call's sake.
+    let (guard, func, t0, t1, rc) = call.parts();
+    issue_full(IssueArgs {
+        guard,
+        func,
+        t0,
+        t1,
+        rc,
+        count,
+        datatype,
+        peer,
+        tag,
+        comm,
+        request,
+        issued,
+        persistent,
+        pb,
+    });
 }
 
-#[allow(clippy::too_many_arguments)]
-#[inline(never)]
-fn issue_full(
-    call: Call,
+/// `issue`'s call and arguments, for its general path.
+struct IssueArgs<'g> {
+    guard: &'g Guard,
+    func: u32,
+    t0: u64,
+    t1: u64,
+    rc: c_int,
     count: i64,
     datatype: MPI_Datatype,
     peer: c_int,
@@ -207,7 +227,27 @@ fn issue_full(
     issued: Issued,
     persistent: bool,
     pb: usize,
-) {
+}
+
+#[inline(never)]
+fn issue_full(a: IssueArgs) {
+    let IssueArgs {
+        guard,
+        func,
+        t0,
+        t1,
+        rc,
+        count,
+        datatype,
+        peer,
+        tag,
+        comm,
+        request,
+        issued,
+        persistent,
+        pb,
+    } = a;
+    let call = Call::new(guard, func, t0, t1, rc);
     guarded(|| {
         let info = comm_info(&call, comm);
         let bytes = call.bytes(count, datatype);

@@ -17,7 +17,7 @@ use crate::piggyback_deliver::{completed_ok, unpack, Landing, Rx};
 use crate::piggyback_header::header_len;
 use crate::piggyback_lamport::{mode, receive_lamport, Mode};
 use crate::piggyback_routes::{copy_bytes, Route, COPY_MAX};
-use crate::recorder::{fixed_head, Got};
+use crate::recorder::fixed_head;
 use core::ffi::{c_int, c_void};
 use pmtrace_format::pending::PendingRecv;
 
@@ -130,7 +130,15 @@ pub fn recv_fast_end(
             return;
         }
     }
+    // Made here, in the unusual case only: nothing of it is stored on the
+    // way above.
     let args = RecvArgs {
+        func,
+        rc,
+        t0,
+        t1,
+        area: f.buf,
+        posted: f.posted,
         buf,
         count,
         datatype,
@@ -139,12 +147,19 @@ pub fn recv_fast_end(
         comm,
         status,
     };
-    recv_fast_general(guard, f, (func, rc, t0, t1), args);
+    recv_fast_general(guard, args);
 }
 
-/// A receive's own arguments, for the unusual cases.
+/// A fast receive's call, for the unusual cases: its function, outcome
+/// and times, its staging area and posted bytes, and its own arguments.
 #[derive(Clone, Copy)]
 struct RecvArgs {
+    func: u32,
+    rc: c_int,
+    t0: u64,
+    t1: u64,
+    area: *mut c_void,
+    posted: u64,
     buf: *mut c_void,
     count: i64,
     datatype: MPI_Datatype,
@@ -155,37 +170,25 @@ struct RecvArgs {
 }
 
 /// `recv_fast_end` for the unusual: `In::finish` and `recv` as the general
-/// path runs them.
+/// path runs them, the record through `recv`, the general hook.
 #[cold]
 #[inline(never)]
-fn recv_fast_general(guard: &Guard, f: FastRecv, call: (u32, c_int, u64, u64), a: RecvArgs) {
-    let got = if completed_ok(call.1, a.status) {
+fn recv_fast_general(guard: &Guard, a: RecvArgs) {
+    let got = if completed_ok(a.rc, a.status) {
         let land = Landing {
             route: Route::Staged,
-            area: f.buf as *mut u8,
+            area: a.area as *mut u8,
             user: a.buf,
             count: a.count,
             datatype: a.datatype,
-            posted: f.posted,
+            posted: a.posted,
             dense: true,
         };
         unpack(&land, a.status, Rx::new(a.src, a.comm), None, false)
     } else {
         None
     };
-    recv_fast_record(guard, call, a, got);
-}
-
-/// The receive's record through `recv`, the general hook.
-#[cold]
-#[inline(never)]
-fn recv_fast_record(
-    guard: &Guard,
-    (func, rc, t0, t1): (u32, c_int, u64, u64),
-    a: RecvArgs,
-    got: Option<Got>,
-) {
-    let call = Call::new(guard, func, t0, t1, rc);
+    let call = Call::new(guard, a.func, a.t0, a.t1, a.rc);
     let RecvArgs {
         count,
         datatype,
