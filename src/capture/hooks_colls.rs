@@ -5,6 +5,7 @@
 
 use crate::comms::CommInfo;
 use crate::ffi::{self, MPI_Comm, MPI_Datatype, MPI_Request, TypeSizes};
+use crate::guard::Guard;
 use crate::hooks_call::{comm_info, guarded, register, Call};
 use crate::recorder::{fixed_head, Writer};
 use crate::requests::OpKind;
@@ -469,12 +470,35 @@ pub fn coll(call: Call, shape: Shape, args: impl Fn() -> CollArgs) {
             }
         }
     }
-    coll_full(call, shape, &args());
+    // Made here, on the general path only: nothing of the call is stored
+    // on the fast path for its sake.
+    let (guard, func, t0, t1, rc) = call.parts();
+    coll_full(CollFull {
+        guard,
+        func,
+        t0,
+        t1,
+        rc,
+        shape,
+        args: args(),
+    });
+}
+
+/// `coll`'s call and arguments, for its general path.
+struct CollFull<'g> {
+    guard: &'g Guard,
+    func: u32,
+    t0: u64,
+    t1: u64,
+    rc: c_int,
+    shape: Shape,
+    args: CollArgs,
 }
 
 #[inline(never)]
-fn coll_full(call: Call, shape: Shape, args: &CollArgs) {
-    guarded(|| record_coll(&call, shape, args, None))
+fn coll_full(a: CollFull) {
+    let call = Call::new(a.guard, a.func, a.t0, a.t1, a.rc);
+    guarded(|| record_coll(&call, a.shape, &a.args, None))
 }
 
 /// Shapes whose bytes depend on the communicator, count, datatype and

@@ -487,19 +487,54 @@ pub fn probe(
             }
         }
     }
-    probe_full(call, src, tag, comm, flag, message, status);
+    // Made here, on the general path only (as in `issue`).
+    let (guard, func, t0, t1, rc) = call.parts();
+    probe_full(ProbeArgs {
+        guard,
+        func,
+        t0,
+        t1,
+        rc,
+        src,
+        tag,
+        comm,
+        flag,
+        message,
+        status,
+    });
 }
 
-#[inline(never)]
-fn probe_full(
-    call: Call,
+/// `probe`'s call and arguments, for its general path.
+struct ProbeArgs<'g> {
+    guard: &'g Guard,
+    func: u32,
+    t0: u64,
+    t1: u64,
+    rc: c_int,
     src: c_int,
     tag: c_int,
     comm: MPI_Comm,
     flag: *mut c_int,
     message: *mut MPI_Message,
     status: *mut MPI_Status,
-) {
+}
+
+#[inline(never)]
+fn probe_full(a: ProbeArgs) {
+    let ProbeArgs {
+        guard,
+        func,
+        t0,
+        t1,
+        rc,
+        src,
+        tag,
+        comm,
+        flag,
+        message,
+        status,
+    } = a;
+    let call = Call::new(guard, func, t0, t1, rc);
     guarded(|| {
         let info = comm_info(&call, comm);
         // SAFETY: MPI set *flag for this call when a flag was passed.
