@@ -587,7 +587,7 @@ impl KeptPlace {
     pub fn get(&mut self) -> &'static Kept {
         match self.0 {
             Some(k) => k,
-            None => *self.0.insert(Kept::own()),
+            None => self.0.insert(Kept::own()),
         }
     }
 
