@@ -12,7 +12,9 @@
 //!   (`large_headers`, through `header_rings` on one node);
 //! - `piggyback_replace`: `MPI_Sendrecv_replace`;
 //! - `piggyback_slots`: the state a nonblocking or persistent request
-//!   keeps until it completes.
+//!   keeps until it completes;
+//! - `piggyback_ring`: where a small nonblocking send's header and data
+//!   wait instead (a thread's ring of areas).
 
 pub use crate::piggyback_deliver::{fix_probe_status, In, Rx};
 pub use crate::piggyback_header::{header_len, record_room, Got};
