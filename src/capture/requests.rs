@@ -484,7 +484,8 @@ impl Kept {
     /// the place is taken (the caller enters it in the table). Owner only.
     #[inline(always)]
     pub fn put(&self, key: u64, op: &Op) -> bool {
-        if self.state.load(Relaxed) != EMPTY {
+        // Acquire: whoever emptied the place has read it.
+        if self.state.load(Acquire) != EMPTY {
             return false;
         }
         let (peer, tag, posted) = match op.kind {
@@ -524,12 +525,21 @@ impl Kept {
         self.claim(key)
     }
 
-    /// The kept operation behind `key`, out of this place, whatever its slot.
+    /// The kept operation behind `key`, out of this place, whatever its
+    /// slot. Another thread's claim lasts a few instructions: it is waited
+    /// out, so that a claim for another handle never hides this one.
     fn take_key(&self, key: u64) -> Option<Op> {
-        if self.state.load(Relaxed) != FULL {
-            return None;
+        loop {
+            match self.state.load(Acquire) {
+                TAKING => core::hint::spin_loop(),
+                FULL if self.key.load(Relaxed) == key => {
+                    if let Some(op) = self.claim(key) {
+                        return Some(op);
+                    }
+                }
+                _ => return None,
+            }
         }
-        self.claim(key)
     }
 
     #[inline(always)]
