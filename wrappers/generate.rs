@@ -1352,26 +1352,41 @@ fn inner_level(
         )
         .unwrap();
     }
+    let n = &e.name;
+    let ps = ps.join(", ");
+    // Two copies of the body: one for the main thread's lane, where the
+    // thread's state is at a fixed address and the lane's tests are known
+    // to pass (see `lane`), and one, out of line, for any thread.
     writeln!(
         o,
-        "pub unsafe extern \"C\" fn P{}({}) -> {ret} {{",
-        e.name,
-        ps.join(", ")
+        "pub unsafe extern \"C\" fn P{n}({ps}) -> {ret} {{\n    \
+         if let Some(guard) = Guard::in_lane() {{\n        \
+         // SAFETY: the caller's arguments, passed on.\n        \
+         return unsafe {{ traced_P{n}(guard, {args}) }};\n    \
+         }}\n    \
+         let Some(guard) = Guard::acquire() else {{\n        \
+         // SAFETY: the caller's arguments, passed through unchanged.\n        \
+         return unsafe {{ pass::P{n}({args}) }};\n    \
+         }};\n    \
+         // SAFETY: the caller's arguments, passed on.\n    \
+         unsafe {{ traced_any_P{n}(guard, {args}) }}\n\
+         }}\n\n\
+         /// P{n} traced on any thread.\n\
+         #[inline(never)]\n\
+         unsafe fn traced_any_P{n}(guard: Guard, {ps}) -> {ret} {{\n    \
+         // SAFETY: the caller's arguments, passed on.\n    \
+         unsafe {{ traced_P{n}(guard, {args}) }}\n\
+         }}\n\n\
+         /// P{n} traced under `guard`.\n\
+         #[inline(always)]\n\
+         unsafe fn traced_P{n}(guard: Guard, {ps}) -> {ret} {{"
     )
     .unwrap();
-    writeln!(o, "    let Some(guard) = Guard::acquire() else {{").unwrap();
-    writeln!(
-        o,
-        "        // SAFETY: the caller's arguments, passed through unchanged."
-    )
-    .unwrap();
-    writeln!(o, "        return unsafe {{ pass::P{}({args}) }};", e.name).unwrap();
-    writeln!(o, "    }};").unwrap();
     narrow_handles(o, e, "    ");
     for l in prep {
         writeln!(o, "    {l}").unwrap();
     }
-    writeln!(o, "    let t0 = clock::now();").unwrap();
+    writeln!(o, "    let t0 = guard.now();").unwrap();
     writeln!(o, "    {}", live_enter(e, false)?).unwrap();
     if let Some((first, second, var)) = &around.fast {
         let fast_args = real_args.replace(&format!("{var}."), "pb_fast.");
@@ -1387,7 +1402,7 @@ fn inner_level(
             e.name
         )
         .unwrap();
-        writeln!(o, "        let t1 = clock::now();").unwrap();
+        writeln!(o, "        let t1 = guard.now();").unwrap();
         writeln!(o, "        {}", live_leave(e)).unwrap();
         writeln!(o, "        {second};").unwrap();
         writeln!(o, "        return rc;").unwrap();
@@ -1412,7 +1427,7 @@ fn inner_level(
         .as_ref()
         .map_or_else(|| direct.clone(), |c| c.replace("{REAL}", &direct));
     writeln!(o, "    let rc = unsafe {{ {real_call} }};").unwrap();
-    writeln!(o, "    let t1 = clock::now();").unwrap();
+    writeln!(o, "    let t1 = guard.now();").unwrap();
     // Out of the call at once, before what the piggyback unpacks: the
     // slot's address is at hand, and nothing made since need move.
     writeln!(o, "    {}", live_leave(e)).unwrap();

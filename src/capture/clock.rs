@@ -65,6 +65,18 @@ fn scaled(ticks: u64) -> u64 {
     NS_BASE.load(Relaxed) + ((u128::from(dt) * u128::from(MULT.load(Relaxed))) >> 32) as u64
 }
 
+/// The timer when it is known to be the bare TSC (the main thread's
+/// lane, `lane::TIMER`).
+#[inline(always)]
+pub fn now_tsc() -> u64 {
+    scaled(tsc())
+}
+
+/// Closes the main thread's lane unless the timer is the bare TSC.
+fn timer_changed() {
+    crate::lane::close(crate::lane::TIMER, TIMER.load(Relaxed) != TSC);
+}
+
 #[cold]
 #[inline(never)]
 fn now_other(timer: u8) -> u64 {
@@ -86,6 +98,7 @@ static SIM: OnceLock<ClockSim> = OnceLock::new();
 pub fn simulate(sim: ClockSim) {
     if SIM.set(sim).is_ok() && !sim.is_identity() {
         TIMER.fetch_or(SIMULATED, Relaxed);
+        timer_changed();
     }
 }
 
@@ -159,6 +172,7 @@ pub fn start_tsc(first: Pair) -> f64 {
     MULT.store(mult, Relaxed);
     TSC_HZ_BITS.store(hz.to_bits(), Relaxed);
     TIMER.fetch_or(TSC, Relaxed);
+    timer_changed();
     hz
 }
 

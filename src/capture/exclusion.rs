@@ -29,6 +29,7 @@ pub fn exclude(ids: &[u32]) {
     let _ = LEFT_OUT.set((0..n).map(|_| Default::default()).collect());
     if !ids.is_empty() {
         ANY.store(true, Relaxed);
+        crate::lane::close(crate::lane::LEAVE_OUT, true);
     }
 }
 
@@ -48,6 +49,7 @@ pub fn pause(on: bool) {
     PAUSED.store(on, Relaxed);
     let excluded = EXCLUDED.get().is_some_and(|set| set.contains(&true));
     ANY.store(on || excluded, Relaxed);
+    crate::lane::close(crate::lane::LEAVE_OUT, on || excluded);
 }
 
 /// Calls left out while paused, by function name.

@@ -5,6 +5,7 @@
 //! after `MPI_Finalize`, or disabled by an error), or this thread is already
 //! inside a wrapper (the tool's own MPI calls, or MPI calling itself).
 
+use crate::lane;
 use crate::recorder::Recorder;
 use crate::thread::Thread;
 use core::cell::{Cell, UnsafeCell};
@@ -36,13 +37,7 @@ pub fn state() -> State {
 
 pub fn set_state(s: State) {
     STATE.store(s as u8, Ordering::Release);
-    let main = MAIN_TP.load(Ordering::Relaxed);
-    let active = if s == State::Active && main != 0 {
-        main
-    } else {
-        NO_THREAD
-    };
-    MAIN_TP_ACTIVE.store(active, Ordering::Release);
+    lane::close(lane::INACTIVE, s != State::Active);
 }
 
 /// Everything a thread needs on the hot path, in one thread-local: its
@@ -79,12 +74,6 @@ static MAIN: MainThread = MainThread(Local {
 
 /// The main thread's thread pointer once it initialised MPI (0: no fast path).
 static MAIN_TP: AtomicUsize = AtomicUsize::new(0);
-/// `MAIN_TP` while tracing is active, else `NO_THREAD`: the main thread's
-/// calls test the state and the thread in one comparison.
-static MAIN_TP_ACTIVE: AtomicUsize = AtomicUsize::new(NO_THREAD);
-/// No thread's pointer (nor 0, which `thread_pointer` gives where it
-/// cannot tell).
-const NO_THREAD: usize = usize::MAX;
 
 /// The calling thread's thread pointer: distinct for every live thread, and
 /// one instruction to read (0 where not known how).
@@ -130,6 +119,7 @@ pub fn init_thread() {
     let main = unsafe { libc::gettid() == libc::getpid() };
     if tp != 0 && main && state() == State::Uninit {
         MAIN_TP.store(tp, Ordering::Relaxed);
+        lane::open_to(tp);
     }
 }
 
@@ -143,15 +133,34 @@ pub fn adopt(thread: Thread) {
 
 pub struct Guard {
     thread: *const Local,
+    /// Taken in the main thread's lane (see `lane`): the timer is the TSC,
+    /// no orphan waits and no call is left out. Constant where a wrapper's
+    /// body is inlined for the lane.
+    lane: bool,
     _not_send: PhantomData<*const ()>,
 }
 
 impl Guard {
+    /// The main thread's guard when the lane admits it (see `lane`), for
+    /// the wrapper's copy of its body in which the thread's state is at a
+    /// fixed address and the lane's tests are known to pass.
+    #[inline(always)]
+    pub fn in_lane() -> Option<Guard> {
+        if !lane::admits(thread_pointer()) || MAIN.0.busy.get() {
+            return None;
+        }
+        MAIN.0.busy.set(true);
+        Some(Guard {
+            thread: &MAIN.0,
+            lane: true,
+            _not_send: PhantomData,
+        })
+    }
+
+    /// Any thread's guard, the main thread's included (when its lane is
+    /// closed, or it is busy), or `None`: pass the call through.
     #[inline(always)]
     pub fn acquire() -> Option<Guard> {
-        if thread_pointer() == MAIN_TP_ACTIVE.load(Ordering::Relaxed) {
-            return Self::enter(&MAIN.0);
-        }
         if STATE.load(Ordering::Relaxed) != State::Active as u8 {
             return None;
         }
@@ -179,6 +188,7 @@ impl Guard {
         t.busy.set(true);
         Some(Guard {
             thread: t as *const Local,
+            lane: false,
             _not_send: PhantomData,
         })
     }
@@ -194,11 +204,60 @@ impl Guard {
         }
     }
 
+    /// The guard's thread and lane, for the hooks (see `Held`).
+    #[inline(always)]
+    pub fn held(&self) -> Held<'_> {
+        Held {
+            thread: self.thread,
+            lane: self.lane,
+            _guard: PhantomData,
+        }
+    }
+
+    /// This thread's recorder and state (see `Held::thread`).
+    #[inline(always)]
+    #[allow(clippy::mut_from_ref)]
+    pub fn thread(&self) -> &mut Thread {
+        self.held().thread()
+    }
+
+    /// This thread's recorder (see `Held::thread`).
+    #[inline(always)]
+    #[allow(clippy::mut_from_ref)]
+    pub fn recorder(&self) -> &mut Recorder {
+        self.held().recorder()
+    }
+
+    /// The trace timer (see `Held::now`).
+    #[inline(always)]
+    pub fn now(&self) -> u64 {
+        self.held().now()
+    }
+}
+
+/// What a guard holds, copied for the hooks: passed by value, so that the
+/// guard itself never leaves its wrapper's frame and, in the lane's copy
+/// of a wrapper, its fields stay constants.
+#[derive(Clone, Copy)]
+pub struct Held<'g> {
+    thread: *const Local,
+    lane: bool,
+    _guard: PhantomData<&'g Guard>,
+}
+
+impl<'g> From<&'g Guard> for Held<'g> {
+    #[inline(always)]
+    fn from(g: &'g Guard) -> Held<'g> {
+        g.held()
+    }
+}
+
+impl<'g> Held<'g> {
     /// This thread's recorder and state. Exclusive: the guard is held by
     /// at most one frame per thread.
     #[inline(always)]
     #[allow(clippy::mut_from_ref)]
-    pub fn thread(&self) -> &mut Thread {
+    pub fn thread(&self) -> &'g mut Thread {
         // SAFETY: `thread` points at this thread's Local, alive while the
         // guard (which is !Send) lives; `busy` ensures a single guard per
         // thread, so no other reference to the thread's state exists.
@@ -208,8 +267,25 @@ impl Guard {
     /// This thread's recorder (see `thread`).
     #[inline(always)]
     #[allow(clippy::mut_from_ref)]
-    pub fn recorder(&self) -> &mut Recorder {
+    pub fn recorder(&self) -> &'g mut Recorder {
         &mut self.thread().recorder
+    }
+
+    /// Whether the guard was taken in the main thread's lane.
+    #[inline(always)]
+    pub fn lane(&self) -> bool {
+        self.lane
+    }
+
+    /// The trace timer (`clock::now`), with no test of the timer's mode
+    /// in the lane.
+    #[inline(always)]
+    pub fn now(&self) -> u64 {
+        if self.lane {
+            crate::clock::now_tsc()
+        } else {
+            crate::clock::now()
+        }
     }
 }
 
@@ -218,7 +294,7 @@ impl Drop for Guard {
     fn drop(&mut self) {
         // Freed requests still in flight are completed at the end of traced
         // calls (see `orphans`), under this guard.
-        if crate::orphans::wanted() {
+        if !self.lane && crate::orphans::wanted() {
             crate::orphans::poll();
         }
         // SAFETY: as in `thread`.

@@ -13,7 +13,7 @@
 
 use crate::comms::{self, CommInfo};
 use crate::ffi::{self, MPI_Comm, MPI_Datatype, MPI_Request, MPI_Status};
-use crate::guard::Guard;
+use crate::guard::Held;
 use crate::piggyback;
 use crate::recorder::{Recorder, Writer};
 use crate::requests::{key, KeptPlace, Op, OpKind, REQUESTS};
@@ -24,7 +24,7 @@ use pmtrace_format::varint::Sink;
 
 /// One traced call: its id, times and return code.
 pub struct Call<'g> {
-    guard: &'g Guard,
+    guard: Held<'g>,
     pub func: u32,
     pub t0: u64,
     pub t1: u64,
@@ -33,9 +33,9 @@ pub struct Call<'g> {
 
 impl<'g> Call<'g> {
     #[inline(always)]
-    pub fn new(guard: &'g Guard, func: u32, t0: u64, t1: u64, rc: c_int) -> Self {
+    pub fn new(guard: impl Into<Held<'g>>, func: u32, t0: u64, t1: u64, rc: c_int) -> Self {
         Call {
-            guard,
+            guard: guard.into(),
             func,
             t0,
             t1,
@@ -46,7 +46,7 @@ impl<'g> Call<'g> {
     /// The guard, function, times and return code, apart (for a general
     /// path to make its own `Call` of).
     #[inline(always)]
-    pub fn parts(&self) -> (&'g Guard, u32, u64, u64, c_int) {
+    pub fn parts(&self) -> (Held<'g>, u32, u64, u64, c_int) {
         (self.guard, self.func, self.t0, self.t1, self.rc)
     }
 
@@ -69,7 +69,20 @@ impl<'g> Call<'g> {
     /// Whether this call is left out of the trace (see `exclusion`).
     #[inline(always)]
     pub fn leave_out(&self) -> bool {
-        crate::exclusion::leave_out(self.func)
+        !self.guard.lane() && crate::exclusion::leave_out(self.func)
+    }
+
+    /// Whether the call is in the main thread's lane (see `lane`).
+    #[inline(always)]
+    pub fn lane(&self) -> bool {
+        self.guard.lane()
+    }
+
+    /// Whether some calls may be left out now (`exclusion::any`); never
+    /// in the main thread's lane.
+    #[inline(always)]
+    pub fn may_leave_out(&self) -> bool {
+        !self.guard.lane() && crate::exclusion::any()
     }
 
     /// Bytes in `count` elements of `datatype`; 0 for a failed call,

@@ -5,7 +5,7 @@
 
 use crate::comms::CommInfo;
 use crate::ffi::{self, MPI_Comm, MPI_Datatype, MPI_Request, TypeSizes};
-use crate::guard::Guard;
+use crate::guard::Held;
 use crate::hooks_call::{comm_info, guarded, register, Call};
 use crate::recorder::{fixed_head, Writer};
 use crate::requests::OpKind;
@@ -463,7 +463,11 @@ pub fn coll(call: Call, shape: Shape, args: impl Fn() -> CollArgs) {
             let info = m.info;
             let head = fixed_head(call.func);
             let payload = (m.bytes, m.len);
-            if let Some(mut w) = thread.recorder.fixed_call(head, call.t0, call.t1, payload) {
+            if let Some(mut w) =
+                thread
+                    .recorder
+                    .fixed_call(head, (call.t0, call.t1), payload, call.lane())
+            {
                 w.put_coll_seq(info.index, next_seq(info));
                 w.commit();
                 return;
@@ -486,7 +490,7 @@ pub fn coll(call: Call, shape: Shape, args: impl Fn() -> CollArgs) {
 
 /// `coll`'s call and arguments, for its general path.
 struct CollFull<'g> {
-    guard: &'g Guard,
+    guard: Held<'g>,
     func: u32,
     t0: u64,
     t1: u64,

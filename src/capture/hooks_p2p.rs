@@ -5,7 +5,7 @@
 //! record what came of it.
 
 use crate::ffi::{self, MPI_Comm, MPI_Datatype, MPI_Message, MPI_Request, MPI_Status};
-use crate::guard::Guard;
+use crate::guard::Held;
 use crate::hooks_call::{actual, comm_info, guarded, register, register_kept, Call};
 use crate::live;
 use crate::piggyback::{self, Got};
@@ -94,7 +94,11 @@ pub fn send(
         if let Some(m) = memo_of(thread, count, datatype, peer, tag, comm) {
             let head = fixed_head(call.func);
             let payload = (m.payload, m.len);
-            if let Some(w) = thread.recorder.fixed_call(head, call.t0, call.t1, payload) {
+            if let Some(w) =
+                thread
+                    .recorder
+                    .fixed_call(head, (call.t0, call.t1), payload, call.lane())
+            {
                 live::sent(w.live(), m.bytes);
                 w.commit();
                 return;
@@ -167,7 +171,11 @@ pub fn issue(
         if let Some(m) = memo_of(thread, count, datatype, peer, tag, comm) {
             let head = fixed_head(call.func);
             let payload = (m.payload, m.len);
-            if let Some(mut w) = thread.recorder.fixed_call(head, call.t0, call.t1, payload) {
+            if let Some(mut w) =
+                thread
+                    .recorder
+                    .fixed_call(head, (call.t0, call.t1), payload, call.lane())
+            {
                 let id = w.take_op();
                 let recv = matches!(issued, Issued::Recv);
                 let kind = if recv {
@@ -213,7 +221,7 @@ pub fn issue(
 
 /// `issue`'s call and arguments, for its general path.
 struct IssueArgs<'g> {
-    guard: &'g Guard,
+    guard: Held<'g>,
     func: u32,
     t0: u64,
     t1: u64,
@@ -472,7 +480,7 @@ pub fn probe(
     status: *mut MPI_Status,
 ) {
     // SAFETY: MPI set *flag for this call when it succeeded.
-    if call.ok() && !flag.is_null() && unsafe { *flag } == 0 && !crate::exclusion::any() {
+    if call.ok() && !flag.is_null() && unsafe { *flag } == 0 && !call.may_leave_out() {
         let thread = call.thread();
         let miss = thread.state.probe_miss;
         if miss.comm == ffi::handle_key(comm)
@@ -481,7 +489,11 @@ pub fn probe(
         {
             let head = fixed_head(call.func);
             let payload = (miss.bytes, miss.len);
-            if let Some(w) = thread.recorder.fixed_call(head, call.t0, call.t1, payload) {
+            if let Some(w) =
+                thread
+                    .recorder
+                    .fixed_call(head, (call.t0, call.t1), payload, call.lane())
+            {
                 w.commit();
                 return;
             }
@@ -506,7 +518,7 @@ pub fn probe(
 
 /// `probe`'s call and arguments, for its general path.
 struct ProbeArgs<'g> {
-    guard: &'g Guard,
+    guard: Held<'g>,
     func: u32,
     t0: u64,
     t1: u64,

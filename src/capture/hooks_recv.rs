@@ -9,7 +9,7 @@
 
 use crate::comms;
 use crate::ffi::{self, MPI_Comm, MPI_Datatype, MPI_Status};
-use crate::guard::Guard;
+use crate::guard::{Guard, Held};
 use crate::hooks_call::{actual, Call};
 use crate::hooks_p2p;
 use crate::large_headers;
@@ -109,7 +109,11 @@ pub fn recv_fast_end(
             if let Some(m) = hooks_p2p::memo_of(thread, count, datatype, src, tag, comm) {
                 let head = fixed_head(func);
                 let payload = (m.payload, m.len);
-                if let Some(mut w) = thread.recorder.fixed_call_pb(head, t0, t1, payload) {
+                if let Some(mut w) =
+                    thread
+                        .recorder
+                        .fixed_call_pb(head, (t0, t1), payload, guard.held().lane())
+                {
                     let posted = (src, tag, Some(f.posted));
                     w.put_status_scalars(posted, actual, 0, (id, lc, sent));
                     w.commit();
@@ -147,7 +151,7 @@ pub fn recv_fast_end(
         comm,
         status,
     };
-    recv_fast_general(guard, args);
+    recv_fast_general(guard.held(), args);
 }
 
 /// A fast receive's call, for the unusual cases: its function, outcome
@@ -173,7 +177,7 @@ struct RecvArgs {
 /// path runs them, the record through `recv`, the general hook.
 #[cold]
 #[inline(never)]
-fn recv_fast_general(guard: &Guard, a: RecvArgs) {
+fn recv_fast_general(guard: Held, a: RecvArgs) {
     let got = if completed_ok(a.rc, a.status) {
         let land = Landing {
             route: Route::Staged,

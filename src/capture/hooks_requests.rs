@@ -242,7 +242,12 @@ fn fixed_send_completion(call: &Call, id: u64) -> bool {
         return false;
     }
     let payload = 1 | op_ref << 8 | ST_NONE << 16;
-    match rec.fixed_call(fixed_head(call.func), call.t0, call.t1, (payload, 3)) {
+    match rec.fixed_call(
+        fixed_head(call.func),
+        (call.t0, call.t1),
+        (payload, 3),
+        call.lane(),
+    ) {
         Some(w) => {
             w.commit();
             true

@@ -48,6 +48,7 @@ mod hooks_comms;
 mod hooks_p2p;
 mod hooks_recv;
 mod hooks_requests;
+mod lane;
 mod large_headers;
 mod library;
 mod lifecycle;

@@ -63,6 +63,12 @@ pub fn wanted() -> bool {
     WANTED.load(Relaxed)
 }
 
+/// Sets `WANTED`, and the main thread's lane's reason with it.
+fn set_wanted(on: bool) {
+    WANTED.store(on, Relaxed);
+    crate::lane::close(crate::lane::ORPHANS, on);
+}
+
 /// `MPI_Request_free`, keeping an operation in flight that has a slot.
 ///
 /// # Safety
@@ -97,7 +103,7 @@ pub unsafe fn free(request: *mut MPI_Request) -> c_int {
             if urgent {
                 URGENT.fetch_add(1, Relaxed);
             }
-            WANTED.store(URGENT.load(Relaxed) > 0 || o.len() >= BATCH, Relaxed);
+            set_wanted(URGENT.load(Relaxed) > 0 || o.len() >= BATCH);
             // SAFETY: as above; MPI would have set it to null.
             unsafe { *request = ffi::RSMPI_REQUEST_NULL };
             return 0;
@@ -117,7 +123,7 @@ pub fn poll() {
         return;
     };
     test(&mut o);
-    WANTED.store(URGENT.load(Relaxed) > 0 || o.len() >= BATCH, Relaxed);
+    set_wanted(URGENT.load(Relaxed) > 0 || o.len() >= BATCH);
 }
 
 /// At `MPI_Finalize`: completes what has finished and frees the rest as
@@ -130,7 +136,7 @@ pub fn finish() {
         unsafe { ffi::PMPI_Request_free(&mut orphan.handle) };
     }
     URGENT.store(0, Relaxed);
-    WANTED.store(false, Relaxed);
+    set_wanted(false);
 }
 
 fn test(o: &mut Vec<Orphan>) {

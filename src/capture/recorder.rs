@@ -57,6 +57,7 @@ const ATTENTION_WAIT: u8 = 1;
 
 pub fn stop_recording() {
     STOPPED.store(true, Relaxed);
+    crate::lane::close(crate::lane::STOPPED, true);
 }
 
 /// Events that could not be recorded (the trace file could not grow).
@@ -366,16 +367,18 @@ impl Recorder {
     /// (`fixed_head`). The writer returned may add up to 16 bytes more.
     /// `None`, with nothing written, when the record needs `begin_call`'s
     /// path: a buffer wait to write, too little room, recording stopped.
+    /// `lane`: the call is in the main thread's lane (see `lane`), so
+    /// recording is known not to be stopped.
     #[inline(always)]
     pub fn fixed_call(
         &mut self,
         head: (u64, usize),
-        t0: u64,
-        t1: u64,
+        (t0, t1): (u64, u64),
         payload: (u64, usize),
+        lane: bool,
     ) -> Option<Writer<'_>> {
         // (No `start`: a fixed record has no piggyback to code against it.)
-        self.fixed_begin::<false>(head, t0, t1, payload)
+        self.fixed_begin::<false>(head, t0, t1, payload, lane)
     }
 
     /// `fixed_call` for a record that goes on with a piggyback
@@ -384,11 +387,11 @@ impl Recorder {
     pub fn fixed_call_pb(
         &mut self,
         head: (u64, usize),
-        t0: u64,
-        t1: u64,
+        (t0, t1): (u64, u64),
         payload: (u64, usize),
+        lane: bool,
     ) -> Option<Writer<'_>> {
-        self.fixed_begin::<true>(head, t0, t1, payload)
+        self.fixed_begin::<true>(head, t0, t1, payload, lane)
     }
 
     #[inline(always)]
@@ -398,10 +401,11 @@ impl Recorder {
         t0: u64,
         t1: u64,
         (payload, len): (u64, usize),
+        lane: bool,
     ) -> Option<Writer<'_>> {
         if self.attention != 0
             || self.cap - self.pos < record::MAX_FIXED_RECORD
-            || STOPPED.load(Relaxed)
+            || (!lane && STOPPED.load(Relaxed))
         {
             return None;
         }
