@@ -459,11 +459,25 @@ pub fn status_or_local(
     local: &mut MaybeUninit<MPI_Status>,
 ) -> *mut MPI_Status {
     // SAFETY: reads a constant `bind` set.
-    if status.is_null() || status == unsafe { RSMPI_STATUS_IGNORE } {
+    let chosen = if status.is_null() || status == unsafe { RSMPI_STATUS_IGNORE } {
         local.as_mut_ptr()
     } else {
         status
+    };
+    opaque(chosen)
+}
+
+/// `p`, chosen once: the compiler may not recompute it at each use (it
+/// would otherwise redo a choice between a local's address and another
+/// pointer at every use, to save a register).
+#[inline(always)]
+pub fn opaque<T>(mut p: *mut T) -> *mut T {
+    #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+    // SAFETY: an empty instruction sequence: the value passes unchanged.
+    unsafe {
+        core::arch::asm!("/* {0} */", inout(reg) p, options(pure, nomem, nostack, preserves_flags));
     }
+    p
 }
 
 /// Reads `*request` (the caller's handle) before MPI overwrites it.
@@ -685,8 +699,8 @@ pub fn status_bytes(status: *const MPI_Status) -> u64 {
         #[cfg(mpi_impl = "mpich")]
         return mpich_count(&*status);
         #[cfg(mpi_impl = "abi")]
-        return match abi_status::layout() {
-            Some((lo, hi)) => split_count((*status).MPI_internal[lo], (*status).MPI_internal[hi]),
+        return match abi_status::words(status as *mut MPI_Status) {
+            Some((lo, hi)) => split_count(*lo, *hi),
             None => pmtrace_status_bytes(status).max(0) as u64,
         };
     }
@@ -707,10 +721,9 @@ pub fn set_status_bytes(status: *mut MPI_Status, n: u64) {
             (s.count_lo, s.count_hi_and_cancelled) = split_words(n, s.count_hi_and_cancelled);
         }
         #[cfg(mpi_impl = "abi")]
-        match abi_status::layout() {
+        match abi_status::words(status) {
             Some((lo, hi)) => {
-                let w = &mut (*status).MPI_internal;
-                (w[lo], w[hi]) = split_words(n, w[hi]);
+                (*lo, *hi) = split_words(n, *hi);
             }
             None => pmtrace_status_set_bytes(status, n as core::ffi::c_longlong),
         }
@@ -726,8 +739,8 @@ pub fn status_cancelled(status: *const MPI_Status) -> bool {
         #[cfg(mpi_impl = "mpich")]
         return (*status).count_hi_and_cancelled & 1 != 0;
         #[cfg(mpi_impl = "abi")]
-        return match abi_status::layout() {
-            Some((_, hi)) => (*status).MPI_internal[hi] & 1 != 0,
+        return match abi_status::words(status as *mut MPI_Status) {
+            Some((_, hi)) => *hi & 1 != 0,
             None => pmtrace_status_cancelled(status) != 0,
         };
     }
@@ -824,16 +837,39 @@ mod tests {
 pub mod abi_status {
     use super::*;
     use core::ffi::c_int;
-    use std::sync::atomic::{AtomicU32, Ordering};
 
-    /// lo | hi << 8 | FOUND, or 0.
-    static LAYOUT: AtomicU32 = AtomicU32::new(0);
-    const FOUND: u32 = 1 << 16;
+    /// Where the count's words sit: `found`, then the indices of the low
+    /// word and of the high word with the cancelled flag, each below 5.
+    #[derive(Clone, Copy)]
+    struct Layout {
+        found: bool,
+        lo: u8,
+        hi: u8,
+    }
 
+    /// Set by `learn` inside `MPI_Init`, before tracing starts, and read
+    /// only after (no test on the hot paths).
+    static mut LAYOUT: Layout = Layout {
+        found: false,
+        lo: 0,
+        hi: 0,
+    };
+
+    /// The count's low and high words of `status` in the learnt layout.
     #[inline(always)]
-    pub fn layout() -> Option<(usize, usize)> {
-        let l = LAYOUT.load(Ordering::Relaxed);
-        (l & FOUND != 0).then_some(((l & 0xff) as usize, ((l >> 8) & 0xff) as usize))
+    pub fn words(status: *mut MPI_Status) -> Option<(*mut c_int, *mut c_int)> {
+        // SAFETY: written once by `learn` before tracing starts (see
+        // `LAYOUT`); only read after.
+        let l = unsafe { LAYOUT };
+        if !l.found {
+            return None;
+        }
+        // SAFETY: `learn` keeps only indices below 5, the length of
+        // `MPI_internal`; `status` points at a status.
+        unsafe {
+            let w = core::ptr::addr_of_mut!((*status).MPI_internal) as *mut c_int;
+            Some((w.add(usize::from(l.lo)), w.add(usize::from(l.hi))))
+        }
     }
 
     /// The words of a status the library filled with `count` bytes and
@@ -853,8 +889,16 @@ pub mod abi_status {
 
     /// After `PMPI_Init`: learns the running library's layout.
     pub fn learn() {
-        if let Some((lo, hi)) = find_split_layout(filled) {
-            LAYOUT.store(lo as u32 | (hi as u32) << 8 | FOUND, Ordering::Relaxed);
+        if let Some((lo, hi)) = find_split_layout(filled).filter(|&(lo, hi)| lo < 5 && hi < 5) {
+            // SAFETY: inside MPI_Init, before tracing starts: no wrapper
+            // reads it yet (see `LAYOUT`).
+            unsafe {
+                LAYOUT = Layout {
+                    found: true,
+                    lo: lo as u8,
+                    hi: hi as u8,
+                }
+            };
         }
     }
 }
