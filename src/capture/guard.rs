@@ -43,13 +43,14 @@ pub fn set_state(s: State) {
 /// Everything a thread needs on the hot path, in one thread-local: its
 /// recorder and state, and whether a guard holds them.
 pub struct Local {
-    busy: Cell<bool>,
+    /// `lane::BUSY` while a guard holds the thread, else 0.
+    busy: Cell<usize>,
     thread: UnsafeCell<Thread>,
 }
 
 thread_local! {
     static THREAD: Local = const {
-        Local { busy: Cell::new(false), thread: UnsafeCell::new(Thread::new()) }
+        Local { busy: Cell::new(0), thread: UnsafeCell::new(Thread::new()) }
     };
 }
 
@@ -68,7 +69,7 @@ struct MainThread(Local);
 unsafe impl Sync for MainThread {}
 
 static MAIN: MainThread = MainThread(Local {
-    busy: Cell::new(false),
+    busy: Cell::new(0),
     thread: UnsafeCell::new(Thread::new()),
 });
 
@@ -146,10 +147,11 @@ impl Guard {
     /// fixed address and the lane's tests are known to pass.
     #[inline(always)]
     pub fn in_lane() -> Option<Guard> {
-        if !lane::admits(thread_pointer()) || MAIN.0.busy.get() {
+        // Busy or not in the lane, in one comparison (see `lane::BUSY`).
+        if !lane::admits(thread_pointer() | MAIN.0.busy.get()) {
             return None;
         }
-        MAIN.0.busy.set(true);
+        MAIN.0.busy.set(lane::BUSY);
         Some(Guard {
             thread: &MAIN.0,
             lane: true,
@@ -182,10 +184,10 @@ impl Guard {
 
     #[inline(always)]
     fn enter(t: &Local) -> Option<Guard> {
-        if t.busy.get() {
+        if t.busy.get() != 0 {
             return None;
         }
-        t.busy.set(true);
+        t.busy.set(lane::BUSY);
         Some(Guard {
             thread: t as *const Local,
             lane: false,
@@ -298,7 +300,7 @@ impl Drop for Guard {
             crate::orphans::poll();
         }
         // SAFETY: as in `thread`.
-        unsafe { (*self.thread).busy.set(false) };
+        unsafe { (*self.thread).busy.set(0) };
     }
 }
 

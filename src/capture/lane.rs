@@ -34,6 +34,12 @@ pub const ORPHANS: usize = 8;
 pub const LEAVE_OUT: usize = 16;
 /// Recording stopped (`recorder::stop_recording`).
 pub const STOPPED: usize = 32;
+/// A guard's mark on a thread that holds it (`guard::Local`): the high
+/// bits from 31 up, of which no user-space thread pointer has all, nor
+/// therefore the word. The main thread's pointer with its mark never
+/// equals the word, so one comparison tests lane and mark; and one
+/// instruction stores the mark, as a 32-bit immediate.
+pub const BUSY: usize = !(u32::MAX as usize >> 1);
 /// The bits a thread pointer must leave free.
 const REASONS: usize = 63;
 
@@ -56,9 +62,10 @@ pub fn close(bit: usize, closed: bool) {
 
 /// Opens the lane to the thread of pointer `tp` (all other reasons
 /// permitting). False, and the lane stays closed to every thread, when
-/// `tp` is unknown (0) or not aligned.
+/// `tp` is unknown (0), not aligned, or has all the guard's busy bits
+/// (`BUSY`), which no user-space pointer has.
 pub fn open_to(tp: usize) -> bool {
-    if tp == 0 || tp & REASONS != 0 {
+    if tp == 0 || tp & REASONS != 0 || tp & BUSY == BUSY {
         return false;
     }
     let _ = WORD.fetch_update(Relaxed, Relaxed, |w| Some(tp | (w & REASONS & !NO_MAIN)));

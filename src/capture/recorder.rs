@@ -511,10 +511,13 @@ impl Recorder {
     /// thread writes them).
     #[inline(always)]
     fn publish(&self) {
-        if let Some(link) = self.link.as_ref() {
-            link.pos.store(self.pos, Relaxed);
-            link.events.store(self.events, Relaxed);
-        }
+        debug_assert!(self.link.is_some());
+        // SAFETY: only a writer publishes, and a writer is made only where
+        // the buffer had room, so `cap > 0`: `activate` gave the buffer,
+        // which it does only once `register` set the link (never unset).
+        let link = unsafe { self.link.as_ref().unwrap_unchecked() };
+        link.pos.store(self.pos, Relaxed);
+        link.events.store(self.events, Relaxed);
     }
 
     /// The id the next created operation gets, and takes it.
@@ -639,7 +642,8 @@ impl Writer<'_> {
     #[inline(always)]
     pub fn commit(mut self) {
         self.store();
-        self.rec.events += 1;
+        let events = self.rec.events + 1;
+        self.rec.events = events;
         self.rec.publish();
     }
 
