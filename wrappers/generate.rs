@@ -328,7 +328,7 @@ fn body(e: &Entry) -> Result<(Vec<String>, String), String> {
             r("comm")?
         ),
         "psend_init" | "precv_init" => format!(
-            "hooks::issue({call}, {}.saturating_mul(i64::from({})), {}, {}, {}, {}, {}, Issued::{}, true, 0)",
+            "hooks::issue({call}, {}.saturating_mul(i64::from({})), {}, {}, {}, {}, {}, Issued::{}, true, 0, false)",
             wide(r("count")?),
             r("partitions")?,
             r("datatype")?,
@@ -339,7 +339,7 @@ fn body(e: &Entry) -> Result<(Vec<String>, String), String> {
             if e.kind == "psend_init" { "Send" } else { "Recv" },
         ),
         "isend" | "send_init" | "irecv" | "recv_init" => format!(
-            "hooks::issue({call}, {}, {}, {}, {}, {}, {}, Issued::{}, {}, pb_post_slot)",
+            "hooks::issue({call}, {}, {}, {}, {}, {}, {}, Issued::{}, {}, pb_post_slot, pb_memo)",
             wide(r("count")?),
             r("datatype")?,
             r("peer")?,
@@ -685,6 +685,22 @@ fn replace_apart_call(e: &Entry, var: &str, last: &str) -> Result<String, String
     ))
 }
 
+/// `pb_memo`: whether the thread's point-to-point memo is this
+/// nonblocking call's, asked before the call (`hooks::memo_hit`); never
+/// for a persistent one, which takes no fixed record.
+fn memo_line(e: &Entry, count: &str, datatype: &str) -> Result<String, String> {
+    if e.kind.ends_with("_init") {
+        return Ok("let pb_memo = false;".into());
+    }
+    let r = |x: &str| role(e, x);
+    Ok(format!(
+        "let pb_memo = hooks::memo_hit(guard.thread(), i64::from({count}), {datatype}, {}, {}, {});",
+        r("peer")?,
+        r("tag")?,
+        r("comm")?
+    ))
+}
+
 fn around(e: &Entry) -> Result<Around, String> {
     let r = |x: &str| role(e, x);
     let mut a = Around::default();
@@ -716,8 +732,9 @@ fn around(e: &Entry) -> Result<Around, String> {
         }
         "isend" | "send_init" => {
             let [b, c, d] = data(["buf", "count", "datatype"])?;
+            a.pre.push(memo_line(e, &c, &d)?);
             a.pre.push(format!(
-                "let pb_post = pb::post_send(guard.thread(), t0, {b} as *const c_void, i64::from({c}), {d}, pb::To::new({}, {}, {}), {});",
+                "let pb_post = pb::post_send(guard.thread(), t0, {b} as *const c_void, i64::from({c}), {d}, pb::To::new({}, {}, {}), {}, pb_memo);",
                 r("peer")?,
                 r("tag")?,
                 r("comm")?,
@@ -729,6 +746,7 @@ fn around(e: &Entry) -> Result<Around, String> {
         }
         "irecv" | "recv_init" => {
             let [b, c, d] = data(["buf", "count", "datatype"])?;
+            a.pre.push(memo_line(e, &c, &d)?);
             a.pre.push(format!(
                 "let pb_post = pb::post_recv(guard.thread(), {b} as *mut c_void, i64::from({c}), {d}, pb::Rx::new({}, {}), {}, {});",
                 r("peer")?,
@@ -781,7 +799,9 @@ fn around(e: &Entry) -> Result<Around, String> {
                 );
                 a.fast = Some((
                     format!(
-                        "hooks::recv_fast(&guard, i64::from({c}), {d}, {})",
+                        "hooks::recv_fast(&guard, i64::from({c}), {d}, {}, {}, {})",
+                        r("peer")?,
+                        r("tag")?,
                         r("comm")?
                     ),
                     format!(

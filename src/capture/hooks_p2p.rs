@@ -46,8 +46,25 @@ pub fn memo_of(
     .then_some(m)
 }
 
+/// Whether the thread's kept point-to-point payload is this call's (see
+/// `SendMemo`): asked before the call, so that the piggyback takes the
+/// message's layout from it and the hook its payload.
+#[inline(always)]
+pub fn memo_hit(
+    thread: &Thread,
+    count: i64,
+    datatype: MPI_Datatype,
+    peer: c_int,
+    tag: c_int,
+    comm: MPI_Comm,
+) -> bool {
+    memo_of(thread, count, datatype, peer, tag, comm).is_some()
+}
+
 /// Keeps the payload a successful point-to-point call just recorded
-/// (`put_send`'s fields) for the next call like it.
+/// (`put_send`'s fields) for the next call like it. Not kept when the
+/// piggyback is on and cannot lay the message out (it then takes its
+/// general path, which the memo would skip).
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
 fn keep_memo(
@@ -60,6 +77,14 @@ fn keep_memo(
     index: u32,
     bytes: u64,
 ) {
+    let dense = if crate::piggyback_lamport::on() {
+        match thread.state.types.layout(count, datatype) {
+            Some((b, dense)) if b == bytes => dense,
+            _ => return,
+        }
+    } else {
+        false
+    };
     let mut payload = Packed::default();
     put_send(&mut payload, peer, tag, index, bytes);
     if payload.len <= 8 {
@@ -71,6 +96,7 @@ fn keep_memo(
             to: ProbeMiss::of(peer, tag),
             index,
             bytes,
+            dense,
             payload: payload.bytes,
             len: payload.len,
         };
@@ -150,8 +176,9 @@ pub enum Issued {
 /// the piggyback slot the wrapper made; the request keeps it even when the
 /// call cannot be recorded, since completing it must unpack the message.
 /// A nonblocking one like the thread's last recorded point-to-point call
-/// (same count, datatype, peer, tag and communicator) is a fixed record:
-/// its payload is that call's bytes (`Recorder::fixed_call`).
+/// (same count, datatype, peer, tag and communicator: `memo`, asked
+/// before the call by `memo_hit`) is a fixed record: its payload is that
+/// call's bytes (`Recorder::fixed_call`).
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
 pub fn issue(
@@ -165,10 +192,12 @@ pub fn issue(
     issued: Issued,
     persistent: bool,
     pb: usize,
+    memo: bool,
 ) {
-    if call.ok() && !persistent {
+    if call.ok() && !persistent && memo {
         let thread = call.thread();
-        if let Some(m) = memo_of(thread, count, datatype, peer, tag, comm) {
+        {
+            let m = thread.state.send_memo;
             let head = fixed_head(call.func);
             let payload = (m.payload, m.len);
             if let Some(mut w) =

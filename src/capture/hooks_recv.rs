@@ -29,6 +29,10 @@ pub struct FastRecv {
     pub datatype: MPI_Datatype,
     posted: u64,
     index: u32,
+    /// The thread's point-to-point memo is this receive's (posted as the
+    /// last point-to-point call was): its layout, communicator index and
+    /// record payload are the memo's.
+    memo: bool,
 }
 
 /// Before the call: the fast path's arguments; `None` (nothing done that
@@ -38,17 +42,25 @@ pub fn recv_fast(
     guard: &Guard,
     count: i64,
     datatype: MPI_Datatype,
+    src: c_int,
+    tag: c_int,
     comm: MPI_Comm,
 ) -> Option<FastRecv> {
     if mode() != Mode::Lamport {
         return None;
     }
     let thread = guard.thread();
-    let (bytes, dense) = thread.state.types.cached_layout(count, datatype)?;
+    let memo = hooks_p2p::memo_hit(thread, count, datatype, src, tag, comm);
+    let (bytes, dense, index) = if memo {
+        let m = &thread.state.send_memo;
+        (m.bytes, m.dense, m.index)
+    } else {
+        let (bytes, dense) = thread.state.types.cached_layout(count, datatype)?;
+        (bytes, dense, comms::cached(comm, &thread.state)?.index)
+    };
     if !dense || bytes > COPY_MAX {
         return None;
     }
-    let index = comms::cached(comm, &thread.state)?.index;
     let len = header_len() + bytes as usize;
     let area = thread.state.stage_in(len);
     Some(FastRecv {
@@ -57,6 +69,7 @@ pub fn recv_fast(
         datatype: ffi::consts().byte,
         posted: bytes,
         index,
+        memo,
     })
 }
 
@@ -106,7 +119,8 @@ pub fn recv_fast_end(
             let actual = actual(status);
             // Posted as the thread's last point-to-point call was (a send
             // back to the same peer, say): those fields are the memo's.
-            if let Some(m) = hooks_p2p::memo_of(thread, count, datatype, src, tag, comm) {
+            if f.memo {
+                let m = thread.state.send_memo;
                 let head = fixed_head(func);
                 let payload = (m.payload, m.len);
                 if let Some(mut w) =

@@ -66,6 +66,8 @@ const BATCH: usize = 32;
 /// Largest message sent inline (0: every message inline, as before
 /// `open`, or with piggybacking off).
 static LIMIT: AtomicU64 = AtomicU64::new(0);
+/// `LIMIT`, or `u64::MAX` while it is 0: `beyond` in one comparison.
+static BEYOND: AtomicU64 = AtomicU64::new(u64::MAX);
 /// The value inline headers start with, the same on every rank of a job.
 static MAGIC: AtomicU64 = AtomicU64::new(0);
 /// World size, once the channel is open.
@@ -167,8 +169,13 @@ pub fn limit() -> u64 {
 /// while nothing goes apart).
 #[inline(always)]
 pub fn beyond(bytes: u64) -> bool {
-    let limit = limit();
-    limit != 0 && bytes > limit
+    bytes > BEYOND.load(Relaxed)
+}
+
+/// Sets `LIMIT` and `BEYOND`.
+fn set_limit(limit: u64) {
+    LIMIT.store(limit, Relaxed);
+    BEYOND.store(if limit == 0 { u64::MAX } else { limit }, Relaxed);
 }
 
 #[inline(always)]
@@ -239,7 +246,7 @@ pub fn open(rank: usize, size: usize, header: usize, shm: bool) {
     SENDS.lock().next = vec![1; size];
     MAGIC.store(magic, Relaxed);
     WORLD.store(size, Relaxed);
-    LIMIT.store(limit + 2 * header as u64, Relaxed);
+    set_limit(limit + 2 * header as u64);
 }
 
 /// The rings of this node, once open.
@@ -260,7 +267,7 @@ fn draw() -> u64 {
 /// At finalize: completes the header sends that are done and lets MPI
 /// finish the rest on its own (a header whose message was never received).
 pub fn close() {
-    LIMIT.store(0, Relaxed);
+    set_limit(0);
     INBOX.lock().take();
     let mut sends = SENDS.lock();
     sends.test();

@@ -316,7 +316,10 @@ fn load_send(slot: &mut Slot, thread: &mut Thread, t0: u64) {
     }
 }
 
-/// Isend (and modes) and Send_init (and modes).
+/// Isend (and modes) and Send_init (and modes). `memo`: the thread's
+/// point-to-point memo is this call's (`hooks::memo_hit`), and gives the
+/// message's layout.
+#[allow(clippy::too_many_arguments)]
 #[inline(always)]
 pub fn post_send(
     thread: &mut Thread,
@@ -326,9 +329,10 @@ pub fn post_send(
     datatype: MPI_Datatype,
     to: To,
     persistent: bool,
+    memo: bool,
 ) -> Posted {
     post_send_up_to(
-        thread, t0, buf, count, datatype, to, persistent, COPY_MAX, true,
+        thread, t0, buf, count, datatype, to, persistent, COPY_MAX, true, memo,
     )
 }
 
@@ -351,6 +355,7 @@ pub fn post_isendrecv_send(
         to,
         false,
         isendrecv_stage_max(),
+        false,
         false,
     )
 }
@@ -388,12 +393,19 @@ fn post_send_up_to(
     persistent: bool,
     stage_max: u64,
     may_ring: bool,
+    memo: bool,
 ) -> Posted {
     let buf = buf as *mut c_void;
     if !on() {
         return Posted::passthrough(buf, count, datatype);
     }
-    let Some((bytes, dense)) = thread.state.types.layout(count, datatype) else {
+    let layout = if memo {
+        let m = &thread.state.send_memo;
+        Some((m.bytes, m.dense))
+    } else {
+        thread.state.types.layout(count, datatype)
+    };
+    let Some((bytes, dense)) = layout else {
         if !persistent {
             skip_header(thread, t0);
         }

@@ -99,6 +99,9 @@ pub struct SendMemo {
     /// The communicator's index, and the message's bytes.
     pub index: u32,
     pub bytes: u64,
+    /// Whether the data is dense (`TypeCache::layout`), as the piggyback
+    /// asks before the call: false where the piggyback is off.
+    pub dense: bool,
     pub payload: u64,
     pub len: usize,
 }
@@ -112,6 +115,7 @@ impl SendMemo {
         to: 0,
         index: 0,
         bytes: 0,
+        dense: false,
         payload: 0,
         len: 0,
     };
