@@ -282,13 +282,22 @@ fn wide(name: &str) -> String {
 fn body(e: &Entry) -> Result<(Vec<String>, String), String> {
     let mut prep = Vec::new();
     let r = |x: &str| role(e, x);
+    let tested_probe = matches!(e.kind.as_str(), "iprobe" | "improbe");
     if let Some(st) = opt_role(e, "status") {
         prep.push(format!(
             "let mut {st}_local = MaybeUninit::<ffi::MPI_Status>::uninit();"
         ));
-        prep.push(format!(
-            "let {st} = status_or_local({st}, &mut {st}_local);"
-        ));
+        if tested_probe {
+            // MPI fills the status only when the probe finds a message:
+            // the call fills the local one, copied out then (`probe_out`),
+            // so that a probe that finds nothing does not choose one.
+            prep.push(format!("let {st}_user = {st};"));
+            prep.push(format!("let {st} = {st}_local.as_mut_ptr();"));
+        } else {
+            prep.push(format!(
+                "let {st} = status_or_local({st}, &mut {st}_local);"
+            ));
+        }
     }
     let mut scratch = false;
     if let Some(sts) = opt_role(e, "statuses") {
@@ -418,11 +427,14 @@ fn body(e: &Entry) -> Result<(Vec<String>, String), String> {
             r("status")?
         ),
         "iprobe" => format!(
-            "hooks::probe({call}, {}, {}, {}, {}, core::ptr::null_mut(), {})",
+            "hooks::probe({call}, {}, {}, {}, {}, core::ptr::null_mut(), {}); hooks::probe_out(rc, {}, {}, {}_user)",
             r("peer")?,
             r("tag")?,
             r("comm")?,
             r("flag")?,
+            r("status")?,
+            r("flag")?,
+            r("status")?,
             r("status")?
         ),
         "mprobe" => format!(
@@ -434,12 +446,15 @@ fn body(e: &Entry) -> Result<(Vec<String>, String), String> {
             r("status")?
         ),
         "improbe" => format!(
-            "hooks::probe({call}, {}, {}, {}, {}, {}, {})",
+            "hooks::probe({call}, {}, {}, {}, {}, {}, {}); hooks::probe_out(rc, {}, {}, {}_user)",
             r("peer")?,
             r("tag")?,
             r("comm")?,
             r("flag")?,
             r("message")?,
+            r("status")?,
+            r("flag")?,
+            r("status")?,
             r("status")?
         ),
         "mrecv" | "imrecv" => {

@@ -18,7 +18,8 @@ pub use crate::hooks_call::{plain, types_changing, Call};
 pub use crate::hooks_colls::{coll, icoll, pcoll, CollArgs, Counts, Shape};
 pub use crate::hooks_comms::{comm_free, comm_idup, comm_new, release_comm, Origin};
 pub use crate::hooks_p2p::{
-    claim_message, imrecv, isendrecv, issue, memo_hit, mrecv, probe, recv, send, sendrecv, Issued,
+    claim_message, imrecv, isendrecv, issue, memo_hit, mrecv, probe, probe_out, recv, send,
+    sendrecv, Issued,
 };
 pub use crate::hooks_recv::{recv_fast, recv_fast_end};
 #[allow(unused_imports)] // MPI-4.1 libraries only

@@ -493,6 +493,22 @@ pub fn isendrecv(
     })
 }
 
+/// After `MPI_Iprobe` or `MPI_Improbe`, which MPI gave a local status:
+/// the status to the caller's, when the probe found a message and the
+/// caller asked for one. (A probe that finds nothing leaves the status
+/// undefined, and MPI leaves it as it was.)
+#[inline(always)]
+pub fn probe_out(rc: c_int, flag: *const c_int, local: *const MPI_Status, user: *mut MPI_Status) {
+    // SAFETY: MPI set *flag when the call succeeded, and filled the local
+    // status when it found a message; `user` is the caller's, valid unless
+    // null or MPI_STATUS_IGNORE.
+    unsafe {
+        if rc == 0 && *flag != 0 && !user.is_null() && user != ffi::RSMPI_STATUS_IGNORE {
+            user.write(local.read());
+        }
+    }
+}
+
 /// Probe, Iprobe (`flag`), Mprobe (`message`), Improbe (both).
 /// A probe. One that finds nothing, as the thread's last recorded miss
 /// did (same source, tag and communicator), is a fixed record: its

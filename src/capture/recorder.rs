@@ -83,11 +83,25 @@ pub const fn fixed_head(func: u32) -> (u64, usize) {
     pmtrace_format::varint::packed((FIRST_FUNCTION_CODE + func as u64) << 1)
 }
 
+/// `Recorder::fixed_end` for a buffer of `cap` bytes and `attention`.
+fn fixed_end(cap: usize, attention: u8) -> usize {
+    if attention == 0 && cap >= record::MAX_FIXED_RECORD {
+        cap - record::MAX_FIXED_RECORD + 1
+    } else {
+        0
+    }
+}
+
 pub struct Recorder {
     region: Option<Region>,
     base: *mut u8,
     cap: usize,
     pos: usize,
+    /// A record of at most `MAX_FIXED_RECORD` bytes starting below this
+    /// position needs nothing first: `cap - MAX_FIXED_RECORD + 1` when
+    /// nothing waits for `attention`, else 0 (`fixed_end`). One
+    /// comparison for both.
+    fixed_end: usize,
     prev_end: u64,
     seq: u64,
     /// Next operation number (ids are `thread << 40 | n`, see the format).
@@ -125,6 +139,7 @@ impl Recorder {
             base: core::ptr::null_mut(),
             cap: 0,
             pos: 0,
+            fixed_end: 0,
             prev_end: 0,
             seq: 0,
             next_n: 1,
@@ -197,6 +212,7 @@ impl Recorder {
                 link.wait_ns.fetch_add(t1 - t0, Relaxed);
                 self.pending_wait = Some((t0, t1));
                 self.attention |= ATTENTION_WAIT;
+                self.fixed_end = fixed_end(self.cap, self.attention);
                 return self.cap - self.pos >= need || self.fail();
             }
         };
@@ -280,6 +296,7 @@ impl Recorder {
         self.base = map[RECORDS_AT..].as_mut_ptr();
         self.cap = map.len() - RECORDS_AT;
         self.pos = 0;
+        self.fixed_end = fixed_end(self.cap, self.attention);
         link.pos.store(0, Relaxed);
         *link.active.lock() = Some((region.offset, map.len()));
         self.region = Some(region);
@@ -296,6 +313,7 @@ impl Recorder {
         self.base = core::ptr::null_mut();
         self.cap = 0;
         self.pos = 0;
+        self.fixed_end = fixed_end(self.cap, self.attention);
         if let Some(f) = flusher() {
             let _ = f.send(Msg::Full {
                 region,
@@ -309,6 +327,7 @@ impl Recorder {
     /// Seals this thread's buffer for good (finalize, thread exit).
     pub fn finish(&mut self) {
         self.attention &= !ATTENTION_WAIT;
+        self.fixed_end = fixed_end(self.cap, self.attention);
         if let Some((a, b)) = self.pending_wait.take() {
             if self.reserve(WAIT_RECORD) {
                 self.write_wait(a, b);
@@ -403,10 +422,7 @@ impl Recorder {
         (payload, len): (u64, usize),
         lane: bool,
     ) -> Option<Writer<'_>> {
-        if self.attention != 0
-            || self.cap - self.pos < record::MAX_FIXED_RECORD
-            || (!lane && STOPPED.load(Relaxed))
-        {
+        if self.pos >= self.fixed_end || (!lane && STOPPED.load(Relaxed)) {
             return None;
         }
         let prev = self.prev_end;
@@ -434,7 +450,12 @@ impl Recorder {
     /// Makes room for a record that starts at `t0`.
     #[inline(always)]
     fn ready(&mut self, t0: u64, need: usize) -> bool {
-        if self.attention == 0 && self.cap - self.pos >= need && !STOPPED.load(Relaxed) {
+        let room = if need <= record::MAX_FIXED_RECORD {
+            self.pos < self.fixed_end
+        } else {
+            self.attention == 0 && self.cap - self.pos >= need
+        };
+        if room && !STOPPED.load(Relaxed) {
             return true;
         }
         self.ready_slow(t0, need)
@@ -452,6 +473,7 @@ impl Recorder {
         }
         let earlier = self.pending_wait.take();
         self.attention &= !ATTENTION_WAIT;
+        self.fixed_end = fixed_end(self.cap, self.attention);
         if !self.reserve(need + WAIT_RECORD) {
             return false;
         }
