@@ -26,7 +26,8 @@
 //!   `live_site`: where a blocked call came from, asked of its thread;
 //! - `comms`, `requests`: communicator ids and live request state;
 //! - `library`: the running library's version and quirks;
-//! - `guard`: lifecycle state and the re-entrancy guard; `clock`: the timer;
+//! - `guard`: lifecycle state and the re-entrancy guard; `lane`: the main
+//!   thread's fast lane, which one comparison admits; `clock`: the timer;
 //! - `config`: `PMTRACE_*` settings; `ffi`: MPI bindings and C constants.
 //!
 //! Nothing here is exported by name: the front exports the MPI symbols and
