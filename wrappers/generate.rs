@@ -420,14 +420,14 @@ fn body(e: &Entry) -> Result<(Vec<String>, String), String> {
             d = r("datatype")?
         ),
         "probe" => format!(
-            "hooks::probe({call}, {}, {}, {}, core::ptr::null_mut(), core::ptr::null_mut(), {})",
+            "hooks::probe({call}, {}, {}, {}, None, core::ptr::null_mut(), {})",
             r("peer")?,
             r("tag")?,
             r("comm")?,
             r("status")?
         ),
         "iprobe" => format!(
-            "hooks::probe({call}, {}, {}, {}, {}, core::ptr::null_mut(), {}); hooks::probe_out(rc, {}, {}, {}_user)",
+            "hooks::probe({call}, {}, {}, {}, Some({}), core::ptr::null_mut(), {}); hooks::probe_out(rc, {}, {}, {}_user)",
             r("peer")?,
             r("tag")?,
             r("comm")?,
@@ -438,7 +438,7 @@ fn body(e: &Entry) -> Result<(Vec<String>, String), String> {
             r("status")?
         ),
         "mprobe" => format!(
-            "hooks::probe({call}, {}, {}, {}, core::ptr::null_mut(), {}, {})",
+            "hooks::probe({call}, {}, {}, {}, None, {}, {})",
             r("peer")?,
             r("tag")?,
             r("comm")?,
@@ -446,7 +446,7 @@ fn body(e: &Entry) -> Result<(Vec<String>, String), String> {
             r("status")?
         ),
         "improbe" => format!(
-            "hooks::probe({call}, {}, {}, {}, {}, {}, {}); hooks::probe_out(rc, {}, {}, {}_user)",
+            "hooks::probe({call}, {}, {}, {}, Some({}), {}, {}); hooks::probe_out(rc, {}, {}, {}_user)",
             r("peer")?,
             r("tag")?,
             r("comm")?,

@@ -26,29 +26,9 @@ fn put_send(r: &mut impl Sink, peer: c_int, tag: c_int, comm: u32, bytes: u64) {
     r.put_u(bytes);
 }
 
-/// The thread's kept point-to-point payload, if it is this call's (see
-/// `SendMemo`).
-#[inline(always)]
-pub fn memo_of(
-    thread: &Thread,
-    count: i64,
-    datatype: MPI_Datatype,
-    peer: c_int,
-    tag: c_int,
-    comm: MPI_Comm,
-) -> Option<SendMemo> {
-    let m = thread.state.send_memo;
-    (m.comm == ffi::handle_key(comm)
-        && m.datatype == ffi::handle_key(datatype)
-        && m.count == count
-        && m.to == ProbeMiss::of(peer, tag)
-        && m.epoch == ffi::EPOCH.load(Relaxed))
-    .then_some(m)
-}
-
 /// Whether the thread's kept point-to-point payload is this call's (see
-/// `SendMemo`): asked before the call, so that the piggyback takes the
-/// message's layout from it and the hook its payload.
+/// `SendMemo`). The message calls ask before the call, so that the
+/// piggyback takes the message's layout from it and the hook its payload.
 #[inline(always)]
 pub fn memo_hit(
     thread: &Thread,
@@ -58,7 +38,12 @@ pub fn memo_hit(
     tag: c_int,
     comm: MPI_Comm,
 ) -> bool {
-    memo_of(thread, count, datatype, peer, tag, comm).is_some()
+    let m = &thread.state.send_memo;
+    m.comm == ffi::handle_key(comm)
+        && m.datatype == ffi::handle_key(datatype)
+        && m.count == count
+        && m.to == ProbeMiss::of(peer, tag)
+        && m.epoch == ffi::EPOCH.load(Relaxed)
 }
 
 /// Keeps the payload a successful point-to-point call just recorded
@@ -117,7 +102,8 @@ pub fn send(
 ) {
     if call.ok() {
         let thread = call.thread();
-        if let Some(m) = memo_of(thread, count, datatype, peer, tag, comm) {
+        if memo_hit(thread, count, datatype, peer, tag, comm) {
+            let m = thread.state.send_memo;
             let head = fixed_head(call.func);
             let payload = (m.payload, m.len);
             if let Some(w) =
@@ -196,35 +182,33 @@ pub fn issue(
 ) {
     if call.ok() && !persistent && memo {
         let thread = call.thread();
+        let m = thread.state.send_memo;
+        let head = fixed_head(call.func);
+        let payload = (m.payload, m.len);
+        if let Some(mut w) =
+            thread
+                .recorder
+                .fixed_call(head, (call.t0, call.t1), payload, call.lane())
         {
-            let m = thread.state.send_memo;
-            let head = fixed_head(call.func);
-            let payload = (m.payload, m.len);
-            if let Some(mut w) =
-                thread
-                    .recorder
-                    .fixed_call(head, (call.t0, call.t1), payload, call.lane())
-            {
-                let id = w.take_op();
-                let recv = matches!(issued, Issued::Recv);
-                let kind = if recv {
-                    OpKind::Recv {
-                        src: peer,
-                        tag,
-                        posted: Some(m.bytes),
-                    }
-                } else {
-                    OpKind::Send { dst: peer }
-                };
-                register_kept(&mut thread.state.kept, request, id, kind, pb, m.index + 1);
-                if recv {
-                    piggyback::posted_recv(pb, true);
-                } else {
-                    live::sent(w.live(), m.bytes);
+            let id = w.take_op();
+            let recv = matches!(issued, Issued::Recv);
+            let kind = if recv {
+                OpKind::Recv {
+                    src: peer,
+                    tag,
+                    posted: Some(m.bytes),
                 }
-                w.commit();
-                return;
+            } else {
+                OpKind::Send { dst: peer }
+            };
+            register_kept(&mut thread.state.kept, request, id, kind, pb, m.index + 1);
+            if recv {
+                piggyback::posted_recv(pb, true);
+            } else {
+                live::sent(w.live(), m.bytes);
             }
+            w.commit();
+            return;
         }
     }
     // Made here, on the general path only: nothing of it is stored on the
@@ -509,7 +493,8 @@ pub fn probe_out(rc: c_int, flag: *const c_int, local: *const MPI_Status, user: 
     }
 }
 
-/// Probe, Iprobe (`flag`), Mprobe (`message`), Improbe (both).
+/// Probe, Iprobe (`flag`), Mprobe (`message`), Improbe (both): `flag`
+/// is `None` for the blocking probes.
 /// A probe. One that finds nothing, as the thread's last recorded miss
 /// did (same source, tag and communicator), is a fixed record: its
 /// payload is that miss's bytes, written without a look at the message
@@ -520,12 +505,17 @@ pub fn probe(
     src: c_int,
     tag: c_int,
     comm: MPI_Comm,
-    flag: *mut c_int,
+    flag: Option<*mut c_int>,
     message: *mut MPI_Message,
     status: *mut MPI_Status,
 ) {
-    // SAFETY: MPI set *flag for this call when it succeeded.
-    if call.ok() && !flag.is_null() && unsafe { *flag } == 0 && !call.may_leave_out() {
+    // SAFETY: MPI set *flag for this call when it succeeded (so the
+    // pointer is valid then, with no test of its own).
+    let missed = match flag {
+        Some(f) => call.ok() && unsafe { *f } == 0,
+        None => false,
+    };
+    if missed && !call.may_leave_out() {
         let thread = call.thread();
         let miss = thread.state.probe_miss;
         if miss.comm == ffi::handle_key(comm)
@@ -555,7 +545,7 @@ pub fn probe(
         src,
         tag,
         comm,
-        flag,
+        flag: flag.unwrap_or(core::ptr::null_mut()),
         message,
         status,
     });
