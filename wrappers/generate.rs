@@ -763,7 +763,7 @@ fn around(e: &Entry) -> Result<Around, String> {
             let [b, c, d] = data(["buf", "count", "datatype"])?;
             a.pre.push(memo_line(e, &c, &d)?);
             a.pre.push(format!(
-                "let pb_post = pb::post_recv(guard.thread(), {b} as *mut c_void, i64::from({c}), {d}, pb::Rx::new({}, {}), {}, {});",
+                "let pb_post = pb::post_recv(guard.thread(), {b} as *mut c_void, i64::from({c}), {d}, pb::Rx::new({}, {}), {}, {}, pb_memo);",
                 r("peer")?,
                 r("comm")?,
                 r("tag")?,
@@ -776,7 +776,7 @@ fn around(e: &Entry) -> Result<Around, String> {
         "imrecv" => {
             let [b, c, d] = data(["buf", "count", "datatype"])?;
             a.pre.push(format!(
-                "let pb_post = pb::post_recv(guard.thread(), {b} as *mut c_void, i64::from({c}), {d}, pb_rx, 0, false);"
+                "let pb_post = pb::post_recv(guard.thread(), {b} as *mut c_void, i64::from({c}), {d}, pb_rx, 0, false, false);"
             ));
             a.pre.insert(
                 0,

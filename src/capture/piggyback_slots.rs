@@ -316,6 +316,22 @@ fn load_send(slot: &mut Slot, thread: &mut Thread, t0: u64) {
     }
 }
 
+/// A message's bytes and whether they are dense: the memo's when it is
+/// this call's (`hooks::memo_hit`), else the datatype cache's.
+#[inline(always)]
+fn layout(
+    thread: &mut Thread,
+    count: i64,
+    datatype: MPI_Datatype,
+    memo: bool,
+) -> Option<(u64, bool)> {
+    if memo {
+        let m = &thread.state.send_memo;
+        return Some((m.bytes, m.dense));
+    }
+    thread.state.types.layout(count, datatype)
+}
+
 /// Isend (and modes) and Send_init (and modes). `memo`: the thread's
 /// point-to-point memo is this call's (`hooks::memo_hit`), and gives the
 /// message's layout.
@@ -371,10 +387,14 @@ pub fn post_isendrecv_recv(
     tag: c_int,
 ) -> Posted {
     if !isendrecv_blind() {
-        return post_recv_up_to(thread, buf, count, datatype, rx, tag, false, COPY_MAX, true);
+        return post_recv_up_to(
+            thread, buf, count, datatype, rx, tag, false, COPY_MAX, true, false,
+        );
     }
     // No status to size a staged message by: the data goes in place.
-    let mut p = post_recv_up_to(thread, buf, count, datatype, rx, tag, false, 0, false);
+    let mut p = post_recv_up_to(
+        thread, buf, count, datatype, rx, tag, false, 0, false, false,
+    );
     if let Some(slot) = p.slot.as_mut() {
         slot.blind = true;
     }
@@ -399,13 +419,7 @@ fn post_send_up_to(
     if !on() {
         return Posted::passthrough(buf, count, datatype);
     }
-    let layout = if memo {
-        let m = &thread.state.send_memo;
-        Some((m.bytes, m.dense))
-    } else {
-        thread.state.types.layout(count, datatype)
-    };
-    let Some((bytes, dense)) = layout else {
+    let Some((bytes, dense)) = layout(thread, count, datatype, memo) else {
         if !persistent {
             skip_header(thread, t0);
         }
@@ -484,7 +498,8 @@ fn post_ring(thread: &mut Thread, t0: u64, buf: *mut c_void, bytes: u64) -> Opti
     })
 }
 
-/// Irecv, Recv_init, Imrecv.
+/// Irecv, Recv_init, Imrecv. `memo` as for `post_send`.
+#[allow(clippy::too_many_arguments)]
 pub fn post_recv(
     thread: &mut Thread,
     buf: *mut c_void,
@@ -493,9 +508,10 @@ pub fn post_recv(
     rx: Rx,
     tag: c_int,
     persistent: bool,
+    memo: bool,
 ) -> Posted {
     post_recv_up_to(
-        thread, buf, count, datatype, rx, tag, persistent, COPY_MAX, true,
+        thread, buf, count, datatype, rx, tag, persistent, COPY_MAX, true, memo,
     )
 }
 
@@ -510,11 +526,12 @@ fn post_recv_up_to(
     persistent: bool,
     stage_max: u64,
     may_leave: bool,
+    memo: bool,
 ) -> Posted {
     if !on() {
         return Posted::passthrough(buf, count, datatype);
     }
-    let Some((bytes, dense)) = thread.state.types.layout(count, datatype) else {
+    let Some((bytes, dense)) = layout(thread, count, datatype, memo) else {
         return Posted::passthrough(buf, count, datatype);
     };
     let route = if dense && bytes <= stage_max {
@@ -572,7 +589,7 @@ pub fn post_replace(
         COPY_MAX
     };
     let mut p = post_recv_up_to(
-        thread, buf, count, datatype, rx, tag, false, stage_max, false,
+        thread, buf, count, datatype, rx, tag, false, stage_max, false, false,
     );
     match p.slot.as_mut() {
         Some(slot) => {
