@@ -2814,6 +2814,11 @@ fn repeats_expected(rank: i32, any: i32) -> Vec<String> {
     e.push("MPI_Comm_dup parent=0 new=4".into());
     sends(&mut e, "MPI_Isend", 6, 4, 4, 2);
     sends(&mut e, "MPI_Issend", 6, 4, 4, 2);
+    for _ in 0..2 {
+        sends(&mut e, "MPI_Isend", 30000, 4, 4, 1);
+        sends(&mut e, "MPI_Isend", 70, 4, 4, 1);
+        sends(&mut e, "MPI_Isend", 6, 4, 4, 1);
+    }
     // Nonblocking receives, each matched by a blocking send and waited
     // for: its status is the posted one, so nothing of it is written out.
     for (tag, bytes, comm, n) in [
@@ -2822,6 +2827,10 @@ fn repeats_expected(rank: i32, any: i32) -> Vec<String> {
         // three shorts
         (9, 6, 4, 2),
         (10, 6, 4, 2),
+        (30000, 6, 4, 1),
+        (10, 6, 4, 1),
+        (30000, 6, 4, 1),
+        (10, 6, 4, 1),
         (10, 6, 0, 2),
     ] {
         for _ in 0..n {

@@ -709,9 +709,8 @@ fn memo_line(e: &Entry, count: &str, datatype: &str) -> Result<String, String> {
     }
     let r = |x: &str| role(e, x);
     Ok(format!(
-        "let pb_memo = hooks::memo_hit(guard.thread(), i64::from({count}), {datatype}, {}, {}, {});",
+        "let pb_memo = hooks::memo_hit(guard.thread(), i64::from({count}), {datatype}, {}, {});",
         r("peer")?,
-        r("tag")?,
         r("comm")?
     ))
 }
@@ -814,9 +813,8 @@ fn around(e: &Entry) -> Result<Around, String> {
                 );
                 a.fast = Some((
                     format!(
-                        "hooks::recv_fast(&guard, i64::from({c}), {d}, {}, {}, {})",
+                        "hooks::recv_fast(&guard, i64::from({c}), {d}, {}, {})",
                         r("peer")?,
-                        r("tag")?,
                         r("comm")?
                     ),
                     format!(

@@ -26,23 +26,23 @@ fn put_send(r: &mut impl Sink, peer: c_int, tag: c_int, comm: u32, bytes: u64) {
     r.put_u(bytes);
 }
 
-/// Whether the thread's kept point-to-point payload is this call's (see
-/// `SendMemo`). The message calls ask before the call, so that the
-/// piggyback takes the message's layout from it and the hook its payload.
+/// Whether the thread's kept point-to-point payload is this call's, but
+/// for its tag (see `SendMemo`). The message calls ask before the call,
+/// so that the piggyback takes the message's layout from it and the hook
+/// its payload (`SendMemo::payload_for`).
 #[inline(always)]
 pub fn memo_hit(
     thread: &Thread,
     count: i64,
     datatype: MPI_Datatype,
     peer: c_int,
-    tag: c_int,
     comm: MPI_Comm,
 ) -> bool {
     let m = &thread.state.send_memo;
     m.comm == ffi::handle_key(comm)
         && m.datatype == ffi::handle_key(datatype)
         && m.count == count
-        && m.to == ProbeMiss::of(peer, tag)
+        && m.peer == peer
         && m.epoch == ffi::EPOCH.load(Relaxed)
 }
 
@@ -73,17 +73,26 @@ fn keep_memo(
     let mut payload = Packed::default();
     put_send(&mut payload, peer, tag, index, bytes);
     if payload.len <= 8 {
+        let mut head = Packed::default();
+        head.put_i(i64::from(peer));
+        let mut tail = Packed::default();
+        tail.put_u(u64::from(index));
+        tail.put_u(bytes);
         thread.state.send_memo = SendMemo {
             comm: ffi::handle_key(comm),
             epoch: ffi::EPOCH.load(Relaxed),
             datatype: ffi::handle_key(datatype),
             count,
-            to: ProbeMiss::of(peer, tag),
+            peer,
+            tag,
             index,
             bytes,
             dense,
             payload: payload.bytes,
             len: payload.len,
+            head_len: head.len,
+            tail: tail.bytes,
+            tail_len: tail.len,
         };
     }
 }
@@ -102,10 +111,13 @@ pub fn send(
 ) {
     if call.ok() {
         let thread = call.thread();
-        if memo_hit(thread, count, datatype, peer, tag, comm) {
+        let hit = memo_hit(thread, count, datatype, peer, comm);
+        if let Some(payload) = hit
+            .then(|| thread.state.send_memo.payload_for(tag))
+            .flatten()
+        {
             let m = thread.state.send_memo;
             let head = fixed_head(call.func);
-            let payload = (m.payload, m.len);
             if let Some(w) =
                 thread
                     .recorder
@@ -180,11 +192,13 @@ pub fn issue(
     pb: usize,
     memo: bool,
 ) {
-    if call.ok() && !persistent && memo {
+    let payload = (call.ok() && !persistent && memo)
+        .then(|| call.thread().state.send_memo.payload_for(tag))
+        .flatten();
+    if let Some(payload) = payload {
         let thread = call.thread();
         let m = thread.state.send_memo;
         let head = fixed_head(call.func);
-        let payload = (m.payload, m.len);
         if let Some(mut w) =
             thread
                 .recorder

@@ -43,14 +43,13 @@ pub fn recv_fast(
     count: i64,
     datatype: MPI_Datatype,
     src: c_int,
-    tag: c_int,
     comm: MPI_Comm,
 ) -> Option<FastRecv> {
     if mode() != Mode::Lamport {
         return None;
     }
     let thread = guard.thread();
-    let memo = hooks_p2p::memo_hit(thread, count, datatype, src, tag, comm);
+    let memo = hooks_p2p::memo_hit(thread, count, datatype, src, comm);
     let (bytes, dense, index) = if memo {
         let m = &thread.state.send_memo;
         (m.bytes, m.dense, m.index)
@@ -119,10 +118,12 @@ pub fn recv_fast_end(
             let actual = actual(status);
             // Posted as the thread's last point-to-point call was (a send
             // back to the same peer, say): those fields are the memo's.
-            if f.memo {
-                let m = thread.state.send_memo;
+            let payload = f
+                .memo
+                .then(|| thread.state.send_memo.payload_for(tag))
+                .flatten();
+            if let Some(payload) = payload {
                 let head = fixed_head(func);
-                let payload = (m.payload, m.len);
                 if let Some(mut w) =
                     thread
                         .recorder

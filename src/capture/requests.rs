@@ -349,10 +349,10 @@ impl Requests {
         let mut shard = self.shard(key).lock();
         let mut moved = false;
         for kept in KEPT.lock().iter() {
-            if let Some(op) = kept.take_key(key) {
+            kept.take_key(key, |op| {
                 shard.insert(key, op);
                 moved = true;
-            }
+            });
         }
         if !moved {
             return None;
@@ -423,12 +423,23 @@ impl Default for Requests {
     }
 }
 
-/// The operation a thread keeps out of the table (see the module docs):
-/// its fields in atomics, `state` saying whose they are. Only the owner
-/// fills it (from `EMPTY`); whoever takes it claims it first (`FULL` to
-/// `TAKING`), reads it, then frees it (`EMPTY`). Never freed: a thread
-/// that ends gives its place to the next (`Kept::own`).
-pub struct Kept {
+/// How many operations a thread keeps out of the table: a window of
+/// nonblocking calls on an array of requests has one place per element
+/// (`Kept::at`).
+pub const KEPT_PLACES: usize = 16;
+
+/// A thread's places for the operations it keeps out of the table (see
+/// the module docs), each on its own cache line. An operation's place is
+/// chosen by the address of its request's handle, so the elements of a
+/// request array take consecutive places. Never freed: a thread that ends
+/// gives its places to the next (`Kept::own`).
+pub struct Kept([Place; KEPT_PLACES]);
+
+/// One kept operation: its fields in atomics, `state` saying whose they
+/// are. Only the owner fills it (from `EMPTY`); whoever takes it claims it
+/// first (`FULL` to `TAKING`), reads it, then frees it (`EMPTY`).
+#[repr(align(64))]
+struct Place {
     state: AtomicU8,
     key: AtomicU64,
     slot: AtomicUsize,
@@ -444,46 +455,80 @@ pub struct Kept {
 const EMPTY: u8 = 0;
 const FULL: u8 = 1;
 const TAKING: u8 = 2;
-/// `Kept::posted` of a send.
+/// `Place::posted` of a send.
 const SEND: u64 = u64::MAX;
 
-/// Every thread's kept place, for lookups that miss the table.
+/// Every thread's kept places, for lookups that miss the table.
 static KEPT: Mutex<Vec<&'static Kept>> = Mutex::new(Vec::new());
 /// Places of threads that ended, for new threads.
 static KEPT_SPARE: Mutex<Vec<&'static Kept>> = Mutex::new(Vec::new());
 
 impl Kept {
-    /// A place for the calling thread: one a thread left, or a new one.
+    /// Places for the calling thread: those a thread left, or new ones.
     #[cold]
     pub fn own() -> &'static Kept {
         if let Some(k) = KEPT_SPARE.lock().pop() {
             return k;
         }
-        let k: &'static Kept = Box::leak(Box::new(Kept {
-            state: AtomicU8::new(EMPTY),
-            key: AtomicU64::new(0),
-            slot: AtomicUsize::new(0),
-            id: AtomicU64::new(0),
-            pb: AtomicUsize::new(0),
-            from: AtomicU64::new(0),
-            posted: AtomicU64::new(0),
-            comm: AtomicU32::new(0),
-        }));
+        let k: &'static Kept = Box::leak(Box::new(Kept(
+            [const {
+                Place {
+                    state: AtomicU8::new(EMPTY),
+                    key: AtomicU64::new(0),
+                    slot: AtomicUsize::new(0),
+                    id: AtomicU64::new(0),
+                    pb: AtomicUsize::new(0),
+                    from: AtomicU64::new(0),
+                    posted: AtomicU64::new(0),
+                    comm: AtomicU32::new(0),
+                }
+            }; KEPT_PLACES],
+        )));
         KEPT.lock().push(k);
         k
     }
 
-    /// The owner's thread ended: the place goes to the next thread (an
-    /// operation in it stays there until someone completes it).
+    /// The owner's thread ended: the places go to the next thread (an
+    /// operation in one stays there until someone completes it).
     pub fn leave(&'static self) {
         KEPT_SPARE.lock().push(self);
     }
 
+    /// The place of an operation whose handle is stored at `slot`.
+    #[inline(always)]
+    fn at(&self, slot: usize) -> &Place {
+        &self.0[(slot / size_of::<ffi::MPI_Request>()) % KEPT_PLACES]
+    }
+
     /// Keeps a nonblocking send or receive (`Op::kind` `Send`, or `Recv`
     /// with its posted bytes), posted now and not persistent; false when
-    /// the place is taken (the caller enters it in the table). Owner only.
+    /// its place is taken (the caller enters it in the table). Owner only.
     #[inline(always)]
     pub fn put(&self, key: u64, op: &Op) -> bool {
+        self.at(op.slot).put(key, op)
+    }
+
+    /// The kept operation, out of its place, if it is the one behind
+    /// `key` stored at `slot`.
+    #[inline(always)]
+    pub fn take(&self, key: u64, slot: usize) -> Option<Op> {
+        self.at(slot).take(key, slot)
+    }
+
+    /// The kept operations behind `key`, whatever their slots, out of
+    /// their places, each handed to `f`.
+    fn take_key(&self, key: u64, mut f: impl FnMut(Op)) {
+        for place in &self.0 {
+            if let Some(op) = place.take_key(key) {
+                f(op);
+            }
+        }
+    }
+}
+
+impl Place {
+    #[inline(always)]
+    fn put(&self, key: u64, op: &Op) -> bool {
         // Acquire: whoever emptied the place has read it.
         if self.state.load(Acquire) != EMPTY {
             return false;
@@ -512,10 +557,8 @@ impl Kept {
         true
     }
 
-    /// The kept operation, out of this place, if it is the one behind
-    /// `key` stored at `slot`.
     #[inline(always)]
-    pub fn take(&self, key: u64, slot: usize) -> Option<Op> {
+    fn take(&self, key: u64, slot: usize) -> Option<Op> {
         if self.state.load(Relaxed) != FULL
             || self.key.load(Relaxed) != key
             || self.slot.load(Relaxed) != slot
@@ -584,7 +627,7 @@ impl Kept {
     }
 }
 
-/// A thread's kept place (`ThreadState::kept`), had at its first kept
+/// A thread's kept places (`ThreadState::kept`), had at its first kept
 /// operation and given back when the thread ends.
 pub struct KeptPlace(Option<&'static Kept>);
 
@@ -722,6 +765,36 @@ mod tests {
             ..op(10, 300)
         };
         assert!(!k.put(K, &coll));
+        k.leave();
+    }
+
+    /// The elements of a request array take places of their own, as many
+    /// as there are; the next element's place is the first's.
+    #[test]
+    fn a_window_of_requests_is_kept_one_place_each() {
+        let k = Kept::own();
+        let base = 0x10_0000usize;
+        let at = |i: usize| base + i * size_of::<ffi::MPI_Request>();
+        let send = |i: usize| Op {
+            kind: OpKind::Send { dst: 1 },
+            ..op(i as u64, at(i))
+        };
+        for i in 0..KEPT_PLACES {
+            assert!(k.put(0x100 + i as u64, &send(i)), "element {i}");
+        }
+        assert!(
+            !k.put(0x500, &send(KEPT_PLACES)),
+            "the first element's place"
+        );
+        // Taken in any order, each from its own place.
+        for i in (0..KEPT_PLACES).rev() {
+            assert_eq!(k.take(0x100 + i as u64, at(i)), Some(send(i)));
+        }
+        assert!(k.put(0x500, &send(KEPT_PLACES)), "free again");
+        // A lookup by handle alone finds it whatever its place.
+        let mut found = Vec::new();
+        k.take_key(0x500, |o| found.push(o));
+        assert_eq!(found, vec![send(KEPT_PLACES)]);
         k.leave();
     }
 

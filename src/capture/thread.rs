@@ -7,6 +7,7 @@
 
 use crate::ffi::TypeSizes;
 use crate::recorder::Recorder;
+use pmtrace_format::varint::zigzag;
 use std::sync::atomic::AtomicU64;
 
 /// What the runtime keeps of a communicator (made and looked up in
@@ -83,8 +84,10 @@ pub struct ThreadState {
 
 /// A point-to-point payload (peer, tag, communicator, bytes), encoded,
 /// and what it was for: a send, `MPI_Isend` or `MPI_Irecv` of the same
-/// count and datatype with the same peer, tag and communicator (in the
-/// same epoch, `ffi::EPOCH`) has the same payload (`hooks_p2p::send`,
+/// count and datatype with the same peer and communicator (in the same
+/// epoch, `ffi::EPOCH`) has the same payload but for its tag
+/// (`SendMemo::payload_for`), so a loop over tags (a window of messages
+/// told apart by their tags) keeps it (`hooks_p2p::send`,
 /// `hooks_p2p::issue`).
 #[derive(Clone, Copy)]
 pub struct SendMemo {
@@ -94,8 +97,9 @@ pub struct SendMemo {
     pub epoch: u64,
     pub datatype: u64,
     pub count: i64,
-    /// Peer and tag (`ProbeMiss::of`).
-    pub to: u64,
+    pub peer: i32,
+    /// The tag `payload` was encoded with.
+    pub tag: i32,
     /// The communicator's index, and the message's bytes.
     pub index: u32,
     pub bytes: u64,
@@ -104,6 +108,12 @@ pub struct SendMemo {
     pub dense: bool,
     pub payload: u64,
     pub len: usize,
+    /// The bytes of `payload` before the tag's (the peer's).
+    pub head_len: usize,
+    /// The bytes after the tag's (the communicator's index and the
+    /// message's bytes), and how many.
+    pub tail: u64,
+    pub tail_len: usize,
 }
 
 impl SendMemo {
@@ -112,13 +122,56 @@ impl SendMemo {
         epoch: u64::MAX,
         datatype: 0,
         count: 0,
-        to: 0,
+        peer: 0,
+        tag: 0,
         index: 0,
         bytes: 0,
         dense: false,
         payload: 0,
         len: 0,
+        head_len: 0,
+        tail: 0,
+        tail_len: 0,
     };
+
+    /// The payload of a call like the memo's with this tag, and its
+    /// length: the memo's own, or its head, the tag's varint and its tail
+    /// spliced. `None` when that takes more than 8 bytes.
+    #[inline(always)]
+    pub fn payload_for(&self, tag: i32) -> Option<(u64, usize)> {
+        if tag == self.tag {
+            return Some((self.payload, self.len));
+        }
+        let (code, n) = varint_word(zigzag(i64::from(tag)));
+        let len = self.head_len + n + self.tail_len;
+        if len > 8 {
+            return None;
+        }
+        // head_len + n < 8 here (the tail is at least two bytes), so no
+        // shift below reaches 64.
+        let head = self.payload & ((1u64 << (8 * self.head_len)) - 1);
+        let bytes = head | code << (8 * self.head_len) | self.tail << (8 * (self.head_len + n));
+        Some((bytes, len))
+    }
+}
+
+/// A varint's bytes in the low bytes of a word, and how many (at most 8
+/// are kept: the caller tests the length first).
+#[inline(always)]
+fn varint_word(mut v: u64) -> (u64, usize) {
+    let mut code = 0u64;
+    let mut n = 0;
+    while v >= 0x80 {
+        if n < 8 {
+            code |= ((v & 0x7f) | 0x80) << (8 * n);
+        }
+        v >>= 7;
+        n += 1;
+    }
+    if n < 8 {
+        code |= v << (8 * n);
+    }
+    (code, n + 1)
 }
 
 /// A blocking collective's payload but its sequence code, encoded, and
@@ -248,5 +301,75 @@ impl ThreadState {
 impl Default for ThreadState {
     fn default() -> Self {
         ThreadState::new()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pmtrace_format::varint::{Packed, Sink};
+
+    fn encoded(peer: i32, tag: i32, index: u32, bytes: u64) -> (u64, usize) {
+        let mut p = Packed::default();
+        p.put_i(i64::from(peer));
+        p.put_i(i64::from(tag));
+        p.put_u(u64::from(index));
+        p.put_u(bytes);
+        (p.bytes, p.len)
+    }
+
+    fn memo(peer: i32, tag: i32, index: u32, bytes: u64) -> SendMemo {
+        let (payload, len) = encoded(peer, tag, index, bytes);
+        let mut head = Packed::default();
+        head.put_i(i64::from(peer));
+        let mut tail = Packed::default();
+        tail.put_u(u64::from(index));
+        tail.put_u(bytes);
+        SendMemo {
+            peer,
+            tag,
+            index,
+            bytes,
+            payload,
+            len,
+            head_len: head.len,
+            tail: tail.bytes,
+            tail_len: tail.len,
+            ..SendMemo::NONE
+        }
+    }
+
+    #[test]
+    fn another_tags_payload_is_the_encoding_of_its_fields() {
+        let cases = [
+            (1, 0, 0, 8),
+            (300, 7, 2, 65536),
+            (-2, 99, 1, 1 << 20),
+            (5, 0, 0, 100),
+        ];
+        let tags = [0, 1, 15, 63, 64, 99, 8191, 8192, 1 << 20, i32::MAX, -1];
+        for &(peer, tag, index, bytes) in &cases {
+            let m = memo(peer, tag, index, bytes);
+            for &t in &tags {
+                let (want, want_len) = encoded(peer, t, index, bytes);
+                let got = m.payload_for(t);
+                if want_len <= 8 {
+                    assert_eq!(got, Some((want, want_len)), "peer {peer} tag {tag} -> {t}");
+                } else {
+                    assert_eq!(got, None, "peer {peer} tag {tag} -> {t}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn varint_word_matches_the_stream_encoding() {
+        for v in [0u64, 1, 127, 128, 300, 16383, 16384, 1 << 35, u64::MAX] {
+            let mut p = Packed::default();
+            p.put_u(v);
+            let (code, n) = varint_word(v);
+            assert_eq!(n, p.len, "{v}");
+            assert_eq!(code, p.bytes, "{v}");
+        }
     }
 }

@@ -114,12 +114,22 @@ int main(int argc, char **argv) {
     C(MPI_Comm_dup, MPI_COMM_WORLD, &a);
     sends(0, other, 6, w, 2, MPI_SHORT, a, 2);
     sends(1, other, 6, w, 2, MPI_SHORT, a, 2);
+    /* The tag alone changes, to varints of other lengths and back. */
+    for (int i = 0; i < 2; i++) {
+        sends(0, other, 30000, w, 2, MPI_SHORT, a, 1);
+        sends(0, other, 70, w, 2, MPI_SHORT, a, 1);
+        sends(0, other, 6, w, 2, MPI_SHORT, a, 1);
+    }
 
     /* Nonblocking receives and blocking sends, changed the same ways. */
     recvs(other, 9, w, 1, MPI_INT, a, 3);
     recvs(other, 9, w, 3, MPI_INT, a, 2);
     recvs(other, 9, w, 3, MPI_SHORT, a, 2);
     recvs(other, 10, w, 3, MPI_SHORT, a, 2);
+    for (int i = 0; i < 2; i++) {
+        recvs(other, 30000, w, 3, MPI_SHORT, a, 1);
+        recvs(other, 10, w, 3, MPI_SHORT, a, 1);
+    }
     recvs(other, 10, w, 3, MPI_SHORT, MPI_COMM_WORLD, 2);
     C(MPI_Comm_free, &a);
 
