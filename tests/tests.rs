@@ -2897,25 +2897,36 @@ fn repeated_calls_record_exactly_their_own_fields() {
 #[test]
 fn the_hot_paths_allocate_nothing() {
     let counter = prog("liballoccount.so");
+    // The last case fills a 64 KiB buffer every few thousand calls, so
+    // that hundreds of buffers are handed to the writer inside the window.
+    let cases = [
+        ("iprobe", "0.2", None),
+        ("selfs", "0.2", None),
+        ("allreduce", "0.2", None),
+        ("selfs", "1", Some("64K")),
+    ];
     for mpi in [Mpi::OpenMpi, Mpi::Mpich, Mpi::Abi] {
         let bench = mpi.prog("mpibench");
-        for mode in ["iprobe", "selfs", "allreduce"] {
-            let what = format!("{mode} under {mpi:?}");
-            let dir = scratch(&format!("alloc-{}-{mode}", mpi.tag()));
+        for (mode, scale, buffer) in cases {
+            let what = format!("{mode} {scale} under {mpi:?}, buffers {buffer:?}");
+            let dir = scratch(&format!("alloc-{}-{mode}-{scale}", mpi.tag()));
             let counts = dir.join("counts");
-            let out = Command::new(&bench)
-                .args([mode, "0.2"])
+            let trace = dir.join("trace");
+            let mut cmd = Command::new(&bench);
+            cmd.args([mode, scale])
                 .envs(mpi.env())
                 .env(
                     "LD_PRELOAD",
                     format!("{} {}", counter.display(), lib().display()),
                 )
-                .env("PMTRACE_DIR", dir.join("trace"))
+                .env("PMTRACE_DIR", &trace)
                 .env("ALLOCCOUNT_OUT", &counts)
                 .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
-                .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
-                .output()
-                .expect("mpibench");
+                .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1");
+            if let Some(size) = buffer {
+                cmd.env("PMTRACE_BUFFER_SIZE", size);
+            }
+            let out = cmd.output().expect("mpibench");
             assert!(out.status.success(), "{what}: {out:?}");
             let text = std::fs::read_to_string(&counts).unwrap();
             let line = text
@@ -2935,6 +2946,14 @@ fn the_hot_paths_allocate_nothing() {
                 "{what}: {}",
                 &line[..line.len().min(200)]
             );
+            if buffer.is_some() {
+                // At least 40 buffers of 64 KiB were handed off (the queue of
+                // the unbounded channel allocated every 31st).
+                let report = pmtrace(&["report", trace.to_str().unwrap(), "--json"]);
+                let json: serde_json::Value = serde_json::from_slice(&report.stdout).unwrap();
+                let bytes = json["bytes_total"].as_u64().unwrap();
+                assert!(bytes > 40 * 65536, "{what}: {bytes} bytes of records");
+            }
         }
     }
 }

@@ -321,6 +321,9 @@ pub fn world_rank(comm: MPI_Comm, rank: c_int) -> Option<(c_int, u64)> {
     if rank < 0 {
         return None;
     }
+    if is_world(comm) {
+        return ((rank as usize) < WORLD.load(Relaxed)).then_some((rank, comms::WORLD_GID));
+    }
     let (w, gid) = match comms::lookup(comm) {
         Some(info) if info.gid == comms::WORLD_GID => (Some(rank), info.gid),
         Some(info) => {
@@ -338,12 +341,22 @@ pub fn world_rank(comm: MPI_Comm, rank: c_int) -> Option<(c_int, u64)> {
 
 /// Whether every process `comm` reaches is of this world.
 pub fn all_local(comm: MPI_Comm) -> bool {
+    if is_world(comm) {
+        return true;
+    }
     let all = |t: &[c_int]| !t.is_empty() && t.iter().all(|&w| w >= 0);
     match comms::lookup(comm) {
         Some(info) if info.gid == comms::WORLD_GID => true,
         Some(info) => all(info.world_ranks.get_or_init(|| translate(comm))),
         None => all(&quiet_translate(comm)),
     }
+}
+
+/// Whether `comm` is `MPI_COMM_WORLD` itself: its ranks are world ranks,
+/// with no lookup.
+#[inline(always)]
+fn is_world(comm: MPI_Comm) -> bool {
+    ffi::handle_key(comm) == ffi::handle_key(ffi::world())
 }
 
 /// `translate` for a handle pmtrace has not seen valid: an invalid one

@@ -668,7 +668,7 @@ fn open_trace(
     let bytes = pmtrace_format::encode_file_header(header);
     file.write_all_at(&bytes, 0)
         .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
-    let (tx, rx) = crossbeam_channel::unbounded::<Msg>();
+    let (tx, rx) = crossbeam_channel::bounded::<Msg>(FLUSH_QUEUE);
     let flusher = Flusher::new(file, path, bytes.len() as u64, buffer_size);
     let handle = std::thread::Builder::new()
         .name("pmtrace-flusher".into())
@@ -676,6 +676,14 @@ fn open_trace(
         .map_err(|e| format!("cannot start its writer thread: {e}"))?;
     Ok((tx, handle))
 }
+
+/// Messages the flusher's queue holds. A thread has at most two buffers
+/// handed off and waiting (it takes a spare for each), so a send blocks
+/// only past some 500 threads, until the flusher takes the next message
+/// (it never waits on an application thread). Bounded, the queue is
+/// allocated once: an unbounded one allocated a block every 31 messages,
+/// inside the application's calls that filled a buffer.
+const FLUSH_QUEUE: usize = 1024;
 
 /// "No rank failed" in `lowest_failed_rank`: below 2^63, as MPICH 4.0
 /// compares `MPI_UINT64_T` values as signed under `MPI_MIN` (u64::MAX would
