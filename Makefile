@@ -34,7 +34,7 @@ DEBIAN_MPICH := $(MPI_PREFIX)/debian-mpich
 WHEELS := $(OMPI5)/.installed $(MPICH5)/.installed $(IMPI)/.installed $(MPI4PY4)/.installed \
   $(DEBIAN_MPICH)/libmpi.so.12
 
-.PHONY: all build deps debs wheels matrix abi install pydeps mpi4py-suite examples mpich mpich-mpi test unit lint demo bench wrappers clean afl fuzz-build fuzz fuzz-check
+.PHONY: all build deps debs wheels matrix abi install pydeps tables mpi4py-suite examples mpich mpich-mpi test unit lint demo bench wrappers clean afl fuzz-build fuzz fuzz-check
 
 all: build
 
@@ -240,6 +240,19 @@ $(PYDEPS): | deps
 	/usr/bin/python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore \
 	  --target target/pydeps --no-deps perfetto protobuf
 
+# The readers of the Parquet export in the tests and in
+# examples/analysis.py: DuckDB, pandas, polars (pinned, with what they
+# need), beside (not into) Debian's Python.
+TABLES := target/tables/.installed
+TABLES_PKGS := duckdb==2.0.1 pandas==3.1.1 numpy==2.4.6 python-dateutil==4.0.0 tzdata==2026.6 \
+  polars==2.1.0 polars-runtime-32==2.1.0 pyarrow==26.0.1
+tables: $(TABLES)
+$(TABLES): | deps
+	@rm -rf target/tables
+	/usr/bin/python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore \
+	  --target target/tables --no-deps $(TABLES_PKGS)
+	@touch $@
+
 # mpi4py's own test suite (1,362 tests), from its source distribution
 # (pinned), built by pip against Open MPI into target/mpi4py/lib and
 # against MPICH into target/mpi4py/lib-mpich, beside (not into) Debian's
@@ -268,7 +281,7 @@ lint: deps
 	cd fuzz && $(CARGO) fmt -- --check
 	$(CARGO) clippy --release --workspace --all-targets -- -D warnings
 
-test: build examples matrix pydeps mpi4py-suite lint fuzz-check
+test: build examples matrix pydeps tables mpi4py-suite lint fuzz-check
 	@if $(CARGO) nextest --version >/dev/null 2>&1; then \
 	  $(CARGO) nextest run --release --workspace --no-fail-fast; \
 	else \

@@ -819,3 +819,69 @@ impl Screenshot {
         );
     }
 }
+
+/// A Parquet export read by DuckDB, pandas and polars (the packages
+/// `make tables` put in target/tables): each finds the report's calls per
+/// function, messages and bytes, the bytes between each pair of ranks, and
+/// every message's rows at its sender's and receiver's calls. On halo2d,
+/// the collectives example and halo2d under vector clocks, at np=4.
+#[test]
+fn parquet_tables_read_in_duckdb_pandas_and_polars_hold_what_the_report_counts() {
+    let cases: [(&str, &[(&str, &str)]); 3] = [
+        ("halo2d", &[]),
+        ("collectives", &[]),
+        ("halo2d", &[("PMTRACE_CLOCKS", "vector")]),
+    ];
+    for (k, (name, env)) in cases.into_iter().enumerate() {
+        let what = format!("{name} {env:?}");
+        let dir = scratch(&format!("parquet-{k}-{name}"));
+        let run = mpirun(&dir, 4, &prog(name), &[], Mode::Preload, env);
+        assert_eq!(run.code, 0, "{what}: {}", run.stderr);
+        let rep = report(&run.trace);
+        let out = dir.join("tables");
+        export(&run.trace, "parquet", &out);
+        let o = Command::new("/usr/bin/python3")
+            .arg(root().join("tests/support/parquet_check.py"))
+            .arg(&out)
+            .env("PYTHONPATH", root().join("target/tables"))
+            .output()
+            .expect("/usr/bin/python3");
+        assert!(
+            o.status.success(),
+            "{what}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        let found: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        let functions = rep["functions"].as_object().unwrap();
+        let matched = &rep["messages"]["matched"];
+        assert!(
+            name == "collectives" || matched.as_u64().unwrap() > 0,
+            "{what}"
+        );
+        for reader in ["duckdb", "pandas", "polars"] {
+            let f = &found[reader];
+            let w = format!("{what}, {reader}: {f}");
+            assert_eq!(f["calls"], rep["events"], "{w}");
+            assert_eq!(&f["messages"], matched, "{w}");
+            assert_eq!(f["bytes"], rep["messages"]["bytes"], "{w}");
+            assert_eq!(f["ranks"], rep["ranks"], "{w}");
+            let got = f["functions"].as_object().unwrap();
+            assert_eq!(got.len(), functions.len(), "{w}");
+            for (name, stats) in functions {
+                assert_eq!(got[name], stats["calls"], "{w}: {name}");
+            }
+        }
+        let d = &found["duckdb"];
+        assert_eq!(d["misplaced"], 0, "{what}: {d}");
+        // The matrix: messages and bytes between each pair, as the report
+        // counts them.
+        let matrix = rep["matrix"].as_array().unwrap();
+        let pairs = d["pairs"].as_object().unwrap();
+        assert_eq!(pairs.len(), matrix.len(), "{what}: {d}");
+        for cell in matrix {
+            let key = format!("{}->{}", cell["src"], cell["dst"]);
+            let want = serde_json::json!([cell["count"], cell["bytes"]]);
+            assert_eq!(pairs[&key], want, "{what}: {key}");
+        }
+    }
+}

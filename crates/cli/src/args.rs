@@ -171,6 +171,11 @@ pub struct MergeArgs {
 /// Perfetto and Chrome use synchronized times; a trace that was not synced
 /// is synchronized in memory first (`pmtrace sync` keeps the result).
 ///
+/// `parquet` writes a directory of Parquet tables (pandas, polars, DuckDB,
+/// Spark): `calls`, `messages`, `unmatched` and `ranks` (see the README
+/// for their columns). Times are ns, synchronized when `pmtrace sync`
+/// ran, with the recorded ones beside them.
+///
 /// `text` writes one line per recorded event, all ranks and threads merged
 /// in recorded-time order: `r<rank> t<thread> <start ns> +<duration ns>
 /// <name> key=value...`.
@@ -181,7 +186,8 @@ pub struct ExportArgs {
     /// Output format.
     #[arg(long, value_enum)]
     pub format: ExportFormat,
-    /// Output file; `-` writes to standard output.
+    /// Output file (a directory for OTF2 and Parquet); `-` writes to
+    /// standard output.
     #[arg(short = 'o', long = "output", value_name = "FILE")]
     pub output: PathBuf,
 }
@@ -253,4 +259,5 @@ pub enum ExportFormat {
     Perfetto,
     Chrome,
     Text,
+    Parquet,
 }

@@ -24,7 +24,7 @@ use pmtrace_cli::args::*;
 use pmtrace_cli::command::{synth_spec, Cli, Command, SynthArgs};
 use pmtrace_cli::launch;
 use pmtrace_export::view::View;
-use pmtrace_export::{chrome, merged, otf2, perfetto, text, timeline};
+use pmtrace_export::{chrome, merged, otf2, parquet, perfetto, text, timeline};
 use pmtrace_matching::clocks::RaceClocks;
 use pmtrace_matching::Messages;
 use pmtrace_report::races::{self, Races};
@@ -506,7 +506,7 @@ fn export(args: ExportArgs) -> Result<ExitCode> {
     let stored = Synced::load(&trace)?;
     let synced = match (stored, args.format) {
         (Some(s), _) => Some(s),
-        (None, ExportFormat::Otf2) => None,
+        (None, ExportFormat::Otf2 | ExportFormat::Parquet) => None,
         (None, _) => {
             note_not_synced(&args.dir);
             progress.phase("synchronizing timestamps");
@@ -560,6 +560,22 @@ fn export(args: ExportArgs) -> Result<ExitCode> {
             if args.output.as_os_str() != "-" {
                 eprintln!("pmtrace: wrote {} ({what})", args.output.display());
             }
+        }
+        ExportFormat::Parquet => {
+            if args.output.as_os_str() == "-" {
+                bail!("a Parquet export is a directory of tables: give one with -o");
+            }
+            let s = parquet::write(&view, &args.output, &mut tick)?;
+            drop(progress);
+            println!(
+                "Parquet tables in {} ({} calls, {} messages, {} unmatched, {} ranks; {} time)",
+                args.output.display(),
+                s.calls,
+                s.messages,
+                s.unmatched,
+                s.ranks,
+                if s.synced { "synchronized" } else { "recorded" }
+            );
         }
         ExportFormat::Text => unreachable!("handled above"),
     }

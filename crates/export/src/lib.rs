@@ -1,8 +1,9 @@
 //! Writing a trace out in formats other tools (or people) read.
 //!
 //! [`text`] and [`merged`] are logs for people; [`otf2`], [`perfetto`] and
-//! [`chrome`] feed viewers; [`timeline`] is a viewer of its own. The
-//! viewer exports all read a [`view::View`].
+//! [`chrome`] feed viewers; [`timeline`] is a viewer of its own;
+//! [`parquet`] writes tables for data frames and SQL. The viewer exports
+//! and the tables all read a [`view::View`].
 
 use std::io;
 use std::path::PathBuf;
@@ -12,6 +13,7 @@ use thiserror::Error;
 pub mod chrome;
 pub mod merged;
 pub mod otf2;
+pub mod parquet;
 pub mod perfetto;
 pub mod text;
 pub mod timeline;

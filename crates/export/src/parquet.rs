@@ -1,0 +1,648 @@
+//! Parquet tables of a trace, for pandas, polars, DuckDB and Spark.
+//!
+//! ```text
+//!  OUT/calls.parquet      a row per MPI call: rank, thread, record index,
+//!                         function, enter and exit (export time base and as
+//!                         recorded), bytes, peer, tag, Lamport clock
+//!  OUT/messages.parquet   a row per matched message: its send call, the call
+//!                         that posted its receive and the one that completed
+//!                         it (row numbers into calls), world ranks, tag,
+//!                         communicator, bytes, times and Lamport clocks
+//!  OUT/unmatched.parquet  a row per send or receive left without its other
+//!                         end, with the reason
+//!  OUT/ranks.parquet      a row per rank: host, threads, calls, completeness
+//! ```
+//!
+//! Times are integers in ns: `enter_ns` and `exit_ns` are synchronized when
+//! the trace was synced (`pmtrace sync`), else as recorded, and
+//! `enter_raw_ns` and `exit_raw_ns` are as recorded either way. Row numbers
+//! count from 0 in file order, which is location by location (rank, then
+//! thread), calls in record order. Function names are dictionary-encoded.
+//! Rows go out in batches, row groups of [`ROW_GROUP`] rows: beside the
+//! view, the writer holds one row group of one table.
+
+use std::fs::{self, File};
+use std::path::Path;
+use std::sync::Arc;
+
+use arrow_array::builder::ArrayBuilder;
+use arrow_array::builder::{
+    BooleanBuilder, Int32Builder, Int64Builder, StringBuilder, StringDictionaryBuilder,
+    UInt32Builder, UInt64Builder,
+};
+use arrow_array::types::Int32Type;
+use arrow_array::{ArrayRef, RecordBatch};
+use arrow_schema::{DataType, Field, Schema, SchemaRef};
+use parquet::arrow::ArrowWriter;
+use parquet::basic::Compression;
+use parquet::file::properties::WriterProperties;
+use pmtrace_matching::ends::Cursor;
+use pmtrace_trace::read::EventRef;
+use rustc_hash::FxHashMap;
+
+use super::view::{CallDetail, Location, View};
+use super::ExportError;
+
+/// Rows a row group holds.
+pub const ROW_GROUP: usize = 1 << 20;
+/// Rows built before they go to the writer.
+const BATCH: usize = 1 << 16;
+
+/// What was written.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct Summary {
+    pub calls: u64,
+    pub messages: u64,
+    pub unmatched: u64,
+    pub ranks: u64,
+    /// Whether `enter_ns` and `exit_ns` are synchronized times.
+    pub synced: bool,
+}
+
+/// Writes the tables of `view` into the directory `out` (made if missing).
+pub fn write(
+    view: &View,
+    out: &Path,
+    progress: &mut dyn FnMut(u64),
+) -> Result<Summary, ExportError> {
+    fs::create_dir_all(out).map_err(|source| ExportError::Io {
+        path: out.to_path_buf(),
+        source,
+    })?;
+    let rows = Rows::of(view);
+    let mut s = Summary {
+        synced: view.synced.is_some(),
+        ..Summary::default()
+    };
+    s.calls = write_calls(view, out, progress)?;
+    s.messages = write_messages(view, &rows, out)?;
+    s.unmatched = write_unmatched(view, &rows, out)?;
+    s.ranks = write_ranks(view, out)?;
+    Ok(s)
+}
+
+/// Where each location's calls start in `calls`, and which records are
+/// calls where some are not.
+struct Rows {
+    /// Location index by (rank, thread).
+    at: FxHashMap<(u32, u32), usize>,
+    /// Per location: its first row, and the record indices of its calls
+    /// (`None`: every record is a call, so a call's row is its index).
+    first: Vec<(u64, Option<Vec<u32>>)>,
+}
+
+impl Rows {
+    fn of(view: &View) -> Rows {
+        let mut at = FxHashMap::default();
+        let mut first = Vec::with_capacity(view.locations.len());
+        let mut row = 0u64;
+        for (k, &loc) in view.locations.iter().enumerate() {
+            at.insert((loc.rank, loc.thread), k);
+            let records = view.records(loc);
+            let n = records.len();
+            let calls: Vec<u32> = (0..n as u32)
+                .filter(|&i| records.is_call(i as usize))
+                .collect();
+            let count = calls.len() as u64;
+            first.push((row, (calls.len() != n).then_some(calls)));
+            row += count;
+        }
+        Rows { at, first }
+    }
+
+    /// The row of the call at `e`, if it is one.
+    fn row(&self, e: EventRef) -> Option<u64> {
+        let &k = self.at.get(&(e.rank, e.thread))?;
+        let (first, calls) = &self.first[k];
+        match calls {
+            None => Some(first + u64::from(e.index)),
+            Some(c) => c.binary_search(&e.index).ok().map(|p| first + p as u64),
+        }
+    }
+}
+
+fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> ExportError + '_ {
+    move |source| ExportError::Io {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+fn parquet_err(path: &Path) -> impl FnOnce(parquet::errors::ParquetError) -> ExportError + '_ {
+    move |e| ExportError::Io {
+        path: path.to_path_buf(),
+        source: std::io::Error::other(e),
+    }
+}
+
+/// A table's file, written a batch at a time.
+struct Table {
+    path: std::path::PathBuf,
+    schema: SchemaRef,
+    writer: ArrowWriter<File>,
+}
+
+impl Table {
+    fn create(dir: &Path, name: &str, fields: Vec<Field>) -> Result<Table, ExportError> {
+        let path = dir.join(format!("{name}.parquet"));
+        let schema: SchemaRef = Arc::new(Schema::new(fields));
+        let file = File::create(&path).map_err(io_err(&path))?;
+        let props = WriterProperties::builder()
+            .set_compression(Compression::SNAPPY)
+            .set_max_row_group_row_count(Some(ROW_GROUP))
+            .set_created_by(format!("pmtrace {}", env!("CARGO_PKG_VERSION")))
+            .build();
+        let writer =
+            ArrowWriter::try_new(file, schema.clone(), Some(props)).map_err(parquet_err(&path))?;
+        Ok(Table {
+            path,
+            schema,
+            writer,
+        })
+    }
+
+    fn put(&mut self, columns: Vec<ArrayRef>) -> Result<(), ExportError> {
+        let batch =
+            RecordBatch::try_new(self.schema.clone(), columns).map_err(|e| ExportError::Io {
+                path: self.path.clone(),
+                source: std::io::Error::other(e),
+            })?;
+        self.writer.write(&batch).map_err(parquet_err(&self.path))
+    }
+
+    fn close(self) -> Result<(), ExportError> {
+        let path = self.path;
+        self.writer.close().map_err(parquet_err(&path))?;
+        Ok(())
+    }
+}
+
+fn field(name: &str, t: DataType, nullable: bool) -> Field {
+    Field::new(name, t, nullable)
+}
+
+fn dictionary(name: &str) -> Field {
+    Field::new(
+        name,
+        DataType::Dictionary(Box::new(DataType::Int32), Box::new(DataType::Utf8)),
+        false,
+    )
+}
+
+/// Columns of `calls`, as they are built.
+#[derive(Default)]
+struct CallColumns {
+    rank: UInt32Builder,
+    thread: UInt32Builder,
+    index: UInt32Builder,
+    function: StringDictionaryBuilder<Int32Type>,
+    enter: Int64Builder,
+    exit: Int64Builder,
+    enter_raw: Int64Builder,
+    exit_raw: Int64Builder,
+    bytes: UInt64Builder,
+    peer: UInt32Builder,
+    tag: Int32Builder,
+    lamport: UInt64Builder,
+}
+
+impl CallColumns {
+    fn fields() -> Vec<Field> {
+        vec![
+            field("rank", DataType::UInt32, false),
+            field("thread", DataType::UInt32, false),
+            field("index", DataType::UInt32, false),
+            dictionary("function"),
+            field("enter_ns", DataType::Int64, false),
+            field("exit_ns", DataType::Int64, false),
+            field("enter_raw_ns", DataType::Int64, false),
+            field("exit_raw_ns", DataType::Int64, false),
+            field("bytes", DataType::UInt64, false),
+            field("peer", DataType::UInt32, true),
+            field("tag", DataType::Int32, true),
+            field("lamport", DataType::UInt64, true),
+        ]
+    }
+
+    fn len(&self) -> usize {
+        self.rank.len()
+    }
+
+    fn finish(&mut self) -> Vec<ArrayRef> {
+        vec![
+            Arc::new(self.rank.finish()),
+            Arc::new(self.thread.finish()),
+            Arc::new(self.index.finish()),
+            Arc::new(self.function.finish()),
+            Arc::new(self.enter.finish()),
+            Arc::new(self.exit.finish()),
+            Arc::new(self.enter_raw.finish()),
+            Arc::new(self.exit_raw.finish()),
+            Arc::new(self.bytes.finish()),
+            Arc::new(self.peer.finish()),
+            Arc::new(self.tag.finish()),
+            Arc::new(self.lamport.finish()),
+        ]
+    }
+}
+
+fn ns(t: u64) -> i64 {
+    i64::try_from(t).unwrap_or(i64::MAX)
+}
+
+fn write_calls(view: &View, out: &Path, progress: &mut dyn FnMut(u64)) -> Result<u64, ExportError> {
+    let mut table = Table::create(out, "calls", CallColumns::fields())?;
+    let mut c = CallColumns::default();
+    let lamport = view.clocks.report.mode != "none";
+    let mut done = 0u64;
+    for &loc in &view.locations {
+        write_location(view, loc, lamport, &mut c, &mut table, &mut done, progress)?;
+    }
+    if c.len() > 0 {
+        table.put(c.finish())?;
+    }
+    table.close()?;
+    progress(done);
+    Ok(done)
+}
+
+fn write_location(
+    view: &View,
+    loc: Location,
+    lamport: bool,
+    c: &mut CallColumns,
+    table: &mut Table,
+    done: &mut u64,
+    progress: &mut dyn FnMut(u64),
+) -> Result<(), ExportError> {
+    let times = view.times(loc);
+    let records = view.records(loc);
+    let held = view.trace.held(loc.rank);
+    let ends = view.messages.ends.thread(loc.rank, loc.slot);
+    let (mut sends, mut recvs) = (Cursor::new(&ends.sends), Cursor::new(&ends.done));
+    let mut clocks = view.clocks.after_call.thread(loc.rank, loc.thread);
+    for i in 0..records.len() {
+        let Some(func) = records.func(i) else {
+            continue;
+        };
+        let at = view.at(loc, i);
+        let d = if records.has_payload(i) {
+            let call = records.call(i).expect("a call");
+            view.detail_of(at, &call, sends.at(at.index), recvs.at(at.index))
+        } else {
+            CallDetail::default()
+        };
+        let (a, b) = times.get(i);
+        let (ra, rb) = records.stamps(i);
+        c.rank.append_value(loc.rank);
+        c.thread.append_value(loc.thread);
+        c.index.append_value(i as u32);
+        c.function.append_value(held.function_name(func));
+        c.enter.append_value(ns(a));
+        c.exit.append_value(ns(b));
+        c.enter_raw.append_value(ns(ra));
+        c.exit_raw.append_value(ns(rb));
+        c.bytes.append_value(d.bytes);
+        c.peer.append_option(d.peer);
+        c.tag.append_option(d.tag);
+        c.lamport.append_option(clocks.get(i).filter(|_| lamport));
+        *done += 1;
+        if c.len() == BATCH {
+            table.put(c.finish())?;
+            progress(*done);
+        }
+    }
+    Ok(())
+}
+
+fn write_messages(view: &View, rows: &Rows, out: &Path) -> Result<u64, ExportError> {
+    let mut table = Table::create(
+        out,
+        "messages",
+        vec![
+            field("send_call", DataType::UInt64, true),
+            field("recv_post_call", DataType::UInt64, true),
+            field("recv_call", DataType::UInt64, true),
+            field("src", DataType::UInt32, false),
+            field("dst", DataType::UInt32, false),
+            field("tag", DataType::Int32, false),
+            field("comm", DataType::UInt64, false),
+            field("send_bytes", DataType::UInt64, false),
+            field("recv_bytes", DataType::UInt64, false),
+            field("send_ns", DataType::Int64, false),
+            field("recv_ns", DataType::Int64, false),
+            field("send_lamport", DataType::UInt64, true),
+            field("recv_lamport", DataType::UInt64, true),
+            field("wildcard", DataType::Boolean, false),
+        ],
+    )?;
+    let m = view.messages;
+    let lamport = view.clocks.report.mode != "none";
+    let clock = |e: EventRef| view.clocks.after_call.get(e).filter(|_| lamport);
+    let mut n = 0u64;
+    for chunk in m.matched.chunks(BATCH) {
+        let mut send_call = UInt64Builder::with_capacity(chunk.len());
+        let mut post_call = UInt64Builder::with_capacity(chunk.len());
+        let mut recv_call = UInt64Builder::with_capacity(chunk.len());
+        let mut src = UInt32Builder::with_capacity(chunk.len());
+        let mut dst = UInt32Builder::with_capacity(chunk.len());
+        let mut tag = Int32Builder::with_capacity(chunk.len());
+        let mut comm = UInt64Builder::with_capacity(chunk.len());
+        let mut send_bytes = UInt64Builder::with_capacity(chunk.len());
+        let mut recv_bytes = UInt64Builder::with_capacity(chunk.len());
+        let mut send_ns = Int64Builder::with_capacity(chunk.len());
+        let mut recv_ns = Int64Builder::with_capacity(chunk.len());
+        let mut send_lc = UInt64Builder::with_capacity(chunk.len());
+        let mut recv_lc = UInt64Builder::with_capacity(chunk.len());
+        let mut wildcard = BooleanBuilder::with_capacity(chunk.len());
+        for msg in chunk {
+            let (sv, rv) = (&m.sends[msg.send], &m.recvs[msg.recv]);
+            send_call.append_option(rows.row(sv.call));
+            post_call.append_option(rows.row(rv.post));
+            recv_call.append_option(rows.row(rv.completion));
+            src.append_value(sv.src);
+            dst.append_value(rv.dst);
+            tag.append_value(sv.tag);
+            comm.append_value(sv.comm);
+            send_bytes.append_value(sv.bytes);
+            recv_bytes.append_value(rv.bytes);
+            send_ns.append_value(ns(view.time(sv.call, false)));
+            recv_ns.append_value(ns(view.time(rv.completion, true)));
+            send_lc.append_option(clock(sv.call));
+            recv_lc.append_option(clock(rv.completion));
+            wildcard.append_value(rv.wildcard);
+        }
+        table.put(vec![
+            Arc::new(send_call.finish()),
+            Arc::new(post_call.finish()),
+            Arc::new(recv_call.finish()),
+            Arc::new(src.finish()),
+            Arc::new(dst.finish()),
+            Arc::new(tag.finish()),
+            Arc::new(comm.finish()),
+            Arc::new(send_bytes.finish()),
+            Arc::new(recv_bytes.finish()),
+            Arc::new(send_ns.finish()),
+            Arc::new(recv_ns.finish()),
+            Arc::new(send_lc.finish()),
+            Arc::new(recv_lc.finish()),
+            Arc::new(wildcard.finish()),
+        ])?;
+        n += chunk.len() as u64;
+    }
+    table.close()?;
+    Ok(n)
+}
+
+/// Sends and receives without their other end: a row each, with the
+/// reason.
+fn write_unmatched(view: &View, rows: &Rows, out: &Path) -> Result<u64, ExportError> {
+    let mut table = Table::create(
+        out,
+        "unmatched",
+        vec![
+            dictionary("reason"),
+            field("call", DataType::UInt64, true),
+            field("rank", DataType::UInt32, false),
+            field("peer", DataType::UInt32, true),
+            field("tag", DataType::Int32, false),
+            field("comm", DataType::UInt64, false),
+            field("bytes", DataType::UInt64, false),
+        ],
+    )?;
+    let m = view.messages;
+    let mut reason = StringDictionaryBuilder::<Int32Type>::new();
+    let mut call = UInt64Builder::new();
+    let mut rank = UInt32Builder::new();
+    let mut peer = UInt32Builder::new();
+    let mut tag = Int32Builder::new();
+    let mut comm = UInt64Builder::new();
+    let mut bytes = UInt64Builder::new();
+    for &s in &m.unmatched_sends {
+        let sv = &m.sends[s];
+        reason.append_value("send without its receive");
+        call.append_option(rows.row(sv.call));
+        rank.append_value(sv.src);
+        peer.append_option(sv.dst);
+        tag.append_value(sv.tag);
+        comm.append_value(sv.comm);
+        bytes.append_value(sv.bytes);
+    }
+    for &r in &m.unmatched_recvs {
+        let rv = &m.recvs[r];
+        reason.append_value("receive without its send");
+        call.append_option(rows.row(rv.completion));
+        rank.append_value(rv.dst);
+        peer.append_option(rv.src);
+        tag.append_value(rv.tag);
+        comm.append_value(rv.comm);
+        bytes.append_value(rv.bytes);
+    }
+    let n = (m.unmatched_sends.len() + m.unmatched_recvs.len()) as u64;
+    if n > 0 {
+        table.put(vec![
+            Arc::new(reason.finish()),
+            Arc::new(call.finish()),
+            Arc::new(rank.finish()),
+            Arc::new(peer.finish()),
+            Arc::new(tag.finish()),
+            Arc::new(comm.finish()),
+            Arc::new(bytes.finish()),
+        ])?;
+    }
+    table.close()?;
+    Ok(n)
+}
+
+fn write_ranks(view: &View, out: &Path) -> Result<u64, ExportError> {
+    let mut table = Table::create(
+        out,
+        "ranks",
+        vec![
+            field("rank", DataType::UInt32, false),
+            field("host", DataType::Utf8, false),
+            field("threads", DataType::UInt32, false),
+            field("calls", DataType::UInt64, false),
+            field("complete", DataType::Boolean, false),
+        ],
+    )?;
+    let incomplete = view.trace.incomplete_ranks();
+    let mut rank = UInt32Builder::new();
+    let mut host = StringBuilder::new();
+    let mut threads = UInt32Builder::new();
+    let mut calls = UInt64Builder::new();
+    let mut complete = BooleanBuilder::new();
+    for r in &view.trace.ranks {
+        rank.append_value(r.rank);
+        host.append_value(&r.header.hostname);
+        threads.append_value(r.threads.len() as u32);
+        let n: u64 = view
+            .locations
+            .iter()
+            .filter(|l| l.rank == r.rank)
+            .map(|&l| {
+                let records = view.records(l);
+                (0..records.len()).filter(|&i| records.is_call(i)).count() as u64
+            })
+            .sum();
+        calls.append_value(n);
+        complete.append_value(!incomplete.contains(&r.rank));
+    }
+    let n = view.trace.ranks.len() as u64;
+    table.put(vec![
+        Arc::new(rank.finish()),
+        Arc::new(host.finish()),
+        Arc::new(threads.finish()),
+        Arc::new(calls.finish()),
+        Arc::new(complete.finish()),
+    ])?;
+    table.close()?;
+    Ok(n)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow_array::cast::AsArray;
+    use arrow_array::types::{UInt32Type, UInt64Type};
+    use arrow_array::Array;
+    use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+    use pmtrace_matching::matching::Messages;
+    use pmtrace_trace::Trace;
+    use std::collections::BTreeMap;
+    use std::path::PathBuf;
+
+    fn golden(case: &str) -> PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../tests/golden")
+            .join(case)
+            .join("trace")
+    }
+
+    fn read(path: &Path) -> Vec<RecordBatch> {
+        let file = File::open(path).unwrap();
+        ParquetRecordBatchReaderBuilder::try_new(file)
+            .unwrap()
+            .build()
+            .unwrap()
+            .map(|b| b.unwrap())
+            .collect()
+    }
+
+    fn u64s(batches: &[RecordBatch], name: &str) -> Vec<Option<u64>> {
+        let mut v = Vec::new();
+        for b in batches {
+            let c = b.column_by_name(name).unwrap().as_primitive::<UInt64Type>();
+            v.extend((0..c.len()).map(|i| c.is_valid(i).then(|| c.value(i))));
+        }
+        v
+    }
+
+    fn u32s(batches: &[RecordBatch], name: &str) -> Vec<u32> {
+        let mut v = Vec::new();
+        for b in batches {
+            let c = b.column_by_name(name).unwrap().as_primitive::<UInt32Type>();
+            v.extend(c.values().iter().copied());
+        }
+        v
+    }
+
+    fn functions(batches: &[RecordBatch]) -> Vec<String> {
+        let mut v = Vec::new();
+        for b in batches {
+            let c = b.column_by_name("function").unwrap();
+            let d = c.as_dictionary::<Int32Type>();
+            let names = d.values().as_string::<i32>();
+            v.extend(
+                d.keys()
+                    .values()
+                    .iter()
+                    .map(|&k| names.value(k as usize).to_owned()),
+            );
+        }
+        v
+    }
+
+    /// On recorded traces, synced and not: a row per call with the
+    /// trace's function counts, a row per matched message whose rows name
+    /// its calls (the send's call is a send, the receive's completion the
+    /// call that completed it) and whose bytes add up, and a row per rank.
+    #[test]
+    fn the_tables_hold_every_call_and_message_and_their_rows_point_at_their_calls() {
+        let scratch = std::env::temp_dir().join(format!("pmtrace-parquet-{}", std::process::id()));
+        for case in [
+            "halo2d_np4",
+            "collectives",
+            "threads",
+            "master_worker",
+            "halo2d_vector",
+        ] {
+            let trace = Trace::open(golden(case)).unwrap();
+            let messages = Messages::build(&trace);
+            let synced = pmtrace_sync::sync(&trace, &messages, &Default::default());
+            for (times, synced) in [("recorded", None), ("synced", Some(&synced))] {
+                let what = format!("{case}, {times}");
+                let view = View::new(&trace, &messages, synced);
+                let out = scratch.join(&what);
+                let s = write(&view, &out, &mut |_| {}).unwrap();
+                assert_eq!(s.synced, synced.is_some(), "{what}");
+                let calls = read(&out.join("calls.parquet"));
+                let names = functions(&calls);
+                assert_eq!(names.len() as u64, s.calls, "{what}");
+                assert_eq!(s.calls, trace.events(), "{what}: a row per call");
+                let mut per: BTreeMap<&str, u64> = BTreeMap::new();
+                for n in &names {
+                    *per.entry(n.as_str()).or_default() += 1;
+                }
+                let mut want: BTreeMap<&str, u64> = BTreeMap::new();
+                for &loc in &view.locations {
+                    let records = view.records(loc);
+                    for i in 0..records.len() {
+                        if let Some(f) = records.func(i) {
+                            *want
+                                .entry(trace.held(loc.rank).function_name(f))
+                                .or_default() += 1;
+                        }
+                    }
+                }
+                assert_eq!(per, want, "{what}: calls per function");
+                let ranks = u32s(&calls, "rank");
+                let index = u32s(&calls, "index");
+
+                let msgs = read(&out.join("messages.parquet"));
+                let sends = u64s(&msgs, "send_call");
+                let recvs = u64s(&msgs, "recv_call");
+                assert_eq!(sends.len(), messages.matched.len(), "{what}");
+                assert_eq!(s.messages, messages.matched.len() as u64, "{what}");
+                let bytes: u64 = u64s(&msgs, "recv_bytes").iter().map(|b| b.unwrap()).sum();
+                let want_bytes: u64 = messages
+                    .matched
+                    .iter()
+                    .map(|m| messages.recvs[m.recv].bytes)
+                    .sum();
+                assert_eq!(bytes, want_bytes, "{what}: bytes");
+                for (k, m) in messages.matched.iter().enumerate() {
+                    let (sv, rv) = (&messages.sends[m.send], &messages.recvs[m.recv]);
+                    let s = sends[k].expect("the send's row") as usize;
+                    assert_eq!(
+                        (ranks[s], index[s]),
+                        (sv.call.rank, sv.call.index),
+                        "{what}"
+                    );
+                    let r = recvs[k].expect("the completion's row") as usize;
+                    assert_eq!(
+                        (ranks[r], index[r]),
+                        (rv.completion.rank, rv.completion.index),
+                        "{what}"
+                    );
+                }
+                let rank_rows = read(&out.join("ranks.parquet"));
+                let per_rank = u64s(&rank_rows, "calls");
+                assert_eq!(per_rank.len(), trace.ranks.len(), "{what}");
+                let total: u64 = per_rank.iter().map(|c| c.unwrap()).sum();
+                assert_eq!(total, s.calls, "{what}: calls by rank");
+            }
+        }
+        fs::remove_dir_all(&scratch).unwrap();
+    }
+}
