@@ -689,7 +689,7 @@ def engine_verbs(cli, trace, what, scratch):
     print(f"the engine: {what}, "
           f"{'' if rep else '~'}{events / 1e6:.1f} M events{messages}, {size / 1e6:.0f} MB on disk; "
           f"address space limited to {ENGINE_LIMIT >> 30} GiB "
-          f"(targets: report, sync, critical-path, races, perfetto, otf2 >= 5 M events/s; "
+          f"(targets: report, sync, critical-path, races, perfetto, otf2, parquet >= 5 M events/s; "
           f"every verb <= 40 B/event)")
     print(f"{'verb':<24}{'wall s':>9}{'M events/s':>12}{'peak MiB':>10}{'B/event':>9}  result")
     # After sync, report's wait states and critical paths are on synchronized
@@ -697,7 +697,8 @@ def engine_verbs(cli, trace, what, scratch):
     rows = [("report --json", None), ("sync", None), ("report --json, synced", None),
             ("critical-path --json", None), ("races --json", None), ("merge", "merge.txt"),
             ("export otf2", "archive"), ("export perfetto", "t.pftrace"),
-            ("export chrome", "t.json"), ("timeline (1 s window)", "t.html")]
+            ("export chrome", "t.json"), ("export parquet", "tables"),
+            ("timeline (1 s window)", "t.html")]
     for verb, out in rows:
         path = os.path.join(scratch, out) if out else None
         if verb.startswith("report --json"):

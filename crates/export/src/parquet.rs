@@ -31,11 +31,12 @@ use arrow_array::builder::{
     UInt32Builder, UInt64Builder,
 };
 use arrow_array::types::Int32Type;
-use arrow_array::{ArrayRef, RecordBatch};
+use arrow_array::{ArrayRef, DictionaryArray, RecordBatch, StringArray};
 use arrow_schema::{DataType, Field, Schema, SchemaRef};
 use parquet::arrow::ArrowWriter;
-use parquet::basic::Compression;
+use parquet::basic::{Compression, Encoding};
 use parquet::file::properties::WriterProperties;
+use parquet::schema::types::ColumnPath;
 use pmtrace_matching::ends::Cursor;
 use pmtrace_trace::read::EventRef;
 use rustc_hash::FxHashMap;
@@ -147,11 +148,27 @@ impl Table {
         let path = dir.join(format!("{name}.parquet"));
         let schema: SchemaRef = Arc::new(Schema::new(fields));
         let file = File::create(&path).map_err(io_err(&path))?;
-        let props = WriterProperties::builder()
+        // Names are few: a dictionary each. Numbers are not: times and
+        // indices rise along a thread, so their differences pack into a
+        // few bits (delta encoding), with no dictionary tried first.
+        let mut props = WriterProperties::builder()
             .set_compression(Compression::SNAPPY)
             .set_max_row_group_row_count(Some(ROW_GROUP))
-            .set_created_by(format!("pmtrace {}", env!("CARGO_PKG_VERSION")))
-            .build();
+            .set_dictionary_enabled(false)
+            .set_created_by(format!("pmtrace {}", env!("CARGO_PKG_VERSION")));
+        for f in schema.fields() {
+            let col = ColumnPath::from(f.name().as_str());
+            props = match f.data_type() {
+                DataType::Dictionary(..) | DataType::Utf8 => {
+                    props.set_column_dictionary_enabled(col, true)
+                }
+                DataType::Int64 | DataType::UInt64 | DataType::Int32 | DataType::UInt32 => {
+                    props.set_column_encoding(col, Encoding::DELTA_BINARY_PACKED)
+                }
+                _ => props,
+            };
+        }
+        let props = props.build();
         let writer =
             ArrowWriter::try_new(file, schema.clone(), Some(props)).map_err(parquet_err(&path))?;
         Ok(Table {
@@ -189,13 +206,59 @@ fn dictionary(name: &str) -> Field {
     )
 }
 
+/// The function names of every rank as one dictionary: its values, and
+/// each rank's function ids as keys into it.
+struct Names {
+    values: ArrayRef,
+    keys: Vec<Vec<i32>>,
+}
+
+impl Names {
+    fn of(view: &View) -> Names {
+        let mut index: FxHashMap<&str, i32> = FxHashMap::default();
+        let mut values: Vec<&str> = Vec::new();
+        let mut keys = Vec::new();
+        for r in &view.trace.ranks {
+            let held = view.trace.held(r.rank);
+            let n = held.header.functions.len();
+            let of_rank: Vec<i32> = (0..n as u32)
+                .map(|f| {
+                    let name = held.function_name(f);
+                    *index.entry(name).or_insert_with(|| {
+                        values.push(name);
+                        values.len() as i32 - 1
+                    })
+                })
+                .collect();
+            if keys.len() <= r.rank as usize {
+                keys.resize(r.rank as usize + 1, Vec::new());
+            }
+            keys[r.rank as usize] = of_rank;
+        }
+        let unknown = values.len() as i32;
+        values.push("?");
+        let values: ArrayRef = Arc::new(StringArray::from(values));
+        // A function id outside a rank's header is "?", as `function_name`
+        // says.
+        for k in &mut keys {
+            k.push(unknown);
+        }
+        Names { values, keys }
+    }
+
+    #[inline]
+    fn key(&self, rank: u32, func: u32) -> i32 {
+        let k = &self.keys[rank as usize];
+        k[(func as usize).min(k.len() - 1)]
+    }
+}
+
 /// Columns of `calls`, as they are built.
-#[derive(Default)]
 struct CallColumns {
     rank: UInt32Builder,
     thread: UInt32Builder,
     index: UInt32Builder,
-    function: StringDictionaryBuilder<Int32Type>,
+    function: Int32Builder,
     enter: Int64Builder,
     exit: Int64Builder,
     enter_raw: Int64Builder,
@@ -207,6 +270,23 @@ struct CallColumns {
 }
 
 impl CallColumns {
+    fn new() -> CallColumns {
+        CallColumns {
+            rank: UInt32Builder::with_capacity(BATCH),
+            thread: UInt32Builder::with_capacity(BATCH),
+            index: UInt32Builder::with_capacity(BATCH),
+            function: Int32Builder::with_capacity(BATCH),
+            enter: Int64Builder::with_capacity(BATCH),
+            exit: Int64Builder::with_capacity(BATCH),
+            enter_raw: Int64Builder::with_capacity(BATCH),
+            exit_raw: Int64Builder::with_capacity(BATCH),
+            bytes: UInt64Builder::with_capacity(BATCH),
+            peer: UInt32Builder::with_capacity(BATCH),
+            tag: Int32Builder::with_capacity(BATCH),
+            lamport: UInt64Builder::with_capacity(BATCH),
+        }
+    }
+
     fn fields() -> Vec<Field> {
         vec![
             field("rank", DataType::UInt32, false),
@@ -228,20 +308,25 @@ impl CallColumns {
         self.rank.len()
     }
 
-    fn finish(&mut self) -> Vec<ArrayRef> {
+    /// The columns built so far, with the builders made anew.
+    fn take(&mut self, names: &Names) -> Vec<ArrayRef> {
+        let mut c = core::mem::replace(self, CallColumns::new());
+        let keys = c.function.finish();
+        let function = DictionaryArray::<Int32Type>::try_new(keys, names.values.clone())
+            .expect("keys within the names");
         vec![
-            Arc::new(self.rank.finish()),
-            Arc::new(self.thread.finish()),
-            Arc::new(self.index.finish()),
-            Arc::new(self.function.finish()),
-            Arc::new(self.enter.finish()),
-            Arc::new(self.exit.finish()),
-            Arc::new(self.enter_raw.finish()),
-            Arc::new(self.exit_raw.finish()),
-            Arc::new(self.bytes.finish()),
-            Arc::new(self.peer.finish()),
-            Arc::new(self.tag.finish()),
-            Arc::new(self.lamport.finish()),
+            Arc::new(c.rank.finish()),
+            Arc::new(c.thread.finish()),
+            Arc::new(c.index.finish()),
+            Arc::new(function),
+            Arc::new(c.enter.finish()),
+            Arc::new(c.exit.finish()),
+            Arc::new(c.enter_raw.finish()),
+            Arc::new(c.exit_raw.finish()),
+            Arc::new(c.bytes.finish()),
+            Arc::new(c.peer.finish()),
+            Arc::new(c.tag.finish()),
+            Arc::new(c.lamport.finish()),
         ]
     }
 }
@@ -252,14 +337,16 @@ fn ns(t: u64) -> i64 {
 
 fn write_calls(view: &View, out: &Path, progress: &mut dyn FnMut(u64)) -> Result<u64, ExportError> {
     let mut table = Table::create(out, "calls", CallColumns::fields())?;
-    let mut c = CallColumns::default();
+    let names = Names::of(view);
+    let mut c = CallColumns::new();
     let lamport = view.clocks.report.mode != "none";
     let mut done = 0u64;
     for &loc in &view.locations {
-        write_location(view, loc, lamport, &mut c, &mut table, &mut done, progress)?;
+        let at = (&mut c, &mut table, &names);
+        write_location(view, loc, lamport, at, &mut done, progress)?;
     }
     if c.len() > 0 {
-        table.put(c.finish())?;
+        table.put(c.take(&names))?;
     }
     table.close()?;
     progress(done);
@@ -270,14 +357,12 @@ fn write_location(
     view: &View,
     loc: Location,
     lamport: bool,
-    c: &mut CallColumns,
-    table: &mut Table,
+    (c, table, names): (&mut CallColumns, &mut Table, &Names),
     done: &mut u64,
     progress: &mut dyn FnMut(u64),
 ) -> Result<(), ExportError> {
     let times = view.times(loc);
     let records = view.records(loc);
-    let held = view.trace.held(loc.rank);
     let ends = view.messages.ends.thread(loc.rank, loc.slot);
     let (mut sends, mut recvs) = (Cursor::new(&ends.sends), Cursor::new(&ends.done));
     let mut clocks = view.clocks.after_call.thread(loc.rank, loc.thread);
@@ -297,7 +382,7 @@ fn write_location(
         c.rank.append_value(loc.rank);
         c.thread.append_value(loc.thread);
         c.index.append_value(i as u32);
-        c.function.append_value(held.function_name(func));
+        c.function.append_value(names.key(loc.rank, func));
         c.enter.append_value(ns(a));
         c.exit.append_value(ns(b));
         c.enter_raw.append_value(ns(ra));
@@ -308,7 +393,7 @@ fn write_location(
         c.lamport.append_option(clocks.get(i).filter(|_| lamport));
         *done += 1;
         if c.len() == BATCH {
-            table.put(c.finish())?;
+            table.put(c.take(names))?;
             progress(*done);
         }
     }
