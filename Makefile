@@ -241,13 +241,15 @@ $(PYDEPS): | deps
 	  --target target/pydeps --no-deps perfetto protobuf
 
 # The readers of the Parquet export in the tests and in
-# examples/analysis.py: DuckDB, pandas, polars (pinned, with what they
-# need), beside (not into) Debian's Python.
+# examples/analysis.py: DuckDB, pandas, polars, matplotlib (pinned, with
+# what they need), beside (not into) Debian's Python.
 TABLES := target/tables/.installed
 TABLES_PKGS := duckdb==2.0.1 pandas==3.1.1 numpy==2.4.6 python-dateutil==4.0.0 tzdata==2026.6 \
-  polars==2.1.0 polars-runtime-32==2.1.0 pyarrow==26.0.1
+  polars==2.1.0 polars-runtime-32==2.1.0 pyarrow==26.0.1 \
+  matplotlib==3.11.2 contourpy==1.3.3 cycler==0.12.1 fonttools==4.68.0 kiwisolver==1.5.1 \
+  packaging==26.4 pillow==13.0.0 pyparsing==3.3.3
 tables: $(TABLES)
-$(TABLES): | deps
+$(TABLES): Makefile | deps
 	@rm -rf target/tables
 	/usr/bin/python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore \
 	  --target target/tables --no-deps $(TABLES_PKGS)

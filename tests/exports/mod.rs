@@ -873,6 +873,9 @@ fn parquet_tables_read_in_duckdb_pandas_and_polars_hold_what_the_report_counts()
         }
         let d = &found["duckdb"];
         assert_eq!(d["misplaced"], 0, "{what}: {d}");
+        if k == 0 {
+            analysis_example(&run.trace, &dir.join("analysis.png"), &rep);
+        }
         // The matrix: messages and bytes between each pair, as the report
         // counts them.
         let matrix = rep["matrix"].as_array().unwrap();
@@ -884,4 +887,39 @@ fn parquet_tables_read_in_duckdb_pandas_and_polars_hold_what_the_report_counts()
             assert_eq!(pairs[&key], want, "{what}: {key}");
         }
     }
+}
+
+/// examples/analysis.py on a trace: it exports the tables itself, prints
+/// the matrix (a row per pair of the report's) and writes its plot.
+fn analysis_example(trace: &Path, png: &Path, rep: &serde_json::Value) {
+    let o = Command::new("/usr/bin/python3")
+        .arg(root().join("examples/analysis.py"))
+        .arg(trace)
+        .arg(png)
+        .env("PYTHONPATH", root().join("target/tables"))
+        .output()
+        .expect("/usr/bin/python3");
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success(),
+        "analysis.py: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    for cell in rep["matrix"].as_array().unwrap() {
+        let row = format!(
+            "{} {} {} {}",
+            cell["src"], cell["dst"], cell["count"], cell["bytes"]
+        );
+        let found = stdout
+            .lines()
+            .any(|l| l.split_whitespace().collect::<Vec<_>>().join(" ") == row);
+        assert!(found, "analysis.py does not show {row}:\n{stdout}");
+    }
+    assert!(stdout.contains("the 10 slowest messages"), "{stdout}");
+    let bytes = std::fs::read(png).expect("the plot");
+    assert!(
+        bytes.starts_with(b"\x89PNG") && bytes.len() > 10_000,
+        "{} bytes of plot",
+        bytes.len()
+    );
 }
