@@ -3,7 +3,8 @@
 //! ```text
 //!  OUT/calls.parquet      a row per MPI call: rank, thread, record index,
 //!                         function, enter and exit (export time base and as
-//!                         recorded), bytes, peer, tag, Lamport clock
+//!                         recorded), bytes, peer, tag, Lamport clock,
+//!                         innermost user phase
 //!  OUT/messages.parquet   a row per matched message: its send call, the call
 //!                         that posted its receive and the one that completed
 //!                         it (row numbers into calls), world ranks, tag,
@@ -211,6 +212,9 @@ fn dictionary(name: &str) -> Field {
 struct Names {
     values: ArrayRef,
     keys: Vec<Vec<i32>>,
+    /// The user phases' names, and each one's key.
+    phase_values: ArrayRef,
+    phase_keys: FxHashMap<String, i32>,
 }
 
 impl Names {
@@ -243,7 +247,20 @@ impl Names {
         for k in &mut keys {
             k.push(unknown);
         }
-        Names { values, keys }
+        let mut phase_keys = FxHashMap::default();
+        let mut phase_names = Vec::new();
+        for p in view.phases().into_iter().filter(|p| p.user) {
+            if !phase_keys.contains_key(&p.name) {
+                phase_keys.insert(p.name.clone(), phase_names.len() as i32);
+                phase_names.push(p.name);
+            }
+        }
+        Names {
+            values,
+            keys,
+            phase_values: Arc::new(StringArray::from(phase_names)),
+            phase_keys,
+        }
     }
 
     #[inline]
@@ -267,6 +284,7 @@ struct CallColumns {
     peer: UInt32Builder,
     tag: Int32Builder,
     lamport: UInt64Builder,
+    phase: Int32Builder,
 }
 
 impl CallColumns {
@@ -284,6 +302,7 @@ impl CallColumns {
             peer: UInt32Builder::with_capacity(BATCH),
             tag: Int32Builder::with_capacity(BATCH),
             lamport: UInt64Builder::with_capacity(BATCH),
+            phase: Int32Builder::with_capacity(BATCH),
         }
     }
 
@@ -301,6 +320,11 @@ impl CallColumns {
             field("peer", DataType::UInt32, true),
             field("tag", DataType::Int32, true),
             field("lamport", DataType::UInt64, true),
+            Field::new(
+                "phase",
+                DataType::Dictionary(Box::new(DataType::Int32), Box::new(DataType::Utf8)),
+                true,
+            ),
         ]
     }
 
@@ -314,6 +338,9 @@ impl CallColumns {
         let keys = c.function.finish();
         let function = DictionaryArray::<Int32Type>::try_new(keys, names.values.clone())
             .expect("keys within the names");
+        let phase =
+            DictionaryArray::<Int32Type>::try_new(c.phase.finish(), names.phase_values.clone())
+                .expect("keys within the phases");
         vec![
             Arc::new(c.rank.finish()),
             Arc::new(c.thread.finish()),
@@ -327,6 +354,7 @@ impl CallColumns {
             Arc::new(c.peer.finish()),
             Arc::new(c.tag.finish()),
             Arc::new(c.lamport.finish()),
+            Arc::new(phase),
         ]
     }
 }
@@ -366,10 +394,27 @@ fn write_location(
     let ends = view.messages.ends.thread(loc.rank, loc.slot);
     let (mut sends, mut recvs) = (Cursor::new(&ends.sends), Cursor::new(&ends.done));
     let mut clocks = view.clocks.after_call.thread(loc.rank, loc.thread);
+    // The user phases of the location by their records: a stack of those
+    // open at record i, innermost on top (they nest properly).
+    let mut spans: Vec<(u32, u32, i32)> = view
+        .phases_of(loc)
+        .into_iter()
+        .filter(|p| p.user)
+        .filter_map(|p| Some((p.from_index, p.to_index, *names.phase_keys.get(&p.name)?)))
+        .collect();
+    spans.sort_by_key(|&(from, to, _)| (from, core::cmp::Reverse(to)));
+    let (mut next, mut open): (usize, Vec<(u32, u32, i32)>) = (0, Vec::new());
     for i in 0..records.len() {
         let Some(func) = records.func(i) else {
             continue;
         };
+        while next < spans.len() && spans[next].0 as usize <= i {
+            open.push(spans[next]);
+            next += 1;
+        }
+        while open.last().is_some_and(|&(_, to, _)| (to as usize) < i) {
+            open.pop();
+        }
         let at = view.at(loc, i);
         let d = if records.has_payload(i) {
             let call = records.call(i).expect("a call");
@@ -391,6 +436,7 @@ fn write_location(
         c.peer.append_option(d.peer);
         c.tag.append_option(d.tag);
         c.lamport.append_option(clocks.get(i).filter(|_| lamport));
+        c.phase.append_option(open.last().map(|&(_, _, k)| k));
         *done += 1;
         if c.len() == BATCH {
             table.put(c.take(names))?;
@@ -652,6 +698,80 @@ mod tests {
     /// trace's function counts, a row per matched message whose rows name
     /// its calls (the send's call is a send, the receive's completion the
     /// call that completed it) and whose bytes add up, and a row per rank.
+    fn phases(batches: &[RecordBatch]) -> Vec<Option<String>> {
+        let mut v = Vec::new();
+        for b in batches {
+            let d = b
+                .column_by_name("phase")
+                .unwrap()
+                .as_dictionary::<Int32Type>();
+            let names = d.values().as_string::<i32>();
+            let keys = d.keys();
+            v.extend((0..keys.len()).map(|i| {
+                keys.is_valid(i)
+                    .then(|| names.value(keys.value(i) as usize).to_owned())
+            }));
+        }
+        v
+    }
+
+    /// A call's phase is the innermost user phase open at it, the calls
+    /// that open and close a phase included.
+    #[test]
+    fn each_call_names_its_innermost_user_phase() {
+        use pmtrace_fixture::TraceBuilder;
+        use pmtrace_format::record::Payload as P;
+        let dir =
+            std::env::temp_dir().join(format!("pmtrace-parquet-phases-{}", std::process::id()));
+        let mut tb = TraceBuilder::new(2);
+        for r in 0..2 {
+            tb.rank(r).define_world_and_self(0);
+        }
+        let begin = |name: &str| P::Phase {
+            name: Some(name.to_owned()),
+        };
+        let end = || P::Phase { name: None };
+        for r in 0..2 {
+            let t = tb.rank(r).thread(0);
+            let calls = [
+                ("MPI_Comm_rank", P::None),
+                ("pmtrace_phase_begin", begin("outer")),
+                ("MPI_Comm_rank", P::None),
+                ("pmtrace_phase_begin", begin("inner")),
+                ("MPI_Comm_rank", P::None),
+                ("pmtrace_phase_end", end()),
+                ("MPI_Comm_rank", P::None),
+                ("pmtrace_phase_end", end()),
+                ("MPI_Comm_rank", P::None),
+            ];
+            for (k, (f, p)) in calls.into_iter().enumerate() {
+                let at = 1_000 + 100 * k as u64;
+                t.call(f, at, at + 10, p);
+            }
+        }
+        tb.write(&dir.join("trace")).unwrap();
+        let trace = Trace::open(dir.join("trace")).unwrap();
+        let messages = Messages::build(&trace);
+        let view = View::new(&trace, &messages, None);
+        write(&view, &dir.join("out"), &mut |_| {}).unwrap();
+        let got = phases(&read(&dir.join("out/calls.parquet")));
+        let (o, i) = (Some("outer".to_owned()), Some("inner".to_owned()));
+        let one = vec![
+            None,
+            o.clone(),
+            o.clone(),
+            i.clone(),
+            i.clone(),
+            i,
+            o.clone(),
+            o,
+            None,
+        ];
+        let want: Vec<_> = one.iter().chain(one.iter()).cloned().collect();
+        assert_eq!(got, want);
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
     #[test]
     fn the_tables_hold_every_call_and_message_and_their_rows_point_at_their_calls() {
         let scratch = std::env::temp_dir().join(format!("pmtrace-parquet-{}", std::process::id()));
