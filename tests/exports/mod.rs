@@ -11,10 +11,15 @@ use crate::support::*;
 /// Runs a checker script of tests/support with Debian's Python (which has
 /// python3-otf2) and the packages `make pydeps` put in target/pydeps.
 pub(crate) fn python_check(script: &str, arg: &Path) -> serde_json::Value {
+    python_check_with(script, arg, "target/pydeps")
+}
+
+/// `python_check` with the packages of `packages` (a folder of target/).
+fn python_check_with(script: &str, arg: &Path, packages: &str) -> serde_json::Value {
     let out = Command::new("/usr/bin/python3")
         .arg(root().join("tests/support").join(script))
         .arg(arg)
-        .env("PYTHONPATH", root().join("target/pydeps"))
+        .env("PYTHONPATH", root().join(packages))
         .output()
         .expect("/usr/bin/python3 (make deps installs it)");
     assert!(
@@ -840,18 +845,7 @@ fn parquet_tables_read_in_duckdb_pandas_and_polars_hold_what_the_report_counts()
         let rep = report(&run.trace);
         let out = dir.join("tables");
         export(&run.trace, "parquet", &out);
-        let o = Command::new("/usr/bin/python3")
-            .arg(root().join("tests/support/parquet_check.py"))
-            .arg(&out)
-            .env("PYTHONPATH", root().join("target/tables"))
-            .output()
-            .expect("/usr/bin/python3");
-        assert!(
-            o.status.success(),
-            "{what}: {}",
-            String::from_utf8_lossy(&o.stderr)
-        );
-        let found: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        let found = python_check_with("parquet_check.py", &out, "target/tables");
         let functions = rep["functions"].as_object().unwrap();
         let matched = &rep["messages"]["matched"];
         assert!(

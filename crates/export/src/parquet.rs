@@ -79,7 +79,7 @@ pub fn write(
     s.calls = write_calls(view, out, progress)?;
     s.messages = write_messages(view, &rows, out)?;
     s.unmatched = write_unmatched(view, &rows, out)?;
-    s.ranks = write_ranks(view, out)?;
+    s.ranks = write_ranks(view, &rows, out)?;
     Ok(s)
 }
 
@@ -91,12 +91,15 @@ struct Rows {
     /// Per location: its first row, and the record indices of its calls
     /// (`None`: every record is a call, so a call's row is its index).
     first: Vec<(u64, Option<Vec<u32>>)>,
+    /// Per location, how many calls.
+    count: Vec<u64>,
 }
 
 impl Rows {
     fn of(view: &View) -> Rows {
         let mut at = FxHashMap::default();
         let mut first = Vec::with_capacity(view.locations.len());
+        let mut counts = Vec::with_capacity(view.locations.len());
         let mut row = 0u64;
         for (k, &loc) in view.locations.iter().enumerate() {
             at.insert((loc.rank, loc.thread), k);
@@ -107,9 +110,14 @@ impl Rows {
                 .collect();
             let count = calls.len() as u64;
             first.push((row, (calls.len() != n).then_some(calls)));
+            counts.push(count);
             row += count;
         }
-        Rows { at, first }
+        Rows {
+            at,
+            first,
+            count: counts,
+        }
     }
 
     /// The row of the call at `e`, if it is one.
@@ -585,7 +593,7 @@ fn write_unmatched(view: &View, rows: &Rows, out: &Path) -> Result<u64, ExportEr
     Ok(n)
 }
 
-fn write_ranks(view: &View, out: &Path) -> Result<u64, ExportError> {
+fn write_ranks(view: &View, rows: &Rows, out: &Path) -> Result<u64, ExportError> {
     let mut table = Table::create(
         out,
         "ranks",
@@ -610,11 +618,9 @@ fn write_ranks(view: &View, out: &Path) -> Result<u64, ExportError> {
         let n: u64 = view
             .locations
             .iter()
-            .filter(|l| l.rank == r.rank)
-            .map(|&l| {
-                let records = view.records(l);
-                (0..records.len()).filter(|&i| records.is_call(i)).count() as u64
-            })
+            .zip(&rows.count)
+            .filter(|(l, _)| l.rank == r.rank)
+            .map(|(_, &c)| c)
             .sum();
         calls.append_value(n);
         complete.append_value(!incomplete.contains(&r.rank));
