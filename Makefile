@@ -14,7 +14,7 @@ export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM := 1
 export OMPI_MCA_rmaps_base_oversubscribe := 1
 
 DEB_PACKAGES := openmpi-bin libopenmpi-dev libclang-dev clang pkg-config \
-  libopen-trace-format2-dev otf2-tools python3-otf2 chromium python3-pip valgrind \
+  libopen-trace-format2-dev otf2-tools chromium python3-pip valgrind \
   mpich libmpich-dev python3-mpi4py unzip python3-dev python3-setuptools gfortran tmux binutils
 
 # The current releases, from their wheels (pinned), each unpacked into a
@@ -247,7 +247,7 @@ TABLES := target/tables/.installed
 TABLES_PKGS := duckdb==2.0.1 pandas==3.1.1 numpy==2.4.6 python-dateutil==4.0.0 tzdata==2026.6 \
   polars==2.1.0 polars-runtime-32==2.1.0 pyarrow==26.0.1 \
   matplotlib==3.11.2 contourpy==1.3.3 cycler==0.12.1 fonttools==4.68.0 kiwisolver==1.5.1 \
-  packaging==26.4 pillow==13.0.0 pyparsing==3.3.3
+  packaging==26.4 pillow==13.0.0 pyparsing==3.3.3 otf2==3.2
 tables: $(TABLES)
 $(TABLES): Makefile | deps
 	@rm -rf target/tables

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Reads an OTF2 archive with the reference Python reader (python3-otf2)
+"""Reads an OTF2 archive with the OTF2 Python bindings (`otf2` from PyPI)
 and prints what the tests compare with `pmtrace report`, as JSON:
 
   per_rank: {rank: {enters, leaves, sends, receives, collectives}}
@@ -8,6 +8,10 @@ and prints what the tests compare with `pmtrace report`, as JSON:
   reversed: matched messages whose MpiRecv time is below their MpiSend time
   non_monotone: events whose time is below the previous one of their location
   lamport_attributes: Leave events carrying the `lamport` attribute
+  pipit_matrix: [{src, dst, count, bytes}] of sends as pipit's
+      comm_matrix() reads them: the sender is its location group's id, the
+      receiver the send's `receiver` as it stands (a rank of the send's
+      communicator, taken for a world rank), bytes its `msg_length`
 
 Usage: otf2_check.py ARCHIVE/traces.otf2
 """
@@ -27,6 +31,7 @@ def main(path):
     last = {}
     non_monotone = 0
     lamport = 0
+    pipit = collections.defaultdict(lambda: [0, 0])
     with otf2.reader.open(path) as trace:
         rank_of = {}
         for loc in trace.definitions.locations:
@@ -49,6 +54,9 @@ def main(path):
                 dst = rank_of[members[ev.receiver]]
                 key = (rank, dst, ev.communicator.name, ev.msg_tag)
                 sends[key].append(ev.time)
+                cell = pipit[(loc.group._ref, ev.receiver)]
+                cell[0] += 1
+                cell[1] += ev.msg_length
             elif isinstance(ev, (MpiRecv, MpiIrecv)):
                 c["receives"] += 1
                 members = list(ev.communicator.group.members)
@@ -73,6 +81,8 @@ def main(path):
         "unmatched_receives": unmatched_recvs,
         "non_monotone": non_monotone,
         "lamport_attributes": lamport,
+        "pipit_matrix": [{"src": s, "dst": d, "count": c, "bytes": b}
+                         for (s, d), (c, b) in sorted(pipit.items())],
     }, sort_keys=True))
 
 
