@@ -43,7 +43,11 @@ def main():
     png = sys.argv[2] if len(sys.argv) > 2 else "analysis.png"
     db = duckdb.connect()
     for t in ("calls", "messages", "ranks"):
-        db.execute(f"CREATE VIEW {t} AS SELECT * FROM '{os.path.join(out, t + '.parquet')}'")
+        # A file per table (pmtrace), or a directory of parts (pmtrace-mpi).
+        f = os.path.join(out, t + ".parquet")
+        if not os.path.exists(f):
+            f = os.path.join(out, t, "*.parquet")
+        db.execute(f"CREATE VIEW {t} AS SELECT * FROM '{f}'")
 
     # 1. Who sends how much to whom: the communication matrix.
     matrix = db.execute("""
@@ -55,11 +59,10 @@ def main():
     # 2. The slowest messages: from the start of the send to the end of the
     # call that completed the receive, with the functions at both ends.
     slow = db.execute("""
-        WITH c AS (SELECT row_number() OVER () - 1 AS row, function FROM calls)
         SELECT m.src, m.dst, m.tag, m.recv_bytes AS bytes,
                (m.recv_ns - m.send_ns) / 1000.0 AS us,
                s.function AS sent_by, r.function AS completed_by
-        FROM messages m JOIN c s ON s.row = m.send_call JOIN c r ON r.row = m.recv_call
+        FROM messages m JOIN calls s ON s.id = m.send_call JOIN calls r ON r.id = m.recv_call
         ORDER BY us DESC LIMIT 10""").df()
     print("\nthe 10 slowest messages (send start to receive completion):")
     print(slow.to_string(index=False))

@@ -836,7 +836,8 @@ impl Screenshot {
 /// `make tables` put in target/tables): each finds the report's calls per
 /// function, messages and bytes, the bytes between each pair of ranks, and
 /// every message's rows at its sender's and receiver's calls. On halo2d,
-/// the collectives example and halo2d under vector clocks, at np=4.
+/// the collectives example and halo2d under vector clocks, at np=4; and
+/// halo2d's from `pmtrace-mpi` at np=3, a partitioned dataset.
 #[test]
 fn parquet_tables_read_in_duckdb_pandas_and_polars_hold_what_the_report_counts() {
     let cases: [(&str, &[(&str, &str)]); 3] = [
@@ -852,41 +853,73 @@ fn parquet_tables_read_in_duckdb_pandas_and_polars_hold_what_the_report_counts()
         let rep = report(&run.trace);
         let out = dir.join("tables");
         export(&run.trace, "parquet", &out);
+        let matched = rep["messages"]["matched"].as_u64().unwrap();
+        assert!(name == "collectives" || matched > 0, "{what}");
         let found = python_check_with("parquet_check.py", &out, "target/tables");
-        let functions = rep["functions"].as_object().unwrap();
-        let matched = &rep["messages"]["matched"];
-        assert!(
-            name == "collectives" || matched.as_u64().unwrap() > 0,
-            "{what}"
-        );
-        for reader in ["duckdb", "pandas", "polars"] {
-            let f = &found[reader];
-            let w = format!("{what}, {reader}: {f}");
-            assert_eq!(f["calls"], rep["events"], "{w}");
-            assert_eq!(&f["messages"], matched, "{w}");
-            assert_eq!(f["bytes"], rep["messages"]["bytes"], "{w}");
-            assert_eq!(f["ranks"], rep["ranks"], "{w}");
-            let got = f["functions"].as_object().unwrap();
-            assert_eq!(got.len(), functions.len(), "{w}");
-            for (name, stats) in functions {
-                assert_eq!(got[name], stats["calls"], "{w}: {name}");
-            }
-        }
-        let d = &found["duckdb"];
-        assert_eq!(d["misplaced"], 0, "{what}: {d}");
+        assert_eq!(found["parts"], false);
+        check_tables(&what, &found, &rep);
         if k == 0 {
             analysis_example(&run.trace, &dir.join("analysis.png"), &rep);
+            // The same from pmtrace-mpi at np=3, a part per process, over
+            // the serial export.
+            let trace = run.trace.to_str().unwrap();
+            let args = [
+                "export",
+                trace,
+                "--format",
+                "parquet",
+                "-o",
+                out.to_str().unwrap(),
+            ];
+            let o = crate::parallel::pmtrace_mpi(Mpi::OpenMpi, 3, &args);
+            assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+            for t in ["calls", "messages", "unmatched", "ranks"] {
+                assert!(
+                    !out.join(format!("{t}.parquet")).exists(),
+                    "{t}: the old file"
+                );
+                for p in 0..3 {
+                    let part = out.join(t).join(format!("part-0000{p}.parquet"));
+                    assert!(part.is_file(), "{}", part.display());
+                }
+            }
+            let parts = python_check_with("parquet_check.py", &out, "target/tables");
+            assert_eq!(parts["parts"], true);
+            check_tables(&format!("{what} (pmtrace-mpi)"), &parts, &rep);
         }
-        // The matrix: messages and bytes between each pair, as the report
-        // counts them.
-        let matrix = rep["matrix"].as_array().unwrap();
-        let pairs = d["pairs"].as_object().unwrap();
-        assert_eq!(pairs.len(), matrix.len(), "{what}: {d}");
-        for cell in matrix {
-            let key = format!("{}->{}", cell["src"], cell["dst"]);
-            let want = serde_json::json!([cell["count"], cell["bytes"]]);
-            assert_eq!(pairs[&key], want, "{what}: {key}");
+    }
+}
+
+/// What `parquet_check.py` found is what the report counts.
+fn check_tables(what: &str, found: &serde_json::Value, rep: &serde_json::Value) {
+    let functions = rep["functions"].as_object().unwrap();
+    let matched = &rep["messages"]["matched"];
+    for reader in ["duckdb", "pandas", "polars"] {
+        let f = &found[reader];
+        let w = format!("{what}, {reader}: {f}");
+        assert_eq!(f["calls"], rep["events"], "{w}");
+        assert_eq!(&f["messages"], matched, "{w}");
+        assert_eq!(f["bytes"], rep["messages"]["bytes"], "{w}");
+        assert_eq!(f["ranks"], rep["ranks"], "{w}");
+        let got = f["functions"].as_object().unwrap();
+        assert_eq!(got.len(), functions.len(), "{w}");
+        for (name, stats) in functions {
+            assert_eq!(got[name], stats["calls"], "{w}: {name}");
         }
+    }
+    let d = &found["duckdb"];
+    assert_eq!(d["misplaced"], 0, "{what}: {d}");
+    let calls = rep["events"].as_u64().unwrap();
+    assert_eq!(d["ids"], serde_json::json!([calls, 0, calls - 1]), "{what}");
+    // The matrix: messages and bytes between each pair, as the report
+    // counts them.
+    let matrix = rep["matrix"].as_array().unwrap();
+    let pairs = d["pairs"].as_object().unwrap();
+    assert_eq!(pairs.len(), matrix.len(), "{what}: {d}");
+    for cell in matrix {
+        let key = format!("{}->{}", cell["src"], cell["dst"]);
+        let want = serde_json::json!([cell["count"], cell["bytes"]]);
+        assert_eq!(pairs[&key], want, "{what}: {key}");
     }
 }
 

@@ -24,7 +24,7 @@ fn binary(mpi: Mpi) -> PathBuf {
 }
 
 /// `mpirun -np np pmtrace-mpi args...` under `mpi`.
-fn pmtrace_mpi(mpi: Mpi, np: u32, args: &[&str]) -> Output {
+pub(crate) fn pmtrace_mpi(mpi: Mpi, np: u32, args: &[&str]) -> Output {
     let (launcher, ompi) = mpi.launcher();
     let mut cmd = Command::new(launcher);
     cmd.env_remove("LD_LIBRARY_PATH");
@@ -66,6 +66,7 @@ fn sync_is_the_serial_one(mpi: Mpi, nps: &[u32]) {
         let report_recorded = report(&serial);
         let otf2_recorded = otf2(&serial, None);
         let perfetto_recorded = perfetto(&serial, None);
+        let parquet_recorded = parquet(&serial, None);
         let races_recorded = pmtrace(&["races", serial.to_str().unwrap(), "--json"]);
         let races_vector = pmtrace(&[
             "races",
@@ -80,6 +81,7 @@ fn sync_is_the_serial_one(mpi: Mpi, nps: &[u32]) {
         let report_synced = report(&serial);
         let otf2_synced = otf2(&serial, None);
         let perfetto_synced = perfetto(&serial, None);
+        let parquet_synced = parquet(&serial, None);
         for &np in nps {
             let par = dir.join(format!("{name}-np{np}"));
             copy_trace(&case, &par);
@@ -105,6 +107,10 @@ fn sync_is_the_serial_one(mpi: Mpi, nps: &[u32]) {
             assert!(
                 perfetto(&par, Some((mpi, np))) == perfetto_recorded,
                 "{name} at np = {np}: the Perfetto trace"
+            );
+            assert!(
+                parquet(&par, Some((mpi, np))) == parquet_recorded,
+                "{name} at np = {np}: the Parquet tables"
             );
             // Races, on the recorded clocks and on vector clocks.
             for (races, clocks) in [(&races_recorded, "recorded"), (&races_vector, "vector")] {
@@ -143,6 +149,10 @@ fn sync_is_the_serial_one(mpi: Mpi, nps: &[u32]) {
             assert!(
                 perfetto(&par, Some((mpi, np))) == perfetto_synced,
                 "{name} at np = {np}: the Perfetto trace on synchronized time"
+            );
+            assert!(
+                parquet(&par, Some((mpi, np))) == parquet_synced,
+                "{name} at np = {np}: the Parquet tables on synchronized time"
             );
             // Whole, checksum included: the serial report reads it.
             let report = pmtrace(&["report", par.to_str().unwrap(), "--json"]);
@@ -284,6 +294,87 @@ fn perfetto(dir: &Path, parallel: Option<(Mpi, u32)>) -> Vec<u8> {
         .collect();
     assert!(left.is_empty(), "parts left behind: {left:?}");
     bytes
+}
+
+/// The tables `pmtrace export --format parquet` writes of the trace in
+/// `dir` (`pmtrace-mpi` at `np` under `mpi` when given, a part per
+/// process): each table's rows as text, sorted.
+fn parquet(dir: &Path, parallel: Option<(Mpi, u32)>) -> Vec<(String, Vec<String>)> {
+    let out = dir.join("tables");
+    let args = [
+        "export",
+        dir.to_str().unwrap(),
+        "--format",
+        "parquet",
+        "-o",
+        out.to_str().unwrap(),
+    ];
+    let line = match parallel {
+        None => pmtrace(&args),
+        Some((mpi, np)) => run_ok(mpi, np, &args),
+    };
+    assert!(String::from_utf8_lossy(&line).starts_with("Parquet tables in "));
+    let mut tables = Vec::new();
+    for t in ["calls", "messages", "unmatched", "ranks"] {
+        let files = match parallel {
+            None => vec![out.join(format!("{t}.parquet"))],
+            Some((_, np)) => (0..np)
+                .map(|p| out.join(t).join(format!("part-{p:05}.parquet")))
+                .collect(),
+        };
+        let mut rows = Vec::new();
+        for f in files {
+            rows.extend(parquet_rows(&f));
+        }
+        rows.sort();
+        tables.push((t.to_string(), rows));
+    }
+    std::fs::remove_dir_all(&out).unwrap();
+    tables
+}
+
+/// Each row of a Parquet file as text, its columns named.
+fn parquet_rows(path: &Path) -> Vec<String> {
+    use arrow_array::cast::AsArray;
+    use arrow_array::types::{Int32Type, Int64Type, UInt32Type, UInt64Type};
+    use arrow_array::Array;
+    use arrow_schema::DataType;
+    let file = std::fs::File::open(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let reader = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(file)
+        .unwrap()
+        .build()
+        .unwrap();
+    let mut rows = Vec::new();
+    for batch in reader {
+        let batch = batch.unwrap();
+        let schema = batch.schema();
+        for i in 0..batch.num_rows() {
+            let mut row = String::new();
+            for (f, col) in schema.fields().iter().zip(batch.columns()) {
+                let v = if col.is_null(i) {
+                    "null".to_string()
+                } else {
+                    match col.data_type() {
+                        DataType::UInt32 => col.as_primitive::<UInt32Type>().value(i).to_string(),
+                        DataType::UInt64 => col.as_primitive::<UInt64Type>().value(i).to_string(),
+                        DataType::Int32 => col.as_primitive::<Int32Type>().value(i).to_string(),
+                        DataType::Int64 => col.as_primitive::<Int64Type>().value(i).to_string(),
+                        DataType::Boolean => col.as_boolean().value(i).to_string(),
+                        DataType::Utf8 => col.as_string::<i32>().value(i).to_string(),
+                        DataType::Dictionary(..) => {
+                            let d = col.as_dictionary::<Int32Type>();
+                            let k = d.keys().value(i) as usize;
+                            d.values().as_string::<i32>().value(k).to_string()
+                        }
+                        t => panic!("{}: column {} of type {t}", path.display(), f.name()),
+                    }
+                };
+                row.push_str(&format!("{}={v} ", f.name()));
+            }
+            rows.push(row);
+        }
+    }
+    rows
 }
 
 /// What `pmtrace report DIR --json` prints, less the seconds sync took.

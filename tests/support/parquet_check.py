@@ -1,8 +1,10 @@
-"""Reads a Parquet export (`pmtrace export --format parquet`) with DuckDB,
-pandas and polars, and prints what each found as JSON: rows of each table,
-calls per function, messages and their bytes, bytes between each pair of
-ranks, and whether every message's rows name a call of its sender and of
-its receiver."""
+"""Reads a Parquet export with DuckDB, pandas and polars, and prints what
+each found as JSON: rows of each table, calls per function, messages and
+their bytes, bytes between each pair of ranks, and whether every message's
+calls are calls of its sender and of its receiver, on its communicator.
+
+The export is `pmtrace export --format parquet` (a file per table) or
+`pmtrace-mpi export --format parquet` (a directory of parts per table)."""
 import json
 import os
 import sys
@@ -12,10 +14,16 @@ import pandas as pd
 import polars as pl
 
 out = sys.argv[1]
-calls_path = os.path.join(out, "calls.parquet")
-msgs_path = os.path.join(out, "messages.parquet")
-ranks_path = os.path.join(out, "ranks.parquet")
-found = {}
+
+
+def table(name):
+    """The table's file, or the glob of its parts."""
+    f = os.path.join(out, name + ".parquet")
+    return f if os.path.exists(f) else os.path.join(out, name, "*.parquet")
+
+
+calls_path, msgs_path, ranks_path = table("calls"), table("messages"), table("ranks")
+found = {"parts": calls_path.endswith("*.parquet")}
 
 con = duckdb.connect()
 q = lambda sql: con.execute(sql).fetchall()
@@ -27,24 +35,28 @@ found["duckdb"] = {
     "pairs": {f"{s}->{d}": [n, int(b)] for s, d, n, b in
               q(f"SELECT src, dst, count(*), sum(recv_bytes) FROM '{msgs_path}' GROUP BY 1, 2")},
     "ranks": q(f"SELECT count(*) FROM '{ranks_path}'")[0][0],
-    # Each message's send row is a call of its sender, its completion's a
-    # call of its receiver.
+    # Each message's send is a call of its sender, its completion a call
+    # of its receiver, the send on the message's communicator.
     "misplaced": q(f"""
-        WITH c AS (SELECT row_number() OVER () - 1 AS row, rank FROM '{calls_path}')
         SELECT count(*) FROM '{msgs_path}' m
-        LEFT JOIN c s ON s.row = m.send_call
-        LEFT JOIN c r ON r.row = m.recv_call
-        WHERE s.rank IS DISTINCT FROM m.src OR r.rank IS DISTINCT FROM m.dst""")[0][0],
+        LEFT JOIN '{calls_path}' s ON s.id = m.send_call
+        LEFT JOIN '{calls_path}' r ON r.id = m.recv_call
+        WHERE s.rank IS DISTINCT FROM m.src OR r.rank IS DISTINCT FROM m.dst
+           OR s.comm IS DISTINCT FROM m.comm""")[0][0],
+    # Ids are dense: 0 to calls - 1, each once.
+    "ids": list(q(f"SELECT count(DISTINCT id), min(id), max(id) FROM '{calls_path}'")[0]),
 }
 
-c = pd.read_parquet(calls_path)
-m = pd.read_parquet(msgs_path)
+# pandas reads a directory of parts as one table.
+frame = lambda p: pd.read_parquet(os.path.dirname(p) if p.endswith("*.parquet") else p)
+c = frame(calls_path)
+m = frame(msgs_path)
 found["pandas"] = {
     "calls": len(c),
     "messages": len(m),
     "bytes": int(m["recv_bytes"].sum()),
     "functions": {str(k): int(v) for k, v in c["function"].value_counts().items() if v},
-    "ranks": len(pd.read_parquet(ranks_path)),
+    "ranks": len(frame(ranks_path)),
 }
 
 c = pl.read_parquet(calls_path)

@@ -1,10 +1,10 @@
 //! Parquet tables of a trace, for pandas, polars, DuckDB and Spark.
 //!
 //! ```text
-//!  OUT/calls.parquet      a row per MPI call: rank, thread, record index,
-//!                         function, enter and exit (export time base and as
-//!                         recorded), bytes, peer, tag, Lamport clock,
-//!                         innermost user phase
+//!  OUT/calls.parquet      a row per MPI call: its id, rank, thread, record
+//!                         index, function, enter and exit (export time base
+//!                         and as recorded), bytes, peer, tag, communicator,
+//!                         Lamport clock, innermost user phase
 //!  OUT/messages.parquet   a row per matched message: its send call, the call
 //!                         that posted its receive and the one that completed
 //!                         it (row numbers into calls), world ranks, tag,
@@ -16,14 +16,22 @@
 //!
 //! Times are integers in ns: `enter_ns` and `exit_ns` are synchronized when
 //! the trace was synced (`pmtrace sync`), else as recorded, and
-//! `enter_raw_ns` and `exit_raw_ns` are as recorded either way. Row numbers
-//! count from 0 in file order, which is location by location (rank, then
-//! thread), calls in record order. Function names are dictionary-encoded.
+//! `enter_raw_ns` and `exit_raw_ns` are as recorded either way. A call's
+//! `id` counts from 0 location by location (rank, then thread), calls in
+//! record order, which is also the order of `calls`' rows; `messages` and
+//! `unmatched` name calls by it. Function names are dictionary-encoded.
 //! Rows go out in batches, row groups of [`ROW_GROUP`] rows: beside the
 //! view, the writer holds one row group of one table.
+//!
+//! `pmtrace-mpi` writes the same rows as a partitioned dataset
+//! ([`Layout::Part`]): `OUT/calls/part-00000.parquet`, one part per block
+//! of ranks, which DuckDB, Spark, Dask, pandas and polars read as one
+//! table. Each block writes its ranks' calls and ranks, the messages its
+//! ranks received (with the send's end from the sender's block,
+//! [`SendEnd`]), and its ranks' unmatched sends and receives.
 
 use std::fs::{self, File};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use arrow_array::builder::ArrayBuilder;
@@ -61,31 +69,121 @@ pub struct Summary {
     pub synced: bool,
 }
 
-/// Writes the tables of `view` into the directory `out` (made if missing).
+/// The tables, by file name.
+pub const TABLES: [&str; 4] = ["calls", "messages", "unmatched", "ranks"];
+
+/// Where a table's rows go in the output directory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Layout {
+    /// A file per table: `OUT/calls.parquet`.
+    Files,
+    /// Part `p` of a partitioned dataset: `OUT/calls/part-0000p.parquet`.
+    Part(usize),
+}
+
+impl Layout {
+    fn path(self, out: &Path, table: &str) -> PathBuf {
+        match self {
+            Layout::Files => out.join(format!("{table}.parquet")),
+            Layout::Part(p) => out.join(table).join(format!("part-{p:05}.parquet")),
+        }
+    }
+}
+
+/// Removes the tables of an earlier export from `out` (in either layout)
+/// and makes the directories `layout` writes into.
+pub fn prepare(out: &Path, layout: Layout) -> Result<(), ExportError> {
+    fs::create_dir_all(out).map_err(io_err(out))?;
+    for t in TABLES {
+        let (file, dir) = (Layout::Files.path(out, t), out.join(t));
+        if file.is_file() {
+            fs::remove_file(&file).map_err(io_err(&file))?;
+        }
+        if dir.is_dir() {
+            fs::remove_dir_all(&dir).map_err(io_err(&dir))?;
+        }
+        if let Layout::Part(_) = layout {
+            fs::create_dir_all(&dir).map_err(io_err(&dir))?;
+        }
+    }
+    Ok(())
+}
+
+/// The send end of a message that another block holds, as its block wrote
+/// it: the call's id, time and Lamport clock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SendEnd {
+    pub call: Option<u64>,
+    pub ns: i64,
+    pub lamport: Option<u64>,
+}
+
+impl SendEnd {
+    /// The end of the send of `matched[k]`, which `view` holds.
+    pub fn of(view: &View, ids: &CallIds, k: usize) -> SendEnd {
+        let sv = &view.messages.sends[view.messages.matched[k].send];
+        SendEnd {
+            call: ids.id(sv.call),
+            ns: ns(view.time(sv.call, false)),
+            lamport: lamport_of(view, sv.call),
+        }
+    }
+}
+
+/// What rows a block of ranks writes: all of them for a whole trace.
+pub struct Share<'a> {
+    /// `messages.sends[..own_sends]` are the block's: the others are the
+    /// ends of its ranks' receives that other blocks sent.
+    pub own_sends: usize,
+    /// `messages.recvs[..own_recvs]` are the block's.
+    pub own_recvs: usize,
+    /// The send ends of `matched[k]` held by other blocks, by `k`.
+    pub remote: &'a FxHashMap<usize, SendEnd>,
+}
+
+/// Writes the tables of `view` into the directory `out` (made if missing),
+/// a file each.
 pub fn write(
     view: &View,
     out: &Path,
     progress: &mut dyn FnMut(u64),
 ) -> Result<Summary, ExportError> {
-    fs::create_dir_all(out).map_err(|source| ExportError::Io {
-        path: out.to_path_buf(),
-        source,
-    })?;
-    let rows = Rows::of(view);
+    prepare(out, Layout::Files)?;
+    let ids = CallIds::of(view, 0);
+    let remote = FxHashMap::default();
+    let share = Share {
+        own_sends: view.messages.sends.len(),
+        own_recvs: view.messages.recvs.len(),
+        remote: &remote,
+    };
+    write_part(view, &ids, &share, out, Layout::Files, progress)
+}
+
+/// Writes the rows of `share` with call ids `ids` into `out` as `layout`
+/// says; `prepare` made its directories.
+pub fn write_part(
+    view: &View,
+    ids: &CallIds,
+    share: &Share,
+    out: &Path,
+    layout: Layout,
+    progress: &mut dyn FnMut(u64),
+) -> Result<Summary, ExportError> {
+    let at = |t: &str| layout.path(out, t);
     let mut s = Summary {
         synced: view.synced.is_some(),
         ..Summary::default()
     };
-    s.calls = write_calls(view, out, progress)?;
-    s.messages = write_messages(view, &rows, out)?;
-    s.unmatched = write_unmatched(view, &rows, out)?;
-    s.ranks = write_ranks(view, &rows, out)?;
+    s.calls = write_calls(view, ids, &at("calls"), progress)?;
+    s.messages = write_messages(view, ids, share, &at("messages"))?;
+    s.unmatched = write_unmatched(view, ids, share, &at("unmatched"))?;
+    s.ranks = write_ranks(view, ids, &at("ranks"))?;
     Ok(s)
 }
 
-/// Where each location's calls start in `calls`, and which records are
-/// calls where some are not.
-struct Rows {
+/// The ids of a view's calls: where each location's calls start, and which
+/// records are calls where some are not.
+pub struct CallIds {
     /// Location index by (rank, thread).
     at: FxHashMap<(u32, u32), usize>,
     /// Per location: its first row, and the record indices of its calls
@@ -95,12 +193,13 @@ struct Rows {
     count: Vec<u64>,
 }
 
-impl Rows {
-    fn of(view: &View) -> Rows {
+impl CallIds {
+    /// The ids of `view`'s calls, from `first` on.
+    pub fn of(view: &View, first_id: u64) -> CallIds {
         let mut at = FxHashMap::default();
         let mut first = Vec::with_capacity(view.locations.len());
         let mut counts = Vec::with_capacity(view.locations.len());
-        let mut row = 0u64;
+        let mut row = first_id;
         for (k, &loc) in view.locations.iter().enumerate() {
             at.insert((loc.rank, loc.thread), k);
             let records = view.records(loc);
@@ -113,15 +212,20 @@ impl Rows {
             counts.push(count);
             row += count;
         }
-        Rows {
+        CallIds {
             at,
             first,
             count: counts,
         }
     }
 
-    /// The row of the call at `e`, if it is one.
-    fn row(&self, e: EventRef) -> Option<u64> {
+    /// How many calls.
+    pub fn calls(&self) -> u64 {
+        self.count.iter().sum()
+    }
+
+    /// The id of the call at `e`, if it is one of the view's calls.
+    pub fn id(&self, e: EventRef) -> Option<u64> {
         let &k = self.at.get(&(e.rank, e.thread))?;
         let (first, calls) = &self.first[k];
         match calls {
@@ -153,8 +257,8 @@ struct Table {
 }
 
 impl Table {
-    fn create(dir: &Path, name: &str, fields: Vec<Field>) -> Result<Table, ExportError> {
-        let path = dir.join(format!("{name}.parquet"));
+    fn create(path: &Path, fields: Vec<Field>) -> Result<Table, ExportError> {
+        let path = path.to_path_buf();
         let schema: SchemaRef = Arc::new(Schema::new(fields));
         let file = File::create(&path).map_err(io_err(&path))?;
         // Names are few: a dictionary each. Numbers are not: times and
@@ -280,6 +384,7 @@ impl Names {
 
 /// Columns of `calls`, as they are built.
 struct CallColumns {
+    id: UInt64Builder,
     rank: UInt32Builder,
     thread: UInt32Builder,
     index: UInt32Builder,
@@ -291,6 +396,7 @@ struct CallColumns {
     bytes: UInt64Builder,
     peer: UInt32Builder,
     tag: Int32Builder,
+    comm: UInt64Builder,
     lamport: UInt64Builder,
     phase: Int32Builder,
 }
@@ -298,6 +404,7 @@ struct CallColumns {
 impl CallColumns {
     fn new() -> CallColumns {
         CallColumns {
+            id: UInt64Builder::with_capacity(BATCH),
             rank: UInt32Builder::with_capacity(BATCH),
             thread: UInt32Builder::with_capacity(BATCH),
             index: UInt32Builder::with_capacity(BATCH),
@@ -309,6 +416,7 @@ impl CallColumns {
             bytes: UInt64Builder::with_capacity(BATCH),
             peer: UInt32Builder::with_capacity(BATCH),
             tag: Int32Builder::with_capacity(BATCH),
+            comm: UInt64Builder::with_capacity(BATCH),
             lamport: UInt64Builder::with_capacity(BATCH),
             phase: Int32Builder::with_capacity(BATCH),
         }
@@ -316,6 +424,7 @@ impl CallColumns {
 
     fn fields() -> Vec<Field> {
         vec![
+            field("id", DataType::UInt64, false),
             field("rank", DataType::UInt32, false),
             field("thread", DataType::UInt32, false),
             field("index", DataType::UInt32, false),
@@ -327,6 +436,7 @@ impl CallColumns {
             field("bytes", DataType::UInt64, false),
             field("peer", DataType::UInt32, true),
             field("tag", DataType::Int32, true),
+            field("comm", DataType::UInt64, true),
             field("lamport", DataType::UInt64, true),
             Field::new(
                 "phase",
@@ -350,6 +460,7 @@ impl CallColumns {
             DictionaryArray::<Int32Type>::try_new(c.phase.finish(), names.phase_values.clone())
                 .expect("keys within the phases");
         vec![
+            Arc::new(c.id.finish()),
             Arc::new(c.rank.finish()),
             Arc::new(c.thread.finish()),
             Arc::new(c.index.finish()),
@@ -361,6 +472,7 @@ impl CallColumns {
             Arc::new(c.bytes.finish()),
             Arc::new(c.peer.finish()),
             Arc::new(c.tag.finish()),
+            Arc::new(c.comm.finish()),
             Arc::new(c.lamport.finish()),
             Arc::new(phase),
         ]
@@ -371,15 +483,27 @@ fn ns(t: u64) -> i64 {
     i64::try_from(t).unwrap_or(i64::MAX)
 }
 
-fn write_calls(view: &View, out: &Path, progress: &mut dyn FnMut(u64)) -> Result<u64, ExportError> {
-    let mut table = Table::create(out, "calls", CallColumns::fields())?;
+/// The Lamport clock after the call at `e`, where the trace has clocks.
+fn lamport_of(view: &View, e: EventRef) -> Option<u64> {
+    (view.clocks.report.mode != "none")
+        .then(|| view.clocks.after_call.get(e))
+        .flatten()
+}
+
+fn write_calls(
+    view: &View,
+    ids: &CallIds,
+    path: &Path,
+    progress: &mut dyn FnMut(u64),
+) -> Result<u64, ExportError> {
+    let mut table = Table::create(path, CallColumns::fields())?;
     let names = Names::of(view);
     let mut c = CallColumns::new();
     let lamport = view.clocks.report.mode != "none";
     let mut done = 0u64;
-    for &loc in &view.locations {
+    for (k, &loc) in view.locations.iter().enumerate() {
         let at = (&mut c, &mut table, &names);
-        write_location(view, loc, lamport, at, &mut done, progress)?;
+        write_location(view, loc, ids.first[k].0, lamport, at, &mut done, progress)?;
     }
     if c.len() > 0 {
         table.put(c.take(&names))?;
@@ -392,6 +516,7 @@ fn write_calls(view: &View, out: &Path, progress: &mut dyn FnMut(u64)) -> Result
 fn write_location(
     view: &View,
     loc: Location,
+    first_id: u64,
     lamport: bool,
     (c, table, names): (&mut CallColumns, &mut Table, &Names),
     done: &mut u64,
@@ -412,6 +537,7 @@ fn write_location(
         .collect();
     spans.sort_by_key(|&(from, to, _)| (from, core::cmp::Reverse(to)));
     let (mut next, mut open): (usize, Vec<(u32, u32, i32)>) = (0, Vec::new());
+    let mut id = first_id;
     for i in 0..records.len() {
         let Some(func) = records.func(i) else {
             continue;
@@ -432,6 +558,8 @@ fn write_location(
         };
         let (a, b) = times.get(i);
         let (ra, rb) = records.stamps(i);
+        c.id.append_value(id);
+        id += 1;
         c.rank.append_value(loc.rank);
         c.thread.append_value(loc.thread);
         c.index.append_value(i as u32);
@@ -443,6 +571,7 @@ fn write_location(
         c.bytes.append_value(d.bytes);
         c.peer.append_option(d.peer);
         c.tag.append_option(d.tag);
+        c.comm.append_option(d.comm);
         c.lamport.append_option(clocks.get(i).filter(|_| lamport));
         c.phase.append_option(open.last().map(|&(_, _, k)| k));
         *done += 1;
@@ -454,10 +583,15 @@ fn write_location(
     Ok(())
 }
 
-fn write_messages(view: &View, rows: &Rows, out: &Path) -> Result<u64, ExportError> {
+/// The matched messages whose receives are the block's.
+fn write_messages(
+    view: &View,
+    ids: &CallIds,
+    share: &Share,
+    path: &Path,
+) -> Result<u64, ExportError> {
     let mut table = Table::create(
-        out,
-        "messages",
+        path,
         vec![
             field("send_call", DataType::UInt64, true),
             field("recv_post_call", DataType::UInt64, true),
@@ -476,10 +610,15 @@ fn write_messages(view: &View, rows: &Rows, out: &Path) -> Result<u64, ExportErr
         ],
     )?;
     let m = view.messages;
-    let lamport = view.clocks.report.mode != "none";
-    let clock = |e: EventRef| view.clocks.after_call.get(e).filter(|_| lamport);
+    let written: Vec<usize> = if share.own_recvs == m.recvs.len() {
+        (0..m.matched.len()).collect()
+    } else {
+        (0..m.matched.len())
+            .filter(|&k| m.matched[k].recv < share.own_recvs)
+            .collect()
+    };
     let mut n = 0u64;
-    for chunk in m.matched.chunks(BATCH) {
+    for chunk in written.chunks(BATCH) {
         let mut send_call = UInt64Builder::with_capacity(chunk.len());
         let mut post_call = UInt64Builder::with_capacity(chunk.len());
         let mut recv_call = UInt64Builder::with_capacity(chunk.len());
@@ -494,21 +633,26 @@ fn write_messages(view: &View, rows: &Rows, out: &Path) -> Result<u64, ExportErr
         let mut send_lc = UInt64Builder::with_capacity(chunk.len());
         let mut recv_lc = UInt64Builder::with_capacity(chunk.len());
         let mut wildcard = BooleanBuilder::with_capacity(chunk.len());
-        for msg in chunk {
+        for &k in chunk {
+            let msg = &m.matched[k];
             let (sv, rv) = (&m.sends[msg.send], &m.recvs[msg.recv]);
-            send_call.append_option(rows.row(sv.call));
-            post_call.append_option(rows.row(rv.post));
-            recv_call.append_option(rows.row(rv.completion));
+            let send = match share.remote.get(&k) {
+                Some(&end) if msg.send >= share.own_sends => end,
+                _ => SendEnd::of(view, ids, k),
+            };
+            send_call.append_option(send.call);
+            post_call.append_option(ids.id(rv.post));
+            recv_call.append_option(ids.id(rv.completion));
             src.append_value(sv.src);
             dst.append_value(rv.dst);
             tag.append_value(sv.tag);
             comm.append_value(sv.comm);
             send_bytes.append_value(sv.bytes);
             recv_bytes.append_value(rv.bytes);
-            send_ns.append_value(ns(view.time(sv.call, false)));
+            send_ns.append_value(send.ns);
             recv_ns.append_value(ns(view.time(rv.completion, true)));
-            send_lc.append_option(clock(sv.call));
-            recv_lc.append_option(clock(rv.completion));
+            send_lc.append_option(send.lamport);
+            recv_lc.append_option(lamport_of(view, rv.completion));
             wildcard.append_value(rv.wildcard);
         }
         table.put(vec![
@@ -535,10 +679,14 @@ fn write_messages(view: &View, rows: &Rows, out: &Path) -> Result<u64, ExportErr
 
 /// Sends and receives without their other end: a row each, with the
 /// reason.
-fn write_unmatched(view: &View, rows: &Rows, out: &Path) -> Result<u64, ExportError> {
+fn write_unmatched(
+    view: &View,
+    ids: &CallIds,
+    share: &Share,
+    path: &Path,
+) -> Result<u64, ExportError> {
     let mut table = Table::create(
-        out,
-        "unmatched",
+        path,
         vec![
             dictionary("reason"),
             field("call", DataType::UInt64, true),
@@ -557,27 +705,29 @@ fn write_unmatched(view: &View, rows: &Rows, out: &Path) -> Result<u64, ExportEr
     let mut tag = Int32Builder::new();
     let mut comm = UInt64Builder::new();
     let mut bytes = UInt64Builder::new();
-    for &s in &m.unmatched_sends {
+    let mut n = 0u64;
+    for &s in m.unmatched_sends.iter().filter(|&&s| s < share.own_sends) {
         let sv = &m.sends[s];
+        n += 1;
         reason.append_value("send without its receive");
-        call.append_option(rows.row(sv.call));
+        call.append_option(ids.id(sv.call));
         rank.append_value(sv.src);
         peer.append_option(sv.dst);
         tag.append_value(sv.tag);
         comm.append_value(sv.comm);
         bytes.append_value(sv.bytes);
     }
-    for &r in &m.unmatched_recvs {
+    for &r in m.unmatched_recvs.iter().filter(|&&r| r < share.own_recvs) {
         let rv = &m.recvs[r];
+        n += 1;
         reason.append_value("receive without its send");
-        call.append_option(rows.row(rv.completion));
+        call.append_option(ids.id(rv.completion));
         rank.append_value(rv.dst);
         peer.append_option(rv.src);
         tag.append_value(rv.tag);
         comm.append_value(rv.comm);
         bytes.append_value(rv.bytes);
     }
-    let n = (m.unmatched_sends.len() + m.unmatched_recvs.len()) as u64;
     if n > 0 {
         table.put(vec![
             Arc::new(reason.finish()),
@@ -593,10 +743,9 @@ fn write_unmatched(view: &View, rows: &Rows, out: &Path) -> Result<u64, ExportEr
     Ok(n)
 }
 
-fn write_ranks(view: &View, rows: &Rows, out: &Path) -> Result<u64, ExportError> {
+fn write_ranks(view: &View, ids: &CallIds, path: &Path) -> Result<u64, ExportError> {
     let mut table = Table::create(
-        out,
-        "ranks",
+        path,
         vec![
             field("rank", DataType::UInt32, false),
             field("host", DataType::Utf8, false),
@@ -618,7 +767,7 @@ fn write_ranks(view: &View, rows: &Rows, out: &Path) -> Result<u64, ExportError>
         let n: u64 = view
             .locations
             .iter()
-            .zip(&rows.count)
+            .zip(&ids.count)
             .filter(|(l, _)| l.rank == r.rank)
             .map(|(_, &c)| c)
             .sum();
@@ -819,6 +968,12 @@ mod tests {
                 assert_eq!(per, want, "{what}: calls per function");
                 let ranks = u32s(&calls, "rank");
                 let index = u32s(&calls, "index");
+                let ids: Vec<u64> = u64s(&calls, "id").into_iter().flatten().collect();
+                assert!(
+                    ids.iter().copied().eq(0..s.calls),
+                    "{what}: ids are row numbers"
+                );
+                let comms = u64s(&calls, "comm");
 
                 let msgs = read(&out.join("messages.parquet"));
                 let sends = u64s(&msgs, "send_call");
@@ -840,6 +995,7 @@ mod tests {
                         (sv.call.rank, sv.call.index),
                         "{what}"
                     );
+                    assert_eq!(comms[s], Some(sv.comm), "{what}: the send's communicator");
                     let r = recvs[k].expect("the completion's row") as usize;
                     assert_eq!(
                         (ranks[r], index[r]),

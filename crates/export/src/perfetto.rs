@@ -999,6 +999,7 @@ mod tests {
                     peer: (k % 2 == 0).then(|| v(64) as u32),
                     tag: (k % 3 == 0).then(|| [-1, 0, i32::MIN, i32::MAX, v(64) as i32][k % 5]),
                     bytes: if k % 4 == 0 { 0 } else { v(64) },
+                    comm: None,
                 },
                 lamport: (k % 7 != 0).then(|| v(64)),
                 flows: &flows,

@@ -36,6 +36,9 @@ pub struct CallDetail {
     /// Bytes moved: point-to-point sent plus received, or a collective's
     /// sent plus received.
     pub bytes: u64,
+    /// Global id of the communicator ([`pmtrace_trace::comm::Comm`]): of
+    /// the first message, or of the collective.
+    pub comm: Option<u64>,
 }
 
 /// A nonblocking operation between the call that started it and the call
@@ -216,12 +219,7 @@ impl<'a> View<'a> {
 
     /// The start (or end) of a record as recorded.
     pub fn raw(&self, at: EventRef, end: bool) -> u64 {
-        let Some(th) = self
-            .trace
-            .ranks
-            .get(at.rank as usize)
-            .and_then(|r| r.thread(at.thread))
-        else {
+        let Some(th) = self.trace.rank(at.rank).and_then(|r| r.thread(at.thread)) else {
             return 0;
         };
         if at.pos() >= th.records.len() {
@@ -340,6 +338,9 @@ impl<'a> View<'a> {
         } = call.payload
         {
             d.bytes = sent + recvd;
+            d.comm = (self.trace.rank(at.rank))
+                .and_then(|r| r.comm_at(comm, call.t_start))
+                .map(|c| c.global_id);
             d.peer = root
                 .and_then(|r| u32::try_from(r).ok())
                 .and_then(|r| self.trace.to_world(at.rank, comm, r));
@@ -349,12 +350,14 @@ impl<'a> View<'a> {
             let s = &m.sends[e.msg as usize];
             d.peer = d.peer.or(s.dst);
             d.tag = d.tag.or(Some(s.tag));
+            d.comm = d.comm.or(Some(s.comm));
             d.bytes += s.bytes;
         }
         for e in done {
             let r = &m.recvs[e.msg as usize];
             d.peer = d.peer.or(r.src);
             d.tag = d.tag.or(Some(r.tag));
+            d.comm = d.comm.or(Some(r.comm));
             d.bytes += r.bytes;
         }
         d
@@ -403,6 +406,7 @@ impl<'a> View<'a> {
                             peer: sv.dst,
                             tag: Some(sv.tag),
                             bytes: sv.bytes,
+                            comm: Some(sv.comm),
                         },
                     });
                 }
@@ -421,6 +425,7 @@ impl<'a> View<'a> {
                         peer: rv.src,
                         tag: Some(rv.tag),
                         bytes: rv.bytes,
+                        comm: Some(rv.comm),
                     },
                 });
             }
@@ -433,9 +438,8 @@ impl<'a> View<'a> {
                             start: mc.enter,
                             end,
                             detail: CallDetail {
-                                peer: None,
-                                tag: None,
                                 bytes: mc.sent + mc.recvd,
+                                ..CallDetail::default()
                             },
                         });
                     }

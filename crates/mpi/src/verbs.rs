@@ -127,11 +127,12 @@ pub fn races<F: Fabric + ?Sized>(f: &F, a: &RacesArgs) -> Result<Vec<u8>, String
     Ok(out)
 }
 
-/// `pmtrace export`: OTF2 and Perfetto in parallel.
+/// `pmtrace export`: OTF2, Perfetto and Parquet in parallel.
 pub fn export<F: Fabric + ?Sized>(f: &F, a: &ExportArgs) -> Result<Vec<u8>, String> {
     match a.format {
         ExportFormat::Otf2 => export_otf2(f, a),
         ExportFormat::Perfetto => export_perfetto(f, a),
+        ExportFormat::Parquet => export_parquet(f, a),
         _ => {
             let name = format!("{:?}", a.format).to_ascii_lowercase();
             not_yet(&format!("export --format {name}"))
@@ -215,6 +216,34 @@ fn export_otf2<F: Fabric + ?Sized>(f: &F, a: &ExportArgs) -> Result<Vec<u8>, Str
             s.locations,
             s.events,
             if s.synced { "synchronized" } else { "recorded" }
+        )
+        .map_err(|e| e.to_string())?;
+    }
+    Ok(out)
+}
+
+/// `pmtrace export --format parquet`: every block writes its part of each
+/// table, a partitioned dataset.
+fn export_parquet<F: Fabric + ?Sized>(f: &F, a: &ExportArgs) -> Result<Vec<u8>, String> {
+    if a.output.as_os_str() == "-" {
+        return Err("a Parquet export is a directory of tables: give one with -o".into());
+    }
+    let b = block::open(f, &a.dir)?;
+    let bm = messages::build(f, &b);
+    let synced = agree(f, Synced::load(&b.trace).map_err(|e| e.to_string()))?;
+    let s = pmtrace_parallel::export::parquet(f, &b, &bm, synced.as_ref(), &a.output)?;
+    let mut out = Vec::new();
+    if f.index() == 0 {
+        writeln!(
+            out,
+            "Parquet tables in {} ({} calls, {} messages, {} unmatched, {} ranks; {} time; a part per process, e.g. {}/calls/*.parquet)",
+            a.output.display(),
+            s.calls,
+            s.messages,
+            s.unmatched,
+            s.ranks,
+            if s.synced { "synchronized" } else { "recorded" },
+            a.output.display(),
         )
         .map_err(|e| e.to_string())?;
     }

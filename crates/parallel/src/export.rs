@@ -23,8 +23,8 @@
 use std::path::{Path, PathBuf};
 
 use pmtrace_export::otf2::{self, Globals, Offset, Summary, Tables};
-use pmtrace_export::perfetto;
 use pmtrace_export::view::{Location, View};
+use pmtrace_export::{parquet, perfetto};
 use pmtrace_matching::clocks::{ClockReport, Clocks, PartPlan, PartVectors};
 use pmtrace_matching::collective::MemberCalls;
 use pmtrace_sync::Synced;
@@ -434,4 +434,69 @@ fn flows<F: Fabric + ?Sized>(
         l.sort_unstable();
     }
     (perfetto::Flows::of_lists(outs, ins), messages, collectives)
+}
+
+/// Writes the Parquet tables of the trace into `dir` as a partitioned
+/// dataset, a part per block ([`parquet::Layout::Part`]); the summary is
+/// whole on every process.
+///
+/// A call's id is its serial one: each block's calls start where the
+/// blocks before it end. A message is written by its receiver's block;
+/// where its send lies in another block, the sender's block sends the
+/// send's end there ([`parquet::SendEnd`]).
+pub fn parquet<F: Fabric + ?Sized>(
+    f: &F,
+    b: &Block,
+    bm: &BlockMessages,
+    synced: Option<&Synced>,
+    dir: &Path,
+) -> Result<parquet::Summary, String> {
+    let view = block_view(f, b, bm, synced);
+    let prepared = match f.index() {
+        0 => parquet::prepare(dir, parquet::Layout::Part(0)).map_err(|e| e.to_string()),
+        _ => Ok(()),
+    };
+    agree(f, prepared)?;
+    let mut counts = vec![0u64; f.size()];
+    counts[f.index()] = parquet::CallIds::of(&view, 0).calls();
+    f.sum(&mut counts);
+    let ids = parquet::CallIds::of(&view, counts[..f.index()].iter().sum());
+    let mut remote = rustc_hash::FxHashMap::default();
+    bm.crossing(&b.blocks).to_receivers(
+        f,
+        |k, o| {
+            let e = parquet::SendEnd::of(&view, &ids, k);
+            o.u64(e.call.map_or(u64::MAX, |c| c))
+                .u64(e.ns as u64)
+                .u64(e.lamport.map_or(u64::MAX, |c| c));
+        },
+        |k, i| {
+            let (call, ns, lamport) = (i.u64(), i.u64() as i64, i.u64());
+            let some = |x: u64| (x != u64::MAX).then_some(x);
+            let end = parquet::SendEnd {
+                call: some(call),
+                ns,
+                lamport: some(lamport),
+            };
+            remote.insert(k, end);
+        },
+    );
+    let share = parquet::Share {
+        own_sends: bm.own_sends,
+        own_recvs: bm.own_recvs,
+        remote: &remote,
+    };
+    let layout = parquet::Layout::Part(f.index());
+    let written = parquet::write_part(&view, &ids, &share, dir, layout, &mut |_| {})
+        .map_err(|e| e.to_string());
+    let mine = agree(f, written)?;
+    let mut v = [mine.calls, mine.messages, mine.unmatched, mine.ranks];
+    f.sum(&mut v);
+    Ok(parquet::Summary {
+        calls: v[0],
+        messages: v[1],
+        unmatched: v[2],
+        ranks: v[3],
+        synced: synced.is_some(),
+    })
 }
