@@ -32,7 +32,9 @@
 
 use std::fs::{self, File};
 use std::path::{Path, PathBuf};
+use std::sync::mpsc::{sync_channel, SyncSender};
 use std::sync::Arc;
+use std::thread::JoinHandle;
 
 use arrow_array::builder::ArrayBuilder;
 use arrow_array::builder::{
@@ -249,11 +251,13 @@ fn parquet_err(path: &Path) -> impl FnOnce(parquet::errors::ParquetError) -> Exp
     }
 }
 
-/// A table's file, written a batch at a time.
+/// A table's file, written a batch at a time. A thread of its own encodes
+/// and compresses the batches while the next ones are built.
 struct Table {
-    path: std::path::PathBuf,
+    path: PathBuf,
     schema: SchemaRef,
-    writer: ArrowWriter<File>,
+    batches: Option<SyncSender<RecordBatch>>,
+    writer: Option<JoinHandle<Result<(), parquet::errors::ParquetError>>>,
 }
 
 impl Table {
@@ -282,12 +286,24 @@ impl Table {
             };
         }
         let props = props.build();
-        let writer =
+        let mut w =
             ArrowWriter::try_new(file, schema.clone(), Some(props)).map_err(parquet_err(&path))?;
+        // Two batches in flight: while one is encoded, the next is built.
+        let (batches, from) = sync_channel::<RecordBatch>(1);
+        let writer = std::thread::Builder::new()
+            .name("pmtrace-parquet".into())
+            .spawn(move || {
+                for b in from {
+                    w.write(&b)?;
+                }
+                w.close().map(|_| ())
+            })
+            .map_err(io_err(&path))?;
         Ok(Table {
             path,
             schema,
-            writer,
+            batches: Some(batches),
+            writer: Some(writer),
         })
     }
 
@@ -297,13 +313,32 @@ impl Table {
                 path: self.path.clone(),
                 source: std::io::Error::other(e),
             })?;
-        self.writer.write(&batch).map_err(parquet_err(&self.path))
+        let sent = self.batches.as_ref().map(|b| b.send(batch));
+        match sent {
+            Some(Ok(())) => Ok(()),
+            // The writer stopped: its error says why.
+            _ => self.finish(),
+        }
     }
 
-    fn close(self) -> Result<(), ExportError> {
-        let path = self.path;
-        self.writer.close().map_err(parquet_err(&path))?;
-        Ok(())
+    /// Waits for the writer to write what it was given and close the file.
+    fn finish(&mut self) -> Result<(), ExportError> {
+        self.batches = None;
+        match self.writer.take().map(JoinHandle::join) {
+            Some(Ok(r)) => r.map_err(parquet_err(&self.path)),
+            Some(Err(_)) => Err(ExportError::Io {
+                path: self.path.clone(),
+                source: std::io::Error::other("the Parquet writer panicked"),
+            }),
+            None => Err(ExportError::Io {
+                path: self.path.clone(),
+                source: std::io::Error::other("the Parquet writer stopped"),
+            }),
+        }
+    }
+
+    fn close(mut self) -> Result<(), ExportError> {
+        self.finish()
     }
 }
 
