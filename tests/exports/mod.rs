@@ -858,6 +858,7 @@ fn parquet_tables_read_in_duckdb_pandas_and_polars_hold_what_the_report_counts()
         let found = python_check_with("parquet_check.py", &out, "target/tables");
         assert_eq!(found["parts"], false);
         check_tables(&what, &found, &rep);
+        check_analyses(&what, &found["duckdb"], &rep);
         if k == 0 {
             analysis_example(&run.trace, &dir.join("analysis.png"), &rep);
             // The same from pmtrace-mpi at np=3, a part per process, over
@@ -888,6 +889,30 @@ fn parquet_tables_read_in_duckdb_pandas_and_polars_hold_what_the_report_counts()
             check_tables(&format!("{what} (pmtrace-mpi)"), &parts, &rep);
         }
     }
+}
+
+/// The wait states and the critical path of a serial export are the
+/// report's: wait time and waits by kind, the path's length and window.
+fn check_analyses(what: &str, d: &serde_json::Value, rep: &serde_json::Value) {
+    let by_kind = rep["wait_states"]["by_kind"].as_array().unwrap();
+    let waits = d["waits"].as_object().unwrap();
+    assert_eq!(waits.len(), by_kind.len(), "{what}: {d}");
+    for k in by_kind {
+        let got = &waits[k["kind"].as_str().unwrap()];
+        assert_eq!(
+            got,
+            &serde_json::json!([k["ns"], k["count"]]),
+            "{what}: {k}"
+        );
+    }
+    assert_eq!(d["waits_misplaced"], 0, "{what}");
+    let cp = &rep["critical_path"];
+    let p = d["path"].as_array().unwrap();
+    assert_eq!(p[0], cp["length_ns"], "{what}: the path's length");
+    assert_eq!(p[1], cp["from_ns"], "{what}: where the path starts");
+    assert_eq!(p[2], cp["to_ns"], "{what}: where the path ends");
+    assert!(p[3].as_u64().unwrap() > 1, "{what}: {d}");
+    assert_eq!(d["path_gaps"], 0, "{what}: the path has no gaps");
 }
 
 /// What `parquet_check.py` found is what the report counts.

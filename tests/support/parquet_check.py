@@ -47,6 +47,27 @@ found["duckdb"] = {
     "ids": list(q(f"SELECT count(DISTINCT id), min(id), max(id) FROM '{calls_path}'")[0]),
 }
 
+# The analyses' tables (the serial export writes them): wait time by kind,
+# and the critical path's length with its first and last instant.
+waits_path = os.path.join(out, "wait_states.parquet")
+if os.path.exists(waits_path):
+    found["duckdb"]["waits"] = {k: [int(ns), n] for k, ns, n in q(
+        f"SELECT CAST(kind AS VARCHAR), sum(ns), count(*) FROM '{waits_path}' GROUP BY 1")}
+    # Each wait's call is a call of its rank, and so is its cause's.
+    found["duckdb"]["waits_misplaced"] = q(f"""
+        SELECT count(*) FROM '{waits_path}' w
+        LEFT JOIN '{calls_path}' c ON c.id = w.call
+        LEFT JOIN '{calls_path}' k ON k.id = w.cause_call
+        WHERE c.rank IS DISTINCT FROM w.rank OR k.rank IS DISTINCT FROM w.cause_rank""")[0][0]
+    path = os.path.join(out, "critical_path.parquet")
+    found["duckdb"]["path"] = [int(x or 0) for x in q(
+        f"SELECT sum(ns), min(from_ns), max(to_ns), count(*) FROM '{path}'")[0]]
+    # Segments follow each other: each ends where the next starts.
+    found["duckdb"]["path_gaps"] = q(f"""
+        SELECT count(*) FROM (
+            SELECT to_ns, lead(from_ns) OVER (ORDER BY segment) AS next FROM '{path}')
+        WHERE next IS NOT NULL AND next <> to_ns""")[0][0]
+
 # pandas reads a directory of parts as one table.
 frame = lambda p: pd.read_parquet(os.path.dirname(p) if p.endswith("*.parquet") else p)
 c = frame(calls_path)

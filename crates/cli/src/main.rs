@@ -27,6 +27,7 @@ use pmtrace_export::view::View;
 use pmtrace_export::{chrome, merged, otf2, parquet, perfetto, text, timeline};
 use pmtrace_matching::clocks::RaceClocks;
 use pmtrace_matching::Messages;
+use pmtrace_report::path::COMPUTING;
 use pmtrace_report::races::{self, Races};
 use pmtrace_report::Report;
 use pmtrace_report::ReportOptions;
@@ -414,7 +415,10 @@ fn draw_timeline(args: &TimelineArgs, output: &Path, reload: Option<u64>) -> Res
     let mut report = Report::build_on(&trace, &messages, options, Some(&synced));
     let mut insight = report.insight.take().unwrap_or_default();
     if let Some(cp) = report.critical_path.as_mut() {
-        insight.path = std::mem::take(&mut cp.stretches);
+        let stretches = std::mem::take(&mut cp.stretches).into_iter();
+        insight.path = stretches
+            .map(|(rank, a, b, activity)| (rank, a, b, activity == COMPUTING))
+            .collect();
     }
     let overlay = timeline::Overlay {
         path: &insight.path,
@@ -479,6 +483,35 @@ fn with_output<T>(path: &Path, write: impl FnOnce(&mut dyn Write) -> io::Result<
             .with_context(|| format!("cannot write {}", path.display()))?;
         Ok(v)
     }
+}
+
+/// The wait states and the critical path's stretches of a trace, on
+/// `synced`'s times when given, as the Parquet export writes them.
+fn analyses(
+    trace: &Trace,
+    messages: &Messages,
+    synced: Option<&Synced>,
+) -> (Vec<parquet::WaitState>, Vec<(u32, u64, u64, u32)>) {
+    let options = ReportOptions {
+        insight: true,
+        path_only: true,
+        ..ReportOptions::default()
+    };
+    let mut report = Report::build_on(trace, messages, options, synced);
+    let found = report.insight.take().unwrap_or_default().found;
+    let waits = (found.iter())
+        .map(|w| parquet::WaitState {
+            kind: w.kind,
+            at: w.at,
+            comm: w.comm,
+            ns: w.ns,
+            cause: w.cause,
+        })
+        .collect();
+    let path = (report.critical_path.as_mut())
+        .map(|cp| std::mem::take(&mut cp.stretches))
+        .unwrap_or_default();
+    (waits, path)
 }
 
 fn export(args: ExportArgs) -> Result<ExitCode> {
@@ -565,15 +598,31 @@ fn export(args: ExportArgs) -> Result<ExitCode> {
             if args.output.as_os_str() == "-" {
                 bail!("a Parquet export is a directory of tables: give one with -o");
             }
-            let s = parquet::write(&view, &args.output, &mut tick)?;
+            // The wait states and the critical path, on the view's time
+            // base, found while the other tables are written.
+            let (written, analyses) = std::thread::scope(|scope| {
+                let analysing = scope.spawn(|| analyses(&trace, &messages, synced.as_ref()));
+                let written = parquet::write(&view, &args.output, &mut tick);
+                (written, analysing.join())
+            });
+            let mut s = written?;
+            let (waits, path) = analyses.unwrap_or_else(|e| std::panic::resume_unwind(e));
+            let a = parquet::Analyses {
+                waits: &waits,
+                path: &path,
+            };
+            let (w, p) = parquet::write_analyses(&view, &a, &args.output)?;
+            (s.wait_states, s.path_segments) = (Some(w), Some(p));
             drop(progress);
             println!(
-                "Parquet tables in {} ({} calls, {} messages, {} unmatched, {} ranks; {} time)",
+                "Parquet tables in {} ({} calls, {} messages, {} unmatched, {} ranks, {} wait states, {} critical-path segments; {} time)",
                 args.output.display(),
                 s.calls,
                 s.messages,
                 s.unmatched,
                 s.ranks,
+                s.wait_states.unwrap_or(0),
+                s.path_segments.unwrap_or(0),
                 if s.synced { "synchronized" } else { "recorded" }
             );
         }

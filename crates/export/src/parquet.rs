@@ -67,12 +67,44 @@ pub struct Summary {
     pub messages: u64,
     pub unmatched: u64,
     pub ranks: u64,
+    /// Rows of `wait_states` and `critical_path`, when written.
+    pub wait_states: Option<u64>,
+    pub path_segments: Option<u64>,
     /// Whether `enter_ns` and `exit_ns` are synchronized times.
     pub synced: bool,
 }
 
 /// The tables, by file name.
-pub const TABLES: [&str; 4] = ["calls", "messages", "unmatched", "ranks"];
+pub const TABLES: [&str; 6] = [
+    "calls",
+    "messages",
+    "unmatched",
+    "ranks",
+    "wait_states",
+    "critical_path",
+];
+
+/// A wait state (the report's `waits::Wait`): the call that waited,
+/// how long, and the late call it waited for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WaitState {
+    pub kind: &'static str,
+    pub at: EventRef,
+    pub comm: u64,
+    pub ns: u64,
+    pub cause: EventRef,
+}
+
+/// What the analyses found, on the view's time base: the wait states, and
+/// the critical path's stretches as (rank, from, to, activity), last first,
+/// where the activity is a function id of the rank or [`COMPUTING`].
+pub struct Analyses<'a> {
+    pub waits: &'a [WaitState],
+    pub path: &'a [(u32, u64, u64, u32)],
+}
+
+/// The activity of time outside MPI on the critical path.
+pub const COMPUTING: u32 = u32::MAX;
 
 /// Where a table's rows go in the output directory.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -159,6 +191,15 @@ pub fn write(
         remote: &remote,
     };
     write_part(view, &ids, &share, out, Layout::Files, progress)
+}
+
+/// Writes the tables of the analyses into `out`, where [`write`] wrote
+/// the others: (wait states, critical-path segments).
+pub fn write_analyses(view: &View, a: &Analyses, out: &Path) -> Result<(u64, u64), ExportError> {
+    let ids = CallIds::of(view, 0);
+    let waits = write_waits(view, &ids, a.waits, &out.join("wait_states.parquet"))?;
+    let path = write_path(view, a.path, &out.join("critical_path.parquet"))?;
+    Ok((waits, path))
 }
 
 /// Writes the rows of `share` with call ids `ids` into `out` as `layout`
@@ -819,6 +860,116 @@ fn write_ranks(view: &View, ids: &CallIds, path: &Path) -> Result<u64, ExportErr
     ])?;
     table.close()?;
     Ok(n)
+}
+
+/// A row per wait state: its kind, the call that waited (rank, thread),
+/// the communicator, how long, and the late call it waited for.
+fn write_waits(
+    view: &View,
+    ids: &CallIds,
+    waits: &[WaitState],
+    path: &Path,
+) -> Result<u64, ExportError> {
+    let mut table = Table::create(
+        path,
+        vec![
+            dictionary("kind"),
+            field("call", DataType::UInt64, true),
+            field("rank", DataType::UInt32, false),
+            field("thread", DataType::UInt32, false),
+            field("comm", DataType::UInt64, false),
+            field("enter_ns", DataType::Int64, false),
+            field("ns", DataType::UInt64, false),
+            field("cause_call", DataType::UInt64, true),
+            field("cause_rank", DataType::UInt32, false),
+        ],
+    )?;
+    for chunk in waits.chunks(BATCH) {
+        let mut kind = StringDictionaryBuilder::<Int32Type>::new();
+        let mut call = UInt64Builder::with_capacity(chunk.len());
+        let mut rank = UInt32Builder::with_capacity(chunk.len());
+        let mut thread = UInt32Builder::with_capacity(chunk.len());
+        let mut comm = UInt64Builder::with_capacity(chunk.len());
+        let mut enter = Int64Builder::with_capacity(chunk.len());
+        let mut ns_col = UInt64Builder::with_capacity(chunk.len());
+        let mut cause_call = UInt64Builder::with_capacity(chunk.len());
+        let mut cause_rank = UInt32Builder::with_capacity(chunk.len());
+        for w in chunk {
+            kind.append_value(w.kind);
+            call.append_option(ids.id(w.at));
+            rank.append_value(w.at.rank);
+            thread.append_value(w.at.thread);
+            comm.append_value(w.comm);
+            enter.append_value(ns(view.time(w.at, false)));
+            ns_col.append_value(w.ns);
+            cause_call.append_option(ids.id(w.cause));
+            cause_rank.append_value(w.cause.rank);
+        }
+        table.put(vec![
+            Arc::new(kind.finish()),
+            Arc::new(call.finish()),
+            Arc::new(rank.finish()),
+            Arc::new(thread.finish()),
+            Arc::new(comm.finish()),
+            Arc::new(enter.finish()),
+            Arc::new(ns_col.finish()),
+            Arc::new(cause_call.finish()),
+            Arc::new(cause_rank.finish()),
+        ])?;
+    }
+    table.close()?;
+    Ok(waits.len() as u64)
+}
+
+/// A row per stretch of the critical path, in time order: the rank, what
+/// it did (an MPI function, or "computation"), from and to.
+fn write_path(view: &View, path: &[(u32, u64, u64, u32)], out: &Path) -> Result<u64, ExportError> {
+    let mut table = Table::create(
+        out,
+        vec![
+            field("segment", DataType::UInt64, false),
+            field("rank", DataType::UInt32, false),
+            dictionary("activity"),
+            field("from_ns", DataType::Int64, false),
+            field("to_ns", DataType::Int64, false),
+            field("ns", DataType::UInt64, false),
+        ],
+    )?;
+    let mut k = 0u64;
+    let in_order: Vec<&(u32, u64, u64, u32)> = path.iter().rev().collect();
+    for chunk in in_order.chunks(BATCH) {
+        let mut segment = UInt64Builder::with_capacity(chunk.len());
+        let mut rank = UInt32Builder::with_capacity(chunk.len());
+        let mut activity = StringDictionaryBuilder::<Int32Type>::new();
+        let mut from = Int64Builder::with_capacity(chunk.len());
+        let mut to = Int64Builder::with_capacity(chunk.len());
+        let mut len = UInt64Builder::with_capacity(chunk.len());
+        for &&(r, a, b, what) in chunk {
+            segment.append_value(k);
+            k += 1;
+            rank.append_value(r);
+            match what {
+                COMPUTING => activity.append_value("computation"),
+                f => activity.append_value(match view.trace.rank(r) {
+                    Some(held) => held.function_name(f),
+                    None => "?",
+                }),
+            }
+            from.append_value(ns(a));
+            to.append_value(ns(b));
+            len.append_value(b.saturating_sub(a));
+        }
+        table.put(vec![
+            Arc::new(segment.finish()),
+            Arc::new(rank.finish()),
+            Arc::new(activity.finish()),
+            Arc::new(from.finish()),
+            Arc::new(to.finish()),
+            Arc::new(len.finish()),
+        ])?;
+    }
+    table.close()?;
+    Ok(k)
 }
 
 #[cfg(test)]

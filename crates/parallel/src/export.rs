@@ -498,5 +498,6 @@ pub fn parquet<F: Fabric + ?Sized>(
         unmatched: v[2],
         ranks: v[3],
         synced: synced.is_some(),
+        ..parquet::Summary::default()
     })
 }

@@ -61,9 +61,10 @@ pub struct CriticalPath {
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub differences: Vec<String>,
     /// The whole path, when kept (`ReportOptions::insight`): (rank, from,
-    /// to, computing), last first.
+    /// to, activity), last first. The activity is a function id of the
+    /// rank, or [`crate::path::COMPUTING`].
     #[serde(skip)]
-    pub stretches: Vec<(u32, u64, u64, bool)>,
+    pub stretches: Vec<(u32, u64, u64, u32)>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -485,7 +486,7 @@ pub(crate) fn summarize(
 pub fn summarize_with(
     time_base: &'static str,
     function: &dyn Fn(u32, u32) -> String,
-    walk: Walk,
+    mut walk: Walk,
     hops: u64,
     window: (u64, u64),
     weighted: bool,
@@ -608,9 +609,10 @@ pub fn summarize_with(
         dropped_edges: None,
         weighted: None,
         differences: Vec::new(),
-        stretches: walk.all.as_ref().map_or_else(Vec::new, |all| {
-            all.iter()
-                .map(|s| (s.rank, s.from, s.to, s.activity == COMPUTING))
+        // In place: a long path's stretches are many.
+        stretches: walk.all.take().map_or_else(Vec::new, |all| {
+            all.into_iter()
+                .map(|s| (s.rank, s.from, s.to, s.activity))
                 .collect()
         }),
     }

@@ -66,8 +66,8 @@ pub struct ReportOptions {
     /// Keep what the timeline draws ([`Report::insight`]).
     pub insight: bool,
     /// Only what the critical path needs (`pmtrace critical-path` prints
-    /// nothing else): the profile, the clock checks and the wait states
-    /// are left out, and their parts of the report stay empty.
+    /// nothing else): the profile, the clock checks, the wait states and
+    /// the metrics are left out, and their parts of the report stay empty.
     pub path_only: bool,
 }
 
@@ -80,6 +80,8 @@ pub struct Insight {
     /// (rank, thread, from, to): the waiting part of a call.
     pub waits: Vec<(u32, u32, u64, u64)>,
     pub phases: Vec<phases::PhaseSpan>,
+    /// Every wait state, by the waiting call.
+    pub found: Vec<waits::Wait>,
 }
 
 /// Calls, time and bytes of one function.
@@ -534,12 +536,16 @@ impl Report {
         // Only the weighted path reads the messages and the instances
         // again: given ones go before the passes that follow.
         let weighted = options.weighted.then_some((messages, instances));
-        let metrics = metrics::compute(trace, &times);
+        // The path needs only the metrics' window.
+        let metrics = full.then(|| metrics::compute(trace, &times));
         let spans = phases::spans(trace, &times);
         let phase_timeline = phases::PhaseTimeline::new(trace, &spans);
         let timeline = (!phase_timeline.is_empty()).then_some(&phase_timeline);
         report.clocks = clocks;
-        let window = (metrics.from_ns, metrics.to_ns);
+        let window = match &metrics {
+            Some(m) => (m.from_ns, m.to_ns),
+            None => metrics::window(trace, &times),
+        };
         // The critical path beside the wait states' roots, both over the
         // waits sorted by call.
         let (path, states) = rayon::join(
@@ -570,9 +576,10 @@ impl Report {
                 })
                 .collect(),
             phases: spans.clone(),
+            found: found.clone(),
         });
         report.phases = phases::summarize(trace, &times, &spans);
-        report.metrics = Some(metrics);
+        report.metrics = metrics;
         report
     }
 

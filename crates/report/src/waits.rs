@@ -252,7 +252,7 @@ pub fn top_causes<S: AsRef<str>>(t: BTreeMap<(u32, S, &'static str), (u64, u64)>
 }
 
 /// One wait: who waited where, how long, and who caused it.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Wait {
     pub kind: &'static str,
     /// The call that waited.
