@@ -491,7 +491,7 @@ fn analyses(
     trace: &Trace,
     messages: &Messages,
     synced: Option<&Synced>,
-) -> (Vec<parquet::WaitState>, Vec<(u32, u64, u64, u32)>) {
+) -> (Vec<parquet::WaitState>, Vec<parquet::PathStretch>) {
     let options = ReportOptions {
         insight: true,
         path_only: true,

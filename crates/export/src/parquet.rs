@@ -95,12 +95,15 @@ pub struct WaitState {
     pub cause: EventRef,
 }
 
+/// A stretch of the critical path: (rank, from, to, activity), where the
+/// activity is a function id of the rank or [`COMPUTING`].
+pub type PathStretch = (u32, u64, u64, u32);
+
 /// What the analyses found, on the view's time base: the wait states, and
-/// the critical path's stretches as (rank, from, to, activity), last first,
-/// where the activity is a function id of the rank or [`COMPUTING`].
+/// the critical path's stretches, last first.
 pub struct Analyses<'a> {
     pub waits: &'a [WaitState],
-    pub path: &'a [(u32, u64, u64, u32)],
+    pub path: &'a [PathStretch],
 }
 
 /// The activity of time outside MPI on the critical path.
@@ -923,7 +926,7 @@ fn write_waits(
 
 /// A row per stretch of the critical path, in time order: the rank, what
 /// it did (an MPI function, or "computation"), from and to.
-fn write_path(view: &View, path: &[(u32, u64, u64, u32)], out: &Path) -> Result<u64, ExportError> {
+fn write_path(view: &View, path: &[PathStretch], out: &Path) -> Result<u64, ExportError> {
     let mut table = Table::create(
         out,
         vec![
@@ -936,7 +939,7 @@ fn write_path(view: &View, path: &[(u32, u64, u64, u32)], out: &Path) -> Result<
         ],
     )?;
     let mut k = 0u64;
-    let in_order: Vec<&(u32, u64, u64, u32)> = path.iter().rev().collect();
+    let in_order: Vec<&PathStretch> = path.iter().rev().collect();
     for chunk in in_order.chunks(BATCH) {
         let mut segment = UInt64Builder::with_capacity(chunk.len());
         let mut rank = UInt32Builder::with_capacity(chunk.len());
