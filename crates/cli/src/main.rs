@@ -514,6 +514,20 @@ fn analyses(
     (waits, path)
 }
 
+/// The requests of `trace` never completed, as the Parquet export writes
+/// them.
+fn pending(trace: &Trace) -> Vec<parquet::Pending> {
+    (pmtrace_report::requests::pending_all(trace).iter())
+        .map(|p| parquet::Pending {
+            at: p.at(),
+            kind: p.kind,
+            peer: p.peer_world,
+            tag: p.tag,
+            comm: p.comm,
+        })
+        .collect()
+}
+
 fn export(args: ExportArgs) -> Result<ExitCode> {
     memory::check(&args.dir, "export", memory::cost::EXPORT)?;
     let progress = progress::Progress::new();
@@ -602,7 +616,8 @@ fn export(args: ExportArgs) -> Result<ExitCode> {
             // base, found while the other tables are written.
             let (written, analyses) = std::thread::scope(|scope| {
                 let analysing = scope.spawn(|| analyses(&trace, &messages, synced.as_ref()));
-                let written = parquet::write(&view, &args.output, &mut tick);
+                let pending = pending(&trace);
+                let written = parquet::write(&view, &pending, &args.output, &mut tick);
                 (written, analysing.join())
             });
             let mut s = written?;

@@ -95,6 +95,19 @@ pub struct WaitState {
     pub cause: EventRef,
 }
 
+/// A request never completed nor freed (the report's `PendingRequest`):
+/// the call that made it, and what it named.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Pending {
+    pub at: EventRef,
+    /// "send", "receive" or "collective".
+    pub kind: &'static str,
+    /// The peer's world rank, where it is one and known.
+    pub peer: Option<u32>,
+    pub tag: Option<i32>,
+    pub comm: Option<u64>,
+}
+
 /// A stretch of the critical path: (rank, from, to, activity), where the
 /// activity is a function id of the rank or [`COMPUTING`].
 pub type PathStretch = (u32, u64, u64, u32);
@@ -176,12 +189,15 @@ pub struct Share<'a> {
     pub own_recvs: usize,
     /// The send ends of `matched[k]` held by other blocks, by `k`.
     pub remote: &'a FxHashMap<usize, SendEnd>,
+    /// The block's ranks' requests never completed.
+    pub pending: &'a [Pending],
 }
 
 /// Writes the tables of `view` into the directory `out` (made if missing),
 /// a file each.
 pub fn write(
     view: &View,
+    pending: &[Pending],
     out: &Path,
     progress: &mut dyn FnMut(u64),
 ) -> Result<Summary, ExportError> {
@@ -192,6 +208,7 @@ pub fn write(
         own_sends: view.messages.sends.len(),
         own_recvs: view.messages.recvs.len(),
         remote: &remote,
+        pending,
     };
     write_part(view, &ids, &share, out, Layout::Files, progress)
 }
@@ -771,9 +788,9 @@ fn write_unmatched(
             field("call", DataType::UInt64, true),
             field("rank", DataType::UInt32, false),
             field("peer", DataType::UInt32, true),
-            field("tag", DataType::Int32, false),
-            field("comm", DataType::UInt64, false),
-            field("bytes", DataType::UInt64, false),
+            field("tag", DataType::Int32, true),
+            field("comm", DataType::UInt64, true),
+            field("bytes", DataType::UInt64, true),
         ],
     )?;
     let m = view.messages;
@@ -806,6 +823,20 @@ fn write_unmatched(
         tag.append_value(rv.tag);
         comm.append_value(rv.comm);
         bytes.append_value(rv.bytes);
+    }
+    for p in share.pending {
+        n += 1;
+        reason.append_value(match p.kind {
+            "send" => "send request never completed",
+            "receive" => "receive request never completed",
+            _ => "collective request never completed",
+        });
+        call.append_option(ids.id(p.at));
+        rank.append_value(p.at.rank);
+        peer.append_option(p.peer);
+        tag.append_option(p.tag);
+        comm.append_option(p.comm);
+        bytes.append_null();
     }
     if n > 0 {
         table.put(vec![
@@ -1097,7 +1128,7 @@ mod tests {
         let trace = Trace::open(dir.join("trace")).unwrap();
         let messages = Messages::build(&trace);
         let view = View::new(&trace, &messages, None);
-        write(&view, &dir.join("out"), &mut |_| {}).unwrap();
+        write(&view, &[], &dir.join("out"), &mut |_| {}).unwrap();
         let got = phases(&read(&dir.join("out/calls.parquet")));
         let (o, i) = (Some("outer".to_owned()), Some("inner".to_owned()));
         let one = vec![
@@ -1114,6 +1145,61 @@ mod tests {
         let want: Vec<_> = one.iter().chain(one.iter()).cloned().collect();
         assert_eq!(got, want);
         fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// Requests never completed are rows of `unmatched`, at their calls.
+    #[test]
+    fn pending_requests_are_unmatched_rows_at_their_calls() {
+        let scratch = std::env::temp_dir().join(format!("pmtrace-pending-{}", std::process::id()));
+        let trace = Trace::open(golden("halo2d_np4")).unwrap();
+        let messages = Messages::build(&trace);
+        let view = View::new(&trace, &messages, None);
+        let at = |rank, index| EventRef {
+            rank,
+            thread: 0,
+            index,
+        };
+        let pending = [
+            Pending {
+                at: at(1, 5),
+                kind: "receive",
+                peer: Some(2),
+                tag: Some(7),
+                comm: Some(0),
+            },
+            Pending {
+                at: at(3, 9),
+                kind: "collective",
+                peer: None,
+                tag: None,
+                comm: None,
+            },
+        ];
+        let s = write(&view, &pending, &scratch, &mut |_| {}).unwrap();
+        assert_eq!(s.unmatched, 2);
+        let rows = read(&scratch.join("unmatched.parquet"));
+        let ids = CallIds::of(&view, 0);
+        let want: Vec<Option<u64>> = pending.iter().map(|p| ids.id(p.at)).collect();
+        assert!(want.iter().all(Option::is_some));
+        assert_eq!(u64s(&rows, "call"), want);
+        assert_eq!(u32s(&rows, "rank"), vec![1, 3]);
+        let reasons: Vec<String> = {
+            let col = rows[0].column_by_name("reason").unwrap();
+            let d = col.as_dictionary::<Int32Type>();
+            let values = d.values().as_string::<i32>();
+            (0..d.len())
+                .map(|i| values.value(d.keys().value(i) as usize).to_string())
+                .collect()
+        };
+        assert_eq!(
+            reasons,
+            [
+                "receive request never completed",
+                "collective request never completed"
+            ]
+        );
+        assert_eq!(u64s(&rows, "bytes"), vec![None, None]);
+        fs::remove_dir_all(&scratch).unwrap();
     }
 
     #[test]
@@ -1133,7 +1219,7 @@ mod tests {
                 let what = format!("{case}, {times}");
                 let view = View::new(&trace, &messages, synced);
                 let out = scratch.join(&what);
-                let s = write(&view, &out, &mut |_| {}).unwrap();
+                let s = write(&view, &[], &out, &mut |_| {}).unwrap();
                 assert_eq!(s.synced, synced.is_some(), "{what}");
                 let calls = read(&out.join("calls.parquet"));
                 let names = functions(&calls);

@@ -481,10 +481,20 @@ pub fn parquet<F: Fabric + ?Sized>(
             remote.insert(k, end);
         },
     );
+    let pending: Vec<parquet::Pending> = (pmtrace_report::requests::pending_all(&b.trace).iter())
+        .map(|p| parquet::Pending {
+            at: p.at(),
+            kind: p.kind,
+            peer: p.peer_world,
+            tag: p.tag,
+            comm: p.comm,
+        })
+        .collect();
     let share = parquet::Share {
         own_sends: bm.own_sends,
         own_recvs: bm.own_recvs,
         remote: &remote,
+        pending: &pending,
     };
     let layout = parquet::Layout::Part(f.index());
     let written = parquet::write_part(&view, &ids, &share, dir, layout, &mut |_| {})

@@ -37,6 +37,17 @@ pub struct PendingRequest {
     pub comm: Option<u64>,
 }
 
+impl PendingRequest {
+    /// The call that made it.
+    pub fn at(&self) -> EventRef {
+        EventRef {
+            rank: self.rank,
+            thread: self.thread,
+            index: self.position,
+        }
+    }
+}
+
 /// How many pending requests a report lists.
 pub const PENDING_SHOWN: usize = 100;
 
@@ -58,7 +69,7 @@ pub fn pending(trace: &Trace) -> (u64, Vec<PendingRequest>) {
     let per_rank: Vec<(u64, Vec<PendingRequest>)> = trace
         .ranks
         .par_iter()
-        .map(|rank| pending_of(trace, rank))
+        .map(|rank| pending_of(trace, rank, PENDING_SHOWN))
         .collect();
     let total = per_rank.iter().map(|p| p.0).sum();
     let first = per_rank
@@ -67,6 +78,15 @@ pub fn pending(trace: &Trace) -> (u64, Vec<PendingRequest>) {
         .take(PENDING_SHOWN)
         .collect();
     (total, first)
+}
+
+/// Every request of `trace` (or of a block) never completed nor freed, by
+/// rank, thread and position.
+pub fn pending_all(trace: &Trace) -> Vec<PendingRequest> {
+    let per_rank: Vec<Vec<PendingRequest>> = (trace.ranks.par_iter())
+        .map(|rank| pending_of(trace, rank, usize::MAX).1)
+        .collect();
+    per_rank.into_iter().flatten().collect()
 }
 
 /// The calls that make or release requests.
@@ -162,7 +182,8 @@ fn op_of(payload: &Payload<'_>) -> Option<u64> {
     }
 }
 
-fn pending_of(trace: &Trace, rank: &Rank) -> (u64, Vec<PendingRequest>) {
+/// The requests of `rank` left pending: how many, and the first `shown`.
+fn pending_of(trace: &Trace, rank: &Rank, shown: usize) -> (u64, Vec<PendingRequest>) {
     use Kind::*;
     // Each request's maker by position (thread, index): 12 bytes a request,
     // the details read back from the record for the few left pending.
@@ -245,7 +266,7 @@ fn pending_of(trace: &Trace, rank: &Rank) -> (u64, Vec<PendingRequest>) {
                 _ => made_by(at, &call),
             }
         })
-        .take(PENDING_SHOWN)
+        .take(shown)
         .map(|m| {
             let def = m.comm.and_then(|i| rank.comm_at(i, m.t));
             let peer_world = match (m.comm, m.peer) {

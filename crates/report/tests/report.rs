@@ -282,6 +282,13 @@ fn never_completed_requests_are_listed_with_their_calls() {
     // Positions count the thread's records, its two communicator definitions first.
     let positions: Vec<u32> = m.pending_first.iter().map(|p| p.position).collect();
     assert_eq!(positions, vec![3, 7, 10, 13]);
+    // All of them, each at the call that made it.
+    let all = pmtrace_report::requests::pending_all(&trace);
+    assert_eq!(all, m.pending_first);
+    for p in &all {
+        let call = trace.held(0).call_at(p.at()).expect("a call");
+        assert_eq!(call.t_start, p.time_ns);
+    }
     let mut text = Vec::new();
     r.write_text(&mut text).unwrap();
     let text = String::from_utf8(text).unwrap();
