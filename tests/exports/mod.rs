@@ -906,6 +906,12 @@ fn check_analyses(what: &str, d: &serde_json::Value, rep: &serde_json::Value) {
         );
     }
     assert_eq!(d["waits_misplaced"], 0, "{what}");
+    // A row per collective instance's member: each a call of its function.
+    assert_eq!(d["instances"], rep["collectives"]["instances"], "{what}");
+    assert_eq!(d["members_misplaced"], 0, "{what}");
+    for (f, n) in d["collective_calls"].as_object().unwrap() {
+        assert_eq!(n, &rep["functions"][f]["calls"], "{what}: {f}");
+    }
     let cp = &rep["critical_path"];
     let p = d["path"].as_array().unwrap();
     assert_eq!(p[0], cp["length_ns"], "{what}: the path's length");
@@ -934,6 +940,8 @@ fn check_tables(what: &str, found: &serde_json::Value, rep: &serde_json::Value) 
     }
     let d = &found["duckdb"];
     assert_eq!(d["misplaced"], 0, "{what}: {d}");
+    assert_eq!(d["world"], rep["ranks"], "{what}: {d}");
+    assert!(d["communicators"].as_u64().unwrap() > rep["ranks"].as_u64().unwrap());
     let calls = rep["events"].as_u64().unwrap();
     assert_eq!(d["ids"], serde_json::json!([calls, 0, calls - 1]), "{what}");
     // The matrix: messages and bytes between each pair, as the report

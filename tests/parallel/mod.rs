@@ -315,12 +315,28 @@ fn parquet(dir: &Path, parallel: Option<(Mpi, u32)>) -> Vec<(String, Vec<String>
     };
     assert!(String::from_utf8_lossy(&line).starts_with("Parquet tables in "));
     let mut tables = Vec::new();
-    for t in ["calls", "messages", "unmatched", "ranks"] {
+    // The tables pmtrace-mpi writes: a part per process, but one of
+    // communicators (process 0's).
+    let tables_of = [
+        "calls",
+        "messages",
+        "unmatched",
+        "ranks",
+        "phases",
+        "communicators",
+    ];
+    for t in tables_of {
         let files = match parallel {
             None => vec![out.join(format!("{t}.parquet"))],
-            Some((_, np)) => (0..np)
-                .map(|p| out.join(t).join(format!("part-{p:05}.parquet")))
-                .collect(),
+            Some((_, np)) => {
+                let parts = if t == "communicators" { 1 } else { np };
+                let files: Vec<PathBuf> = (0..parts)
+                    .map(|p| out.join(t).join(format!("part-{p:05}.parquet")))
+                    .collect();
+                let found = std::fs::read_dir(out.join(t)).unwrap().count();
+                assert_eq!(found, files.len(), "{t}: its parts");
+                files
+            }
         };
         let mut rows = Vec::new();
         for f in files {
@@ -365,6 +381,10 @@ fn parquet_rows(path: &Path) -> Vec<String> {
                             let d = col.as_dictionary::<Int32Type>();
                             let k = d.keys().value(i) as usize;
                             d.values().as_string::<i32>().value(k).to_string()
+                        }
+                        DataType::List(_) => {
+                            let l = col.as_list::<i32>().value(i);
+                            format!("{:?}", l.as_primitive::<UInt32Type>().values())
                         }
                         t => panic!("{}: column {} of type {t}", path.display(), f.name()),
                     }

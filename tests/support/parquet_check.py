@@ -47,6 +47,22 @@ found["duckdb"] = {
     "ids": list(q(f"SELECT count(DISTINCT id), min(id), max(id) FROM '{calls_path}'")[0]),
 }
 
+# The communicators, phases and (the serial export writes them)
+# collective instances.
+found["duckdb"]["communicators"] = q(f"SELECT count(*) FROM '{table('communicators')}'")[0][0]
+found["duckdb"]["world"] = q(
+    f"SELECT size FROM '{table('communicators')}' WHERE name = 'MPI_COMM_WORLD'")[0][0]
+found["duckdb"]["phases"] = q(f"SELECT count(*) FROM '{table('phases')}'")[0][0]
+colls_path = os.path.join(out, "collectives.parquet")
+if os.path.exists(colls_path):
+    found["duckdb"]["instances"] = q(f"SELECT count(DISTINCT instance) FROM '{colls_path}'")[0][0]
+    # Each member row is a call of its rank, of its function.
+    found["duckdb"]["collective_calls"] = dict(q(
+        f"SELECT CAST(function AS VARCHAR), count(*) FROM '{colls_path}' GROUP BY 1"))
+    found["duckdb"]["members_misplaced"] = q(f"""
+        SELECT count(*) FROM '{colls_path}' m LEFT JOIN '{calls_path}' c ON c.id = m.enter_call
+        WHERE c.rank IS DISTINCT FROM m.rank OR c.function <> m.function""")[0][0]
+
 # The analyses' tables (the serial export writes them): wait time by kind,
 # and the critical path's length with its first and last instant.
 waits_path = os.path.join(out, "wait_states.parquet")

@@ -630,14 +630,9 @@ fn export(args: ExportArgs) -> Result<ExitCode> {
             (s.wait_states, s.path_segments) = (Some(w), Some(p));
             drop(progress);
             println!(
-                "Parquet tables in {} ({} calls, {} messages, {} unmatched, {} ranks, {} wait states, {} critical-path segments; {} time)",
+                "Parquet tables in {} ({}; {} time)",
                 args.output.display(),
-                s.calls,
-                s.messages,
-                s.unmatched,
-                s.ranks,
-                s.wait_states.unwrap_or(0),
-                s.path_segments.unwrap_or(0),
+                s.counts(),
                 if s.synced { "synchronized" } else { "recorded" }
             );
         }

@@ -1169,16 +1169,7 @@ impl<'v, 'a> Writer<'v, 'a> {
         let comm_names: Vec<(u64, u32)> = trace
             .comms
             .iter()
-            .map(|c| {
-                let name = match c.global_id {
-                    pmtrace_trace::comm::WORLD_ID => "MPI_COMM_WORLD".to_owned(),
-                    id if id & 0xffff_ffff == 1 && c.members.len() == 1 => {
-                        format!("MPI_COMM_SELF (rank {})", id >> 32)
-                    }
-                    id => format!("communicator {id:#x}"),
-                };
-                (c.global_id, s.id(&name))
-            })
+            .map(|c| (c.global_id, s.id(&super::view::comm_name(c))))
             .collect();
         let group_name = s.id("MPI group");
 

@@ -38,8 +38,8 @@ use std::thread::JoinHandle;
 
 use arrow_array::builder::ArrayBuilder;
 use arrow_array::builder::{
-    BooleanBuilder, Int32Builder, Int64Builder, StringBuilder, StringDictionaryBuilder,
-    UInt32Builder, UInt64Builder,
+    BooleanBuilder, Int32Builder, Int64Builder, ListBuilder, StringBuilder,
+    StringDictionaryBuilder, UInt32Builder, UInt64Builder,
 };
 use arrow_array::types::Int32Type;
 use arrow_array::{ArrayRef, DictionaryArray, RecordBatch, StringArray};
@@ -67,22 +67,90 @@ pub struct Summary {
     pub messages: u64,
     pub unmatched: u64,
     pub ranks: u64,
-    /// Rows of `wait_states` and `critical_path`, when written.
+    pub phases: u64,
+    pub communicators: u64,
+    /// Rows of `collectives`, `wait_states` and `critical_path`, when
+    /// written.
+    pub collectives: Option<u64>,
     pub wait_states: Option<u64>,
     pub path_segments: Option<u64>,
     /// Whether `enter_ns` and `exit_ns` are synchronized times.
     pub synced: bool,
 }
 
+impl Summary {
+    /// The rows of each table written, in words.
+    pub fn counts(&self) -> String {
+        let mut s = format!(
+            "{} calls, {} messages, {} unmatched, {} ranks, {} phases, {} communicators",
+            self.calls, self.messages, self.unmatched, self.ranks, self.phases, self.communicators
+        );
+        for (n, what) in [
+            (self.collectives, "collective members"),
+            (self.wait_states, "wait states"),
+            (self.path_segments, "critical-path segments"),
+        ] {
+            if let Some(n) = n {
+                s.push_str(&format!(", {n} {what}"));
+            }
+        }
+        s
+    }
+}
+
 /// The tables, by file name.
-pub const TABLES: [&str; 6] = [
+pub const TABLES: [&str; 9] = [
     "calls",
     "messages",
     "unmatched",
     "ranks",
+    "phases",
+    "communicators",
+    "collectives",
     "wait_states",
     "critical_path",
 ];
+
+/// A communicator as `communicators` holds it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CommRow {
+    pub id: u64,
+    pub name: String,
+    pub inter: bool,
+    /// World ranks of the group, by communicator rank (empty where no
+    /// member wrote the list).
+    pub members: Vec<u32>,
+    /// An intercommunicator's other group.
+    pub remote: Vec<u32>,
+}
+
+impl pmtrace_trace::wire::Wire for CommRow {
+    fn put(&self, o: &mut pmtrace_trace::wire::Out) {
+        o.u64(self.id).str(&self.name).bool(self.inter);
+        o.u32s(&self.members).u32s(&self.remote);
+    }
+    fn get(i: &mut pmtrace_trace::wire::In) -> CommRow {
+        CommRow {
+            id: i.u64(),
+            name: i.str(),
+            inter: i.bool(),
+            members: i.u32s(),
+            remote: i.u32s(),
+        }
+    }
+}
+
+impl CommRow {
+    pub fn of(c: &pmtrace_trace::comm::Comm) -> CommRow {
+        CommRow {
+            id: c.global_id,
+            name: super::view::comm_name(c),
+            inter: c.inter,
+            members: c.members.clone(),
+            remote: c.remote_members.clone(),
+        }
+    }
+}
 
 /// A wait state (the report's `waits::Wait`): the call that waited,
 /// how long, and the late call it waited for.
@@ -210,7 +278,15 @@ pub fn write(
         remote: &remote,
         pending,
     };
-    write_part(view, &ids, &share, out, Layout::Files, progress)
+    let mut s = write_part(view, &ids, &share, out, Layout::Files, progress)?;
+    let comms: Vec<CommRow> = view.trace.comms.iter().map(CommRow::of).collect();
+    s.communicators = write_communicators(&comms, out, Layout::Files)?;
+    s.collectives = Some(write_collectives(
+        view,
+        &ids,
+        &out.join("collectives.parquet"),
+    )?);
+    Ok(s)
 }
 
 /// Writes the tables of the analyses into `out`, where [`write`] wrote
@@ -241,7 +317,219 @@ pub fn write_part(
     s.messages = write_messages(view, ids, share, &at("messages"))?;
     s.unmatched = write_unmatched(view, ids, share, &at("unmatched"))?;
     s.ranks = write_ranks(view, ids, &at("ranks"))?;
+    s.phases = write_phases(view, ids, &at("phases"))?;
     Ok(s)
+}
+
+/// Writes `communicators`: a row per communicator, by id.
+pub fn write_communicators(
+    comms: &[CommRow],
+    out: &Path,
+    layout: Layout,
+) -> Result<u64, ExportError> {
+    let list = |name: &str| {
+        let item = Arc::new(Field::new("item", DataType::UInt32, false));
+        Field::new(name, DataType::List(item), false)
+    };
+    let mut table = Table::create(
+        &layout.path(out, "communicators"),
+        vec![
+            field("comm", DataType::UInt64, false),
+            field("name", DataType::Utf8, false),
+            field("inter", DataType::Boolean, false),
+            field("size", DataType::UInt32, false),
+            list("members"),
+            list("remote_members"),
+        ],
+    )?;
+    let mut sorted: Vec<&CommRow> = comms.iter().collect();
+    sorted.sort_by_key(|c| c.id);
+    let mut id = UInt64Builder::new();
+    let mut name = StringBuilder::new();
+    let mut inter = BooleanBuilder::new();
+    let mut size = UInt32Builder::new();
+    let item = || Field::new("item", DataType::UInt32, false);
+    let mut members = ListBuilder::new(UInt32Builder::new()).with_field(item());
+    let mut remote = ListBuilder::new(UInt32Builder::new()).with_field(item());
+    for c in &sorted {
+        id.append_value(c.id);
+        name.append_value(&c.name);
+        inter.append_value(c.inter);
+        size.append_value(c.members.len() as u32);
+        members.values().append_slice(&c.members);
+        members.append(true);
+        remote.values().append_slice(&c.remote);
+        remote.append(true);
+    }
+    table.put(vec![
+        Arc::new(id.finish()),
+        Arc::new(name.finish()),
+        Arc::new(inter.finish()),
+        Arc::new(size.finish()),
+        Arc::new(members.finish()),
+        Arc::new(remote.finish()),
+    ])?;
+    table.close()?;
+    Ok(sorted.len() as u64)
+}
+
+/// A row per phase of each location (user phases, `MPI_Pcontrol` levels,
+/// pauses), with the calls that opened and closed it.
+fn write_phases(view: &View, ids: &CallIds, path: &Path) -> Result<u64, ExportError> {
+    let mut table = Table::create(
+        path,
+        vec![
+            field("rank", DataType::UInt32, false),
+            field("thread", DataType::UInt32, false),
+            field("name", DataType::Utf8, false),
+            field("user", DataType::Boolean, false),
+            field("depth", DataType::UInt32, false),
+            field("from_call", DataType::UInt64, true),
+            field("to_call", DataType::UInt64, true),
+            field("from_ns", DataType::Int64, false),
+            field("to_ns", DataType::Int64, false),
+        ],
+    )?;
+    let mut rank = UInt32Builder::new();
+    let mut thread = UInt32Builder::new();
+    let mut name = StringBuilder::new();
+    let mut user = BooleanBuilder::new();
+    let mut depth = UInt32Builder::new();
+    let mut from_call = UInt64Builder::new();
+    let mut to_call = UInt64Builder::new();
+    let mut from = Int64Builder::new();
+    let mut to = Int64Builder::new();
+    let mut n = 0u64;
+    for &loc in &view.locations {
+        for p in view.phases_of(loc) {
+            let at = |index| EventRef {
+                rank: p.rank,
+                thread: p.thread,
+                index,
+            };
+            rank.append_value(p.rank);
+            thread.append_value(p.thread);
+            name.append_value(&p.name);
+            user.append_value(p.user);
+            depth.append_value(p.depth);
+            from_call.append_option(ids.id(at(p.from_index)));
+            to_call.append_option(ids.id(at(p.to_index)));
+            from.append_value(ns(p.from_ns));
+            to.append_value(ns(p.to_ns));
+            n += 1;
+        }
+    }
+    table.put(vec![
+        Arc::new(rank.finish()),
+        Arc::new(thread.finish()),
+        Arc::new(name.finish()),
+        Arc::new(user.finish()),
+        Arc::new(depth.finish()),
+        Arc::new(from_call.finish()),
+        Arc::new(to_call.finish()),
+        Arc::new(from.finish()),
+        Arc::new(to.finish()),
+    ])?;
+    table.close()?;
+    Ok(n)
+}
+
+/// A row per member of each collective instance, instances in the
+/// trace's order: the instance's number, function, communicator and root
+/// (a world rank), the member (its communicator rank and world rank), the
+/// calls that entered and completed it (the same for a blocking one), its
+/// enter and exit, and its bytes.
+fn write_collectives(view: &View, ids: &CallIds, path: &Path) -> Result<u64, ExportError> {
+    let mut table = Table::create(
+        path,
+        vec![
+            field("instance", DataType::UInt64, false),
+            dictionary("function"),
+            field("comm", DataType::UInt64, false),
+            field("root", DataType::UInt32, true),
+            field("member", DataType::UInt32, false),
+            field("rank", DataType::UInt32, false),
+            field("enter_call", DataType::UInt64, true),
+            field("exit_call", DataType::UInt64, true),
+            field("enter_ns", DataType::Int64, false),
+            field("exit_ns", DataType::Int64, true),
+            field("sent_bytes", DataType::UInt64, false),
+            field("recv_bytes", DataType::UInt64, false),
+        ],
+    )?;
+    let mut n = 0u64;
+    let mut c = CollColumns::default();
+    for (k, inst) in view.collectives.iter().enumerate() {
+        let comm = view.trace.comms.get(inst.comm);
+        let root = (inst.root).and_then(|r| comm?.members.get(r as usize).copied());
+        for (member, m) in inst.members.iter().enumerate() {
+            let Some(m) = m else { continue };
+            c.instance.append_value(k as u64);
+            let held = view.trace.rank(m.enter.rank);
+            let func = held
+                .and_then(|r| r.thread(m.enter.thread))
+                .and_then(|t| t.records.func(m.enter.pos()));
+            c.function.append_value(match (held, func) {
+                (Some(held), Some(f)) => held.function_name(f),
+                _ => "?",
+            });
+            c.comm.append_value(inst.comm);
+            c.root.append_option(root);
+            c.member.append_value(member as u32);
+            c.rank.append_value(m.enter.rank);
+            c.enter_call.append_option(ids.id(m.enter));
+            c.exit_call.append_option(m.exit.and_then(|e| ids.id(e)));
+            c.enter.append_value(ns(view.time(m.enter, false)));
+            c.exit.append_option(m.exit.map(|e| ns(view.time(e, true))));
+            c.sent.append_value(m.sent);
+            c.recvd.append_value(m.recvd);
+            n += 1;
+            if c.instance.len() == BATCH {
+                table.put(c.take())?;
+            }
+        }
+    }
+    if c.instance.len() > 0 {
+        table.put(c.take())?;
+    }
+    table.close()?;
+    Ok(n)
+}
+
+#[derive(Default)]
+struct CollColumns {
+    instance: UInt64Builder,
+    function: StringDictionaryBuilder<Int32Type>,
+    comm: UInt64Builder,
+    root: UInt32Builder,
+    member: UInt32Builder,
+    rank: UInt32Builder,
+    enter_call: UInt64Builder,
+    exit_call: UInt64Builder,
+    enter: Int64Builder,
+    exit: Int64Builder,
+    sent: UInt64Builder,
+    recvd: UInt64Builder,
+}
+
+impl CollColumns {
+    fn take(&mut self) -> Vec<ArrayRef> {
+        let mut c = core::mem::take(self);
+        vec![
+            Arc::new(c.instance.finish()),
+            Arc::new(c.function.finish()),
+            Arc::new(c.comm.finish()),
+            Arc::new(c.root.finish()),
+            Arc::new(c.member.finish()),
+            Arc::new(c.rank.finish()),
+            Arc::new(c.enter_call.finish()),
+            Arc::new(c.exit_call.finish()),
+            Arc::new(c.enter.finish()),
+            Arc::new(c.exit.finish()),
+            Arc::new(c.sent.finish()),
+            Arc::new(c.recvd.finish()),
+        ]
+    }
 }
 
 /// The ids of a view's calls: where each location's calls start, and which

@@ -27,6 +27,18 @@ pub struct Location {
     pub slot: usize,
 }
 
+/// A communicator's name as the exports give it: `MPI_COMM_WORLD`,
+/// `MPI_COMM_SELF (rank r)`, or `communicator 0x…` (its global id).
+pub fn comm_name(c: &pmtrace_trace::comm::Comm) -> String {
+    match c.global_id {
+        pmtrace_trace::comm::WORLD_ID => "MPI_COMM_WORLD".to_owned(),
+        id if id & 0xffff_ffff == 1 && c.members.len() == 1 => {
+            format!("MPI_COMM_SELF (rank {})", id >> 32)
+        }
+        id => format!("communicator {id:#x}"),
+    }
+}
+
 /// What a viewer shows about one call beside its name and times.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct CallDetail {

@@ -236,12 +236,9 @@ fn export_parquet<F: Fabric + ?Sized>(f: &F, a: &ExportArgs) -> Result<Vec<u8>, 
     if f.index() == 0 {
         writeln!(
             out,
-            "Parquet tables in {} ({} calls, {} messages, {} unmatched, {} ranks; {} time; a part per process, e.g. {}/calls/*.parquet)",
+            "Parquet tables in {} ({}; {} time; a part per process, e.g. {}/calls/*.parquet)",
             a.output.display(),
-            s.calls,
-            s.messages,
-            s.unmatched,
-            s.ranks,
+            s.counts(),
             if s.synced { "synchronized" } else { "recorded" },
             a.output.display(),
         )

@@ -500,13 +500,42 @@ pub fn parquet<F: Fabric + ?Sized>(
     let written = parquet::write_part(&view, &ids, &share, dir, layout, &mut |_| {})
         .map_err(|e| e.to_string());
     let mine = agree(f, written)?;
-    let mut v = [mine.calls, mine.messages, mine.unmatched, mine.ranks];
+    // The communicators every block knows, once each, at process 0.
+    let mut o = Out::default();
+    for c in b.trace.comms.iter() {
+        o.put(&parquet::CommRow::of(c));
+    }
+    let mut comms: std::collections::BTreeMap<u64, parquet::CommRow> = Default::default();
+    for bytes in f.gather(o.0) {
+        let mut i = In::new(&bytes);
+        while !i.done() {
+            let c: parquet::CommRow = i.get();
+            comms.entry(c.id).or_insert(c);
+        }
+    }
+    let comms: Vec<parquet::CommRow> = comms.into_values().collect();
+    let written = match f.index() {
+        0 => parquet::write_communicators(&comms, dir, parquet::Layout::Part(0))
+            .map_err(|e| e.to_string()),
+        _ => Ok(0),
+    };
+    let communicators = agree(f, written)?;
+    let mut v = [
+        mine.calls,
+        mine.messages,
+        mine.unmatched,
+        mine.ranks,
+        mine.phases,
+        communicators,
+    ];
     f.sum(&mut v);
     Ok(parquet::Summary {
         calls: v[0],
         messages: v[1],
         unmatched: v[2],
         ranks: v[3],
+        phases: v[4],
+        communicators: v[5],
         synced: synced.is_some(),
         ..parquet::Summary::default()
     })
