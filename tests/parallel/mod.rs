@@ -315,8 +315,8 @@ fn parquet(dir: &Path, parallel: Option<(Mpi, u32)>) -> Vec<(String, Vec<String>
     };
     assert!(String::from_utf8_lossy(&line).starts_with("Parquet tables in "));
     let mut tables = Vec::new();
-    // The tables pmtrace-mpi writes: a part per process, but one of
-    // communicators (process 0's).
+    // Every table: a part per process, but one of communicators and of
+    // the critical path (process 0's).
     let tables_of = [
         "calls",
         "messages",
@@ -324,12 +324,16 @@ fn parquet(dir: &Path, parallel: Option<(Mpi, u32)>) -> Vec<(String, Vec<String>
         "ranks",
         "phases",
         "communicators",
+        "collectives",
+        "wait_states",
+        "critical_path",
     ];
     for t in tables_of {
         let files = match parallel {
             None => vec![out.join(format!("{t}.parquet"))],
             Some((_, np)) => {
-                let parts = if t == "communicators" { 1 } else { np };
+                let one = ["communicators", "critical_path"].contains(&t);
+                let parts = if one { 1 } else { np };
                 let files: Vec<PathBuf> = (0..parts)
                     .map(|p| out.join(t).join(format!("part-{p:05}.parquet")))
                     .collect();

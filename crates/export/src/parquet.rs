@@ -48,6 +48,7 @@ use parquet::arrow::ArrowWriter;
 use parquet::basic::{Compression, Encoding};
 use parquet::file::properties::WriterProperties;
 use parquet::schema::types::ColumnPath;
+use pmtrace_matching::collective::MemberCalls;
 use pmtrace_matching::ends::Cursor;
 use pmtrace_trace::read::EventRef;
 use rustc_hash::FxHashMap;
@@ -200,7 +201,8 @@ pub enum Layout {
 }
 
 impl Layout {
-    fn path(self, out: &Path, table: &str) -> PathBuf {
+    /// The file of `table`'s rows.
+    pub fn path(self, out: &Path, table: &str) -> PathBuf {
         match self {
             Layout::Files => out.join(format!("{table}.parquet")),
             Layout::Part(p) => out.join(table).join(format!("part-{p:05}.parquet")),
@@ -281,11 +283,9 @@ pub fn write(
     let mut s = write_part(view, &ids, &share, out, Layout::Files, progress)?;
     let comms: Vec<CommRow> = view.trace.comms.iter().map(CommRow::of).collect();
     s.communicators = write_communicators(&comms, out, Layout::Files)?;
-    s.collectives = Some(write_collectives(
-        view,
-        &ids,
-        &out.join("collectives.parquet"),
-    )?);
+    let members = MemberRow::of_instances(view);
+    let path = Layout::Files.path(out, "collectives");
+    s.collectives = Some(write_collectives(view, &ids, &members, &path)?);
     Ok(s)
 }
 
@@ -293,8 +293,13 @@ pub fn write(
 /// the others: (wait states, critical-path segments).
 pub fn write_analyses(view: &View, a: &Analyses, out: &Path) -> Result<(u64, u64), ExportError> {
     let ids = CallIds::of(view, 0);
-    let waits = write_waits(view, &ids, a.waits, &out.join("wait_states.parquet"))?;
-    let path = write_path(view, a.path, &out.join("critical_path.parquet"))?;
+    let at = |t| Layout::Files.path(out, t);
+    let waits = write_waits(view, &ids, a.waits, &|e| ids.id(e), &at("wait_states"))?;
+    let name = |rank: u32, f: u32| match view.trace.rank(rank) {
+        Some(held) => held.function_name(f).to_string(),
+        None => "?".to_string(),
+    };
+    let path = write_path(a.path, &name, &at("critical_path"))?;
     Ok((waits, path))
 }
 
@@ -434,12 +439,58 @@ fn write_phases(view: &View, ids: &CallIds, path: &Path) -> Result<u64, ExportEr
     Ok(n)
 }
 
-/// A row per member of each collective instance, instances in the
-/// trace's order: the instance's number, function, communicator and root
-/// (a world rank), the member (its communicator rank and world rank), the
-/// calls that entered and completed it (the same for a blocking one), its
-/// enter and exit, and its bytes.
-fn write_collectives(view: &View, ids: &CallIds, path: &Path) -> Result<u64, ExportError> {
+/// A member of a collective instance, as `collectives` holds it: the
+/// instance's number (instances in the trace's order), communicator and
+/// root (a world rank), the member's index in the instance (its
+/// communicator rank) and its calls.
+#[derive(Debug, Clone, Copy)]
+pub struct MemberRow {
+    pub instance: u64,
+    pub comm: u64,
+    pub root: Option<u32>,
+    pub member: u32,
+    pub calls: MemberCalls,
+}
+
+impl MemberRow {
+    /// The members of the view's instances (a whole trace's).
+    fn of_instances(view: &View) -> Vec<MemberRow> {
+        let mut rows = Vec::new();
+        for (k, inst) in view.collectives.iter().enumerate() {
+            let root = root_of(view.trace, inst.comm, inst.root);
+            for (member, m) in inst.members.iter().enumerate() {
+                if let Some(m) = m {
+                    rows.push(MemberRow {
+                        instance: k as u64,
+                        comm: inst.comm,
+                        root,
+                        member: member as u32,
+                        calls: *m,
+                    });
+                }
+            }
+        }
+        rows
+    }
+}
+
+/// The world rank of an instance's root (a rank of communicator `comm`).
+pub fn root_of(trace: &pmtrace_trace::Trace, comm: u64, root: Option<u32>) -> Option<u32> {
+    let comm = trace.comms.get(comm)?;
+    comm.members.get(root? as usize).copied()
+}
+
+/// A row per member of a collective instance: the instance, its function,
+/// communicator and root, the member (its communicator rank and world
+/// rank), the calls that entered and completed it (the same for a
+/// blocking one), its enter and exit, and its bytes. The members' calls
+/// are the view's.
+pub fn write_collectives(
+    view: &View,
+    ids: &CallIds,
+    members: &[MemberRow],
+    path: &Path,
+) -> Result<u64, ExportError> {
     let mut table = Table::create(
         path,
         vec![
@@ -457,43 +508,37 @@ fn write_collectives(view: &View, ids: &CallIds, path: &Path) -> Result<u64, Exp
             field("recv_bytes", DataType::UInt64, false),
         ],
     )?;
-    let mut n = 0u64;
     let mut c = CollColumns::default();
-    for (k, inst) in view.collectives.iter().enumerate() {
-        let comm = view.trace.comms.get(inst.comm);
-        let root = (inst.root).and_then(|r| comm?.members.get(r as usize).copied());
-        for (member, m) in inst.members.iter().enumerate() {
-            let Some(m) = m else { continue };
-            c.instance.append_value(k as u64);
-            let held = view.trace.rank(m.enter.rank);
-            let func = held
-                .and_then(|r| r.thread(m.enter.thread))
-                .and_then(|t| t.records.func(m.enter.pos()));
-            c.function.append_value(match (held, func) {
-                (Some(held), Some(f)) => held.function_name(f),
-                _ => "?",
-            });
-            c.comm.append_value(inst.comm);
-            c.root.append_option(root);
-            c.member.append_value(member as u32);
-            c.rank.append_value(m.enter.rank);
-            c.enter_call.append_option(ids.id(m.enter));
-            c.exit_call.append_option(m.exit.and_then(|e| ids.id(e)));
-            c.enter.append_value(ns(view.time(m.enter, false)));
-            c.exit.append_option(m.exit.map(|e| ns(view.time(e, true))));
-            c.sent.append_value(m.sent);
-            c.recvd.append_value(m.recvd);
-            n += 1;
-            if c.instance.len() == BATCH {
-                table.put(c.take())?;
-            }
+    for row in members {
+        let m = &row.calls;
+        c.instance.append_value(row.instance);
+        let held = view.trace.rank(m.enter.rank);
+        let func = held
+            .and_then(|r| r.thread(m.enter.thread))
+            .and_then(|t| t.records.func(m.enter.pos()));
+        c.function.append_value(match (held, func) {
+            (Some(held), Some(f)) => held.function_name(f),
+            _ => "?",
+        });
+        c.comm.append_value(row.comm);
+        c.root.append_option(row.root);
+        c.member.append_value(row.member);
+        c.rank.append_value(m.enter.rank);
+        c.enter_call.append_option(ids.id(m.enter));
+        c.exit_call.append_option(m.exit.and_then(|e| ids.id(e)));
+        c.enter.append_value(ns(view.time(m.enter, false)));
+        c.exit.append_option(m.exit.map(|e| ns(view.time(e, true))));
+        c.sent.append_value(m.sent);
+        c.recvd.append_value(m.recvd);
+        if c.instance.len() == BATCH {
+            table.put(c.take())?;
         }
     }
     if c.instance.len() > 0 {
         table.put(c.take())?;
     }
     table.close()?;
-    Ok(n)
+    Ok(members.len() as u64)
 }
 
 #[derive(Default)]
@@ -1186,10 +1231,13 @@ fn write_ranks(view: &View, ids: &CallIds, path: &Path) -> Result<u64, ExportErr
 
 /// A row per wait state: its kind, the call that waited (rank, thread),
 /// the communicator, how long, and the late call it waited for.
-fn write_waits(
+/// The waits are calls of the view; `cause_id` gives the id of a late
+/// call, which may be another block's.
+pub fn write_waits(
     view: &View,
     ids: &CallIds,
     waits: &[WaitState],
+    cause_id: &dyn Fn(EventRef) -> Option<u64>,
     path: &Path,
 ) -> Result<u64, ExportError> {
     let mut table = Table::create(
@@ -1224,7 +1272,7 @@ fn write_waits(
             comm.append_value(w.comm);
             enter.append_value(ns(view.time(w.at, false)));
             ns_col.append_value(w.ns);
-            cause_call.append_option(ids.id(w.cause));
+            cause_call.append_option(cause_id(w.cause));
             cause_rank.append_value(w.cause.rank);
         }
         table.put(vec![
@@ -1245,7 +1293,12 @@ fn write_waits(
 
 /// A row per stretch of the critical path, in time order: the rank, what
 /// it did (an MPI function, or "computation"), from and to.
-fn write_path(view: &View, path: &[PathStretch], out: &Path) -> Result<u64, ExportError> {
+/// `name` gives the name of a function id of a rank.
+pub fn write_path(
+    path: &[PathStretch],
+    name: &dyn Fn(u32, u32) -> String,
+    out: &Path,
+) -> Result<u64, ExportError> {
     let mut table = Table::create(
         out,
         vec![
@@ -1272,10 +1325,7 @@ fn write_path(view: &View, path: &[PathStretch], out: &Path) -> Result<u64, Expo
             rank.append_value(r);
             match what {
                 COMPUTING => activity.append_value("computation"),
-                f => activity.append_value(match view.trace.rank(r) {
-                    Some(held) => held.function_name(f),
-                    None => "?",
-                }),
+                f => activity.append_value(name(r, f)),
             }
             from.append_value(ns(a));
             to.append_value(ns(b));

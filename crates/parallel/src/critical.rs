@@ -77,6 +77,25 @@ pub fn compute<F: Fabric + ?Sized>(
     ))
 }
 
+/// Every stretch of the critical path over the window, last first, with
+/// the names of the functions on it, on process 0 (`None` elsewhere); as
+/// the serial report keeps them (`ReportOptions::insight`).
+pub fn stretches<F: Fabric + ?Sized>(
+    f: &F,
+    b: &Block,
+    times: &Times,
+    waits: &[Wait],
+    window: (u64, u64),
+) -> Option<(Vec<(u32, u64, u64, u32)>, BTreeMap<(u32, u32), String>)> {
+    let (walk, _, mine) = plain(f, b, times, waits, window, true);
+    let names = names_at_zero(f, b, &mine);
+    let all = walk?.all.unwrap_or_default();
+    let stretches = (all.into_iter())
+        .map(|s| (s.rank, s.from, s.to, s.activity))
+        .collect();
+    Some((stretches, names))
+}
+
 /// The critical path and the weighted one beside it, split by phase
 /// where the trace has phases, as `pmtrace critical-path` gives them: on
 /// process 0 (`None` elsewhere).

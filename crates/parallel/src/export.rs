@@ -27,6 +27,7 @@ use pmtrace_export::view::{Location, View};
 use pmtrace_export::{parquet, perfetto};
 use pmtrace_matching::clocks::{ClockReport, Clocks, PartPlan, PartVectors};
 use pmtrace_matching::collective::MemberCalls;
+use pmtrace_report::times::Times;
 use pmtrace_sync::Synced;
 use pmtrace_trace::read::EventRef;
 
@@ -500,6 +501,7 @@ pub fn parquet<F: Fabric + ?Sized>(
     let written = parquet::write_part(&view, &ids, &share, dir, layout, &mut |_| {})
         .map_err(|e| e.to_string());
     let mine = agree(f, written)?;
+    let analysed = analyses(f, b, bm, &view, &ids, synced, dir, layout)?;
     // The communicators every block knows, once each, at process 0.
     let mut o = Out::default();
     for c in b.trace.comms.iter() {
@@ -527,6 +529,9 @@ pub fn parquet<F: Fabric + ?Sized>(
         mine.ranks,
         mine.phases,
         communicators,
+        analysed[0],
+        analysed[1],
+        analysed[2],
     ];
     f.sum(&mut v);
     Ok(parquet::Summary {
@@ -536,7 +541,159 @@ pub fn parquet<F: Fabric + ?Sized>(
         ranks: v[3],
         phases: v[4],
         communicators: v[5],
+        collectives: Some(v[6]),
+        wait_states: Some(v[7]),
+        path_segments: Some(v[8]),
         synced: synced.is_some(),
-        ..parquet::Summary::default()
     })
+}
+
+/// Writes the block's parts of `collectives` and `wait_states`, and at
+/// process 0 the one part of `critical_path`: the rows written here.
+#[allow(clippy::too_many_arguments)]
+fn analyses<F: Fabric + ?Sized>(
+    f: &F,
+    b: &Block,
+    bm: &BlockMessages,
+    view: &View,
+    ids: &parquet::CallIds,
+    synced: Option<&Synced>,
+    dir: &Path,
+    layout: parquet::Layout,
+) -> Result<[u64; 3], String> {
+    let is = crate::insts::gather(f, &b.trace);
+    let members = member_rows(f, b, &is);
+    let path = layout.path(dir, "collectives");
+    let written = parquet::write_collectives(view, ids, &members, &path);
+    let collectives = agree(f, written.map_err(|e| e.to_string()))?;
+    let times = Times {
+        trace: &b.trace,
+        synced,
+    };
+    let found = crate::waits::find(f, b, bm, &is, &times);
+    let cause_ids = ids_elsewhere(f, b, ids, found.iter().map(|w| w.cause));
+    let waits: Vec<parquet::WaitState> = (found.iter())
+        .map(|w| parquet::WaitState {
+            kind: w.kind,
+            at: w.at,
+            comm: w.comm,
+            ns: w.ns,
+            cause: w.cause,
+        })
+        .collect();
+    let cause_id = |e: EventRef| ids.id(e).or_else(|| cause_ids.get(&e).copied().flatten());
+    let path = layout.path(dir, "wait_states");
+    let written = parquet::write_waits(view, ids, &waits, &cause_id, &path);
+    let wait_states = agree(f, written.map_err(|e| e.to_string()))?;
+    let window = crate::metrics::window(f, b, &times);
+    let path = crate::critical::stretches(f, b, &times, &found, window);
+    let written = match path {
+        Some((stretches, names)) => {
+            let name = |rank: u32, func: u32| names.get(&(rank, func)).cloned().unwrap_or_default();
+            let out = parquet::Layout::Part(0).path(dir, "critical_path");
+            parquet::write_path(&stretches, &name, &out).map_err(|e| e.to_string())
+        }
+        None => Ok(0),
+    };
+    let segments = agree(f, written)?;
+    Ok([collectives, wait_states, segments])
+}
+
+/// The members of collective instances held here, each with its
+/// instance's number in the serial order, communicator and root: each
+/// owner numbers its instances and tells the members' processes.
+fn member_rows<F: Fabric + ?Sized>(
+    f: &F,
+    b: &Block,
+    is: &crate::insts::Insts,
+) -> Vec<parquet::MemberRow> {
+    let mut o = Out::default();
+    for x in &is.owned {
+        o.u32(x.first.0).u32(x.first.1);
+    }
+    let mut firsts: Vec<(u32, u32)> = Vec::new();
+    for bytes in f.all_gather(o.0) {
+        let mut i = In::new(&bytes);
+        while !i.done() {
+            firsts.push((i.u32(), i.u32()));
+        }
+    }
+    firsts.sort_unstable();
+    let mut send = vec![Out::default(); f.size()];
+    for x in &is.owned {
+        let k = firsts.partition_point(|&y| y < x.first) as u64;
+        let root = parquet::root_of(&b.trace, x.inst.comm, x.inst.root);
+        for &(_, proc, slot) in &x.from {
+            let o = &mut send[proc as usize];
+            o.u32(slot)
+                .u64(k)
+                .u64(x.inst.comm)
+                .u32(root.unwrap_or(u32::MAX));
+        }
+    }
+    let mut rows = Vec::new();
+    for bytes in f.exchange(send.into_iter().map(|o| o.0).collect()) {
+        let mut i = In::new(&bytes);
+        while !i.done() {
+            let (slot, instance, comm, root) = (i.u32(), i.u64(), i.u64(), i.u32());
+            let m = &is.members[slot as usize];
+            rows.push(parquet::MemberRow {
+                instance,
+                comm,
+                root: (root != u32::MAX).then_some(root),
+                member: m.me,
+                calls: m.calls,
+            });
+        }
+    }
+    rows
+}
+
+/// The ids of the calls `at` that other blocks hold, asked of them.
+fn ids_elsewhere<F: Fabric + ?Sized>(
+    f: &F,
+    b: &Block,
+    ids: &parquet::CallIds,
+    at: impl Iterator<Item = EventRef>,
+) -> std::collections::BTreeMap<EventRef, Option<u64>> {
+    let me = f.index();
+    let mut asked: Vec<Vec<EventRef>> = vec![Vec::new(); f.size()];
+    for e in at {
+        let owner = b.blocks.owner(e.rank);
+        if owner != me {
+            asked[owner].push(e);
+        }
+    }
+    for a in &mut asked {
+        a.sort_unstable();
+        a.dedup();
+    }
+    let questions = (asked.iter())
+        .map(|a| {
+            let mut o = Out::default();
+            for &e in a {
+                o.at(e);
+            }
+            o.0
+        })
+        .collect();
+    let answers = (f.exchange(questions).iter())
+        .map(|bytes| {
+            let mut i = In::new(bytes);
+            let mut o = Out::default();
+            while !i.done() {
+                o.u64(ids.id(i.at()).unwrap_or(u64::MAX));
+            }
+            o.0
+        })
+        .collect();
+    let mut found = std::collections::BTreeMap::new();
+    for (a, bytes) in asked.iter().zip(f.exchange(answers)) {
+        let mut i = In::new(&bytes);
+        for &e in a {
+            let id = i.u64();
+            found.insert(e, (id != u64::MAX).then_some(id));
+        }
+    }
+    found
 }
