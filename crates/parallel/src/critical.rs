@@ -77,23 +77,30 @@ pub fn compute<F: Fabric + ?Sized>(
     ))
 }
 
-/// Every stretch of the critical path over the window, last first, with
-/// the names of the functions on it, on process 0 (`None` elsewhere); as
-/// the serial report keeps them (`ReportOptions::insight`).
+/// The whole critical path: every stretch, last first, and the names of
+/// the functions on it by (rank, function id).
+pub struct Stretches {
+    pub path: Vec<critical::PathStretch>,
+    pub names: BTreeMap<(u32, u32), String>,
+}
+
+/// Every stretch of the critical path over the window, on process 0
+/// (`None` elsewhere), as the serial report keeps them
+/// (`ReportOptions::insight`).
 pub fn stretches<F: Fabric + ?Sized>(
     f: &F,
     b: &Block,
     times: &Times,
     waits: &[Wait],
     window: (u64, u64),
-) -> Option<(Vec<(u32, u64, u64, u32)>, BTreeMap<(u32, u32), String>)> {
+) -> Option<Stretches> {
     let (walk, _, mine) = plain(f, b, times, waits, window, true);
     let names = names_at_zero(f, b, &mine);
     let all = walk?.all.unwrap_or_default();
-    let stretches = (all.into_iter())
+    let path = (all.into_iter())
         .map(|s| (s.rank, s.from, s.to, s.activity))
         .collect();
-    Some((stretches, names))
+    Some(Stretches { path, names })
 }
 
 /// The critical path and the weighted one beside it, split by phase

@@ -588,10 +588,11 @@ fn analyses<F: Fabric + ?Sized>(
     let window = crate::metrics::window(f, b, &times);
     let path = crate::critical::stretches(f, b, &times, &found, window);
     let written = match path {
-        Some((stretches, names)) => {
-            let name = |rank: u32, func: u32| names.get(&(rank, func)).cloned().unwrap_or_default();
+        Some(s) => {
+            let name =
+                |rank: u32, func: u32| s.names.get(&(rank, func)).cloned().unwrap_or_default();
             let out = parquet::Layout::Part(0).path(dir, "critical_path");
-            parquet::write_path(&stretches, &name, &out).map_err(|e| e.to_string())
+            parquet::write_path(&s.path, &name, &out).map_err(|e| e.to_string())
         }
         None => Ok(0),
     };

@@ -29,6 +29,10 @@ use crate::waits::Wait;
 pub const COMPUTATION: &str = "computation";
 pub use crate::path::SEGMENTS_SHOWN;
 
+/// A stretch of the path: (rank, from, to, activity), the activity a
+/// function id of the rank or [`crate::path::COMPUTING`].
+pub type PathStretch = (u32, u64, u64, u32);
+
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct CriticalPath {
     /// "synchronized" or "recorded".
@@ -64,7 +68,7 @@ pub struct CriticalPath {
     /// to, activity), last first. The activity is a function id of the
     /// rank, or [`crate::path::COMPUTING`].
     #[serde(skip)]
-    pub stretches: Vec<(u32, u64, u64, u32)>,
+    pub stretches: Vec<PathStretch>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
