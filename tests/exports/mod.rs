@@ -836,14 +836,16 @@ impl Screenshot {
 /// `make tables` put in target/tables): each finds the report's calls per
 /// function, messages and bytes, the bytes between each pair of ranks, and
 /// every message's rows at its sender's and receiver's calls. On halo2d,
-/// the collectives example and halo2d under vector clocks, at np=4; and
+/// the collectives example, halo2d under vector clocks and master_worker
+/// (wildcard receives, races) at np=4; and
 /// halo2d's from `pmtrace-mpi` at np=3, a partitioned dataset.
 #[test]
 fn parquet_tables_read_in_duckdb_pandas_and_polars_hold_what_the_report_counts() {
-    let cases: [(&str, &[(&str, &str)]); 3] = [
+    let cases: [(&str, &[(&str, &str)]); 4] = [
         ("halo2d", &[]),
         ("collectives", &[]),
         ("halo2d", &[("PMTRACE_CLOCKS", "vector")]),
+        ("master_worker", &[]),
     ];
     for (k, (name, env)) in cases.into_iter().enumerate() {
         let what = format!("{name} {env:?}");
@@ -859,6 +861,15 @@ fn parquet_tables_read_in_duckdb_pandas_and_polars_hold_what_the_report_counts()
         assert_eq!(found["parts"], false);
         check_tables(&what, &found, &rep);
         check_analyses(&what, &found["duckdb"], &rep);
+        // The races: a row per racy receive and message it could have
+        // taken, as `pmtrace races` counts them (master_worker's workers
+        // answer a wildcard receive).
+        let races = pmtrace(&["races", run.trace.to_str().unwrap(), "--json"]);
+        let races: serde_json::Value = serde_json::from_slice(&races.stdout).unwrap();
+        let d = &found["duckdb"];
+        assert_eq!(d["races"], races["alternatives"], "{what}");
+        assert_eq!(d["races_misplaced"], 0, "{what}");
+        assert!(name != "master_worker" || races["alternatives"].as_u64().unwrap() > 0);
         if k == 0 {
             analysis_example(&run.trace, &dir.join("analysis.png"), &rep);
             // The same from pmtrace-mpi at np=3, a part per process, over

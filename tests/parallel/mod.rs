@@ -327,12 +327,13 @@ fn parquet(dir: &Path, parallel: Option<(Mpi, u32)>) -> Vec<(String, Vec<String>
         "collectives",
         "wait_states",
         "critical_path",
+        "races",
     ];
     for t in tables_of {
         let files = match parallel {
             None => vec![out.join(format!("{t}.parquet"))],
             Some((_, np)) => {
-                let one = ["communicators", "critical_path"].contains(&t);
+                let one = ["communicators", "critical_path", "races"].contains(&t);
                 let parts = if one { 1 } else { np };
                 let files: Vec<PathBuf> = (0..parts)
                     .map(|p| out.join(t).join(format!("part-{p:05}.parquet")))

@@ -75,6 +75,12 @@ if os.path.exists(waits_path):
         LEFT JOIN '{calls_path}' c ON c.id = w.call
         LEFT JOIN '{calls_path}' k ON k.id = w.cause_call
         WHERE c.rank IS DISTINCT FROM w.rank OR k.rank IS DISTINCT FROM w.cause_rank""")[0][0]
+    found["duckdb"]["races"] = q(f"SELECT count(*) FROM '{os.path.join(out, 'races.parquet')}'")[0][0]
+    # Each race's call is a receive of its rank.
+    found["duckdb"]["races_misplaced"] = q(f"""
+        SELECT count(*) FROM '{os.path.join(out, 'races.parquet')}' x
+        LEFT JOIN '{calls_path}' c ON c.id = x.call
+        WHERE c.rank IS DISTINCT FROM x.rank OR c.peer IS DISTINCT FROM x.matched_src""")[0][0]
     path = os.path.join(out, "critical_path.parquet")
     found["duckdb"]["path"] = [int(x or 0) for x in q(
         f"SELECT sum(ns), min(from_ns), max(to_ns), count(*) FROM '{path}'")[0]]

@@ -514,6 +514,37 @@ fn analyses(
     (waits, path)
 }
 
+/// The races of `trace` on the clocks it recorded (none without wildcard
+/// receives), a row per receive and message it could have taken.
+fn race_rows(trace: &Trace, messages: &Messages) -> Vec<parquet::RaceRow> {
+    let wild = races::wildcards(trace, messages);
+    if wild.is_empty() {
+        return Vec::new();
+    }
+    let vector = trace.ranks[0].header.clocks == "vector";
+    let probed = races::probed_receives(messages, &wild);
+    let clocks = RaceClocks::compute(trace, messages, vector, &probed);
+    let found = Races::build(trace, messages, &wild, &clocks);
+    parquet_races(&found.races)
+}
+
+/// The rows of `races`.
+fn parquet_races(races: &[races::Race]) -> Vec<parquet::RaceRow> {
+    let mut rows = Vec::new();
+    for r in races {
+        for o in &r.alternatives {
+            rows.push(parquet::RaceRow {
+                at: r.at(),
+                comm: r.comm,
+                tag: r.tag,
+                matched: (r.matched.source, r.matched.message_id),
+                other: (o.source, o.message_id),
+            });
+        }
+    }
+    rows
+}
+
 /// The requests of `trace` never completed, as the Parquet export writes
 /// them.
 fn pending(trace: &Trace) -> Vec<parquet::Pending> {
@@ -615,19 +646,23 @@ fn export(args: ExportArgs) -> Result<ExitCode> {
             // The wait states and the critical path, on the view's time
             // base, found while the other tables are written.
             let (written, analyses) = std::thread::scope(|scope| {
-                let analysing = scope.spawn(|| analyses(&trace, &messages, synced.as_ref()));
+                let analysing = scope.spawn(|| {
+                    let (waits, path) = analyses(&trace, &messages, synced.as_ref());
+                    (waits, path, race_rows(&trace, &messages))
+                });
                 let pending = pending(&trace);
                 let written = parquet::write(&view, &pending, &args.output, &mut tick);
                 (written, analysing.join())
             });
             let mut s = written?;
-            let (waits, path) = analyses.unwrap_or_else(|e| std::panic::resume_unwind(e));
+            let (waits, path, races) = analyses.unwrap_or_else(|e| std::panic::resume_unwind(e));
             let a = parquet::Analyses {
                 waits: &waits,
                 path: &path,
+                races: &races,
             };
-            let (w, p) = parquet::write_analyses(&view, &a, &args.output)?;
-            (s.wait_states, s.path_segments) = (Some(w), Some(p));
+            let (w, p, r) = parquet::write_analyses(&view, &a, &args.output)?;
+            (s.wait_states, s.path_segments, s.races) = (Some(w), Some(p), Some(r));
             drop(progress);
             println!(
                 "Parquet tables in {} ({}; {} time)",

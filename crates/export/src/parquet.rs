@@ -75,6 +75,7 @@ pub struct Summary {
     pub collectives: Option<u64>,
     pub wait_states: Option<u64>,
     pub path_segments: Option<u64>,
+    pub races: Option<u64>,
     /// Whether `enter_ns` and `exit_ns` are synchronized times.
     pub synced: bool,
 }
@@ -90,6 +91,7 @@ impl Summary {
             (self.collectives, "collective members"),
             (self.wait_states, "wait states"),
             (self.path_segments, "critical-path segments"),
+            (self.races, "race alternatives"),
         ] {
             if let Some(n) = n {
                 s.push_str(&format!(", {n} {what}"));
@@ -100,7 +102,7 @@ impl Summary {
 }
 
 /// The tables, by file name.
-pub const TABLES: [&str; 9] = [
+pub const TABLES: [&str; 10] = [
     "calls",
     "messages",
     "unmatched",
@@ -110,7 +112,22 @@ pub const TABLES: [&str; 9] = [
     "collectives",
     "wait_states",
     "critical_path",
+    "races",
 ];
+
+/// A wildcard receive that could have taken another message (the
+/// report's `races::Race`), one row per other message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RaceRow {
+    /// The call where the receive chose its source.
+    pub at: EventRef,
+    pub comm: u64,
+    pub tag: i32,
+    /// The message it took and one it could have taken: (sender's world
+    /// rank, the id the message carried).
+    pub matched: (u32, u64),
+    pub other: (u32, u64),
+}
 
 /// A communicator as `communicators` holds it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -186,6 +203,7 @@ pub type PathStretch = (u32, u64, u64, u32);
 pub struct Analyses<'a> {
     pub waits: &'a [WaitState],
     pub path: &'a [PathStretch],
+    pub races: &'a [RaceRow],
 }
 
 /// The activity of time outside MPI on the critical path.
@@ -291,7 +309,11 @@ pub fn write(
 
 /// Writes the tables of the analyses into `out`, where [`write`] wrote
 /// the others: (wait states, critical-path segments).
-pub fn write_analyses(view: &View, a: &Analyses, out: &Path) -> Result<(u64, u64), ExportError> {
+pub fn write_analyses(
+    view: &View,
+    a: &Analyses,
+    out: &Path,
+) -> Result<(u64, u64, u64), ExportError> {
     let ids = CallIds::of(view, 0);
     let at = |t| Layout::Files.path(out, t);
     let waits = write_waits(view, &ids, a.waits, &|e| ids.id(e), &at("wait_states"))?;
@@ -300,7 +322,8 @@ pub fn write_analyses(view: &View, a: &Analyses, out: &Path) -> Result<(u64, u64
         None => "?".to_string(),
     };
     let path = write_path(a.path, &name, &at("critical_path"))?;
-    Ok((waits, path))
+    let races = write_races(a.races, &|e| ids.id(e), &at("races"))?;
+    Ok((waits, path, races))
 }
 
 /// Writes the rows of `share` with call ids `ids` into `out` as `layout`
@@ -1342,6 +1365,63 @@ pub fn write_path(
     }
     table.close()?;
     Ok(k)
+}
+
+/// A row per racy wildcard receive and message it could have taken
+/// instead: the receive's call (its id from `id`), rank, thread,
+/// communicator and tag, the message it took and the other one.
+pub fn write_races(
+    races: &[RaceRow],
+    id: &dyn Fn(EventRef) -> Option<u64>,
+    path: &Path,
+) -> Result<u64, ExportError> {
+    let mut table = Table::create(
+        path,
+        vec![
+            field("call", DataType::UInt64, true),
+            field("rank", DataType::UInt32, false),
+            field("thread", DataType::UInt32, false),
+            field("comm", DataType::UInt64, false),
+            field("tag", DataType::Int32, false),
+            field("matched_src", DataType::UInt32, false),
+            field("matched_message_id", DataType::UInt64, false),
+            field("other_src", DataType::UInt32, false),
+            field("other_message_id", DataType::UInt64, false),
+        ],
+    )?;
+    let mut call = UInt64Builder::new();
+    let mut rank = UInt32Builder::new();
+    let mut thread = UInt32Builder::new();
+    let mut comm = UInt64Builder::new();
+    let mut tag = Int32Builder::new();
+    let mut matched_src = UInt32Builder::new();
+    let mut matched_id = UInt64Builder::new();
+    let mut other_src = UInt32Builder::new();
+    let mut other_id = UInt64Builder::new();
+    for r in races {
+        call.append_option(id(r.at));
+        rank.append_value(r.at.rank);
+        thread.append_value(r.at.thread);
+        comm.append_value(r.comm);
+        tag.append_value(r.tag);
+        matched_src.append_value(r.matched.0);
+        matched_id.append_value(r.matched.1);
+        other_src.append_value(r.other.0);
+        other_id.append_value(r.other.1);
+    }
+    table.put(vec![
+        Arc::new(call.finish()),
+        Arc::new(rank.finish()),
+        Arc::new(thread.finish()),
+        Arc::new(comm.finish()),
+        Arc::new(tag.finish()),
+        Arc::new(matched_src.finish()),
+        Arc::new(matched_id.finish()),
+        Arc::new(other_src.finish()),
+        Arc::new(other_id.finish()),
+    ])?;
+    table.close()?;
+    Ok(races.len() as u64)
 }
 
 #[cfg(test)]

@@ -27,6 +27,7 @@ use pmtrace_export::view::{Location, View};
 use pmtrace_export::{parquet, perfetto};
 use pmtrace_matching::clocks::{ClockReport, Clocks, PartPlan, PartVectors};
 use pmtrace_matching::collective::MemberCalls;
+use pmtrace_report::races;
 use pmtrace_report::times::Times;
 use pmtrace_sync::Synced;
 use pmtrace_trace::read::EventRef;
@@ -532,6 +533,7 @@ pub fn parquet<F: Fabric + ?Sized>(
         analysed[0],
         analysed[1],
         analysed[2],
+        analysed[3],
     ];
     f.sum(&mut v);
     Ok(parquet::Summary {
@@ -544,6 +546,7 @@ pub fn parquet<F: Fabric + ?Sized>(
         collectives: Some(v[6]),
         wait_states: Some(v[7]),
         path_segments: Some(v[8]),
+        races: Some(v[9]),
         synced: synced.is_some(),
     })
 }
@@ -560,7 +563,7 @@ fn analyses<F: Fabric + ?Sized>(
     synced: Option<&Synced>,
     dir: &Path,
     layout: parquet::Layout,
-) -> Result<[u64; 3], String> {
+) -> Result<[u64; 4], String> {
     let is = crate::insts::gather(f, &b.trace);
     let members = member_rows(f, b, &is);
     let path = layout.path(dir, "collectives");
@@ -597,7 +600,41 @@ fn analyses<F: Fabric + ?Sized>(
         None => Ok(0),
     };
     let segments = agree(f, written)?;
-    Ok([collectives, wait_states, segments])
+    // Races, where some rank has a wildcard receive: at process 0.
+    let own = match b.trace.ranks.is_empty() {
+        true => 0,
+        false => races::wildcards_of(&b.trace, &bm.m, bm.own_recvs).len() as u64,
+    };
+    let vector = crate::clocks::first_header(f, b).0 == "vector";
+    let found = match crate::fabric::sum_of(f, own) {
+        0 => None,
+        _ => crate::races::find(f, b, bm, vector),
+    };
+    let mut rows = Vec::new();
+    for r in found.iter().flat_map(|x| &x.races) {
+        for o in &r.alternatives {
+            rows.push(parquet::RaceRow {
+                at: r.at(),
+                comm: r.comm,
+                tag: r.tag,
+                matched: (r.matched.source, r.matched.message_id),
+                other: (o.source, o.message_id),
+            });
+        }
+    }
+    let race_ids = ids_elsewhere(f, b, ids, rows.iter().map(|r| r.at));
+    let race_id = |e: EventRef| ids.id(e).or_else(|| race_ids.get(&e).copied().flatten());
+    let written = match f.index() {
+        0 => parquet::write_races(
+            &rows,
+            &race_id,
+            &parquet::Layout::Part(0).path(dir, "races"),
+        )
+        .map_err(|e| e.to_string()),
+        _ => Ok(0),
+    };
+    let races = agree(f, written)?;
+    Ok([collectives, wait_states, segments, races])
 }
 
 /// The members of collective instances held here, each with its

@@ -105,6 +105,17 @@ pub struct Races {
     pub races: Vec<Race>,
 }
 
+impl Race {
+    /// The call where the receive chose its source.
+    pub fn at(&self) -> EventRef {
+        EventRef {
+            rank: self.rank,
+            thread: self.thread,
+            index: self.call.position,
+        }
+    }
+}
+
 impl Wire for RaceMessage {
     fn put(&self, o: &mut Out) {
         o.u32(self.source).u64(self.message_id);
