@@ -645,23 +645,26 @@ fn export(args: ExportArgs) -> Result<ExitCode> {
             }
             // The wait states and the critical path, on the view's time
             // base, found while the other tables are written.
-            let (written, analyses) = std::thread::scope(|scope| {
+            // The analyses' tables are found and written on a thread of
+            // their own while the others are written.
+            parquet::prepare(&args.output, parquet::Layout::Files)?;
+            let (written, analysed) = std::thread::scope(|scope| {
                 let analysing = scope.spawn(|| {
                     let (waits, path) = analyses(&trace, &messages, synced.as_ref());
-                    (waits, path, race_rows(&trace, &messages))
+                    let races = race_rows(&trace, &messages);
+                    let a = parquet::Analyses {
+                        waits: &waits,
+                        path: &path,
+                        races: &races,
+                    };
+                    parquet::write_analyses(&view, &a, &args.output)
                 });
                 let pending = pending(&trace);
-                let written = parquet::write(&view, &pending, &args.output, &mut tick);
+                let written = parquet::write_prepared(&view, &pending, &args.output, &mut tick);
                 (written, analysing.join())
             });
             let mut s = written?;
-            let (waits, path, races) = analyses.unwrap_or_else(|e| std::panic::resume_unwind(e));
-            let a = parquet::Analyses {
-                waits: &waits,
-                path: &path,
-                races: &races,
-            };
-            let (w, p, r) = parquet::write_analyses(&view, &a, &args.output)?;
+            let (w, p, r) = analysed.unwrap_or_else(|e| std::panic::resume_unwind(e))?;
             (s.wait_states, s.path_segments, s.races) = (Some(w), Some(p), Some(r));
             drop(progress);
             println!(

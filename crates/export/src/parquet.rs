@@ -290,6 +290,17 @@ pub fn write(
     progress: &mut dyn FnMut(u64),
 ) -> Result<Summary, ExportError> {
     prepare(out, Layout::Files)?;
+    write_prepared(view, pending, out, progress)
+}
+
+/// [`write`] into a directory [`prepare`] made ready: the analyses'
+/// tables ([`write_analyses`]) can be written beside it.
+pub fn write_prepared(
+    view: &View,
+    pending: &[Pending],
+    out: &Path,
+    progress: &mut dyn FnMut(u64),
+) -> Result<Summary, ExportError> {
     let ids = CallIds::of(view, 0);
     let remote = FxHashMap::default();
     let share = Share {

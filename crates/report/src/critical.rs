@@ -615,9 +615,12 @@ pub fn summarize_with(
         differences: Vec::new(),
         // In place: a long path's stretches are many.
         stretches: walk.all.take().map_or_else(Vec::new, |all| {
-            all.into_iter()
+            let mut v: Vec<PathStretch> = (all.into_iter())
                 .map(|s| (s.rank, s.from, s.to, s.activity))
-                .collect()
+                .collect();
+            // In place, the buffer kept the larger stretches' size.
+            v.shrink_to_fit();
+            v
         }),
     }
 }
