@@ -32,7 +32,7 @@ use pmtrace_format::{meta, ChunkHeader, ChunkKind, ChunkState, CHUNK_HEADER_LEN,
 use std::fs::File;
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::Arc;
 
 /// Where an events chunk's records start: after its header (no pending
@@ -90,6 +90,90 @@ pub struct ThreadLink {
     pub dropped: AtomicU64,
     /// The region the thread is writing: (file offset, capacity).
     pub active: Mutex<Option<(u64, usize)>>,
+    /// What a thread without a spare sleeps on (`spare::wait`): not
+    /// crossbeam's blocking receive, which allocates a channel's list of
+    /// waiters the first time a receiver blocks on it, inside whichever
+    /// application call filled the buffer.
+    pub spare: spare::Word,
+}
+
+/// A spare buffer's hand-over, without allocating: the thread waits on a
+/// futex word that the flusher bumps after each send to the thread (and
+/// when it drops the thread's sender), and wakes only a thread that said
+/// it sleeps.
+pub mod spare {
+    use super::*;
+    use crossbeam_channel::TryRecvError;
+    use std::sync::atomic::Ordering::{Acquire, Release};
+
+    /// Bit 0: the thread sleeps or is about to; the rest counts the flusher's
+    /// sends.
+    #[derive(Default)]
+    pub struct Word(AtomicU32);
+
+    const SLEEPS: u32 = 1;
+    const SENT: u32 = 2;
+
+    impl Word {
+        /// The flusher sent a region to the thread, or dropped its sender.
+        pub fn bump(&self) {
+            if self.0.fetch_add(SENT, Release) & SLEEPS != 0 {
+                futex(
+                    &self.0,
+                    libc::FUTEX_WAKE | libc::FUTEX_PRIVATE_FLAG,
+                    i32::MAX as u32,
+                    None,
+                );
+            }
+        }
+    }
+
+    /// The next region from the flusher, waiting for it if need be; `None`
+    /// once the flusher dropped this thread's sender.
+    pub fn wait(spares: &Receiver<Region>, word: &Word) -> Option<Region> {
+        loop {
+            match spares.try_recv() {
+                Ok(r) => {
+                    word.0.fetch_and(!SLEEPS, Relaxed);
+                    return Some(r);
+                }
+                Err(TryRecvError::Disconnected) => return None,
+                Err(TryRecvError::Empty) => {}
+            }
+            // Said before the second look: a send after it bumps the word
+            // (and wakes us); one before it is seen by that look.
+            let seen = word.0.fetch_or(SLEEPS, Acquire) | SLEEPS;
+            match spares.try_recv() {
+                Ok(r) => {
+                    word.0.fetch_and(!SLEEPS, Relaxed);
+                    return Some(r);
+                }
+                Err(TryRecvError::Disconnected) => return None,
+                Err(TryRecvError::Empty) => {}
+            }
+            // Rechecked at least every 100 ms, whatever happens to a wake.
+            let limit = libc::timespec {
+                tv_sec: 0,
+                tv_nsec: 100_000_000,
+            };
+            futex(
+                &word.0,
+                libc::FUTEX_WAIT | libc::FUTEX_PRIVATE_FLAG,
+                seen,
+                Some(&limit),
+            );
+        }
+    }
+
+    fn futex(word: &AtomicU32, op: i32, val: u32, limit: Option<&libc::timespec>) {
+        let limit = limit.map_or(core::ptr::null(), |l| l as *const libc::timespec);
+        // SAFETY: the word is a live, aligned u32 for the call; a wait
+        // returns when the word differs from `val`, on a wake, a signal or
+        // the time limit, all of which the caller's loop handles.
+        unsafe {
+            libc::syscall(libc::SYS_futex, word.as_ptr(), op, val, limit);
+        }
+    }
 }
 
 pub enum Msg {
@@ -130,9 +214,27 @@ pub struct Totals {
 
 struct ThreadEntry {
     link: Arc<ThreadLink>,
-    to_thread: Sender<Region>,
+    /// `None` only while being dropped.
+    to_thread: Option<Sender<Region>>,
     spares: Receiver<Region>,
     next_size: usize,
+}
+
+impl ThreadEntry {
+    fn send(&self, r: Region) -> bool {
+        let sent = self.to_thread.as_ref().is_some_and(|t| t.send(r).is_ok());
+        self.link.spare.bump();
+        sent
+    }
+}
+
+/// A thread the flusher no longer serves: its sender goes, then the thread
+/// is woken to find that out.
+impl Drop for ThreadEntry {
+    fn drop(&mut self) {
+        drop(self.to_thread.take());
+        self.link.spare.bump();
+    }
 }
 
 pub struct Flusher {
@@ -304,25 +406,26 @@ impl Flusher {
                     spares,
                 } => {
                     let first = FIRST_BUFFER.min(self.max_buffer);
+                    let entry = ThreadEntry {
+                        link,
+                        to_thread: Some(to_thread),
+                        spares,
+                        next_size: (first * 2).min(self.max_buffer),
+                    };
                     let mut ok = true;
                     for _ in 0..2 {
                         match self.alloc(first) {
-                            Ok(r) => ok &= to_thread.send(r).is_ok(),
+                            Ok(r) => ok &= entry.send(r),
                             Err(e) => {
                                 self.totals.error.get_or_insert(e);
                                 ok = false;
                             }
                         }
                     }
-                    // Dropping the sender of a thread we cannot serve wakes it
+                    // Dropping the entry of a thread we cannot serve wakes it
                     // with an error instead of leaving it waiting.
                     if ok {
-                        self.threads.push(ThreadEntry {
-                            link,
-                            to_thread,
-                            spares,
-                            next_size: (first * 2).min(self.max_buffer),
-                        });
+                        self.threads.push(entry);
                     }
                 }
                 Msg::Full {
@@ -339,7 +442,7 @@ impl Flusher {
                                 if let Some(t) =
                                     self.threads.iter().find(|t| t.link.index == thread)
                                 {
-                                    let _ = t.to_thread.send(r);
+                                    t.send(r);
                                 }
                             }
                             Err(e) => {
@@ -446,5 +549,91 @@ impl Flusher {
             to.sync_all()
         };
         Some(copy().is_ok())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::alloc::{GlobalAlloc, Layout, System};
+    use std::cell::Cell;
+    use std::time::Duration;
+
+    /// The heap, counting the calls of the thread that makes them.
+    struct Counting;
+
+    thread_local! {
+        static CALLS: Cell<u64> = const { Cell::new(0) };
+    }
+
+    fn calls() -> u64 {
+        CALLS.with(Cell::get)
+    }
+
+    fn count() {
+        let _ = CALLS.try_with(|c| c.set(c.get() + 1));
+    }
+
+    // SAFETY: System's calls, each counted first.
+    unsafe impl GlobalAlloc for Counting {
+        unsafe fn alloc(&self, l: Layout) -> *mut u8 {
+            count();
+            unsafe { System.alloc(l) }
+        }
+        unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
+            count();
+            unsafe { System.dealloc(p, l) }
+        }
+        unsafe fn realloc(&self, p: *mut u8, l: Layout, n: usize) -> *mut u8 {
+            count();
+            unsafe { System.realloc(p, l, n) }
+        }
+    }
+
+    #[global_allocator]
+    static HEAP: Counting = Counting;
+
+    fn region(offset: u64) -> Region {
+        Region {
+            map: MmapOptions::new().len(PAGE).map_anon().unwrap(),
+            offset,
+        }
+    }
+
+    /// A thread that waits for its spare sleeps until the flusher sends it,
+    /// and wakes to `None` when the flusher drops its sender; neither the
+    /// first wait nor the later ones allocate (crossbeam's blocking receive
+    /// allocates its list of waiters the first time a receiver blocks, which
+    /// once fell inside the measured loop of `the_hot_paths_allocate_nothing`).
+    #[test]
+    fn a_thread_waits_for_its_spare_without_allocating() {
+        let (tx, rx) = crossbeam_channel::bounded(2);
+        let word = Arc::new(spare::Word::default());
+        let regions: Vec<Region> = (1..=3).map(|i| region(i * PAGE as u64)).collect();
+        let flusher = {
+            let word = word.clone();
+            std::thread::spawn(move || {
+                for r in regions {
+                    std::thread::sleep(Duration::from_millis(30));
+                    tx.send(r).unwrap();
+                    word.bump();
+                }
+                std::thread::sleep(Duration::from_millis(30));
+                drop(tx);
+                word.bump();
+            })
+        };
+        let before = calls();
+        let mut got = [0u64; 3];
+        for g in &mut got {
+            *g = spare::wait(&rx, &word).map(|r| r.offset).unwrap_or(0);
+        }
+        let after_last = spare::wait(&rx, &word).is_none();
+        let heap = calls() - before;
+        flusher.join().unwrap();
+        let p = PAGE as u64;
+        assert_eq!(got, [p, 2 * p, 3 * p]);
+        assert!(after_last, "the dropped sender was not seen");
+        assert_eq!(heap, 0, "heap calls while waiting");
     }
 }

@@ -528,10 +528,10 @@ fn start_tracing(
     // which allocates the first time: done now, so that this thread's
     // first buffer hand-off, in the middle of its calls, does not.
     let _ = std::thread::current();
-    // A thread that waits for a free buffer blocks on a channel, whose
-    // first wait makes the thread's waiting context (an allocation): made
-    // now, by a wait that times out, so that a stall in the middle of the
-    // calls allocates nothing either.
+    // A thread that finds the flusher's queue full blocks on it, and its
+    // first wait on any channel makes the thread's waiting context (an
+    // allocation): made now, by a wait that times out. (A thread waiting
+    // for a free buffer sleeps on a futex, `flusher::spare`, not a channel.)
     let (_keep, never) = crossbeam_channel::bounded::<()>(1);
     let _ = never.recv_timeout(std::time::Duration::from_millis(1));
     if let Some(s) = SESSION.lock().as_mut() {

@@ -202,7 +202,8 @@ impl Recorder {
             Ok(r) => r,
             Err(_) => {
                 let t0 = clock::now();
-                let Ok(r) = spares.recv() else {
+                let link = self.link.as_ref().unwrap();
+                let Some(r) = crate::flusher::spare::wait(spares, &link.spare) else {
                     return self.fail();
                 };
                 let t1 = clock::now();
@@ -252,6 +253,7 @@ impl Recorder {
             wait_ns: AtomicU64::new(0),
             dropped: AtomicU64::new(0),
             active: Mutex::new(None),
+            spare: Default::default(),
         });
         let (tx, rx) = crossbeam_channel::bounded(2);
         if flusher
@@ -273,7 +275,8 @@ impl Recorder {
             self.prev_end = clock::now();
         }
         // The thread's first record names its OS thread id.
-        if let Ok(r) = self.spares.as_ref().unwrap().recv() {
+        let link = self.link.as_ref().unwrap();
+        if let Some(r) = crate::flusher::spare::wait(self.spares.as_ref().unwrap(), &link.spare) {
             self.activate(r);
             let t = self.prev_end;
             if let Some(mut w) = self.begin_special(CODE_DEF_THREAD, t, t, 32) {
