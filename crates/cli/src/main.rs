@@ -499,15 +499,7 @@ fn analyses(
     };
     let mut report = Report::build_on(trace, messages, options, synced);
     let found = report.insight.take().unwrap_or_default().found;
-    let waits = (found.iter())
-        .map(|w| parquet::WaitState {
-            kind: w.kind,
-            at: w.at,
-            comm: w.comm,
-            ns: w.ns,
-            cause: w.cause,
-        })
-        .collect();
+    let waits = found.iter().map(parquet::WaitState::from).collect();
     let path = (report.critical_path.as_mut())
         .map(|cp| std::mem::take(&mut cp.stretches))
         .unwrap_or_default();
@@ -525,38 +517,7 @@ fn race_rows(trace: &Trace, messages: &Messages) -> Vec<parquet::RaceRow> {
     let probed = races::probed_receives(messages, &wild);
     let clocks = RaceClocks::compute(trace, messages, vector, &probed);
     let found = Races::build(trace, messages, &wild, &clocks);
-    parquet_races(&found.races)
-}
-
-/// The rows of `races`.
-fn parquet_races(races: &[races::Race]) -> Vec<parquet::RaceRow> {
-    let mut rows = Vec::new();
-    for r in races {
-        for o in &r.alternatives {
-            rows.push(parquet::RaceRow {
-                at: r.at(),
-                comm: r.comm,
-                tag: r.tag,
-                matched: (r.matched.source, r.matched.message_id),
-                other: (o.source, o.message_id),
-            });
-        }
-    }
-    rows
-}
-
-/// The requests of `trace` never completed, as the Parquet export writes
-/// them.
-fn pending(trace: &Trace) -> Vec<parquet::Pending> {
-    (pmtrace_report::requests::pending_all(trace).iter())
-        .map(|p| parquet::Pending {
-            at: p.at(),
-            kind: p.kind,
-            peer: p.peer_world,
-            tag: p.tag,
-            comm: p.comm,
-        })
-        .collect()
+    parquet::RaceRow::of(&found.races)
 }
 
 fn export(args: ExportArgs) -> Result<ExitCode> {
@@ -659,7 +620,7 @@ fn export(args: ExportArgs) -> Result<ExitCode> {
                     };
                     parquet::write_analyses(&view, &a, &args.output)
                 });
-                let pending = pending(&trace);
+                let pending = parquet::Pending::of(&trace);
                 let written = parquet::write_prepared(&view, &pending, &args.output, &mut tick);
                 (written, analysing.join())
             });

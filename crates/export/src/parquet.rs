@@ -129,6 +129,23 @@ pub struct RaceRow {
     pub other: (u32, u64),
 }
 
+impl RaceRow {
+    /// The rows of `races`: one per receive and message it could have
+    /// taken instead.
+    pub fn of(races: &[pmtrace_report::races::Race]) -> Vec<RaceRow> {
+        let rows = races.iter().flat_map(|r| {
+            (r.alternatives.iter()).map(move |o| RaceRow {
+                at: r.at(),
+                comm: r.comm,
+                tag: r.tag,
+                matched: (r.matched.source, r.matched.message_id),
+                other: (o.source, o.message_id),
+            })
+        });
+        rows.collect()
+    }
+}
+
 /// A communicator as `communicators` holds it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CommRow {
@@ -181,6 +198,18 @@ pub struct WaitState {
     pub cause: EventRef,
 }
 
+impl From<&pmtrace_report::waits::Wait> for WaitState {
+    fn from(w: &pmtrace_report::waits::Wait) -> WaitState {
+        WaitState {
+            kind: w.kind,
+            at: w.at,
+            comm: w.comm,
+            ns: w.ns,
+            cause: w.cause,
+        }
+    }
+}
+
 /// A request never completed nor freed (the report's `PendingRequest`):
 /// the call that made it, and what it named.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -192,6 +221,22 @@ pub struct Pending {
     pub peer: Option<u32>,
     pub tag: Option<i32>,
     pub comm: Option<u64>,
+}
+
+impl Pending {
+    /// The requests of `trace`'s ranks never completed nor freed.
+    pub fn of(trace: &pmtrace_trace::Trace) -> Vec<Pending> {
+        let all = pmtrace_report::requests::pending_all(trace);
+        (all.iter())
+            .map(|p| Pending {
+                at: p.at(),
+                kind: p.kind,
+                peer: p.peer_world,
+                tag: p.tag,
+                comm: p.comm,
+            })
+            .collect()
+    }
 }
 
 /// A stretch of the critical path: (rank, from, to, activity), where the

@@ -483,15 +483,7 @@ pub fn parquet<F: Fabric + ?Sized>(
             remote.insert(k, end);
         },
     );
-    let pending: Vec<parquet::Pending> = (pmtrace_report::requests::pending_all(&b.trace).iter())
-        .map(|p| parquet::Pending {
-            at: p.at(),
-            kind: p.kind,
-            peer: p.peer_world,
-            tag: p.tag,
-            comm: p.comm,
-        })
-        .collect();
+    let pending = parquet::Pending::of(&b.trace);
     let share = parquet::Share {
         own_sends: bm.own_sends,
         own_recvs: bm.own_recvs,
@@ -575,15 +567,7 @@ fn analyses<F: Fabric + ?Sized>(
     };
     let found = crate::waits::find(f, b, bm, &is, &times);
     let cause_ids = ids_elsewhere(f, b, ids, found.iter().map(|w| w.cause));
-    let waits: Vec<parquet::WaitState> = (found.iter())
-        .map(|w| parquet::WaitState {
-            kind: w.kind,
-            at: w.at,
-            comm: w.comm,
-            ns: w.ns,
-            cause: w.cause,
-        })
-        .collect();
+    let waits: Vec<parquet::WaitState> = found.iter().map(parquet::WaitState::from).collect();
     let cause_id = |e: EventRef| ids.id(e).or_else(|| cause_ids.get(&e).copied().flatten());
     let path = layout.path(dir, "wait_states");
     let written = parquet::write_waits(view, ids, &waits, &cause_id, &path);
@@ -610,18 +594,7 @@ fn analyses<F: Fabric + ?Sized>(
         0 => None,
         _ => crate::races::find(f, b, bm, vector),
     };
-    let mut rows = Vec::new();
-    for r in found.iter().flat_map(|x| &x.races) {
-        for o in &r.alternatives {
-            rows.push(parquet::RaceRow {
-                at: r.at(),
-                comm: r.comm,
-                tag: r.tag,
-                matched: (r.matched.source, r.matched.message_id),
-                other: (o.source, o.message_id),
-            });
-        }
-    }
+    let rows = found.map_or_else(Vec::new, |x| parquet::RaceRow::of(&x.races));
     let race_ids = ids_elsewhere(f, b, ids, rows.iter().map(|r| r.at));
     let race_id = |e: EventRef| ids.id(e).or_else(|| race_ids.get(&e).copied().flatten());
     let written = match f.index() {
