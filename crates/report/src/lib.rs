@@ -605,6 +605,26 @@ impl Report {
 
     /// The report as a person reads it.
     pub fn write_text(&self, w: &mut dyn Write) -> io::Result<()> {
+        self.write_head(w)?;
+        self.write_profile(w)?;
+        self.write_ranks(w)?;
+        self.write_matrix(w)?;
+        self.write_messages(w)?;
+        if let Some(ws) = &self.wait_states {
+            ws.write_text(w)?;
+        }
+        if let Some(m) = &self.metrics {
+            m.write_text(w)?;
+        }
+        if let Some(c) = &self.critical_path {
+            c.write_text(w)?;
+        }
+        self.write_violations(w)?;
+        self.write_clocks(w)
+    }
+
+    /// The run, its size, and what it lost or left out.
+    fn write_head(&self, w: &mut dyn Write) -> io::Result<()> {
         writeln!(w, "pmtrace report")?;
         if let Some(run) = &self.run {
             writeln!(w, "  command        {}", run.command_line.join(" "))?;
@@ -662,7 +682,11 @@ impl Report {
                 .collect();
             writeln!(w, "  left out       {} (PMTRACE_EXCLUDE)", list.join(", "))?;
         }
+        Ok(())
+    }
 
+    /// Every function, by total time.
+    fn write_profile(&self, w: &mut dyn Write) -> io::Result<()> {
         writeln!(w, "\nProfile (all ranks, by total time)")?;
         let mut fns: Vec<(&String, &FunctionStats)> = self.functions.iter().collect();
         fns.sort_by(|a, b| b.1.total_ns.cmp(&a.1.total_ns).then(a.0.cmp(b.0)));
@@ -682,7 +706,11 @@ impl Report {
                 human_bytes(f.bytes)
             )?;
         }
+        Ok(())
+    }
 
+    /// A line per rank.
+    fn write_ranks(&self, w: &mut dyn Write) -> io::Result<()> {
         writeln!(w, "\nRanks")?;
         writeln!(
             w,
@@ -712,7 +740,11 @@ impl Report {
                 }
             )?;
         }
+        Ok(())
+    }
 
+    /// Messages and bytes by pair of ranks.
+    fn write_matrix(&self, w: &mut dyn Write) -> io::Result<()> {
         writeln!(w, "\nMessage matrix (sender -> receiver: messages, bytes)")?;
         if self.matrix.is_empty() {
             writeln!(w, "  no point-to-point messages")?;
@@ -727,7 +759,11 @@ impl Report {
                 human_bytes(c.bytes)
             )?;
         }
+        Ok(())
+    }
 
+    /// Message matching: the counts, the first unmatched, the requests never completed.
+    fn write_messages(&self, w: &mut dyn Write) -> io::Result<()> {
         let m = &self.messages;
         writeln!(w, "\nMessages")?;
         writeln!(
@@ -807,17 +843,11 @@ impl Report {
                 m.pending_requests as usize - m.pending_first.len().min(UNMATCHED_SHOWN)
             )?;
         }
+        Ok(())
+    }
 
-        if let Some(ws) = &self.wait_states {
-            ws.write_text(w)?;
-        }
-        if let Some(m) = &self.metrics {
-            m.write_text(w)?;
-        }
-        if let Some(c) = &self.critical_path {
-            c.write_text(w)?;
-        }
-
+    /// Timestamp violations, as recorded and after sync.
+    fn write_violations(&self, w: &mut dyn Write) -> io::Result<()> {
         let v = &self.violations;
         writeln!(w, "\nViolations (timestamps as recorded)")?;
         let condition = format!("clock condition (recv < send + {} ns)", v.mu_ns);
@@ -838,6 +868,11 @@ impl Report {
         if let Some(sync) = &self.sync {
             sync.write_text(w)?;
         }
+        Ok(())
+    }
+
+    /// The logical clocks' checks.
+    fn write_clocks(&self, w: &mut dyn Write) -> io::Result<()> {
         if let Some(c) = &self.clocks {
             writeln!(w, "\nLogical clocks ({})", c.mode)?;
             if c.mode != "none" {
