@@ -254,10 +254,72 @@ impl Walker<'_> {
     /// merges its send's clock (false when forced past a missing send).
     pub(super) fn step(&mut self, r: usize, ev: Ev, matched: bool) {
         let me = self.trace.ranks[self.p.stream_rank[r]].rank as usize;
+        match ev {
+            Ev::Send(si) => self.send(r, me, si as usize),
+            Ev::SendNowhere => {
+                // Happens-before vectors tick at every event; lazy ones
+                // with the clock.
+                if self.vector && !self.lazy {
+                    self.st[r].vc[me] += 1;
+                }
+            }
+            Ev::Post(ri) => self.post(r, ri as usize),
+            Ev::Recv(ri) => self.recv(r, me, ri as usize, matched),
+            Ev::Enter(i) if self.collectives => self.enter(r, me, i as usize),
+            Ev::Exit(i) if self.collectives => self.exit(r, me, i as usize),
+            Ev::Enter(_) | Ev::Exit(_) => {}
+            Ev::End(index) => {
+                let (rank, thread) = self.p.stream_at[r];
+                self.out.after_call.set(rank, thread, index, self.st[r].lc);
+            }
+        }
+    }
+
+    /// A send: its clocks, as the receive will merge them.
+    fn send(&mut self, r: usize, me: usize, si: usize) {
+        let eager = self.vector && !self.lazy;
+        let s = &mut self.st[r];
+        let out = &mut self.out;
+        if eager {
+            s.vc[me] += 1;
+        }
+        out.send_lc.set(si, s.lc);
+        if self.vector {
+            out.send_vc[si] = Some(s.vc.clone());
+        }
+        if let Some(io) = &mut self.part {
+            io.sends.push(si as u32);
+        }
+        if self.lazy {
+            if let Some(d) = self.m.sends[si].dst {
+                out.send_own[si] = s.vc.get(d as usize).copied().unwrap_or(NO_CLOCK);
+            }
+        }
+        if self.keep_nodes {
+            self.send_node[si] = node(true, &mut self.last_node[r], out, &s.vc, Vec::new());
+        }
+    }
+
+    /// A nonblocking receive posted: its place in the post order, and the
+    /// receives CompleteNow must look at.
+    fn post(&mut self, r: usize, ri: usize) {
+        let s = &mut self.st[r];
+        s.posts += 1;
+        self.post_order[ri] = u32::try_from(s.posts).unwrap_or(NO_POST);
+        let rv = &self.m.recvs[ri];
+        // For races every nonblocking receive is followed: one that
+        // names its source also matches before a later receive
+        // that takes a message it would take.
+        if rv.wildcard || self.races.is_some() {
+            s.pending.push((ri, rv.comm, rv.posted_tag, s.posts));
+        }
+    }
+
+    /// A receive completed: the receives that must have matched before it,
+    /// its match clock, and its merge of the send's clocks.
+    fn recv(&mut self, r: usize, me: usize, ri: usize, matched: bool) {
         let Walker {
             m,
-            p,
-            collectives,
             vector,
             lazy,
             keep_nodes,
@@ -268,17 +330,10 @@ impl Walker<'_> {
             out,
             send_node,
             post_order,
-            enter_node,
             last_node,
-            live,
-            part,
             ..
         } = self;
-        let (m, p, collectives, vector, lazy, keep_nodes, any_tag) =
-            (*m, *p, *collectives, *vector, *lazy, *keep_nodes, *any_tag);
-        // Happens-before vectors tick at every event; lazy ones with the clock.
-        let eager = vector && !lazy;
-        let races = *races;
+        let (m, vector, lazy, any_tag, races) = (*m, *vector, *lazy, *any_tag, *races);
         let matched_send = &*matched_send;
         let send_of = |ri: usize| {
             if !matched {
@@ -290,231 +345,209 @@ impl Walker<'_> {
             }
         };
         let s = &mut st[r];
-        let mut node = |out: &mut Pass, vc: &[u64], from: Vec<usize>| -> Option<usize> {
-            if !keep_nodes {
-                return None;
-            }
-            let mut f = from;
-            if let Some(prev) = last_node[r] {
-                f.push(prev);
-            }
-            out.nodes.push(Node {
-                vc: vc.to_vec(),
-                from: f,
-            });
-            let id = out.nodes.len() - 1;
-            last_node[r] = Some(id);
-            Some(id)
+        let rv = &m.recvs[ri];
+        let my_post = match post_order[ri] {
+            NO_POST => usize::MAX,
+            k => k as usize,
         };
-        match ev {
-            Ev::Send(si) => {
-                let si = si as usize;
-                if eager {
-                    s.vc[me] += 1;
-                }
-                out.send_lc.set(si, s.lc);
-                if vector {
-                    out.send_vc[si] = Some(s.vc.clone());
-                }
-                if let Some(io) = part {
-                    io.sends.push(si as u32);
-                }
-                if lazy {
-                    if let Some(d) = m.sends[si].dst {
-                        out.send_own[si] = s.vc.get(d as usize).copied().unwrap_or(NO_CLOCK);
-                    }
-                }
-                if keep_nodes {
-                    let vc = s.vc.clone();
-                    send_node[si] = node(out, &vc, Vec::new());
-                }
+        // CompleteNow: pending receives that must have matched before this one.
+        let now = complete_now(s, m, ri, my_post, any_tag, races.is_some());
+        s.pending.retain(|e| !now.iter().any(|x| x.0 == e.0));
+        for &(e, ..) in &now {
+            // Its match clock; its merge comes at its own completion
+            // (for races: now, as matches-before has it).
+            let after = out.recv_lc.get(e).map_or(0, |x| x.1);
+            out.recv_lc.set(e, (s.lc, after));
+            if lazy {
+                out.recv_own[e] = s.vc[me];
             }
-            Ev::SendNowhere => {
-                if eager {
+            if m.recvs[e].wildcard {
+                s.lc += 1;
+                if lazy {
                     s.vc[me] += 1;
                 }
             }
-            Ev::Post(ri) => {
-                let ri = ri as usize;
-                s.posts += 1;
-                post_order[ri] = u32::try_from(s.posts).unwrap_or(NO_POST);
-                let rv = &m.recvs[ri];
-                // For races every nonblocking receive is followed: one that
-                // names its source also matches before a later receive
-                // that takes a message it would take.
-                if rv.wildcard || races.is_some() {
-                    s.pending.push((ri, rv.comm, rv.posted_tag, s.posts));
-                }
-            }
-            Ev::Recv(ri) => {
-                let ri = ri as usize;
-                let rv = &m.recvs[ri];
-                let my_post = match post_order[ri] {
-                    NO_POST => usize::MAX,
-                    k => k as usize,
-                };
-                // CompleteNow: pending receives that must have matched before this one.
-                let now = complete_now(s, m, ri, my_post, any_tag, races.is_some());
-                s.pending.retain(|e| !now.iter().any(|x| x.0 == e.0));
-                for &(e, ..) in &now {
-                    // Its match clock; its merge comes at its own completion
-                    // (for races: now, as matches-before has it).
-                    let after = out.recv_lc.get(e).map_or(0, |x| x.1);
-                    out.recv_lc.set(e, (s.lc, after));
-                    if lazy {
-                        out.recv_own[e] = s.vc[me];
+            if races.is_some() {
+                if let Some(si) = send_of(e) {
+                    if let Some(mlc) = out.send_lc.get(si) {
+                        s.lc = s.lc.max(mlc);
                     }
-                    if m.recvs[e].wildcard {
-                        s.lc += 1;
-                        if lazy {
-                            s.vc[me] += 1;
-                        }
-                    }
-                    if races.is_some() {
-                        if let Some(si) = send_of(e) {
-                            if let Some(mlc) = out.send_lc.get(si) {
-                                s.lc = s.lc.max(mlc);
-                            }
-                            if let Some(v) = out.send_vc.get_mut(si).and_then(Option::take) {
-                                for (a, b) in s.vc.iter_mut().zip(&v) {
-                                    *a = (*a).max(*b);
-                                }
-                            }
-                        }
-                    }
-                }
-                let was_pending = s
-                    .pending
-                    .iter()
-                    .position(|e| e.0 == ri)
-                    .map(|i| s.pending.swap_remove(i))
-                    .is_some();
-                let tracked = rv.wildcard || races.is_some() && my_post != usize::MAX;
-                let match_lc = if rv.how == RecvHow::Nonblocking && tracked && !was_pending {
-                    // Matched earlier, by a later receive's completion.
-                    out.recv_lc.get(ri).map_or(s.lc, |x| x.0)
-                } else {
-                    let lc = s.lc;
-                    if lazy {
-                        out.recv_own[ri] = s.vc[me];
-                    }
-                    let probed = races.is_some_and(|w| w.get(ri).copied().unwrap_or(false));
-                    if rv.wildcard && (rv.how == RecvHow::Blocking || was_pending) || probed {
-                        s.lc += 1;
-                        if lazy {
-                            s.vc[me] += 1;
-                        }
-                    }
-                    lc
-                };
-                let sent = send_of(ri).and_then(|si| out.send_lc.get(si));
-                if let Some(mlc) = sent {
-                    s.lc = s.lc.max(if races.is_some() { mlc } else { mlc + 1 });
-                }
-                out.recv_lc.set(ri, (match_lc, s.lc));
-                let mut from = Vec::new();
-                if lazy {
-                    // The send's vector is needed by this receive alone.
-                    if let Some(v) = send_of(ri).and_then(|si| out.send_vc[si].take()) {
+                    if let Some(v) = out.send_vc.get_mut(si).and_then(Option::take) {
                         for (a, b) in s.vc.iter_mut().zip(&v) {
                             *a = (*a).max(*b);
                         }
                     }
-                } else if vector {
-                    if let Some(v) = send_of(ri).and_then(|si| out.send_vc[si].as_ref()) {
-                        for (a, b) in s.vc.iter_mut().zip(v) {
-                            *a = (*a).max(*b);
-                        }
-                    }
-                    s.vc[me] += 1;
-                    out.recv_vc[ri] = Some(s.vc.clone());
-                }
-                if let Some(n) = send_of(ri).and_then(|si| send_node.get(si).copied().flatten()) {
-                    from.push(n);
-                }
-                let vc = s.vc.clone();
-                node(out, &vc, from);
-            }
-            Ev::Enter(i) => {
-                let i = i as usize;
-                if !collectives {
-                    return;
-                }
-                if eager {
-                    s.vc[me] += 1;
-                }
-                let cr = p.comm_rank.get(i, me as u32).unwrap_or(0);
-                match part {
-                    Some(io) => io.enters.push((i as u32, cr, s.lc, s.vc.clone())),
-                    None => {
-                        (live.entry(i as u32).or_default().enters).push((cr, s.lc, s.vc.clone()))
-                    }
-                }
-                let vc = s.vc.clone();
-                if let Some(nid) = node(out, &vc, Vec::new()) {
-                    enter_node[i].push((cr, nid));
                 }
             }
-            Ev::Exit(i) => {
-                let i = i as usize;
-                if !collectives {
-                    return;
+        }
+        let was_pending = s
+            .pending
+            .iter()
+            .position(|e| e.0 == ri)
+            .map(|i| s.pending.swap_remove(i))
+            .is_some();
+        let tracked = rv.wildcard || races.is_some() && my_post != usize::MAX;
+        let match_lc = if rv.how == RecvHow::Nonblocking && tracked && !was_pending {
+            // Matched earlier, by a later receive's completion.
+            out.recv_lc.get(ri).map_or(s.lc, |x| x.0)
+        } else {
+            let lc = s.lc;
+            if lazy {
+                out.recv_own[ri] = s.vc[me];
+            }
+            let probed = races.is_some_and(|w| w.get(ri).copied().unwrap_or(false));
+            if rv.wildcard && (rv.how == RecvHow::Blocking || was_pending) || probed {
+                s.lc += 1;
+                if lazy {
+                    s.vc[me] += 1;
                 }
-                let inst = p.instances[i];
-                let mine = p.comm_rank.get(i, me as u32).unwrap_or(0);
-                let root_cr = inst.root.and_then(|w| p.comm_rank.get(i, w));
-                let (lc, vc) = match part {
-                    Some(io) => io
-                        .answers
-                        .get(&(i as u32, mine))
-                        .cloned()
-                        .unwrap_or_default(),
-                    None => {
-                        let l = live.entry(i as u32).or_default();
-                        // All in: every member's merge at once, in linear
-                        // time (one by one is N² per instance).
-                        let n = l.enters.len();
-                        if n >= inst.size && l.merged.as_ref().is_none_or(|m| m.0 != n) {
-                            let all = merges(inst.shape, root_cr, &l.enters);
-                            let all = all.into_iter().map(|(k, lc, vc)| (k, (lc, vc)));
-                            l.merged = Some((n, all.collect()));
-                        }
-                        match l.merged.as_ref().filter(|m| m.0 == n) {
-                            Some((_, all)) if all.contains_key(&mine) => all[&mine].clone(),
-                            _ => merge_for(inst.shape, root_cr, &l.enters, mine),
-                        }
-                    }
-                };
-                s.lc = s.lc.max(lc);
-                for (a, b) in s.vc.iter_mut().zip(&vc) {
+            }
+            lc
+        };
+        let sent = send_of(ri).and_then(|si| out.send_lc.get(si));
+        if let Some(mlc) = sent {
+            s.lc = s.lc.max(if races.is_some() { mlc } else { mlc + 1 });
+        }
+        out.recv_lc.set(ri, (match_lc, s.lc));
+        let mut from = Vec::new();
+        if lazy {
+            // The send's vector is needed by this receive alone.
+            if let Some(v) = send_of(ri).and_then(|si| out.send_vc[si].take()) {
+                for (a, b) in s.vc.iter_mut().zip(&v) {
                     *a = (*a).max(*b);
                 }
-                let from = enter_node[i]
-                    .iter()
-                    .filter(|&&(k, _)| k != mine && depends(inst.shape, root_cr, mine, k))
-                    .map(|&(_, nid)| nid)
-                    .collect();
-                if eager {
-                    s.vc[me] += 1;
-                }
-                let vc = s.vc.clone();
-                node(out, &vc, from);
-                // Once every member is out, nothing reads the instance's
-                // enters again: keep only the in-flight instances'.
-                if let (None, Some(l)) = (part, live.get_mut(&(i as u32))) {
-                    l.exits += 1;
-                    if l.exits >= inst.size && l.enters.len() >= inst.size {
-                        live.remove(&(i as u32));
-                        enter_node[i] = Vec::new();
-                    }
+            }
+        } else if vector {
+            if let Some(v) = send_of(ri).and_then(|si| out.send_vc[si].as_ref()) {
+                for (a, b) in s.vc.iter_mut().zip(v) {
+                    *a = (*a).max(*b);
                 }
             }
-            Ev::End(index) => {
-                let (rank, thread) = p.stream_at[r];
-                out.after_call.set(rank, thread, index, s.lc);
+            s.vc[me] += 1;
+            out.recv_vc[ri] = Some(s.vc.clone());
+        }
+        if let Some(n) = send_of(ri).and_then(|si| send_node.get(si).copied().flatten()) {
+            from.push(n);
+        }
+        node(*keep_nodes, &mut last_node[r], out, &s.vc, from);
+    }
+
+    /// A collective entered: this member's clocks, for the exits that
+    /// depend on it.
+    fn enter(&mut self, r: usize, me: usize, i: usize) {
+        let s = &mut self.st[r];
+        if self.vector && !self.lazy {
+            s.vc[me] += 1;
+        }
+        let cr = self.p.comm_rank.get(i, me as u32).unwrap_or(0);
+        match &mut self.part {
+            Some(io) => io.enters.push((i as u32, cr, s.lc, s.vc.clone())),
+            None => {
+                let live = self.live.entry(i as u32).or_default();
+                live.enters.push((cr, s.lc, s.vc.clone()))
+            }
+        }
+        let made = node(
+            self.keep_nodes,
+            &mut self.last_node[r],
+            &mut self.out,
+            &s.vc,
+            Vec::new(),
+        );
+        if let Some(nid) = made {
+            self.enter_node[i].push((cr, nid));
+        }
+    }
+
+    /// A collective left: the merge of the members this one depends on.
+    fn exit(&mut self, r: usize, me: usize, i: usize) {
+        let Walker {
+            p,
+            vector,
+            lazy,
+            keep_nodes,
+            st,
+            out,
+            enter_node,
+            last_node,
+            live,
+            part,
+            ..
+        } = self;
+        let p = *p;
+        let s = &mut st[r];
+        let inst = p.instances[i];
+        let mine = p.comm_rank.get(i, me as u32).unwrap_or(0);
+        let root_cr = inst.root.and_then(|w| p.comm_rank.get(i, w));
+        let (lc, vc) = match part {
+            Some(io) => io
+                .answers
+                .get(&(i as u32, mine))
+                .cloned()
+                .unwrap_or_default(),
+            None => {
+                let l = live.entry(i as u32).or_default();
+                // All in: every member's merge at once, in linear
+                // time (one by one is N² per instance).
+                let n = l.enters.len();
+                if n >= inst.size && l.merged.as_ref().is_none_or(|m| m.0 != n) {
+                    let all = merges(inst.shape, root_cr, &l.enters);
+                    let all = all.into_iter().map(|(k, lc, vc)| (k, (lc, vc)));
+                    l.merged = Some((n, all.collect()));
+                }
+                match l.merged.as_ref().filter(|m| m.0 == n) {
+                    Some((_, all)) if all.contains_key(&mine) => all[&mine].clone(),
+                    _ => merge_for(inst.shape, root_cr, &l.enters, mine),
+                }
+            }
+        };
+        s.lc = s.lc.max(lc);
+        for (a, b) in s.vc.iter_mut().zip(&vc) {
+            *a = (*a).max(*b);
+        }
+        let from = enter_node[i]
+            .iter()
+            .filter(|&&(k, _)| k != mine && depends(inst.shape, root_cr, mine, k))
+            .map(|&(_, nid)| nid)
+            .collect();
+        if *vector && !*lazy {
+            s.vc[me] += 1;
+        }
+        node(*keep_nodes, &mut last_node[r], out, &s.vc, from);
+        // Once every member is out, nothing reads the instance's
+        // enters again: keep only the in-flight instances'.
+        if let (None, Some(l)) = (&part, live.get_mut(&(i as u32))) {
+            l.exits += 1;
+            if l.exits >= inst.size && l.enters.len() >= inst.size {
+                live.remove(&(i as u32));
+                enter_node[i] = Vec::new();
             }
         }
     }
+}
+
+/// A node of the happens-before graph (when `keep`) after its stream's
+/// `last`, and from the nodes `from`; its index.
+fn node(
+    keep: bool,
+    last: &mut Option<usize>,
+    out: &mut Pass,
+    vc: &[u64],
+    mut from: Vec<usize>,
+) -> Option<usize> {
+    if !keep {
+        return None;
+    }
+    if let Some(prev) = *last {
+        from.push(prev);
+    }
+    out.nodes.push(Node {
+        vc: vc.to_vec(),
+        from,
+    });
+    let id = out.nodes.len() - 1;
+    *last = Some(id);
+    Some(id)
 }
 
 /// CompleteNow of LLCP's rule R4 (`003_…` §5.1.2): the pending receives of
