@@ -132,16 +132,8 @@ pub mod spare {
     /// once the flusher dropped this thread's sender.
     pub fn wait(spares: &Receiver<Region>, word: &Word) -> Option<Region> {
         loop {
-            match spares.try_recv() {
-                Ok(r) => {
-                    word.0.fetch_and(!SLEEPS, Relaxed);
-                    return Some(r);
-                }
-                Err(TryRecvError::Disconnected) => return None,
-                Err(TryRecvError::Empty) => {}
-            }
-            // Said before the second look: a send after it bumps the word
-            // (and wakes us); one before it is seen by that look.
+            // Said before the look: a send after it bumps the word (and
+            // wakes us); one before it is seen by the look.
             let seen = word.0.fetch_or(SLEEPS, Acquire) | SLEEPS;
             match spares.try_recv() {
                 Ok(r) => {
