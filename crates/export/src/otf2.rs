@@ -43,7 +43,7 @@ use pmtrace_otf2::ffi;
 use pmtrace_otf2::{
     Archive, AttrValue, ClockOffset, CollectiveOp, EventWriter, UNDEFINED_U32, UNDEFINED_U64,
 };
-use pmtrace_trace::{Payload, Record};
+use pmtrace_trace::{Call, Payload, Record};
 
 use super::view::{Location, View};
 use super::ExportError;
@@ -848,114 +848,141 @@ impl<'v, 'a> Writer<'v, 'a> {
                 i,
                 Ev::Leave(region, clocks.get(i).filter(|_| lamport)),
             ));
-            let msgs = |run: &'v [End]| run.iter().map(|e| e.msg as usize);
-            let (sends, posted, completed) = (
-                msgs(sends_of.at(at.index)),
-                msgs(posted_of.at(at.index)),
-                msgs(done_of.at(at.index)),
+            self.call_events(
+                &mut evs,
+                (i, at),
+                (t0, t1),
+                &c,
+                kind,
+                &ops,
+                [
+                    sends_of.at(at.index),
+                    posted_of.at(at.index),
+                    done_of.at(at.index),
+                ],
             );
-            // Sends posted by this call.
-            for (item, s) in sends.enumerate() {
-                let request = match (&c.payload, kind) {
-                    (Payload::Send { op, .. }, Kind::Isend) => *op,
-                    (Payload::Start { started }, _) => started
-                        .get(view.messages.sends[s].item as usize)
-                        .or(started.get(item))
-                        .map(|x| x.1),
-                    _ => None,
-                };
-                if let Some(e) = self.send_ev(s, request) {
-                    evs.push((t0, 1, i, e));
-                }
-            }
-            // Nonblocking receives posted by this call.
-            for r in posted {
-                let rv = &view.messages.recvs[r];
-                if rv.completion == at && rv.how != RecvHow::Nonblocking {
-                    continue;
-                }
-                let request = match &c.payload {
-                    Payload::Recv { op, .. }
-                    | Payload::Mrecv { op, .. }
-                    | Payload::Isendrecv { op, .. } => *op,
-                    Payload::Start { started } => started.get(rv.post_item as usize).map(|x| x.1),
-                    _ => None,
-                };
-                if let Some(req) = request {
-                    evs.push((t0, 1, i, Ev::IrecvRequest(req)));
-                }
-            }
-            match &c.payload {
-                // A persistent collective's instances begin at its starts.
-                Payload::Coll { .. } if kind == Kind::CollInit => {}
-                Payload::Start { started } => {
-                    for &(_, inst) in started.iter() {
-                        if let Some(Op::Coll(_)) = ops.get(inst) {
-                            self.summary.collectives += 1;
-                            evs.push((t0, 1, i, Ev::NbcRequest(inst)));
-                        }
-                    }
-                }
-                p @ Payload::Coll { op, .. } if c.rc == 0 => {
-                    if let Some(e) = self.coll_end(at, c.func, p) {
-                        self.summary.collectives += 1;
-                        match (kind, op) {
-                            (Kind::Icoll, Some(op)) => evs.push((t0, 1, i, Ev::NbcRequest(*op))),
-                            _ => {
-                                evs.push((t0, 1, i, Ev::CollBegin));
-                                evs.push((t1, 2, i, Ev::CollEnd(e)));
-                            }
-                        }
-                    }
-                }
-                Payload::Complete { done } => {
-                    for (item, d) in done.iter().enumerate() {
-                        let r = completed
-                            .clone()
-                            .find(|&r| view.messages.recvs[r].completion_item == item as u32);
-                        if let Some(r) = r {
-                            if let Some(e) = self.recv_ev(r, d.op) {
-                                evs.push((t1, 2, i, e));
-                            }
-                            continue;
-                        }
-                        let Some(op) = d.op else { continue };
-                        if d.status.cancelled {
-                            evs.push((t1, 2, i, Ev::Cancelled(op)));
-                            continue;
-                        }
-                        match ops.get(op) {
-                            Some(Op::Send) => evs.push((t1, 2, i, Ev::IsendComplete(op))),
-                            Some(Op::Coll(k)) => {
-                                evs.push((t1, 2, i, Ev::NbcComplete(ops.colls[k as usize], op)))
-                            }
-                            _ => {}
-                        }
-                    }
-                }
-                // Freed once its cancellation succeeded.
-                Payload::OpRef {
-                    op: Some(op),
-                    cancelled: true,
-                } => evs.push((t1, 2, i, Ev::Cancelled(*op))),
-                _ => {}
-            }
-            // Blocking receives completed by this call itself.
-            for r in completed {
-                let rv = &view.messages.recvs[r];
-                if matches!(c.payload, Payload::Complete { .. }) {
-                    continue;
-                }
-                if rv.post == at || rv.how == RecvHow::Probed {
-                    if let Some(e) = self.recv_ev(r, None) {
-                        evs.push((t1, 2, i, e));
-                    }
-                }
-            }
         }
         // What is left can come before nothing: it all goes.
         flush(self, &mut evs, u64::MAX)?;
         sink(self, &evs)
+    }
+
+    /// The events of call `c` (record `i` of its location, at `at`) besides
+    /// its enter and leave: the messages and requests it posted (`ends`:
+    /// its sends, posted receives and completed receives), the collective
+    /// it took part in, and what it completed.
+    #[allow(clippy::too_many_arguments)]
+    fn call_events(
+        &mut self,
+        evs: &mut Vec<Pending>,
+        (i, at): (usize, EventRef),
+        (t0, t1): (u64, u64),
+        c: &Call,
+        kind: Kind,
+        ops: &Ops,
+        ends: [&'v [End]; 3],
+    ) {
+        let view = self.view;
+        let msgs = |run: &'v [End]| run.iter().map(|e| e.msg as usize);
+        let [sends, posted, completed] = ends.map(msgs);
+        // Sends posted by this call.
+        for (item, s) in sends.enumerate() {
+            let request = match (&c.payload, kind) {
+                (Payload::Send { op, .. }, Kind::Isend) => *op,
+                (Payload::Start { started }, _) => started
+                    .get(view.messages.sends[s].item as usize)
+                    .or(started.get(item))
+                    .map(|x| x.1),
+                _ => None,
+            };
+            if let Some(e) = self.send_ev(s, request) {
+                evs.push((t0, 1, i, e));
+            }
+        }
+        // Nonblocking receives posted by this call.
+        for r in posted {
+            let rv = &view.messages.recvs[r];
+            if rv.completion == at && rv.how != RecvHow::Nonblocking {
+                continue;
+            }
+            let request = match &c.payload {
+                Payload::Recv { op, .. }
+                | Payload::Mrecv { op, .. }
+                | Payload::Isendrecv { op, .. } => *op,
+                Payload::Start { started } => started.get(rv.post_item as usize).map(|x| x.1),
+                _ => None,
+            };
+            if let Some(req) = request {
+                evs.push((t0, 1, i, Ev::IrecvRequest(req)));
+            }
+        }
+        match &c.payload {
+            // A persistent collective's instances begin at its starts.
+            Payload::Coll { .. } if kind == Kind::CollInit => {}
+            Payload::Start { started } => {
+                for &(_, inst) in started.iter() {
+                    if let Some(Op::Coll(_)) = ops.get(inst) {
+                        self.summary.collectives += 1;
+                        evs.push((t0, 1, i, Ev::NbcRequest(inst)));
+                    }
+                }
+            }
+            p @ Payload::Coll { op, .. } if c.rc == 0 => {
+                if let Some(e) = self.coll_end(at, c.func, p) {
+                    self.summary.collectives += 1;
+                    match (kind, op) {
+                        (Kind::Icoll, Some(op)) => evs.push((t0, 1, i, Ev::NbcRequest(*op))),
+                        _ => {
+                            evs.push((t0, 1, i, Ev::CollBegin));
+                            evs.push((t1, 2, i, Ev::CollEnd(e)));
+                        }
+                    }
+                }
+            }
+            Payload::Complete { done } => {
+                for (item, d) in done.iter().enumerate() {
+                    let r = completed
+                        .clone()
+                        .find(|&r| view.messages.recvs[r].completion_item == item as u32);
+                    if let Some(r) = r {
+                        if let Some(e) = self.recv_ev(r, d.op) {
+                            evs.push((t1, 2, i, e));
+                        }
+                        continue;
+                    }
+                    let Some(op) = d.op else { continue };
+                    if d.status.cancelled {
+                        evs.push((t1, 2, i, Ev::Cancelled(op)));
+                        continue;
+                    }
+                    match ops.get(op) {
+                        Some(Op::Send) => evs.push((t1, 2, i, Ev::IsendComplete(op))),
+                        Some(Op::Coll(k)) => {
+                            evs.push((t1, 2, i, Ev::NbcComplete(ops.colls[k as usize], op)))
+                        }
+                        _ => {}
+                    }
+                }
+            }
+            // Freed once its cancellation succeeded.
+            Payload::OpRef {
+                op: Some(op),
+                cancelled: true,
+            } => evs.push((t1, 2, i, Ev::Cancelled(*op))),
+            _ => {}
+        }
+        // Blocking receives completed by this call itself.
+        for r in completed {
+            let rv = &view.messages.recvs[r];
+            if matches!(c.payload, Payload::Complete { .. }) {
+                continue;
+            }
+            if rv.post == at || rv.how == RecvHow::Probed {
+                if let Some(e) = self.recv_ev(r, None) {
+                    evs.push((t1, 2, i, e));
+                }
+            }
+        }
     }
 
     /// Each function's region in one location, its id given in the order

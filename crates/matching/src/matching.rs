@@ -791,16 +791,17 @@ impl<'a> RankScan<'a> {
 
     /// Pass 1: calls that send, receive, or create an operation.
     fn posting(&mut self, at: EventRef, call: &Call) {
+        match call.payload {
+            Payload::Send { .. } => self.posting_send(at, call),
+            Payload::Recv { .. } | Payload::Probe { .. } => self.posting_recv(at, call),
+            Payload::Sendrecv { .. } | Payload::Isendrecv { .. } => self.posting_pair(at, call),
+            _ => {}
+        }
+    }
+
+    /// A send posted, or a persistent send made.
+    fn posting_send(&mut self, at: EventRef, call: &Call) {
         let t = call.t_start;
-        let posted = |src, tag, comm, posted| PostedRecv {
-            src,
-            tag,
-            comm,
-            posted,
-            at: t,
-            post: at,
-            item: 0,
-        };
         match (self.rank.kind(call.func), &call.payload) {
             (
                 Kind::Send | Kind::Isend,
@@ -841,6 +842,24 @@ impl<'a> RankScan<'a> {
                 };
                 self.ops.insert(op, Op::SendInit(s));
             }
+            _ => {}
+        }
+    }
+
+    /// A receive posted or made, a persistent receive made, or a message
+    /// probed for a matched receive.
+    fn posting_recv(&mut self, at: EventRef, call: &Call) {
+        let t = call.t_start;
+        let posted = |src, tag, comm, posted| PostedRecv {
+            src,
+            tag,
+            comm,
+            posted,
+            at: t,
+            post: at,
+            item: 0,
+        };
+        match (self.rank.kind(call.func), &call.payload) {
             (
                 Kind::Recv,
                 &Payload::Recv {
@@ -883,6 +902,37 @@ impl<'a> RankScan<'a> {
                 let p = posted(src, tag, self.comm_id(comm, t), n);
                 self.ops.insert(op, Op::RecvInit(p));
             }
+            (
+                Kind::Mprobe | Kind::Improbe,
+                &Payload::Probe {
+                    src,
+                    tag,
+                    comm,
+                    status,
+                    op: Some(op),
+                },
+            ) => {
+                let (src, tag) = (status.source.unwrap_or(src), status.tag.unwrap_or(tag));
+                let p = posted(src, tag, self.comm_id(comm, t), status.bytes.unwrap_or(0));
+                self.ops.insert(op, Op::Probed(p));
+            }
+            _ => {}
+        }
+    }
+
+    /// Both halves of a send-receive.
+    fn posting_pair(&mut self, at: EventRef, call: &Call) {
+        let t = call.t_start;
+        let posted = |src, tag, comm, posted| PostedRecv {
+            src,
+            tag,
+            comm,
+            posted,
+            at: t,
+            post: at,
+            item: 0,
+        };
+        match (self.rank.kind(call.func), &call.payload) {
             (
                 Kind::Sendrecv,
                 &Payload::Sendrecv {
@@ -940,20 +990,6 @@ impl<'a> RankScan<'a> {
                 if let Some(op) = op {
                     self.post_recv(op, posted(src, rtag, comm, n));
                 }
-            }
-            (
-                Kind::Mprobe | Kind::Improbe,
-                &Payload::Probe {
-                    src,
-                    tag,
-                    comm,
-                    status,
-                    op: Some(op),
-                },
-            ) => {
-                let (src, tag) = (status.source.unwrap_or(src), status.tag.unwrap_or(tag));
-                let p = posted(src, tag, self.comm_id(comm, t), status.bytes.unwrap_or(0));
-                self.ops.insert(op, Op::Probed(p));
             }
             _ => {}
         }
