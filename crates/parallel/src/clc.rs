@@ -27,7 +27,7 @@ use pmtrace_sync::graph::{Ahead, Dep, Node, Out as GOut, Times};
 
 use crate::colls::Progress;
 use crate::fabric::Fabric;
-use crate::net::{Net, RemoteDep, RemoteOut};
+use crate::net::{InOrder, Net, RemoteDep, RemoteOut};
 use crate::rounds::{self, Round};
 use crate::wire::{In, Out};
 
@@ -77,6 +77,8 @@ struct State<'n, 'g, T: Times> {
     in_start: Vec<usize>,
     queue: VecDeque<u32>,
     queued: Vec<bool>,
+    /// Each location's place in the remote lists: nodes go in order.
+    place: InOrder,
     left: u64,
     visited: u64,
     out: Vec<Out>,
@@ -102,7 +104,7 @@ impl<T: Times> State<'_, '_, T> {
         g.deps(n).iter().all(|d| match *d {
             Dep::Msg(s) => self.next[s.loc as usize] > s.k,
             Dep::Coll { .. } => unreachable!("a block's graph has no instance"),
-        }) && self.net.rdeps_of(n.loc, n.k).iter().all(|(_, d)| match *d {
+        }) && self.place.deps(self.net, n).iter().all(|(_, d)| match *d {
             RemoteDep::Msg(i) => self.sent[i as usize].is_some(),
             RemoteDep::Coll(i) => self.need[i as usize].is_some(),
         })
@@ -117,8 +119,9 @@ impl<T: Times> State<'_, '_, T> {
         let before = std::mem::replace(&mut self.prev_c[l], cn);
         let prev = (k > 0).then(|| (before, self.t[l][k - 1]));
         let local = g.deps(n).iter().map(|&d| g.dep_time(&self.t, n, d));
-        let remote = net
-            .rdeps_of(n.loc, n.k)
+        let remote = self
+            .place
+            .deps(net, n)
             .iter()
             .filter_map(|(_, d)| match *d {
                 RemoteDep::Msg(i) => {
@@ -142,7 +145,9 @@ impl<T: Times> State<'_, '_, T> {
                 self.wake(r.loc);
             }
         }
-        for &(_, o) in net.routs_of(n.loc, n.k) {
+        let outs = self.place.outs(net, n);
+        self.place.past(net, n);
+        for &(_, o) in outs {
             match o {
                 RemoteOut::Msg(i) => {
                     let c = &net.outbox[i as usize];
@@ -276,6 +281,7 @@ pub fn forward<F: Fabric + ?Sized>(
         in_start,
         queue: (0..locs as u32).collect(),
         queued: vec![true; locs],
+        place: InOrder::new(net),
         left: g.stamps() as u64,
         visited: 0,
         out: vec![Out::default(); procs],

@@ -200,11 +200,6 @@ impl<'t> Net<'t> {
         }
     }
 
-    /// The remote dependencies of node `k` of `loc`.
-    pub fn rdeps_of(&self, loc: u32, k: u32) -> &[(u32, RemoteDep)] {
-        at(&self.rdeps[loc as usize], k)
-    }
-
     /// Who in other blocks waits for node `k` of `loc`.
     pub fn routs_of(&self, loc: u32, k: u32) -> &[(u32, RemoteOut)] {
         at(&self.routs[loc as usize], k)
@@ -214,8 +209,53 @@ impl<'t> Net<'t> {
 /// The run of `list` (sorted by node) at node `k`.
 fn at<T>(list: &[(u32, T)], k: u32) -> &[(u32, T)] {
     let a = list.partition_point(|e| e.0 < k);
-    let b = a + list[a..].partition_point(|e| e.0 == k);
-    &list[a..b]
+    run_from(list, a, k)
+}
+
+/// The run of `list` at node `k`, which starts at `a` if anywhere.
+fn run_from<T>(list: &[(u32, T)], a: usize, k: u32) -> &[(u32, T)] {
+    debug_assert!(list[a..].first().is_none_or(|e| e.0 >= k));
+    let n = list[a..].iter().take_while(|e| e.0 == k).count();
+    &list[a..a + n]
+}
+
+/// Where a walk that visits each location's nodes in order stands in
+/// [`Net::rdeps`] and [`Net::routs`]: the next node's runs are where the
+/// last ones ended, found with no search (a forward replay asks them at
+/// least twice a node).
+pub struct InOrder {
+    deps: Vec<u32>,
+    outs: Vec<u32>,
+}
+
+impl InOrder {
+    pub fn new(net: &Net) -> InOrder {
+        let locs = net.g.locs.len();
+        InOrder {
+            deps: vec![0; locs],
+            outs: vec![0; locs],
+        }
+    }
+
+    /// What node `n`, the next node of its location, waits for in other
+    /// blocks.
+    pub fn deps<'n>(&self, net: &'n Net, n: Node) -> &'n [(u32, RemoteDep)] {
+        let l = n.loc as usize;
+        run_from(&net.rdeps[l], self.deps[l] as usize, n.k)
+    }
+
+    /// [`Net::routs_of`] node `n`, the next node of its location.
+    pub fn outs<'n>(&self, net: &'n Net, n: Node) -> &'n [(u32, RemoteOut)] {
+        let l = n.loc as usize;
+        run_from(&net.routs[l], self.outs[l] as usize, n.k)
+    }
+
+    /// Node `n` visited: its location's runs start after it.
+    pub fn past(&mut self, net: &Net, n: Node) {
+        let l = n.loc as usize;
+        self.deps[l] += self.deps(net, n).len() as u32;
+        self.outs[l] += self.outs(net, n).len() as u32;
+    }
 }
 
 /// The cross messages of the block: (receives of sends made elsewhere,
