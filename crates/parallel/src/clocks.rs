@@ -340,22 +340,24 @@ pub fn report<F: Fabric + ?Sized>(f: &F, b: &Block, bm: &BlockMessages) -> Clock
     let own = 0..bm.own_recvs;
     // The runtime's view: no collectives; every piggyback must equal it.
     let wire = replay(f, b, bm, &plan, false, vectors, None);
-    let (checked, mismatches) = wire.wire(&b.trace, m, &multi, own.clone());
+    let w = wire.wire(&b.trace, m, &multi, own.clone());
     drop(wire);
     let full = replay(f, b, bm, &plan, true, vectors, None);
     let (lamport, vector_bad) = full.violations(m, own);
     let mut v = [
-        checked,
-        mismatches,
+        w.checked,
+        w.mismatches,
         lamport,
         vector_bad,
         full.decreasing(),
         full.forced(),
         (bm.own_sends + bm.own_recvs) as u64,
+        w.unchecked,
     ];
     f.sum(&mut v);
     report.wire_checked = v[0];
     report.wire_mismatches = v[1];
+    report.wire_unchecked = v[7];
     report.lamport_violations = v[2];
     report.decreasing = ids.decreasing_by_sender + v[4];
     report.forced = v[5];

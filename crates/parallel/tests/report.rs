@@ -179,6 +179,13 @@ fn the_clock_replay_over_blocks_gives_the_serial_clock_report() {
         let want = check(&dir, 1..=4);
         vector += u64::from(want.happens_before.is_some());
         threads += u64::from(want.wire_checked < want.matched_by_id);
+        // Every matched piggyback is checked or counted as left out.
+        assert_eq!(
+            want.wire_checked + want.wire_unchecked,
+            want.matched_by_id,
+            "{}",
+            dir.display()
+        );
         std::fs::remove_dir_all(&dir).unwrap();
     }
     assert!(vector >= 1, "a case with the happens-before check");

@@ -893,6 +893,13 @@ impl Report {
                     "  piggybacks checked against the senders' clocks {}, differing {}; decreasing clocks {}",
                     c.wire_checked, c.wire_mismatches, c.decreasing
                 )?;
+                if c.wire_unchecked > 0 {
+                    writeln!(
+                        w,
+                        "  piggybacks not checked {} (a rank at one end has several threads that call MPI)",
+                        c.wire_unchecked
+                    )?;
+                }
                 if let Some(h) = &c.happens_before {
                     writeln!(
                         w,

@@ -52,7 +52,7 @@ mod results;
 mod steps;
 mod walk;
 
-pub use parts::{Part, PartClocks, PartPlan, PartVectors};
+pub use parts::{Part, PartClocks, PartPlan, PartVectors, WireCheck};
 pub use plan::Shape;
 pub use races::RaceClocks;
 pub use results::{CallClocks, ClockReport, Clocks, HbCheck, RecvClocks, ThreadClockReader};
@@ -124,8 +124,9 @@ pub fn compute(trace: &Trace, m: &Messages) -> Clocks {
         Vectors::None
     };
     let wire = pass(trace, m, &p, false, vectors, false, None);
-    (report.wire_checked, report.wire_mismatches) =
-        wire_check(trace, m, &wire, &p.multi, 0..m.recvs.len());
+    let w = wire_check(trace, m, &wire, &p.multi, 0..m.recvs.len());
+    (report.wire_checked, report.wire_mismatches) = (w.checked, w.mismatches);
+    report.wire_unchecked = w.unchecked;
     drop(wire);
     // Clocks carried by one sender never decrease with its message ids.
     report.decreasing += decreasing_by_sender(by_sender(m.recvs.iter()));
