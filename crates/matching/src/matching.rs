@@ -630,6 +630,22 @@ struct PostedRecv {
     item: u32,
 }
 
+impl PostedRecv {
+    /// Makes the receives that call `post`, starting at `at`, posts (its
+    /// first item): from source, tag, communicator and posted bytes.
+    fn maker(post: EventRef, at: u64) -> impl Fn(i32, i32, Option<u64>, u64) -> PostedRecv {
+        move |src, tag, comm, posted| PostedRecv {
+            src,
+            tag,
+            comm,
+            posted,
+            at,
+            post,
+            item: 0,
+        }
+    }
+}
+
 /// Collects the sends and receives of one rank in three passes, since an
 /// operation may be created, started and completed on different threads.
 struct RankScan<'a> {
@@ -850,15 +866,7 @@ impl<'a> RankScan<'a> {
     /// probed for a matched receive.
     fn posting_recv(&mut self, at: EventRef, call: &Call) {
         let t = call.t_start;
-        let posted = |src, tag, comm, posted| PostedRecv {
-            src,
-            tag,
-            comm,
-            posted,
-            at: t,
-            post: at,
-            item: 0,
-        };
+        let posted = PostedRecv::maker(at, t);
         match (self.rank.kind(call.func), &call.payload) {
             (
                 Kind::Recv,
@@ -923,15 +931,7 @@ impl<'a> RankScan<'a> {
     /// Both halves of a send-receive.
     fn posting_pair(&mut self, at: EventRef, call: &Call) {
         let t = call.t_start;
-        let posted = |src, tag, comm, posted| PostedRecv {
-            src,
-            tag,
-            comm,
-            posted,
-            at: t,
-            post: at,
-            item: 0,
-        };
+        let posted = PostedRecv::maker(at, t);
         match (self.rank.kind(call.func), &call.payload) {
             (
                 Kind::Sendrecv,
