@@ -51,8 +51,12 @@ impl<'a> Times<'a> {
 
     /// The name of the function of the call at `at` ("" if it is none).
     pub fn name(&self, at: EventRef) -> &'a str {
-        self.func(at)
-            .and_then(|f| self.trace.held(at.rank).header.functions.get(f as usize))
+        self.name_of(at.rank, self.func(at))
+    }
+
+    /// The name of rank `rank`'s function `func` ("" if it is none).
+    pub fn name_of(&self, rank: u32, func: Option<u32>) -> &'a str {
+        func.and_then(|f| self.trace.held(rank).header.functions.get(f as usize))
             .map_or("", |f| f.name.as_str())
     }
 

@@ -150,30 +150,45 @@ pub fn chain_next(
 /// root is where it ends, or its call after [`CHAIN_STEPS`] steps: which
 /// chain ran first does not change it.
 fn roots<'t>(trace: &Trace, times: &'t Times, waits: &[Wait]) -> BTreeMap<(u32, &'t str), Roots> {
-    let key = |at: EventRef| (at.rank, at.thread, at.index);
-    // The longest wait of a call.
+    // The longest wait of each call that waited (the first of equals).
+    let waited = Numbered::new(trace, waits.iter().map(|w| w.at));
+    let mut longest: Vec<u32> = Vec::with_capacity(waited.len());
+    for (i, w) in waits.iter().enumerate() {
+        match longest.last_mut() {
+            Some(l) if waits[*l as usize].at == w.at => {
+                if w.ns > waits[*l as usize].ns {
+                    *l = i as u32;
+                }
+            }
+            _ => longest.push(i as u32),
+        }
+    }
     let wait_at = |at: EventRef| -> Option<Wait> {
-        let k = key(at);
-        let first = waits.partition_point(|w| key(w.at) < k);
-        waits[first..]
-            .iter()
-            .take_while(|w| key(w.at) == k)
-            .max_by_key(|w| w.ns)
-            .copied()
+        let k = waited.number(at)?;
+        Some(waits[longest[k] as usize])
     };
     let gap_before = |call: EventRef| gap_before(trace, times, call);
     let next = |at: EventRef| chain_next(at, gap_before(at), wait_at);
+    // Every call on a chain is the cause of some wait: its start, and each
+    // step (the cause of the wait before a late call).
+    let causes = Numbered::new(trace, waits.iter().map(|w| w.cause));
     // The end of each chain that ended within the limit, and how many
     // steps from each call on it: a later chain that meets one of them
-    // takes its end if it is near enough.
-    let mut memo: rustc_hash::FxHashMap<(u32, u32, u32), (EventRef, usize)> = Default::default();
+    // takes its end if it is near enough. By the call's number among the
+    // causes: `memo_end` holds the end's number, `NOT_ENDED` where no chain
+    // has ended through the call (the waits, 56 bytes each, number fewer).
+    const NOT_ENDED: u32 = u32::MAX;
+    let mut memo_end: Vec<u32> = vec![NOT_ENDED; causes.len()];
+    let mut memo_steps: Vec<u8> = vec![0; causes.len()];
+    let number = |at: EventRef| causes.number(at);
     let mut root_of = |start: EventRef| -> EventRef {
         let mut chain: Vec<EventRef> = Vec::new();
         let mut at = start;
         let (root, ended) = loop {
-            if let Some(&(end, d)) = memo.get(&key(at)) {
+            if let Some(k) = number(at).filter(|&k| memo_end[k] != NOT_ENDED) {
+                let d = usize::from(memo_steps[k]);
                 if chain.len() + d < CHAIN_STEPS {
-                    break (end, Some(chain.len() + d));
+                    break (causes.member(memo_end[k] as usize), Some(chain.len() + d));
                 }
             }
             if chain.len() >= CHAIN_STEPS {
@@ -185,26 +200,146 @@ fn roots<'t>(trace: &Trace, times: &'t Times, waits: &[Wait]) -> BTreeMap<(u32, 
                 None => break (at, Some(chain.len() - 1)),
             }
         };
-        if let Some(last) = ended {
+        if let (Some(last), Some(end)) = (ended, number(root)) {
             for (i, c) in chain.into_iter().enumerate() {
-                memo.insert(key(c), (root, last - i));
+                if let Some(k) = number(c) {
+                    memo_end[k] = end as u32;
+                    // Below CHAIN_STEPS (64), so a byte holds it.
+                    memo_steps[k] = (last - i) as u8;
+                }
             }
         }
         root
     };
-    let mut acc: BTreeMap<(u32, &str), Roots> = BTreeMap::new();
-    let mut counted: rustc_hash::FxHashSet<(u32, u32, u32)> = Default::default();
+    // Summed by (rank, function) first, then by name.
+    let mut by_call: rustc_hash::FxHashMap<(u32, Option<u32>), Roots> = Default::default();
+    let mut counted = vec![false; causes.len()];
     for w in waits {
         let cause = root_of(w.cause);
-        let e = acc.entry((cause.rank, times.name(cause))).or_default();
+        let e = by_call.entry((cause.rank, times.func(cause))).or_default();
         e.0 = e.0.saturating_add(w.ns);
         e.1 += 1;
         e.2 += u64::from(cause != w.cause);
-        if counted.insert(key(cause)) {
+        // Every chain's call is a cause, numbered: `None` is never seen.
+        let first = number(cause).is_none_or(|k| !std::mem::replace(&mut counted[k], true));
+        if first {
             e.3 = e.3.saturating_add(gap_before(cause).map_or(0, |x| x.1));
         }
     }
+    let mut acc: BTreeMap<(u32, &str), Roots> = BTreeMap::new();
+    for ((rank, func), v) in by_call {
+        let e = acc.entry((rank, times.name_of(rank, func))).or_default();
+        e.0 = e.0.saturating_add(v.0);
+        e.1 += v.1;
+        e.2 += v.2;
+        e.3 = e.3.saturating_add(v.3);
+    }
     acc
+}
+
+/// A set of a trace's records, each member numbered by its place in
+/// record order (rank, thread, index): a bit per record and a count per
+/// word of 64 bits, so that a member's number takes two lookups in small
+/// tables where a hash map or a binary search misses the cache.
+struct Numbered {
+    /// Every thread: (its first bit, rank, thread index, records), in
+    /// record order.
+    threads: Vec<(usize, u32, u32, usize)>,
+    /// Where each rank's threads begin in `threads`, by rank less `first`.
+    of_rank: Vec<usize>,
+    first: u32,
+    words: Vec<u64>,
+    /// Members in the words before each.
+    before: Vec<u32>,
+    len: usize,
+}
+
+impl Numbered {
+    fn new(trace: &Trace, members: impl Iterator<Item = EventRef>) -> Numbered {
+        let threads = (trace.ranks.iter())
+            .flat_map(|r| (r.threads.iter()).map(|th| (r.rank, th.index, th.records.len())));
+        Numbered::over(trace.first, threads, members)
+    }
+
+    /// The set of `members` among the records of `threads`: (rank, thread
+    /// index, records) in order, ranks from `first` on without a gap.
+    fn over(
+        first: u32,
+        threads: impl Iterator<Item = (u32, u32, usize)>,
+        members: impl Iterator<Item = EventRef>,
+    ) -> Numbered {
+        let (mut all, mut of_rank, mut next) = (Vec::new(), Vec::new(), 0);
+        for (rank, thread, records) in threads {
+            while of_rank.len() <= (rank - first) as usize {
+                of_rank.push(all.len());
+            }
+            all.push((next, rank, thread, records));
+            next += records;
+        }
+        of_rank.push(all.len());
+        let mut set = Numbered {
+            threads: all,
+            of_rank,
+            first,
+            words: vec![0; next.div_ceil(64)],
+            before: Vec::new(),
+            len: 0,
+        };
+        for at in members {
+            if let Some(bit) = set.bit(at) {
+                set.words[bit / 64] |= 1 << (bit % 64);
+            }
+        }
+        set.before = (set.words.iter())
+            .scan(0u32, |n, w| {
+                let at = *n;
+                *n += w.count_ones();
+                Some(at)
+            })
+            .collect();
+        set.len = set.words.iter().map(|w| w.count_ones() as usize).sum();
+        set
+    }
+
+    /// Where record `at` is among all the trace's records.
+    fn bit(&self, at: EventRef) -> Option<usize> {
+        let r = at.rank.checked_sub(self.first)? as usize;
+        let threads = self
+            .threads
+            .get(*self.of_rank.get(r)?..*self.of_rank.get(r + 1)?)?;
+        let &(first, _, _, len) = threads.iter().find(|t| t.2 == at.thread)?;
+        (at.pos() < len).then_some(first + at.pos())
+    }
+
+    /// Member number `k`.
+    fn member(&self, k: usize) -> EventRef {
+        let w = self.before.partition_point(|&b| b as usize <= k) - 1;
+        let mut word = self.words[w];
+        for _ in 0..k - self.before[w] as usize {
+            word &= word - 1;
+        }
+        let bit = w * 64 + word.trailing_zeros() as usize;
+        let t = self.threads[self.threads.partition_point(|t| t.0 <= bit) - 1];
+        EventRef {
+            rank: t.1,
+            thread: t.2,
+            index: (bit - t.0) as u32,
+        }
+    }
+
+    /// How many members there are.
+    fn len(&self) -> usize {
+        self.len
+    }
+
+    /// `at`'s number among the members, if it is one.
+    fn number(&self, at: EventRef) -> Option<usize> {
+        let bit = self.bit(at)?;
+        let word = self.words[bit / 64];
+        let mask = 1u64 << (bit % 64);
+        (word & mask != 0)
+            .then(|| (self.before[bit / 64] + (word & (mask - 1)).count_ones()) as usize)
+    }
 }
 
 /// A root cause's tallies: the waiting it caused, the waits, the
@@ -440,9 +575,24 @@ fn summarize(trace: &Trace, times: &Times, waits: &[Wait]) -> WaitStates {
     for (rank, ns) in trace.ranks.iter().zip(mpi_by_rank) {
         t.mpi_time(rank.rank, ns);
     }
+    // Summed by function id first, then by name: a few keys.
+    type Sums<K> = rustc_hash::FxHashMap<K, (u64, u64)>;
+    let (mut at, mut by) = (Sums::default(), Sums::default());
     for w in waits {
-        t.wait(w, times.name(w.at));
-        t.cause(w.cause.rank, times.name(w.cause), w.kind, w.ns);
+        let e = at
+            .entry((w.at.rank, times.func(w.at), w.kind, w.comm))
+            .or_default();
+        *e = (e.0.saturating_add(w.ns), e.1 + 1);
+        let e = by
+            .entry((w.cause.rank, times.func(w.cause), w.kind))
+            .or_default();
+        *e = (e.0.saturating_add(w.ns), e.1 + 1);
+    }
+    for ((rank, func, kind, comm), v) in at {
+        t.waits(rank, times.name_of(rank, func), kind, comm, v);
+    }
+    for ((rank, func, kind), v) in by {
+        t.causes(rank, times.name_of(rank, func), kind, v);
     }
     for ((rank, function), v) in roots(trace, times, waits) {
         t.root(rank, function, v);
@@ -514,11 +664,29 @@ impl<'a> Tallies<'a> {
 
     /// Wait `w`, in a call of `function`.
     pub fn wait(&mut self, w: &Wait, function: &'a str) {
-        let one = (w.ns, 1);
-        tally(&mut self.by_kind, w.kind, one);
-        tally(&mut self.by_rank, (w.at.rank, w.kind), one);
-        tally(&mut self.by_function, (function.into(), w.kind), one);
-        tally(&mut self.by_comm, (w.comm, w.kind), one);
+        self.waits(w.at.rank, function, w.kind, w.comm, (w.ns, 1));
+    }
+
+    /// `n` waits of `kind` for `ns` in all, at rank `rank`'s calls of
+    /// `function` in communicator `comm`.
+    pub fn waits(
+        &mut self,
+        rank: u32,
+        function: &'a str,
+        kind: &'static str,
+        comm: u64,
+        (ns, n): (u64, u64),
+    ) {
+        tally(&mut self.by_kind, kind, (ns, n));
+        tally(&mut self.by_rank, (rank, kind), (ns, n));
+        tally(&mut self.by_function, (function.into(), kind), (ns, n));
+        tally(&mut self.by_comm, (comm, kind), (ns, n));
+    }
+
+    /// `n` waits of `kind` for `ns` in all, caused by rank `rank`'s calls
+    /// of `function`.
+    pub fn causes(&mut self, rank: u32, function: &'a str, kind: &'static str, v: (u64, u64)) {
+        tally(&mut self.causes, (rank, function.into(), kind), v);
     }
 
     /// A wait of `kind` for `ns` caused by rank `rank`'s call of
@@ -781,6 +949,55 @@ mod tests {
             comm: 1,
             ns,
             cause: at(cause, 3),
+        }
+    }
+
+    /// Members of a set of records are numbered in record order, found
+    /// again by number, and nothing else is a member.
+    #[test]
+    fn a_set_of_records_numbers_its_members_in_record_order() {
+        // Rank 4: threads 0 (100 records) and 3 (70); rank 5: thread 0 (10).
+        let threads = [(4, 0, 100), (4, 3, 70), (5, 0, 10)];
+        let r = |rank, thread, index| EventRef {
+            rank,
+            thread,
+            index,
+        };
+        let members = [
+            r(5, 0, 9),
+            r(4, 3, 0),
+            r(4, 0, 63),
+            r(4, 0, 64),
+            r(4, 3, 69),
+            r(4, 0, 0),
+        ];
+        // Not records: a thread, an index and ranks that are not there.
+        let strays = [
+            r(4, 1, 0),
+            r(4, 0, 100),
+            r(3, 0, 0),
+            r(6, 0, 0),
+            r(5, 0, 10),
+        ];
+        let set = Numbered::over(4, threads.into_iter(), members.into_iter().chain(strays));
+        assert_eq!(set.len(), 6);
+        let order = [
+            r(4, 0, 0),
+            r(4, 0, 63),
+            r(4, 0, 64),
+            r(4, 3, 0),
+            r(4, 3, 69),
+            r(5, 0, 9),
+        ];
+        for (k, &at) in order.iter().enumerate() {
+            assert_eq!(set.number(at), Some(k), "{at:?}");
+            assert_eq!(set.member(k), at);
+        }
+        for at in strays
+            .into_iter()
+            .chain([r(4, 0, 1), r(4, 3, 1), r(5, 0, 0)])
+        {
+            assert_eq!(set.number(at), None, "{at:?}");
         }
     }
 
