@@ -2,6 +2,7 @@
 //! refers to, and the collectives' shapes.
 
 use super::*;
+use rayon::prelude::*;
 
 /// One step of a rank, in order.
 #[derive(Debug, Clone, Copy)]
@@ -89,7 +90,6 @@ pub(super) struct Plan {
 #[derive(Default)]
 pub(super) struct Found {
     pub(super) instances: Vec<Instance>,
-    pub(super) comm_rank: CommRanks,
     pub(super) of: HashMap<(u64, u64, u64), usize>,
 }
 
@@ -170,90 +170,59 @@ impl Found {
                 root,
                 size,
             });
-            self.comm_rank.push(c);
             self.instances.len() - 1
         }))
     }
 }
 
 pub(super) fn plan(trace: &Trace, m: &Messages) -> Plan {
-    let n = trace.ranks.len();
-    let mut found = Found::default();
-    let mut events: Vec<Steps> = Vec::new();
-    let mut stream_rank = Vec::new();
-    let mut stream_at = Vec::new();
-    let mut dense = Vec::with_capacity(n);
-    let mut multi = Vec::new();
-    for (ri, rank) in trace.ranks.iter().enumerate() {
+    // Each rank's steps side by side, its instances numbered in the order
+    // it meets them; then numbered across ranks in rank order, each
+    // rank's in that order: the numbers one walk over the ranks in turn
+    // would give. As many ranks at a time as there are threads, so that
+    // only their instance tables are held beside the whole's.
+    let mut instances = Vec::new();
+    let mut comm_rank = CommRanks::default();
+    let mut of: HashMap<(u64, u64, u64), usize> = HashMap::default();
+    let mut keys = Vec::new();
+    let mut parts: Vec<(Vec<Steps>, Vec<u32>, Vec<bool>)> = Vec::with_capacity(trace.ranks.len());
+    for wave in trace.ranks.chunks(rayon::current_num_threads().max(1)) {
+        let planned: Vec<RankPlan> = (wave.par_iter())
+            .map(|rank| rank_plan(trace, m, rank))
+            .collect();
+        for part in planned {
+            let numbers = (part.keys.iter().enumerate())
+                .map(|(i, &key)| {
+                    *of.entry(key).or_insert_with(|| {
+                        instances.push(part.instances[i]);
+                        // The key's first part is the communicator.
+                        let c = trace.comms.get(key.0);
+                        comm_rank.push(c.expect("an instance's communicator is known"));
+                        keys.push(key);
+                        instances.len() - 1
+                    }) as u32
+                })
+                .collect();
+            parts.push((part.streams, numbers, part.dense));
+        }
+    }
+    let mut events = Vec::new();
+    let (mut stream_rank, mut stream_at, mut dense, mut multi) = (vec![], vec![], vec![], vec![]);
+    for (ri, (streams, numbers, rank_dense)) in parts.iter_mut().enumerate() {
+        let rank = &trace.ranks[ri];
         if rank.threads.len() > 1 {
             multi.push(rank.rank);
         }
-        // Threads are separate streams: their order is not MPI's to know.
-        let mut stream_of: HashMap<u32, usize> = HashMap::default();
-        for th in &rank.threads {
-            stream_of.insert(th.index, events.len());
-            events.push(Steps::default());
+        for (th, steps) in rank.threads.iter().zip(streams.drain(..)) {
+            events.push((steps, &*numbers));
             stream_rank.push(ri);
             stream_at.push((rank.rank, th.index));
         }
-        let mut state = RankState {
-            send_inits: crate::matching::send_inits(rank),
-            icoll_of: HashMap::default(),
-            coll_inits: HashMap::default(),
-        };
-        // Calls of all threads in time order.
-        let (steps, rank_dense) = call_order(rank);
-        // Per thread slot: its sends, receives completed and posted.
-        let mut cursors: Vec<[Cursor; 3]> = (0..rank.threads.len())
-            .map(|slot| {
-                let t = m.ends.thread(rank.rank, slot);
-                [
-                    Cursor::new(&t.sends),
-                    Cursor::new(&t.done),
-                    Cursor::new(&t.posted),
-                ]
-            })
-            .collect();
-        for (slot, index) in steps {
-            let slot = slot as usize;
-            let [sends, done, posted] = &mut cursors[slot];
-            let (sends, done) = (sends.at(index), done.at(index));
-            let posted = posted.at(index);
-            let records = &rank.threads[slot].records;
-            let at = EventRef {
-                rank: rank.rank,
-                thread: rank.threads[slot].index,
-                index,
-            };
-            let stream = stream_of[&at.thread];
-            let before = events[stream].bytes();
-            let call = &records.call(at.pos()).expect("a call");
-            let ends = Ends {
-                sends,
-                done,
-                posted,
-            };
-            state.steps(trace, rank, m, &mut found, call, ends, &mut events[stream]);
-            let evs = &mut events[stream];
-            if evs.bytes() > before || rank_dense[slot] {
-                evs.push(Ev::End(at.index));
-            }
-        }
-        let first = events.len() - rank.threads.len();
-        for stream in &mut events[first..] {
-            stream.shrink_to_fit();
-        }
-        dense.push(rank_dense);
+        dense.push(std::mem::take(rank_dense));
     }
-    let Found {
-        instances,
-        comm_rank,
-        of,
-    } = found;
-    let mut keys = vec![(0, 0, 0); instances.len()];
-    for (key, i) in of {
-        keys[i] = key;
-    }
+    let events = (events.into_par_iter())
+        .map(|(steps, numbers)| steps.renumbered(numbers))
+        .collect();
     multi.sort_unstable();
     Plan {
         events,
@@ -264,6 +233,72 @@ pub(super) fn plan(trace: &Trace, m: &Messages) -> Plan {
         multi,
         dense,
         stream_at,
+    }
+}
+
+/// One rank's part of the plan: its threads' steps, with its instances
+/// numbered in the order the rank meets them (each one's key and shape
+/// by that number).
+struct RankPlan {
+    streams: Vec<Steps>,
+    keys: Vec<(u64, u64, u64)>,
+    instances: Vec<Instance>,
+    dense: Vec<bool>,
+}
+
+fn rank_plan(trace: &Trace, m: &Messages, rank: &Rank) -> RankPlan {
+    let mut found = Found::default();
+    // Threads are separate streams: their order is not MPI's to know.
+    let mut streams: Vec<Steps> = (0..rank.threads.len()).map(|_| Steps::default()).collect();
+    let mut state = RankState {
+        send_inits: crate::matching::send_inits(rank),
+        icoll_of: HashMap::default(),
+        coll_inits: HashMap::default(),
+    };
+    // Calls of all threads in time order.
+    let (steps, dense) = call_order(rank);
+    // Per thread slot: its sends, receives completed and posted.
+    let mut cursors: Vec<[Cursor; 3]> = (0..rank.threads.len())
+        .map(|slot| {
+            let t = m.ends.thread(rank.rank, slot);
+            [
+                Cursor::new(&t.sends),
+                Cursor::new(&t.done),
+                Cursor::new(&t.posted),
+            ]
+        })
+        .collect();
+    for (slot, index) in steps {
+        let slot = slot as usize;
+        let [sends, done, posted] = &mut cursors[slot];
+        let (sends, done) = (sends.at(index), done.at(index));
+        let posted = posted.at(index);
+        let records = &rank.threads[slot].records;
+        let evs = &mut streams[slot];
+        let before = evs.bytes();
+        let call = &records.call(index as usize).expect("a call");
+        let ends = Ends {
+            sends,
+            done,
+            posted,
+        };
+        state.steps(trace, rank, m, &mut found, call, ends, evs);
+        if evs.bytes() > before || dense[slot] {
+            evs.push(Ev::End(index));
+        }
+    }
+    for stream in &mut streams {
+        stream.shrink_to_fit();
+    }
+    let mut keys = vec![(0, 0, 0); found.instances.len()];
+    for (key, i) in found.of {
+        keys[i] = key;
+    }
+    RankPlan {
+        streams,
+        keys,
+        instances: found.instances,
+        dense,
     }
 }
 
@@ -390,13 +425,7 @@ impl<'r> RankState<'r> {
 /// order, and whether each thread's calls come out of record order (then
 /// every call is visited, so that each gets a clock of its own; else only
 /// calls with a payload, since the others take part in no rule).
-pub(super) fn call_order(rank: &Rank) -> (Vec<(u32, u32)>, Vec<bool>) {
-    let with_payload = |ev: &pmtrace_trace::Events, slot: u32| {
-        (0..ev.len() as u32)
-            .filter(|&i| ev.has_payload(i as usize))
-            .map(move |i| (slot, i))
-            .collect::<Vec<_>>()
-    };
+pub(super) fn call_order(rank: &Rank) -> (Box<dyn Iterator<Item = (u32, u32)> + '_>, Vec<bool>) {
     // One thread whose calls start in record order (the common case):
     // time order is record order, without a sort.
     if let [th] = rank.threads.as_slice() {
@@ -409,7 +438,10 @@ pub(super) fn call_order(rank: &Rank) -> (Vec<(u32, u32)>, Vec<bool>) {
             ok
         });
         if in_order {
-            return (with_payload(ev, 0), vec![false]);
+            let calls = (0..ev.len() as u32)
+                .filter(|&i| ev.has_payload(i as usize))
+                .map(|i| (0, i));
+            return (Box::new(calls), vec![false]);
         }
     }
     // (start, thread slot, record) of every call, in time order (threads
@@ -441,6 +473,6 @@ pub(super) fn call_order(rank: &Rank) -> (Vec<(u32, u32)>, Vec<bool>) {
                     .has_payload(index as usize)
         })
         .map(|(_, slot, index)| (slot, index))
-        .collect();
-    (steps, dense)
+        .collect::<Vec<_>>();
+    (Box::new(steps.into_iter()), dense)
 }

@@ -120,6 +120,26 @@ impl Steps {
     pub(super) fn shrink_to_fit(&mut self) {
         self.bytes.shrink_to_fit();
     }
+
+    /// These steps with each instance `i` entered or exited as
+    /// `numbers[i]`.
+    pub(super) fn renumbered(self, numbers: &[u32]) -> Steps {
+        if numbers.iter().enumerate().all(|(i, &n)| n as usize == i) {
+            return self;
+        }
+        let mut out = Steps::default();
+        out.bytes.reserve_exact(self.bytes.len());
+        let mut at = At::default();
+        while let Some((ev, next)) = self.get(&at) {
+            at.past(ev, next);
+            out.push(match ev {
+                Ev::Enter(i) => Ev::Enter(numbers[i as usize]),
+                Ev::Exit(i) => Ev::Exit(numbers[i as usize]),
+                ev => ev,
+            });
+        }
+        out
+    }
 }
 
 impl At {
@@ -146,6 +166,38 @@ mod tests {
         }
         assert!(s.done(&at));
         out
+    }
+
+    /// Renumbered steps read back as the steps pushed with the new
+    /// numbers; the same numbers leave the bytes as they are.
+    #[test]
+    fn renumbered_steps_are_those_pushed_with_the_numbers() {
+        let evs = [
+            Ev::Enter(0),
+            Ev::Exit(0),
+            Ev::Send(4),
+            Ev::Enter(1),
+            Ev::End(9),
+            Ev::Enter(2),
+            Ev::Exit(1),
+            Ev::Exit(2),
+        ];
+        let mut s = Steps::default();
+        evs.iter().for_each(|&e| s.push(e));
+        let numbers = [7, 300, 2];
+        let mut want = Steps::default();
+        for e in evs {
+            want.push(match e {
+                Ev::Enter(i) => Ev::Enter(numbers[i as usize]),
+                Ev::Exit(i) => Ev::Exit(numbers[i as usize]),
+                e => e,
+            });
+        }
+        let same = s.renumbered(&[0, 1, 2]);
+        let got = same.renumbered(&numbers);
+        assert_eq!(got.bytes, want.bytes);
+        assert_eq!(format!("{:?}", read(&got)), format!("{:?}", read(&want)));
+        assert!(format!("{:?}", read(&got)).contains("Enter(300)"));
     }
 
     #[test]
