@@ -450,6 +450,17 @@ impl LateSenders {
         }
     }
 
+    /// Adds the late senders `later` found, among receives offered after
+    /// these.
+    pub fn merge(&mut self, later: LateSenders) {
+        for (key, v) in later.0 {
+            let e = self.0.entry(key).or_insert(v);
+            if v.0 > e.0 {
+                *e = v;
+            }
+        }
+    }
+
     /// The waits, by waiting call.
     pub fn waits(self) -> impl Iterator<Item = Wait> {
         (self.0.into_iter()).filter(|(_, (ns, _, _))| *ns > 0).map(
@@ -482,30 +493,43 @@ pub fn find(
     instances: &[Instance<MemberCalls>],
     times: &Times,
 ) -> Vec<Wait> {
+    // The messages in parts side by side. The parts' late senders merge in
+    // order, so that of a call's equal waits the first offered stays.
+    let parts: Vec<(Vec<Wait>, LateSenders)> = (messages.matched.par_chunks(1 << 16))
+        .map(|part| {
+            let mut waits: Vec<Wait> = Vec::new();
+            let mut late_senders = LateSenders::default();
+            for m in part {
+                let (s, r) = (&messages.sends[m.send], &messages.recvs[m.recv]);
+                let (Some(done), Some(send)) = (times.of(r.completion), times.of(s.call)) else {
+                    continue;
+                };
+                if blocking(trace, times, r.completion).0 {
+                    late_senders.add(s, r, done, send.0);
+                }
+                let Some((posted, _)) = times.of(r.post) else {
+                    continue;
+                };
+                if blocking(trace, times, s.call).1 {
+                    waits.extend(late_receiver(s, r, send, posted));
+                }
+            }
+            (waits, late_senders)
+        })
+        .collect();
     let mut waits: Vec<Wait> = Vec::new();
     let mut late_senders = LateSenders::default();
-    for m in &messages.matched {
-        let (s, r) = (&messages.sends[m.send], &messages.recvs[m.recv]);
-        let (Some(done), Some(send)) = (times.of(r.completion), times.of(s.call)) else {
-            continue;
-        };
-        if blocking(trace, times, r.completion).0 {
-            late_senders.add(s, r, done, send.0);
-        }
-        let Some((posted, _)) = times.of(r.post) else {
-            continue;
-        };
-        if blocking(trace, times, s.call).1 {
-            waits.extend(late_receiver(s, r, send, posted));
-        }
+    for (part, late) in parts {
+        waits.extend(part);
+        late_senders.merge(late);
     }
     waits.extend(late_senders.waits());
 
     // Blocking collectives.
-    for inst in instances {
-        waits.extend(in_collective(inst, |at| times.of(at)));
-    }
-
+    let colls: Vec<Vec<Wait>> = (instances.par_iter())
+        .map(|inst| in_collective(inst, |at| times.of(at)))
+        .collect();
+    waits.extend(colls.into_iter().flatten());
     waits
 }
 
