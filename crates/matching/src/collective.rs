@@ -547,8 +547,10 @@ pub struct MemberOf {
 /// it), rank by rank, each rank's in call order.
 pub fn members(trace: &Trace, mut each: impl FnMut(MemberOf)) {
     for rank in &trace.ranks {
-        // Where each nonblocking collective completed.
-        let done_at = rank.completions();
+        // Where each nonblocking collective completed: read the first time
+        // one is met (a rank of blocking collectives has none to look up).
+        let done_at = std::cell::OnceCell::new();
+        let done_at = || done_at.get_or_init(|| rank.completions());
         // Persistent collectives by op id, and how often each was started.
         let mut inits: HashMap<u64, (Call, u64)> = HashMap::default();
         for (_, c) in rank.payload_calls_of(|k| k == Kind::CollInit) {
@@ -566,7 +568,7 @@ pub fn members(trace: &Trace, mut each: impl FnMut(MemberOf)) {
                 (Kind::CollInit, _) => {}
                 (kind, &Payload::Coll { op, .. }) => {
                     let exit = if kind == Kind::Icoll {
-                        op.and_then(|op| done_at.get(&op)).copied()
+                        op.and_then(|op| done_at().get(&op)).copied()
                     } else {
                         Some(at)
                     };
@@ -576,7 +578,7 @@ pub fn members(trace: &Trace, mut each: impl FnMut(MemberOf)) {
                     for &(init, instance) in started.iter() {
                         if let Some((made, k)) = init.and_then(|i| inits.get_mut(&i)) {
                             *k += 1;
-                            members.push((*made, *k, at, done_at.get(&instance).copied()));
+                            members.push((*made, *k, at, done_at().get(&instance).copied()));
                         }
                     }
                 }

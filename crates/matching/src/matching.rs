@@ -543,7 +543,9 @@ impl SendIds {
                     let mut sends = Cursor::new(&ends.thread(rank.rank, slot).sends);
                     let mut of_n: Vec<u32> = Vec::new();
                     let ev = &th.records;
-                    for index in (0..ev.len()).filter(|&i| ev.has_payload(i)) {
+                    // Only a call whose payload may send takes an id (the
+                    // rest are not decoded).
+                    for index in (0..ev.len()).filter(|&i| ev.may_send(i)) {
                         let call = ev.call(index).expect("a call");
                         let here = sends.at(index as u32);
                         let mut take = |item: u32| {

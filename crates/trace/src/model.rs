@@ -794,6 +794,16 @@ impl Events {
         v != tag::NONE && v < tag::BUFFER_WAIT
     }
 
+    /// Whether record `i` is a call whose payload is a send, a send and
+    /// receive (blocking or not), or a start: the calls that may send.
+    #[inline]
+    pub fn may_send(&self, i: usize) -> bool {
+        matches!(
+            self.tag[i] & tag::VARIANT,
+            tag::SEND | tag::SENDRECV | tag::ISENDRECV | tag::START
+        )
+    }
+
     /// The function of record `i`, if it is a call.
     #[inline]
     pub fn func(&self, i: usize) -> Option<u32> {
