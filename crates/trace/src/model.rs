@@ -41,7 +41,7 @@
 //! read the columns themselves ([`Events::stamps`], [`Events::func`]).
 
 use pmtrace_format::record::{self as fmt, CommDef, Completion, Pb, Status};
-use pmtrace_format::varint::{get_u, put_u, unzigzag, zigzag, MAX_VARINT};
+use pmtrace_format::varint::{get_u, unzigzag, zigzag};
 
 /// One record, viewed (see [`Events::get`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -264,11 +264,14 @@ struct Put<'a>(&'a mut Vec<u8>);
 
 impl Put<'_> {
     #[inline]
-    fn u(&mut self, v: u64) -> &mut Self {
-        let mut b = [0u8; MAX_VARINT];
-        let mut n = 0;
-        put_u(&mut b, &mut n, v);
-        self.0.extend_from_slice(&b[..n]);
+    fn u(&mut self, mut v: u64) -> &mut Self {
+        // Byte by byte: a copy of a few bytes from a scratch buffer is a
+        // call to memcpy.
+        while v >= 0x80 {
+            self.0.push((v as u8) | 0x80);
+            v >>= 7;
+        }
+        self.0.push(v as u8);
         self
     }
 
