@@ -150,13 +150,18 @@ pub fn chain_next(
 /// root is where it ends, or its call after [`CHAIN_STEPS`] steps: which
 /// chain ran first does not change it.
 fn roots<'t>(trace: &Trace, times: &'t Times, waits: &[Wait]) -> BTreeMap<(u32, &'t str), Roots> {
-    // The longest wait of each call that waited (the first of equals).
+    // The longest wait of each call that waited, by the call's number (of
+    // equals the last, as `max_by_key` gives). A wait at no record of the
+    // trace has no number, and no place here.
     let waited = Numbered::new(trace, waits.iter().map(|w| w.at));
     let mut longest: Vec<u32> = Vec::with_capacity(waited.len());
     for (i, w) in waits.iter().enumerate() {
+        if waited.bit(w.at).is_none() {
+            continue;
+        }
         match longest.last_mut() {
             Some(l) if waits[*l as usize].at == w.at => {
-                if w.ns > waits[*l as usize].ns {
+                if w.ns >= waits[*l as usize].ns {
                     *l = i as u32;
                 }
             }
