@@ -714,7 +714,13 @@ impl<'a> Tallies<'a> {
 
     /// `n` waits of `kind` for `ns` in all, caused by rank `rank`'s calls
     /// of `function`.
-    pub fn causes(&mut self, rank: u32, function: &'a str, kind: &'static str, v: (u64, u64)) {
+    pub fn causes(
+        &mut self,
+        rank: u32,
+        function: impl Into<Cow<'a, str>>,
+        kind: &'static str,
+        v: (u64, u64),
+    ) {
         tally(&mut self.causes, (rank, function.into(), kind), v);
     }
 
@@ -727,7 +733,7 @@ impl<'a> Tallies<'a> {
         kind: &'static str,
         ns: u64,
     ) {
-        tally(&mut self.causes, (rank, function.into(), kind), (ns, 1));
+        self.causes(rank, function, kind, (ns, 1));
     }
 
     /// A root cause's tallies, at rank `rank`'s calls of `function`.
