@@ -3,9 +3,9 @@
 //! end on synchronized time (recorded time where sync did not run), after
 //! Scalasca's critical-path analysis.
 //!
-//! The walk starts where the last rank entered `MPI_Finalize` (the end of
-//! the window [`crate::metrics`] uses) and goes back in that rank's main
-//! thread. Time between calls is computation; a call is MPI time, except
+//! The walk starts at the end of the window [`crate::metrics`] uses (where
+//! the first rank entered `MPI_Finalize`), on the rank whose last call
+//! starts last, and goes back in that rank's main thread. Time between calls is computation; a call is MPI time, except
 //! where it waited (a wait state, [`crate::waits`]): there the path leaves
 //! for the rank that was late, at the start of its call, since that rank's
 //! progress is what the waiting call depended on. The walk stops at the
@@ -414,9 +414,9 @@ fn differences(plain: &CriticalPath, weighted: &CriticalPath, n: usize) -> Vec<S
     out
 }
 
-/// The rank that entered `MPI_Finalize` last (at `to`), and `to`.
 /// Where the walk starts: the rank whose main thread's last call starts
-/// last (the first such rank), at that start (at most `to`).
+/// last (the first such rank), at that start or at the window's end `to`,
+/// whichever comes first.
 pub fn end_point(trace: &Trace, times: &Times, to: u64) -> Option<(u32, u64)> {
     let mut best: Option<(u64, u32)> = None;
     for rank in &trace.ranks {
