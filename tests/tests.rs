@@ -1634,6 +1634,18 @@ fn ranks_of_one_host_share_the_offset_their_leader_measured() {
             assert!(mu > 0 && mu < 1_000_000, "intra-host latency {mu} ns");
             assert_eq!(o.latency_inter_ns, None);
         }
+        // pmtrace's start (the offsets measured among it) is inside the
+        // MPI_Init the application called, not computation after it.
+        let (_, init) = r.calls().next().unwrap();
+        assert_eq!(r.function_name(init.func), "MPI_Init");
+        let at = r.header.offset_init.unwrap().local_ns;
+        assert!(
+            (init.t_start..init.t_end).contains(&at),
+            "rank {}: offset measured at {at} ns, MPI_Init {}..{} ns",
+            r.header.rank,
+            init.t_start,
+            init.t_end
+        );
         // And one TSC scale, rank 0's: each rank's own calibration would
         // drift from the others' by hundreds of ns in ten seconds.
         let timer = &r.header.timer;

@@ -441,7 +441,6 @@ fn start_tracing(
         clock::simulate(sim);
     }
     let t0 = clock::simulated(t0);
-    let t1 = clock::now();
 
     let spawned = has_parent();
     let mine = (rank == 0).then(|| prepare_dir(&cfg, spawned));
@@ -503,6 +502,18 @@ fn start_tracing(
             crate::live_site::install();
         }
     }
+    // The channel's wake-up names the sending thread (`thread::current`),
+    // which allocates the first time: done now, so that this thread's
+    // first buffer hand-off, in the middle of its calls, does not.
+    let _ = std::thread::current();
+    // A thread that finds the flusher's queue full blocks on it, and its
+    // first wait on any channel makes the thread's waiting context (an
+    // allocation): made now, by a wait that times out, before the ranks
+    // agree (the sleep is then not skew between the ends of their
+    // MPI_Init). A thread waiting for a free buffer sleeps on a futex
+    // (`flusher::spare`), not a channel.
+    let (_keep, never) = crossbeam_channel::bounded::<()>(1);
+    let _ = never.recv_timeout(std::time::Duration::from_millis(1));
     // All ranks trace or none: a rank without a trace file would skip the
     // communicator id agreement (a hidden collective) that the others run.
     let failed_rank = lowest_failed_rank(rank, local.is_err());
@@ -524,21 +535,11 @@ fn start_tracing(
     }
     let Ok((tx, handle)) = local else { return };
     recorder::set_flusher(tx);
-    // The channel's wake-up names the sending thread (`thread::current`),
-    // which allocates the first time: done now, so that this thread's
-    // first buffer hand-off, in the middle of its calls, does not.
-    let _ = std::thread::current();
-    // A thread that finds the flusher's queue full blocks on it, and its
-    // first wait on any channel makes the thread's waiting context (an
-    // allocation): made now, by a wait that times out. (A thread waiting
-    // for a free buffer sleeps on a futex, `flusher::spare`, not a channel.)
-    let (_keep, never) = crossbeam_channel::bounded::<()>(1);
-    let _ = never.recv_timeout(std::time::Duration::from_millis(1));
     if let Some(s) = SESSION.lock().as_mut() {
         s.dir = Some(dir);
         s.flusher = Some(handle);
     }
-    go_active(guard, func, (t0, t1), thread, (rank, size), clocks, cfg.shm);
+    go_active(guard, func, t0, thread, (rank, size), clocks, cfg.shm);
 }
 
 /// Whether every rank of `size` runs this pmtrace, as the ranks announced
@@ -563,11 +564,16 @@ fn every_rank_traced(announced: &peers::Announced, rank: c_int, size: c_int) -> 
 
 /// Tracing on, once the trace file is open: the piggyback layer, the large
 /// headers' shared memory, and the first record (the `MPI_Init` call of
-/// `func`, from `t0` to `t1`) with the communicators known at once.
+/// `func`, from `t0` to now) with the communicators known at once.
+///
+/// The call ends after pmtrace's own start (the trace directory shared,
+/// the clock offsets measured, the files opened, the ranks agreed): the
+/// application waited for all of it in `MPI_Init`, and time after the
+/// call's end is the application's computation.
 fn go_active(
     guard: &Guard,
     func: u32,
-    (t0, t1): (u64, u64),
+    t0: u64,
     thread: Option<(c_int, c_int)>,
     (rank, size): (c_int, c_int),
     clocks: Mode,
@@ -585,6 +591,7 @@ fn go_active(
     recorder::set_main_thread();
     let rec = guard.recorder();
     rec.set_origin(t0);
+    let t1 = clock::now();
     if let Some(mut w) = rec.begin_call(func, t0, t1, 0, MAX_FIXED_RECORD) {
         if let Some((required, provided)) = thread {
             w.put_i(i64::from(required));
