@@ -266,7 +266,8 @@ fn plain<F: Fabric + ?Sized>(
 ) -> (Option<Walk>, u64, BTreeSet<(u32, u32)>) {
     let trace = &b.trace;
     let me = f.index();
-    let waited = |at: EventRef| critical::largest_wait(waits, at);
+    let lookup = critical::LargestWaits::new(waits);
+    let waited = |at: EventRef| lookup.get(at);
     let limit = sum_of(f, trace.events()) as usize * 2 + 16;
     let start = end_point(f, b, times, to);
     let token = start

@@ -12,6 +12,8 @@
 //! window's start (the last end of `MPI_Init`). Every nanosecond of the
 //! window is on the path exactly once, so the shares add up to 1.
 
+use std::cell::Cell;
+
 use pmtrace_trace::read::{EventRef, Trace};
 use pmtrace_trace::wire::{In, Out, Wire};
 use rustc_hash::FxHashMap as HashMap;
@@ -121,7 +123,8 @@ pub(crate) fn compute_sorted(
     keep: bool,
 ) -> CriticalPath {
     let (from, to) = window;
-    let waited = |at: EventRef| largest_wait(waits, at);
+    let lookup = LargestWaits::new(waits);
+    let waited = |at: EventRef| lookup.get(at);
     let mut acc = if phases.is_some() || keep {
         Walk::keeping(from, to)
     } else {
@@ -161,6 +164,64 @@ pub fn largest_wait(waits: &[Wait], at: EventRef) -> Option<Wait> {
         .take_while(|w| w.at == at)
         .max_by_key(|w| w.ns)
         .copied()
+}
+
+/// [`largest_wait`] for a walk back in time: each rank's lookup starts
+/// where its last one ended, so that a walk over a rank's calls, latest
+/// first, reads each wait about once instead of searching all of them at
+/// every call. A lookup far from the last falls back to the search.
+pub struct LargestWaits<'w> {
+    waits: &'w [Wait],
+    /// Per rank: where its last lookup's waits start in `waits` (or
+    /// `usize::MAX` before the first).
+    last: Vec<Cell<usize>>,
+}
+
+impl<'w> LargestWaits<'w> {
+    /// Over `waits`, sorted by the waiting call.
+    pub fn new(waits: &'w [Wait]) -> LargestWaits<'w> {
+        let ranks = waits.iter().map(|w| w.at.rank as usize + 1).max();
+        LargestWaits {
+            waits,
+            last: vec![Cell::new(usize::MAX); ranks.unwrap_or(0)],
+        }
+    }
+
+    /// The largest wait of the call at `at`, as [`largest_wait`] gives it.
+    pub fn get(&self, at: EventRef) -> Option<Wait> {
+        const NEAR: usize = 32;
+        let key = |at: EventRef| (at.rank, at.thread, at.index);
+        let k = key(at);
+        let search = || self.waits.partition_point(|w| key(w.at) < k);
+        let last = self.last.get(at.rank as usize);
+        let first = match last.map(Cell::get) {
+            Some(mut p) if p != usize::MAX => {
+                let mut steps = 0;
+                while p > 0 && key(self.waits[p - 1].at) >= k && steps < NEAR {
+                    p -= 1;
+                    steps += 1;
+                }
+                while p < self.waits.len() && key(self.waits[p].at) < k && steps < NEAR {
+                    p += 1;
+                    steps += 1;
+                }
+                if steps == NEAR {
+                    search()
+                } else {
+                    p
+                }
+            }
+            _ => search(),
+        };
+        if let Some(c) = last {
+            c.set(first);
+        }
+        self.waits[first..]
+            .iter()
+            .take_while(|w| w.at == at)
+            .max_by_key(|w| w.ns)
+            .copied()
+    }
 }
 
 /// Where the backward walk is: on `rank` at time `t`, the call to look at
@@ -698,5 +759,67 @@ impl CriticalPath {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(rank: u32, thread: u32, index: u32) -> EventRef {
+        EventRef {
+            rank,
+            thread,
+            index,
+        }
+    }
+
+    fn wait(call: EventRef, ns: u64, cause: u32) -> Wait {
+        Wait {
+            kind: "late sender",
+            at: call,
+            comm: 0,
+            ns,
+            cause: at(7, 0, cause),
+        }
+    }
+
+    /// Waits on rank 0's main thread at every even call, a second thread
+    /// between, rank 1 at every third call with two equal waits at call
+    /// 30: looked up latest first on each rank with hops between, then far
+    /// ahead, then on a rank with no waits, each lookup gives what the
+    /// search over all waits gives.
+    #[test]
+    fn a_lookup_from_the_last_one_finds_what_the_search_finds() {
+        let mut waits: Vec<Wait> = (0..200)
+            .map(|i| wait(at(0, 0, 2 * i), u64::from(i), i))
+            .collect();
+        waits.extend((0..5).map(|i| wait(at(0, 1, i), 100 + u64::from(i), i)));
+        waits.extend((0..100).map(|i| wait(at(1, 0, 3 * i), 7, i)));
+        waits.push(wait(at(1, 0, 30), 7, 500));
+        waits.sort_by_key(|w| (w.at.rank, w.at.thread, w.at.index));
+        let lookup = LargestWaits::new(&waits);
+        let mut asked = Vec::new();
+        for i in (0..420).rev() {
+            asked.push(at(0, 0, i));
+            if i % 50 == 0 {
+                asked.extend((0..320).rev().step_by(7).map(|j| at(1, 0, j)));
+            }
+        }
+        asked.extend([
+            at(0, 0, 398),
+            at(0, 0, 2),
+            at(0, 1, 3),
+            at(5, 0, 1),
+            at(1, 0, 30),
+        ]);
+        for a in asked {
+            assert_eq!(lookup.get(a), largest_wait(&waits, a), "{a:?}");
+        }
+        // By hand: call 10 of rank 0 waited 5 ns; call 11 did not; of the
+        // equal waits of rank 1's call 30, the last.
+        assert_eq!(lookup.get(at(0, 0, 10)).map(|w| w.ns), Some(5));
+        assert_eq!(lookup.get(at(0, 0, 11)), None);
+        assert_eq!(lookup.get(at(1, 0, 30)).map(|w| w.cause.index), Some(500));
     }
 }
