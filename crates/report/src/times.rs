@@ -1,8 +1,10 @@
 //! Start and end times of calls on the report's time base: the times
 //! `pmtrace sync` wrote when it ran, else the recorded ones.
 
+use pmtrace_sync::store::ThreadTimes;
 use pmtrace_sync::Synced;
 use pmtrace_trace::read::{EventRef, Trace};
+use pmtrace_trace::Events;
 
 pub struct Times<'a> {
     pub trace: &'a Trace,
@@ -62,23 +64,13 @@ impl<'a> Times<'a> {
 
     /// The calls of rank `rank`'s thread at `slot`, in record order:
     /// (position among the thread's records, function, start, end).
-    pub fn calls_at(
-        &self,
-        rank: u32,
-        slot: usize,
-    ) -> impl Iterator<Item = (u32, u32, u64, u64)> + 'a {
+    pub fn calls_at(&self, rank: u32, slot: usize) -> CallsAt<'a> {
         let thread = self.trace.held(rank).threads.get(slot);
-        let synced = self.synced.and_then(|s| s.thread_times(rank, slot));
-        let n = thread.map_or(0, |t| t.records.len());
-        (0..n).filter_map(move |p| {
-            let records = &thread?.records;
-            let func = records.func(p)?;
-            let (a, b) = match synced {
-                Some(t) => (t.get(records, 2 * p)?, t.get(records, 2 * p + 1)?),
-                None => records.stamps(p),
-            };
-            Some((p as u32, func, a, b))
-        })
+        CallsAt {
+            records: thread.map(|t| &t.records),
+            synced: self.synced.and_then(|s| s.thread_times(rank, slot)),
+            next: 0,
+        }
     }
 
     /// The calls of rank `rank`'s thread at `slot`, in record order: (function, start, end).
@@ -94,5 +86,41 @@ impl<'a> Times<'a> {
             };
             Some((func, a, b))
         })
+    }
+}
+
+/// The calls of one thread, as [`Times::calls_at`] gives them: a type of
+/// its own, so that a loop over them (the weighted path's sweep) calls no
+/// function through a pointer.
+pub struct CallsAt<'a> {
+    records: Option<&'a Events>,
+    synced: Option<&'a ThreadTimes>,
+    /// The next record to look at.
+    next: usize,
+}
+
+impl Iterator for CallsAt<'_> {
+    /// (position among the thread's records, function, start, end).
+    type Item = (u32, u32, u64, u64);
+
+    #[inline]
+    fn next(&mut self) -> Option<(u32, u32, u64, u64)> {
+        let records = self.records?;
+        while self.next < records.len() {
+            let p = self.next;
+            self.next += 1;
+            let Some(func) = records.func(p) else {
+                continue;
+            };
+            let (a, b) = match self.synced {
+                Some(t) => match (t.get(records, 2 * p), t.get(records, 2 * p + 1)) {
+                    (Some(a), Some(b)) => (a, b),
+                    _ => continue,
+                },
+                None => records.stamps(p),
+            };
+            return Some((p as u32, func, a, b));
+        }
+        None
     }
 }

@@ -37,7 +37,7 @@ use pmtrace_trace::read::{EventRef, Trace};
 use pmtrace_trace::wire::{In, Out, Wire};
 
 use crate::path::{previous_call, Stretch, Walk, COMPUTING};
-use crate::times::Times;
+use crate::times::{CallsAt, Times};
 use crate::waits::Wait;
 
 /// Where a node's heaviest incoming edge came from, if not its own rank.
@@ -227,7 +227,9 @@ pub fn waited_by_call(trace: &Trace, rank: u32, waits: &[Wait]) -> Vec<(u32, u64
 /// the sources at its enters, each by position.
 pub struct Stream<'a, E, S> {
     pub rank: u32,
-    calls: Box<dyn Iterator<Item = (u32, u32, u64, u64)> + 'a>,
+    calls: CallsAt<'a>,
+    /// The window the calls are clipped to.
+    window: (u64, u64),
     /// The current call: position, function, start, end (clipped).
     call: Option<(u32, u32, u64, u64)>,
     /// Its resume time, if it waited.
@@ -261,15 +263,15 @@ impl<'a, E: Copy, S: Copy> Stream<'a, E, S> {
     /// (clipped to the window here).
     pub fn new(
         rank: u32,
-        calls: impl Iterator<Item = (u32, u32, u64, u64)> + 'a,
+        calls: CallsAt<'a>,
         waited: Vec<(u32, u64)>,
         w: &Weigh,
     ) -> Stream<'a, E, S> {
-        let (from, to) = (w.from, w.to);
-        let clip = move |t: u64| t.clamp(from, to);
+        let from = w.from;
         Stream {
             rank,
-            calls: Box::new(calls.map(move |(p, f, a, b)| (p, f, clip(a), clip(b.max(a))))),
+            calls,
+            window: (w.from, w.to),
             call: None,
             resumed: None,
             next_wait: 0,
@@ -297,7 +299,9 @@ impl<'a, E: Copy, S: Copy> Stream<'a, E, S> {
     /// The time and side of the next node.
     fn head(&mut self) -> Option<(u64, Side)> {
         if self.call.is_none() {
-            self.call = self.calls.next();
+            let (from, to) = self.window;
+            let clip = |t: u64| t.clamp(from, to);
+            self.call = (self.calls.next()).map(|(p, f, a, b)| (p, f, clip(a), clip(b.max(a))));
             self.side = Side::Enter;
             self.resumed = match self.call {
                 Some((p, _, a, b)) => resume_at(&self.waited, &mut self.next_wait, p, a, b),
