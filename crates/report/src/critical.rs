@@ -5,7 +5,8 @@
 //!
 //! The walk starts at the end of the window [`crate::metrics`] uses (where
 //! the first rank entered `MPI_Finalize`), on the rank whose last call
-//! starts last, and goes back in that rank's main thread. Time between calls is computation; a call is MPI time, except
+//! starts last, and goes back in that rank's main thread. Time between
+//! calls is computation; a call is MPI time, except
 //! where it waited (a wait state, [`crate::waits`]): there the path leaves
 //! for the rank that was late, at the start of its call, since that rank's
 //! progress is what the waiting call depended on. The walk stops at the

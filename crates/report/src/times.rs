@@ -75,17 +75,7 @@ impl<'a> Times<'a> {
 
     /// The calls of rank `rank`'s thread at `slot`, in record order: (function, start, end).
     pub fn calls(&self, rank: u32, slot: usize) -> impl Iterator<Item = (u32, u64, u64)> + 'a {
-        let r = &self.trace.held(rank);
-        let records = &r.threads[slot].records;
-        let synced = self.synced.and_then(|s| s.thread_times(rank, slot));
-        (0..records.len()).filter_map(move |p| {
-            let func = records.func(p)?;
-            let (a, b) = match synced {
-                Some(t) => (t.get(records, 2 * p)?, t.get(records, 2 * p + 1)?),
-                None => records.stamps(p),
-            };
-            Some((func, a, b))
-        })
+        self.calls_at(rank, slot).map(|(_, f, a, b)| (f, a, b))
     }
 }
 

@@ -228,8 +228,6 @@ pub fn waited_by_call(trace: &Trace, rank: u32, waits: &[Wait]) -> Vec<(u32, u64
 pub struct Stream<'a, E, S> {
     pub rank: u32,
     calls: CallsAt<'a>,
-    /// The window the calls are clipped to.
-    window: (u64, u64),
     /// The current call: position, function, start, end (clipped).
     call: Option<(u32, u32, u64, u64)>,
     /// Its resume time, if it waited.
@@ -271,7 +269,6 @@ impl<'a, E: Copy, S: Copy> Stream<'a, E, S> {
         Stream {
             rank,
             calls,
-            window: (w.from, w.to),
             call: None,
             resumed: None,
             next_wait: 0,
@@ -296,12 +293,10 @@ impl<'a, E: Copy, S: Copy> Stream<'a, E, S> {
         self.incoming.shrink_to_fit();
     }
 
-    /// The time and side of the next node.
-    fn head(&mut self) -> Option<(u64, Side)> {
+    /// The time and side of the next node (its call clipped to the window).
+    fn head(&mut self, w: &Weigh) -> Option<(u64, Side)> {
         if self.call.is_none() {
-            let (from, to) = self.window;
-            let clip = |t: u64| t.clamp(from, to);
-            self.call = (self.calls.next()).map(|(p, f, a, b)| (p, f, clip(a), clip(b.max(a))));
+            self.call = (self.calls.next()).map(|(p, f, a, b)| (p, f, w.clip(a), w.clip(b.max(a))));
             self.side = Side::Enter;
             self.resumed = match self.call {
                 Some((p, _, a, b)) => resume_at(&self.waited, &mut self.next_wait, p, a, b),
@@ -348,7 +343,7 @@ impl<'a, E: Copy, S: Copy> Stream<'a, E, S> {
     ) -> (bool, Stop) {
         let mut progress = false;
         loop {
-            let Some((t, side)) = self.head() else {
+            let Some((t, side)) = self.head(w) else {
                 return (progress, Stop::End);
             };
             let (pos, func, _, _) = self.call.expect("a call at the head");
