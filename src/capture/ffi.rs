@@ -689,63 +689,103 @@ impl Default for TypeSizes {
     }
 }
 
-/// Bytes a completed receive actually took, from its status. Open MPI's and
-/// MPICH's status fields are read in place (this is every receive's hot
-/// path); the standard ABI's where the running library keeps them.
+/// The count and the cancelled flag of a status MPI filled, where this
+/// build keeps them: Open MPI's and MPICH's fields in place (this is every
+/// receive's hot path), the standard ABI's where the running library keeps
+/// them, found once and then read and set in place.
+#[derive(Clone, Copy)]
+pub struct StatusCount {
+    status: *mut MPI_Status,
+    #[cfg(mpi_impl = "abi")]
+    words: Option<(*mut core::ffi::c_int, *mut core::ffi::c_int)>,
+}
+
+impl StatusCount {
+    /// `status` must be a status MPI filled for a completed operation,
+    /// and stay valid while this is used.
+    #[inline(always)]
+    pub fn of(status: *mut MPI_Status) -> StatusCount {
+        StatusCount {
+            status,
+            #[cfg(mpi_impl = "abi")]
+            words: abi_status::words(status),
+        }
+    }
+
+    /// Bytes the operation transferred.
+    #[inline(always)]
+    pub fn bytes(self) -> u64 {
+        // SAFETY: the status `of` was given.
+        unsafe {
+            #[cfg(mpi_impl = "openmpi")]
+            return (*self.status)._ucount as u64;
+            #[cfg(mpi_impl = "mpich")]
+            return mpich_count(&*self.status);
+            #[cfg(mpi_impl = "abi")]
+            return match self.words {
+                Some((lo, hi)) => split_count(*lo, *hi),
+                None => pmtrace_status_bytes(self.status).max(0) as u64,
+            };
+        }
+    }
+
+    /// Sets the byte count (what `MPI_Get_count` divides).
+    #[inline(always)]
+    pub fn set(self, n: u64) {
+        // SAFETY: the status `of` was given.
+        unsafe {
+            #[cfg(mpi_impl = "openmpi")]
+            {
+                (*self.status)._ucount = n as usize;
+            }
+            #[cfg(mpi_impl = "mpich")]
+            {
+                let s = &mut *self.status;
+                (s.count_lo, s.count_hi_and_cancelled) = split_words(n, s.count_hi_and_cancelled);
+            }
+            #[cfg(mpi_impl = "abi")]
+            match self.words {
+                Some((lo, hi)) => {
+                    (*lo, *hi) = split_words(n, *hi);
+                }
+                None => pmtrace_status_set_bytes(self.status, n as core::ffi::c_longlong),
+            }
+        }
+    }
+
+    /// Whether the operation was cancelled.
+    #[inline(always)]
+    pub fn cancelled(self) -> bool {
+        // SAFETY: the status `of` was given.
+        unsafe {
+            #[cfg(mpi_impl = "openmpi")]
+            return (*self.status)._cancelled != 0;
+            #[cfg(mpi_impl = "mpich")]
+            return (*self.status).count_hi_and_cancelled & 1 != 0;
+            #[cfg(mpi_impl = "abi")]
+            return match self.words {
+                Some((_, hi)) => *hi & 1 != 0,
+                None => pmtrace_status_cancelled(self.status) != 0,
+            };
+        }
+    }
+}
+
+/// Bytes a completed operation transferred, from its status.
 #[inline(always)]
 pub fn status_bytes(status: *const MPI_Status) -> u64 {
-    // SAFETY: `status` was filled by MPI for a completed operation.
-    unsafe {
-        #[cfg(mpi_impl = "openmpi")]
-        return (*status)._ucount as u64;
-        #[cfg(mpi_impl = "mpich")]
-        return mpich_count(&*status);
-        #[cfg(mpi_impl = "abi")]
-        return match abi_status::words(status as *mut MPI_Status) {
-            Some((lo, hi)) => split_count(*lo, *hi),
-            None => pmtrace_status_bytes(status).max(0) as u64,
-        };
-    }
+    StatusCount::of(status as *mut MPI_Status).bytes()
 }
 
 /// Sets the byte count a status reports (what `MPI_Get_count` divides).
 #[inline(always)]
 pub fn set_status_bytes(status: *mut MPI_Status, n: u64) {
-    // SAFETY: `status` is a status MPI filled for this call.
-    unsafe {
-        #[cfg(mpi_impl = "openmpi")]
-        {
-            (*status)._ucount = n as usize;
-        }
-        #[cfg(mpi_impl = "mpich")]
-        {
-            let s = &mut *status;
-            (s.count_lo, s.count_hi_and_cancelled) = split_words(n, s.count_hi_and_cancelled);
-        }
-        #[cfg(mpi_impl = "abi")]
-        match abi_status::words(status) {
-            Some((lo, hi)) => {
-                (*lo, *hi) = split_words(n, *hi);
-            }
-            None => pmtrace_status_set_bytes(status, n as core::ffi::c_longlong),
-        }
-    }
+    StatusCount::of(status).set(n)
 }
 
 #[inline(always)]
 pub fn status_cancelled(status: *const MPI_Status) -> bool {
-    // SAFETY: `status` was filled by MPI for a completed operation.
-    unsafe {
-        #[cfg(mpi_impl = "openmpi")]
-        return (*status)._cancelled != 0;
-        #[cfg(mpi_impl = "mpich")]
-        return (*status).count_hi_and_cancelled & 1 != 0;
-        #[cfg(mpi_impl = "abi")]
-        return match abi_status::words(status as *mut MPI_Status) {
-            Some((_, hi)) => *hi & 1 != 0,
-            None => pmtrace_status_cancelled(status) != 0,
-        };
-    }
+    StatusCount::of(status as *mut MPI_Status).cancelled()
 }
 
 /// MPICH's count: 31 high bits beside the cancelled flag, 32 low bits.
@@ -840,22 +880,19 @@ pub mod abi_status {
     use super::*;
     use core::ffi::c_int;
 
-    /// Where the count's words sit: `found`, then the indices of the low
-    /// word and of the high word with the cancelled flag, each below 5.
+    /// Where the count's words sit, as byte offsets from the status's
+    /// start: the low word's, then the high word's with the cancelled flag.
+    /// Both lie in `MPI_internal`, after the three fixed fields, so an
+    /// offset of 0 means no layout was found.
     #[derive(Clone, Copy)]
     struct Layout {
-        found: bool,
-        lo: u8,
-        hi: u8,
+        lo: u32,
+        hi: u32,
     }
 
     /// Set by `learn` inside `MPI_Init`, before tracing starts, and read
     /// only after (no test on the hot paths).
-    static mut LAYOUT: Layout = Layout {
-        found: false,
-        lo: 0,
-        hi: 0,
-    };
+    static mut LAYOUT: Layout = Layout { lo: 0, hi: 0 };
 
     /// The count's low and high words of `status` in the learnt layout.
     #[inline(always)]
@@ -863,14 +900,17 @@ pub mod abi_status {
         // SAFETY: written once by `learn` before tracing starts (see
         // `LAYOUT`); only read after.
         let l = unsafe { LAYOUT };
-        if !l.found {
+        if l.hi == 0 {
             return None;
         }
-        // SAFETY: `learn` keeps only indices below 5, the length of
+        // SAFETY: `learn` keeps only offsets of words inside
         // `MPI_internal`; `status` points at a status.
         unsafe {
-            let w = core::ptr::addr_of_mut!((*status).MPI_internal) as *mut c_int;
-            Some((w.add(usize::from(l.lo)), w.add(usize::from(l.hi))))
+            let s = status as *mut u8;
+            Some((
+                s.add(l.lo as usize) as *mut c_int,
+                s.add(l.hi as usize) as *mut c_int,
+            ))
         }
     }
 
@@ -892,13 +932,14 @@ pub mod abi_status {
     /// After `PMPI_Init`: learns the running library's layout.
     pub fn learn() {
         if let Some((lo, hi)) = find_split_layout(filled).filter(|&(lo, hi)| lo < 5 && hi < 5) {
+            let internal = core::mem::offset_of!(MPI_Status, MPI_internal);
+            let at = |i: usize| (internal + i * core::mem::size_of::<c_int>()) as u32;
             // SAFETY: inside MPI_Init, before tracing starts: no wrapper
             // reads it yet (see `LAYOUT`).
             unsafe {
                 LAYOUT = Layout {
-                    found: true,
-                    lo: lo as u8,
-                    hi: hi as u8,
+                    lo: at(lo),
+                    hi: at(hi),
                 }
             };
         }

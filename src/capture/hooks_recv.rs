@@ -10,10 +10,10 @@
 use crate::comms;
 use crate::ffi::{self, MPI_Comm, MPI_Datatype, MPI_Status};
 use crate::guard::{Guard, Held};
-use crate::hooks_call::{actual, Call};
+use crate::hooks_call::Call;
 use crate::hooks_p2p;
 use crate::large_headers;
-use crate::piggyback_deliver::{completed_ok, unpack, Landing, Rx};
+use crate::piggyback_deliver::{completed_count, completed_ok, unpack, Landing, Rx};
 use crate::piggyback_header::header_len;
 use crate::piggyback_lamport::{mode, receive_lamport, Mode};
 use crate::piggyback_routes::{copy_bytes, Route, COPY_MAX};
@@ -89,8 +89,8 @@ pub fn recv_fast_end(
     status: *mut MPI_Status,
 ) {
     let h = header_len() as u64;
-    if completed_ok(rc, status) {
-        let bytes = ffi::status_bytes(status);
+    if let Some(count) = completed_count(rc, status) {
+        let bytes = count.bytes();
         if bytes >= h && !large_headers::beyond(bytes) {
             let data = bytes - h;
             let area = f.buf as *const u8;
@@ -109,13 +109,13 @@ pub fn recv_fast_end(
                     core::ptr::read_unaligned(area.add(24) as *const u64),
                 )
             };
-            ffi::set_status_bytes(status, data);
+            count.set(data);
             // SAFETY: MPI filled the status.
-            let got_tag = unsafe { (*status).MPI_TAG };
+            let (got_src, got_tag) = unsafe { ((*status).MPI_SOURCE, (*status).MPI_TAG) };
             let wildcard = src == ffi::consts().any_source;
             receive_lamport(wildcard, ffi::handle_key(comm), got_tag, None, lc);
             let thread = guard.thread();
-            let actual = actual(status);
+            let actual = (got_src, got_tag, data);
             // Posted as the thread's last point-to-point call was (a send
             // back to the same peer, say): those fields are the memo's.
             let payload = f

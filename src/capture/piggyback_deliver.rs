@@ -207,13 +207,21 @@ pub fn saved_len(bytes: u64) -> usize {
 /// succeeded, and the status is neither MPI_PROC_NULL's nor a cancellation.
 #[inline(always)]
 pub fn completed_ok(rc: c_int, status: *const MPI_Status) -> bool {
+    completed_count(rc, status as *mut MPI_Status).is_some()
+}
+
+/// `completed_ok`, with the status's count to read and set.
+#[inline(always)]
+pub fn completed_count(rc: c_int, status: *mut MPI_Status) -> Option<ffi::StatusCount> {
     if rc != 0 {
-        return false;
+        return None;
     }
-    let c = ffi::consts();
     // SAFETY: MPI filled the status for this call.
-    let s = unsafe { &*status };
-    s.MPI_SOURCE != c.proc_null && !ffi::status_cancelled(status)
+    if unsafe { (*status).MPI_SOURCE } == ffi::consts().proc_null {
+        return None;
+    }
+    let count = ffi::StatusCount::of(status);
+    (!count.cancelled()).then_some(count)
 }
 
 /// Takes the header off a received message and runs the clock rules.
