@@ -28,6 +28,7 @@
 //! (`protos/perfetto/trace/...`) this writer fills, with the same field
 //! numbers; Perfetto's own `perfetto_trace_pb2` decodes the file.
 
+use core::ops::Range;
 use rustc_hash::FxHashMap as HashMap;
 use std::io::{self, Write};
 
@@ -415,11 +416,24 @@ struct FlowList {
 }
 
 impl FlowList {
+    /// Reads the flows record by record (see `ends::Cursor`).
+    fn cursor(&self) -> FlowCursor<'_> {
+        FlowCursor {
+            index: Cursor::new(&self.index),
+            flow: &self.flow,
+        }
+    }
+}
+
+struct FlowCursor<'a> {
+    index: Cursor<'a, u32>,
+    flow: &'a [u64],
+}
+
+impl<'a> FlowCursor<'a> {
     /// The flows at record `index`.
-    fn at(&self, index: u32) -> &[u64] {
-        let a = self.index.partition_point(|&i| i < index);
-        let b = a + self.index[a..].partition_point(|&i| i == index);
-        &self.flow[a..b]
+    fn at(&mut self, index: u32) -> &'a [u64] {
+        &self.flow[self.index.run(index)]
     }
 }
 
@@ -499,6 +513,7 @@ impl<'v> CallSlices<'v, '_> {
         let lamport = view.clocks.report.mode != "none";
         let ends = view.messages.ends.thread(loc.rank, loc.slot);
         let (mut sends, mut done) = (Cursor::new(&ends.sends), Cursor::new(&ends.done));
+        let (mut out, mut into) = (self.flows_out.cursor(), self.flows_in.cursor());
         for &i in block {
             let i = i as usize;
             let at = view.at(loc, i);
@@ -510,12 +525,10 @@ impl<'v> CallSlices<'v, '_> {
             // collective: no flow starts or ends there, and it has no detail.
             let func = records.func(i).expect("a call");
             let has_flows = records.has_payload(i);
-            let flows = |list: &'v FlowList| -> &'v [u64] {
-                if has_flows {
-                    list.at(i as u32)
-                } else {
-                    &[]
-                }
+            let (flows, terminating) = if has_flows {
+                (out.at(i as u32), into.at(i as u32))
+            } else {
+                (&[][..], &[][..])
             };
             let detail = if has_flows {
                 let call = records.call(i).expect("a call");
@@ -529,8 +542,8 @@ impl<'v> CallSlices<'v, '_> {
                 track,
                 detail,
                 lamport: if lamport { clocks.get(i) } else { None },
-                flows: flows(self.flows_out),
-                terminating: flows(self.flows_in),
+                flows,
+                terminating,
             };
             summary.bytes += enc.begin(&mut bytes, a - self.t0, &begin) as u64;
             summary.bytes += enc.end(&mut bytes, b - self.t0, track) as u64;
@@ -837,11 +850,13 @@ impl<'v, 'a> Body<'v, 'a> {
     fn in_flight(&self, out: &mut Out) -> io::Result<()> {
         let (view, t0, name_iid) = (self.view, self.t0, &self.name_iid);
         // Nonblocking operations in flight, per rank, on as few async tracks as
-        // keep each track's slices apart.
+        // keep each track's slices apart: the tracks chosen in time order,
+        // then the slices encoded in blocks side by side and written in
+        // order (the bytes are those of one pass).
         for r in &view.trace.ranks {
             let mut ops: Vec<(u64, u64, &str, CallDetail)> = view
                 .in_flight(r.rank)
-                .into_iter()
+                .into_par_iter()
                 .filter_map(|f| {
                     let Some(pmtrace_trace::Record::Call(c)) = view.trace.record(f.start) else {
                         return None;
@@ -850,45 +865,72 @@ impl<'v, 'a> Body<'v, 'a> {
                     Some((a, b.max(a), view.function_name(r.rank, &c), f.detail))
                 })
                 .collect();
-            ops.sort_unstable_by_key(|o| (o.0, o.1));
+            ops.par_sort_unstable_by_key(|o| (o.0, o.1));
+            // Each slice's track, and whether the track starts there.
             let mut lanes: Vec<u64> = Vec::new(); // end of each async track's last slice
-            for (a, b, name, d) in ops {
-                let k = match lanes.iter().position(|&end| end <= a) {
-                    Some(k) => k,
-                    None => {
-                        lanes.push(0);
-                        let k = lanes.len() - 1;
-                        out.track(TrackDescriptor {
-                            uuid: Some(process_uuid(r.rank) + ASYNC_UUID_BASE + k as u64),
+            let tracks: Vec<(u32, bool)> = ops
+                .iter()
+                .map(|&(a, b, ..)| {
+                    let (k, new) = match lanes.iter().position(|&end| end <= a) {
+                        Some(k) => (k, false),
+                        None => {
+                            lanes.push(0);
+                            (lanes.len() - 1, true)
+                        }
+                    };
+                    lanes[k] = b;
+                    (k as u32, new)
+                })
+                .collect();
+            let encode = |range: Range<usize>| -> (Vec<u8>, Summary) {
+                let mut bytes = Vec::with_capacity(range.len() * 48);
+                let mut o = Out {
+                    w: &mut bytes,
+                    buf: Vec::new(),
+                    summary: Summary::default(),
+                };
+                for ((a, b, name, d), &(k, new)) in ops[range.clone()].iter().zip(&tracks[range]) {
+                    let track = process_uuid(r.rank) + ASYNC_UUID_BASE + u64::from(k);
+                    if new {
+                        o.track(TrackDescriptor {
+                            uuid: Some(track),
                             name: Some(format!("rank {} in flight {}", r.rank, k + 1)),
                             parent_uuid: Some(process_uuid(r.rank)),
                             ..TrackDescriptor::default()
-                        })?;
-                        k
+                        })
+                        .expect("a Vec takes every write");
                     }
-                };
-                lanes[k] = b;
-                let track = process_uuid(r.rank) + ASYNC_UUID_BASE + k as u64;
-                out.event(
-                    a - t0,
-                    TrackEvent {
+                    let begin = TrackEvent {
                         category_iids: vec![CAT_IN_FLIGHT],
-                        debug_annotations: annotations(d, None),
+                        debug_annotations: annotations(*d, None),
                         r#type: Some(TYPE_SLICE_BEGIN),
-                        name_iid: name_iid.get(name).copied(),
+                        name_iid: name_iid.get(*name).copied(),
                         track_uuid: Some(track),
                         ..TrackEvent::default()
-                    },
-                )?;
-                out.event(
-                    b - t0,
-                    TrackEvent {
+                    };
+                    let end = TrackEvent {
                         r#type: Some(TYPE_SLICE_END),
                         track_uuid: Some(track),
                         ..TrackEvent::default()
-                    },
-                )?;
-                out.summary.in_flight_slices += 1;
+                    };
+                    o.event(a - t0, begin).expect("a Vec takes every write");
+                    o.event(b - t0, end).expect("a Vec takes every write");
+                    o.summary.in_flight_slices += 1;
+                }
+                let summary = o.summary;
+                (bytes, summary)
+            };
+            let blocks: Vec<Range<usize>> = (0..ops.len())
+                .step_by(CALLS_PER_BLOCK)
+                .map(|a| a..(a + CALLS_PER_BLOCK).min(ops.len()))
+                .collect();
+            for group in blocks.chunks(BLOCKS_AT_ONCE) {
+                let encoded: Vec<(Vec<u8>, Summary)> =
+                    group.par_iter().map(|b| encode(b.clone())).collect();
+                for (bytes, summary) in encoded {
+                    out.w.write_all(&bytes)?;
+                    out.summary.add(&summary);
+                }
             }
         }
         Ok(())

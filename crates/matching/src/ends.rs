@@ -14,6 +14,7 @@
 //! [`Cursor`] in constant time, a single lookup is a binary search. The
 //! lists hold 12 bytes per message end.
 
+use core::ops::Range;
 use rayon::prelude::*;
 
 use pmtrace_trace::read::{EventRef, Trace};
@@ -132,11 +133,35 @@ impl Ends {
     }
 }
 
+/// An entry of a list sorted by record: the record it belongs to.
+pub trait Keyed {
+    fn key(&self) -> u32;
+}
+
+impl Keyed for End {
+    #[inline]
+    fn key(&self) -> u32 {
+        self.index
+    }
+}
+
+impl Keyed for u32 {
+    #[inline]
+    fn key(&self) -> u32 {
+        *self
+    }
+}
+
 /// The run of `list` (sorted by record) that belongs to record `index`.
-pub fn at(list: &[End], index: u32) -> &[End] {
-    let a = list.partition_point(|e| e.index < index);
-    let b = a + list[a..].partition_point(|e| e.index == index);
-    &list[a..b]
+pub fn at<T: Keyed>(list: &[T], index: u32) -> &[T] {
+    &list[run(list, index)]
+}
+
+/// Where `at` finds the run.
+fn run<T: Keyed>(list: &[T], index: u32) -> Range<usize> {
+    let a = list.partition_point(|e| e.key() < index);
+    let b = a + list[a..].partition_point(|e| e.key() == index);
+    a..b
 }
 
 /// Reads one list record by record in increasing order: a run a few
@@ -144,39 +169,44 @@ pub fn at(list: &[End], index: u32) -> &[End] {
 /// starts mid-thread costs a logarithm, not a scan); a record before the
 /// last one asked falls back to a binary search.
 #[derive(Debug, Clone, Copy)]
-pub struct Cursor<'a> {
-    list: &'a [End],
+pub struct Cursor<'a, T = End> {
+    list: &'a [T],
     /// Entries before this one are for records before the last asked.
     next: usize,
 }
 
-impl<'a> Cursor<'a> {
-    pub fn new(list: &'a [End]) -> Cursor<'a> {
+impl<'a, T: Keyed> Cursor<'a, T> {
+    pub fn new(list: &'a [T]) -> Cursor<'a, T> {
         Cursor { list, next: 0 }
     }
 
-    /// The ends at record `index`.
-    pub fn at(&mut self, index: u32) -> &'a [End] {
+    /// The entries at record `index`.
+    pub fn at(&mut self, index: u32) -> &'a [T] {
+        &self.list[self.run(index)]
+    }
+
+    /// Where the entries at record `index` lie in the list.
+    pub fn run(&mut self, index: u32) -> Range<usize> {
         let list = self.list;
-        if self.next > 0 && list[self.next - 1].index >= index {
-            return at(list, index);
+        if self.next > 0 && list[self.next - 1].key() >= index {
+            return run(list, index);
         }
         let mut a = self.next;
-        if a < list.len() && list[a].index < index {
+        if a < list.len() && list[a].key() < index {
             // Gallop: `lo` is before the run, `hi` past its start.
             let (mut lo, mut step) = (a, 1);
             let mut hi = a + 1;
-            while hi < list.len() && list[hi].index < index {
+            while hi < list.len() && list[hi].key() < index {
                 lo = hi;
                 step *= 2;
                 hi = lo + step;
             }
             let hi = hi.min(list.len());
-            a = lo + 1 + list[lo + 1..hi].partition_point(|e| e.index < index);
+            a = lo + 1 + list[lo + 1..hi].partition_point(|e| e.key() < index);
         }
-        let b = a + list[a..].iter().take_while(|e| e.index == index).count();
+        let b = a + list[a..].iter().take_while(|e| e.key() == index).count();
         self.next = b;
-        &list[a..b]
+        a..b
     }
 }
 
@@ -219,6 +249,17 @@ mod tests {
             for i in (start..320).step_by(1 + start as usize % 5) {
                 assert_eq!(c.at(i), at(&list, i), "from {start}, record {i}");
             }
+        }
+        // A list of bare record numbers: the same runs, as ranges.
+        let keys: Vec<u32> = list.iter().map(|e| e.index).collect();
+        let mut c = Cursor::new(&keys);
+        assert_eq!(c.run(2), 1..3);
+        assert_eq!(c.run(3), 3..3);
+        assert_eq!(c.run(5), 4..6);
+        assert_eq!(c.run(1), 0..1);
+        for i in 0..310u32 {
+            let r = c.run(i);
+            assert_eq!(&list[r], at(&list, i), "record {i}");
         }
     }
 }
