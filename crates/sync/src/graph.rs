@@ -199,12 +199,14 @@ impl Times for Recorded<'_, '_> {
 }
 
 /// Items of some nodes of one location, in compressed rows: a bit per node
-/// says whether it has any, and the nodes that do are searched.
+/// says whether it has any, and the bits set before it (a count kept per
+/// word of 64, plus the word's own below it) number its row.
 #[derive(Debug, Clone, Default)]
 struct Sparse<T> {
     has: Vec<u64>,
-    keys: Vec<u32>,
-    /// Start of each key's items; one more entry than keys.
+    /// Nodes with items in the words before each word.
+    before: Vec<u32>,
+    /// Start of each row's items; one more entry than rows.
     at: Vec<u32>,
     items: Vec<T>,
 }
@@ -214,32 +216,44 @@ impl<T> Sparse<T> {
     fn new(len: usize, sorted: impl Iterator<Item = (u32, T)>) -> Sparse<T> {
         let mut s = Sparse {
             has: vec![0; len.div_ceil(64)],
-            keys: Vec::new(),
+            before: Vec::new(),
             at: vec![0],
             items: Vec::new(),
         };
+        let mut last = None;
         for (k, item) in sorted {
-            if s.keys.last() != Some(&k) {
-                if !s.keys.is_empty() {
+            if last != Some(k) {
+                if last.is_some() {
                     s.at.push(s.items.len() as u32);
                 }
-                s.keys.push(k);
+                last = Some(k);
                 s.has[k as usize / 64] |= 1u64 << (k % 64);
             }
             s.items.push(item);
         }
-        if !s.keys.is_empty() {
+        if last.is_some() {
             s.at.push(s.items.len() as u32);
         }
+        s.before = s
+            .has
+            .iter()
+            .scan(0u32, |n, w| {
+                let b = *n;
+                *n += w.count_ones();
+                Some(b)
+            })
+            .collect();
         s
     }
 
     #[inline]
     fn get(&self, k: u32) -> &[T] {
-        if self.has[k as usize / 64] & (1u64 << (k % 64)) == 0 {
+        let (w, bit) = (k as usize / 64, 1u64 << (k % 64));
+        let word = self.has[w];
+        if word & bit == 0 {
             return &[];
         }
-        let i = self.keys.partition_point(|&x| x < k);
+        let i = (self.before[w] + (word & (bit - 1)).count_ones()) as usize;
         &self.items[self.at[i] as usize..self.at[i + 1] as usize]
     }
 }
@@ -379,19 +393,24 @@ impl<'t> Graph<'t> {
         g.rank_locs = rank_locs;
         g.back = inv;
         let node = |at: EventRef, end: bool| g.node_of(at, end);
-        let mut deps: Vec<(Node, Dep)> = Vec::new();
-        let mut outs: Vec<(Node, Out)> = Vec::new();
-        let mut msgs = Vec::new();
-        for msg in &m.matched {
-            let (s, r) = (&m.sends[msg.send], &m.recvs[msg.recv]);
-            let (Some(sn), Some(rn)) = (node(s.call, false), node(r.completion, true)) else {
-                continue;
-            };
-            msgs.push((sn, rn));
-            deps.push((rn, Dep::Msg(sn)));
-            outs.push((sn, Out::Msg(rn)));
-        }
+        // Messages side by side, in the order of `m.matched`.
+        let msgs: Vec<(Node, Node)> = m
+            .matched
+            .par_iter()
+            .filter_map(|msg| {
+                let (s, r) = (&m.sends[msg.send], &m.recvs[msg.recv]);
+                Some((node(s.call, false)?, node(r.completion, true)?))
+            })
+            .collect();
         drop(m);
+        let mut deps: Vec<(Node, Dep)> = msgs
+            .par_iter()
+            .map(|&(sn, rn)| (rn, Dep::Msg(sn)))
+            .collect();
+        let mut outs: Vec<(Node, Out)> = msgs
+            .par_iter()
+            .map(|&(sn, rn)| (sn, Out::Msg(rn)))
+            .collect();
         let insts = if with_collectives {
             collectives(trace, &node)
         } else {
@@ -612,17 +631,15 @@ impl<'t> Graph<'t> {
 }
 
 /// Items by node, in compressed rows per location.
-fn csr<T: Copy>(g: &Graph, mut items: Vec<(Node, T)>) -> Vec<Sparse<T>> {
-    items.sort_by_key(|(n, _)| *n);
-    let mut items = items.into_iter().peekable();
+fn csr<T: Copy + Send + Sync>(g: &Graph, mut items: Vec<(Node, T)>) -> Vec<Sparse<T>> {
+    // Stable: a node's items keep the order they were made in.
+    items.par_sort_by_key(|(n, _)| *n);
     (0..g.locs.len() as u32)
+        .into_par_iter()
         .map(|loc| {
-            let mine = std::iter::from_fn(|| {
-                items
-                    .next_if(|(n, _)| n.loc == loc)
-                    .map(|(n, item)| (n.k, item))
-            });
-            Sparse::new(g.len(loc), mine)
+            let a = items.partition_point(|(n, _)| n.loc < loc);
+            let b = a + items[a..].partition_point(|(n, _)| n.loc == loc);
+            Sparse::new(g.len(loc), items[a..b].iter().map(|&(n, item)| (n.k, item)))
         })
         .collect()
 }
@@ -652,9 +669,9 @@ fn clock_groups(trace: &Trace) -> (Vec<u32>, Vec<u32>) {
 }
 
 /// Every collective instance, its members' calls mapped to nodes.
-fn collectives(trace: &Trace, node: &dyn Fn(EventRef, bool) -> Option<Node>) -> Vec<Inst> {
+fn collectives(trace: &Trace, node: &(dyn Fn(EventRef, bool) -> Option<Node> + Sync)) -> Vec<Inst> {
     collective::instances(trace)
-        .iter()
+        .par_iter()
         .map(|inst| {
             inst.map(|m| {
                 let enter = node(m.enter, false)?;
@@ -671,4 +688,34 @@ fn collectives(trace: &Trace, node: &dyn Fn(EventRef, bool) -> Option<Node>) -> 
             })
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Sparse;
+
+    #[test]
+    fn a_sparse_row_is_found_by_its_node_in_every_word() {
+        // Nodes 0, 5 (two items), 63, 64, 130 and 199 of 200.
+        let items = [
+            (0, 'a'),
+            (5, 'b'),
+            (5, 'c'),
+            (63, 'd'),
+            (64, 'e'),
+            (130, 'f'),
+            (199, 'g'),
+        ];
+        let s = Sparse::new(200, items.iter().copied());
+        assert_eq!(s.get(0), &['a']);
+        assert_eq!(s.get(5), &['b', 'c']);
+        assert_eq!(s.get(63), &['d']);
+        assert_eq!(s.get(64), &['e']);
+        assert_eq!(s.get(130), &['f']);
+        assert_eq!(s.get(199), &['g']);
+        let with: Vec<u32> = (0..200).filter(|&k| !s.get(k).is_empty()).collect();
+        assert_eq!(with, [0, 5, 63, 64, 130, 199]);
+        let empty = Sparse::<char>::new(70, std::iter::empty());
+        assert!((0..70).all(|k| empty.get(k).is_empty()));
+    }
 }
