@@ -23,6 +23,7 @@
 //! Sync (`sync::graph`) and the viewers' exports (flows of a collective)
 //! read the same instances, so they draw the same logical messages.
 
+use rayon::prelude::*;
 use rustc_hash::FxHashMap as HashMap;
 
 use pmtrace_format::Kind;
@@ -507,22 +508,54 @@ impl Instance<MemberCalls> {
 /// start of a persistent collective (`coll_init`) is an instance of its
 /// own, entered at that start.
 pub fn instances(trace: &Trace) -> Vec<Instance<MemberCalls>> {
-    let mut insts: Vec<Instance<MemberCalls>> = Vec::new();
-    let mut inst_of: HashMap<(u64, u64, u64), usize> = HashMap::default();
-    members(trace, |m| {
-        let ii = *inst_of.entry(m.key).or_insert_with(|| {
-            insts.push(Instance {
-                shape: m.shape,
-                flow: m.flow,
-                root: m.root,
-                comm: m.key.0,
-                members: vec![None; m.size],
-            });
-            insts.len() - 1
-        });
-        insts[ii].members[m.me] = Some(m.calls);
-    });
-    insts
+    /// A member's instance key, its rank's place, and its place among the
+    /// rank's members.
+    type Appearance = ((u64, u64, u64), u32, u32);
+    // Each rank's members side by side, in call order.
+    let of_rank: Vec<Vec<MemberOf>> = trace
+        .ranks
+        .par_iter()
+        .map(|rank| {
+            let mut mine = Vec::new();
+            rank_members(trace, rank, |m| mine.push(m));
+            mine
+        })
+        .collect();
+    // Every member by instance, then in order of appearance: an
+    // instance's first is where it first appears, and gives its shape.
+    let mut order: Vec<Appearance> = of_rank
+        .iter()
+        .enumerate()
+        .flat_map(|(r, mine)| {
+            mine.iter()
+                .enumerate()
+                .map(move |(k, m)| (m.key, r as u32, k as u32))
+        })
+        .collect();
+    order.par_sort_unstable();
+    let mut groups: Vec<&[Appearance]> = order.chunk_by(|a, b| a.0 == b.0).collect();
+    groups.par_sort_unstable_by_key(|g| (g[0].1, g[0].2));
+    let member = |&(_, r, k): &Appearance| &of_rank[r as usize][k as usize];
+    groups
+        .par_iter()
+        .map(|g| {
+            let first = member(&g[0]);
+            let mut members = vec![None; first.size];
+            // A later member in the same place replaces an earlier one.
+            for m in g.iter().map(member) {
+                if let Some(slot) = members.get_mut(m.me) {
+                    *slot = Some(m.calls);
+                }
+            }
+            Instance {
+                shape: first.shape,
+                flow: first.flow,
+                root: first.root,
+                comm: first.key.0,
+                members,
+            }
+        })
+        .collect()
 }
 
 /// One rank's part in a collective instance, as [`members`] finds it.
@@ -547,47 +580,52 @@ pub struct MemberOf {
 /// it), rank by rank, each rank's in call order.
 pub fn members(trace: &Trace, mut each: impl FnMut(MemberOf)) {
     for rank in &trace.ranks {
-        // Where each nonblocking collective completed: read the first time
-        // one is met (a rank of blocking collectives has none to look up).
-        let done_at = std::cell::OnceCell::new();
-        let done_at = || done_at.get_or_init(|| rank.completions());
-        // Persistent collectives by op id, and how often each was started.
-        let mut inits: HashMap<u64, (Call, u64)> = HashMap::default();
-        for (_, c) in rank.payload_calls_of(|k| k == Kind::CollInit) {
-            if let (Kind::CollInit, &Payload::Coll { op: Some(op), .. }) =
-                (rank.kind(c.func), &c.payload)
-            {
-                inits.insert(op, (c, 0));
-            }
+        rank_members(trace, rank, &mut each);
+    }
+}
+
+/// The members of `rank` (of `trace`) in [`members`], in call order.
+fn rank_members(trace: &Trace, rank: &Rank, mut each: impl FnMut(MemberOf)) {
+    // Where each nonblocking collective completed: read the first time
+    // one is met (a rank of blocking collectives has none to look up).
+    let done_at = std::cell::OnceCell::new();
+    let done_at = || done_at.get_or_init(|| rank.completions());
+    // Persistent collectives by op id, and how often each was started.
+    let mut inits: HashMap<u64, (Call, u64)> = HashMap::default();
+    for (_, c) in rank.payload_calls_of(|k| k == Kind::CollInit) {
+        if let (Kind::CollInit, &Payload::Coll { op: Some(op), .. }) =
+            (rank.kind(c.func), &c.payload)
+        {
+            inits.insert(op, (c, 0));
         }
-        let kinds = |k| matches!(k, Kind::Coll | Kind::Icoll | Kind::Start);
-        for (at, c) in rank.payload_calls_of(kinds) {
-            // (the collective call, which start of it, its enter, its exit)
-            let mut members: Vec<(Call, u64, EventRef, Option<EventRef>)> = Vec::new();
-            match (rank.kind(c.func), &c.payload) {
-                (Kind::CollInit, _) => {}
-                (kind, &Payload::Coll { op, .. }) => {
-                    let exit = if kind == Kind::Icoll {
-                        op.and_then(|op| done_at().get(&op)).copied()
-                    } else {
-                        Some(at)
-                    };
-                    members.push((c, 0, at, exit));
-                }
-                (_, Payload::Start { started }) => {
-                    for &(init, instance) in started.iter() {
-                        if let Some((made, k)) = init.and_then(|i| inits.get_mut(&i)) {
-                            *k += 1;
-                            members.push((*made, *k, at, done_at().get(&instance).copied()));
-                        }
+    }
+    let kinds = |k| matches!(k, Kind::Coll | Kind::Icoll | Kind::Start);
+    // (the collective call, which start of it, its enter, its exit)
+    let mut members: Vec<(Call, u64, EventRef, Option<EventRef>)> = Vec::new();
+    for (at, c) in rank.payload_calls_of(kinds) {
+        match (rank.kind(c.func), &c.payload) {
+            (Kind::CollInit, _) => {}
+            (kind, &Payload::Coll { op, .. }) => {
+                let exit = if kind == Kind::Icoll {
+                    op.and_then(|op| done_at().get(&op)).copied()
+                } else {
+                    Some(at)
+                };
+                members.push((c, 0, at, exit));
+            }
+            (_, Payload::Start { started }) => {
+                for &(init, instance) in started.iter() {
+                    if let Some((made, k)) = init.and_then(|i| inits.get_mut(&i)) {
+                        *k += 1;
+                        members.push((*made, *k, at, done_at().get(&instance).copied()));
                     }
                 }
-                _ => {}
             }
-            for (call, start, enter, exit) in members {
-                if let Some(m) = member_of(trace, rank, &call, start, enter, exit) {
-                    each(m);
-                }
+            _ => {}
+        }
+        for (call, start, enter, exit) in members.drain(..) {
+            if let Some(m) = member_of(trace, rank, &call, start, enter, exit) {
+                each(m);
             }
         }
     }
