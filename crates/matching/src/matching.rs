@@ -253,14 +253,13 @@ impl Messages {
                 part
             })
             .collect();
-        let mut m = Messages::default();
-        m.sends.reserve(parts.iter().map(|p| p.sends.len()).sum());
-        m.recvs.reserve(parts.iter().map(|p| p.recvs.len()).sum());
-        for part in parts {
-            m.sends.extend(part.sends);
-            m.recvs.extend(part.recvs);
-            m.pending_receives += part.pending_receives;
-        }
+        let mut m = Messages {
+            pending_receives: parts.iter().map(|p| p.pending_receives).sum(),
+            ..Messages::default()
+        };
+        let (sends, recvs): (Vec<_>, Vec<_>) =
+            parts.into_iter().map(|p| (p.sends, p.recvs)).unzip();
+        (m.sends, m.recvs) = rayon::join(|| concat(sends), || concat(recvs));
         m.ends = Ends::build(
             trace,
             &m.sends,
@@ -1096,5 +1095,42 @@ impl<'a> RankScan<'a> {
                 _ => {}
             }
         }
+    }
+}
+/// The parts' items in order, each part moved side by side (the pages of
+/// the whole are touched on every core, not on one).
+fn concat<T: Send>(parts: Vec<Vec<T>>) -> Vec<T> {
+    let total = parts.iter().map(Vec::len).sum();
+    let mut out: Vec<T> = Vec::with_capacity(total);
+    let mut rest = &mut out.spare_capacity_mut()[..total];
+    for part in parts {
+        let (dst, after) = rest.split_at_mut(part.len());
+        part.into_par_iter()
+            .zip(dst.par_iter_mut())
+            .for_each(|(x, slot)| {
+                slot.write(x);
+            });
+        rest = after;
+    }
+    // SAFETY: each of the first `total` places was written above, once.
+    unsafe { out.set_len(total) };
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::concat;
+
+    #[test]
+    fn parts_are_joined_in_order_and_moved_whole() {
+        let parts: Vec<Vec<String>> = vec![
+            (0..3).map(|i| format!("a{i}")).collect(),
+            Vec::new(),
+            (0..100_000).map(|i| format!("b{i}")).collect(),
+            vec!["c".into()],
+        ];
+        let expected: Vec<String> = parts.concat();
+        assert_eq!(concat(parts), expected);
+        assert!(concat(Vec::<Vec<u8>>::new()).is_empty());
     }
 }
