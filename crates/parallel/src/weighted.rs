@@ -53,10 +53,7 @@ pub fn computing<F: Fabric + ?Sized>(
     window: (u64, u64),
 ) -> Computing {
     let mut p = ComputingParts::new(&b.trace, times, window);
-    f.sum(&mut p.part);
-    let mut diff: Vec<u64> = p.diff.iter().map(|&d| d as u64).collect();
-    f.sum(&mut diff);
-    p.diff = diff.into_iter().map(|d| d as i64).collect();
+    f.sum(p.cells.as_flattened_mut());
     Computing::of(p)
 }
 

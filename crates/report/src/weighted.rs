@@ -448,13 +448,13 @@ pub struct Computing {
 }
 
 /// What ranks add to [`Computing`]: per bin, the computing ranks' partial
-/// shares (in 1/span of a bin) and the changes in the count of those that
-/// compute through whole bins.
+/// shares (in 1/span of a bin) and the change in the count of those that
+/// compute through whole bins (an `i64` in two's complement, so that parts
+/// add as `u64`s); two cells past the last bin take what falls at its end.
 pub struct ComputingParts {
     pub from: u64,
     pub span: u64,
-    pub part: Vec<u64>,
-    pub diff: Vec<i64>,
+    pub cells: Vec<[u64; 2]>,
 }
 
 impl ComputingParts {
@@ -462,12 +462,7 @@ impl ComputingParts {
     pub fn new(trace: &Trace, times: &Times, (from, to): (u64, u64)) -> ComputingParts {
         let span = to.saturating_sub(from).max(1);
         let bins = span.min(1 << 22);
-        let mut p = ComputingParts {
-            from,
-            span,
-            part: vec![0; bins as usize + 1],
-            diff: vec![0; bins as usize + 2],
-        };
+        let mut cells = vec![[0u64; 2]; bins as usize + 2];
         let place = |t: u64| u128::from(t - from) * u128::from(bins);
         let s = u128::from(span);
         let mut add = |x: u64, y: u64| {
@@ -477,12 +472,12 @@ impl ComputingParts {
             let (ux, uy) = (place(x), place(y));
             let (bx, by) = ((ux / s) as usize, ((uy / s) as usize).min(bins as usize));
             if bx >= by {
-                p.part[bx.min(bins as usize)] += (uy - ux) as u64;
+                cells[bx.min(bins as usize)][0] += (uy - ux) as u64;
             } else {
-                p.part[bx] += ((bx as u128 + 1) * s - ux) as u64;
-                p.part[by] += (uy - by as u128 * s) as u64;
-                p.diff[bx + 1] += 1;
-                p.diff[by] -= 1;
+                cells[bx][0] += ((bx as u128 + 1) * s - ux) as u64;
+                cells[by][0] += (uy - by as u128 * s) as u64;
+                cells[bx + 1][1] = cells[bx + 1][1].wrapping_add(1);
+                cells[by][1] = cells[by][1].wrapping_sub(1);
             }
         };
         for rank in &trace.ranks {
@@ -495,7 +490,7 @@ impl ComputingParts {
             }
             add(at, to);
         }
-        p
+        ComputingParts { from, span, cells }
     }
 }
 
@@ -504,16 +499,18 @@ impl Computing {
         Computing::of(ComputingParts::new(trace, times, window))
     }
 
-    /// F from every rank's parts.
+    /// F from every rank's parts, made in the parts' own cells.
     pub fn of(p: ComputingParts) -> Computing {
-        let bins = p.part.len() - 1;
+        let mut cells = p.cells;
+        cells.truncate(cells.len().saturating_sub(2));
+        let bins = cells.len();
         let width = p.span as f64 / bins as f64;
         let mut run = 0i64;
         let mut at = 0f64;
-        let bins: Vec<[f64; 2]> = (p.diff.iter().zip(&p.part))
-            .take(bins)
-            .map(|(&d, &part)| {
-                run += d;
+        let bins: Vec<[f64; 2]> = cells
+            .into_iter()
+            .map(|[part, d]| {
+                run += d as i64;
                 let c = run as f64 + part as f64 / p.span as f64;
                 let edge = at;
                 at = edge + c * width;
