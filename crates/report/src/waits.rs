@@ -522,18 +522,23 @@ pub fn find(
             (waits, late_senders)
         })
         .collect();
-    let mut waits: Vec<Wait> = Vec::new();
     let mut late_senders = LateSenders::default();
+    let mut receivers = Vec::with_capacity(parts.len());
     for (part, late) in parts {
-        waits.extend(part);
+        receivers.push(part);
         late_senders.merge(late);
     }
-    waits.extend(late_senders.waits());
+    let senders: Vec<Wait> = late_senders.waits().collect();
 
     // Blocking collectives.
     let colls: Vec<Vec<Wait>> = (instances.par_iter())
         .map(|inst| in_collective(inst, |at| times.of(at)))
         .collect();
+    // All of them in one vector of the size they take.
+    let total = receivers.iter().chain(&colls).map(Vec::len).sum::<usize>() + senders.len();
+    let mut waits: Vec<Wait> = Vec::with_capacity(total);
+    waits.extend(receivers.into_iter().flatten());
+    waits.extend(senders);
     waits.extend(colls.into_iter().flatten());
     waits
 }

@@ -219,6 +219,7 @@ pub fn waited_by_call(trace: &Trace, rank: u32, waits: &[Wait]) -> Vec<(u32, u64
     // The longest wait of a call first, then one entry per call.
     v.sort_unstable_by(|a, b| a.0.cmp(&b.0).then(b.1.cmp(&a.1)));
     v.dedup_by_key(|w| w.0);
+    v.shrink_to_fit();
     v
 }
 
