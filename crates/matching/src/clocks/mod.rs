@@ -123,16 +123,19 @@ pub fn compute(trace: &Trace, m: &Messages) -> Clocks {
     } else {
         Vectors::None
     };
-    let wire = pass(trace, m, &p, false, vectors, false, None);
-    let w = wire_check(trace, m, &wire, &p.multi, 0..m.recvs.len());
+    // The full clocks, collectives merged, made beside the runtime's.
+    let small = m.sends.len() + m.recvs.len() <= HB_MAX_EVENTS && p.multi.is_empty();
+    let (w, full) = rayon::join(
+        || {
+            let wire = pass(trace, m, &p, false, vectors, false, None);
+            wire_check(trace, m, &wire, &p.multi, 0..m.recvs.len())
+        },
+        || pass(trace, m, &p, true, vectors, vector && small, None),
+    );
     (report.wire_checked, report.wire_mismatches) = (w.checked, w.mismatches);
     report.wire_unchecked = w.unchecked;
-    drop(wire);
     // Clocks carried by one sender never decrease with its message ids.
     report.decreasing += decreasing_by_sender(by_sender(m.recvs.iter()));
-    // The full clocks, collectives merged.
-    let small = m.sends.len() + m.recvs.len() <= HB_MAX_EVENTS && p.multi.is_empty();
-    let full = pass(trace, m, &p, true, vectors, vector && small, None);
     report.forced = full.forced;
     let (lamport, vector_bad) = violations(m, &full, 0..m.recvs.len());
     report.lamport_violations = lamport;
