@@ -865,7 +865,7 @@ impl<'v, 'a> Body<'v, 'a> {
                     Some((a, b.max(a), view.function_name(r.rank, &c), f.detail))
                 })
                 .collect();
-            ops.par_sort_unstable_by_key(|o| (o.0, o.1));
+            ops.sort_unstable_by_key(|o| (o.0, o.1));
             // Each slice's track, and whether the track starts there.
             let mut lanes: Vec<u64> = Vec::new(); // end of each async track's last slice
             let tracks: Vec<(u32, bool)> = ops
