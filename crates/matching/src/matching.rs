@@ -1097,6 +1097,7 @@ impl<'a> RankScan<'a> {
         }
     }
 }
+
 /// The parts' items in order, each part moved side by side (the pages of
 /// the whole are touched on every core, not on one).
 fn concat<T: Send>(parts: Vec<Vec<T>>) -> Vec<T> {
