@@ -494,7 +494,8 @@ pub fn isendrecv(
 /// After `MPI_Iprobe` or `MPI_Improbe`, which MPI gave a local status:
 /// the status to the caller's, when the probe found a message and the
 /// caller asked for one. (A probe that finds nothing leaves the status
-/// undefined, and MPI leaves it as it was.)
+/// undefined, and MPI leaves it as it was.) The caller's `MPI_ERROR`
+/// stays as it was too: a probe does not set it, and MPI leaves it alone.
 #[inline(always)]
 pub fn probe_out(rc: c_int, flag: *const c_int, local: *const MPI_Status, user: *mut MPI_Status) {
     // SAFETY: MPI set *flag when the call succeeded, and filled the local
@@ -502,7 +503,9 @@ pub fn probe_out(rc: c_int, flag: *const c_int, local: *const MPI_Status, user: 
     // null or MPI_STATUS_IGNORE.
     unsafe {
         if rc == 0 && *flag != 0 && !user.is_null() && user != ffi::RSMPI_STATUS_IGNORE {
+            let error = (*user).MPI_ERROR;
             user.write(local.read());
+            (*user).MPI_ERROR = error;
         }
     }
 }

@@ -9,7 +9,8 @@
  *   reverse   np=3  the same with two different senders (Fig. 2.15)
  *   partial   np=2  receives posted larger than the message, Get_count
  *                   and Get_elements (small, large, derived type, Irecv)
- *   probe     np=2  Probe then Recv of the probed size; Iprobe; Mprobe+Mrecv
+ *   probe     np=2  Probe then Recv of the probed size; Iprobe (which leaves
+ *                   the status's MPI_ERROR as it was); Mprobe+Mrecv
  *   bsend     np=2  a buffered send through a buffer sized exactly for it
  */
 #include "expect.h"
@@ -147,7 +148,10 @@ static void probe(void) {
         C(MPI_Recv, d, n, MPI_DOUBLE, s.MPI_SOURCE, s.MPI_TAG, MPI_COMM_WORLD, &s);
         printf("probe: probed %d doubles, last %.1f\n", n, d[n - 1]);
         free(d);
+        /* A probe does not set MPI_ERROR: MPI leaves the caller's value. */
+        s.MPI_ERROR = MPI_ERR_DIMS;
         while (!flag) C(MPI_Iprobe, 0, 10, MPI_COMM_WORLD, &flag, &s);
+        printf("probe: iprobe left MPI_ERROR %s\n", s.MPI_ERROR == MPI_ERR_DIMS ? "as it was" : "changed");
         C(MPI_Get_count, &s, MPI_DOUBLE, &n);
         d = malloc(sizeof(double) * (size_t)n);
         C(MPI_Recv, d, n, MPI_DOUBLE, 0, 10, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
