@@ -486,6 +486,22 @@ fn large_messages_go_untouched_and_trace_exactly() {
     }
 }
 
+/// A message of more than 2 GiB (an `int` count of a strided type, whose
+/// bytes no `int` holds) arrives whole, its gaps untouched: its header goes
+/// apart, and the receive moves the data it took behind the header area
+/// into place in pieces that `MPI_Pack`'s `int` arguments can take.
+#[test]
+fn a_strided_message_of_more_than_2_gib_arrives_whole() {
+    for mpi in [Mpi::OpenMpi, Mpi::Mpich] {
+        let run = check_on(mpi, "bigmsg-huge", "bigmsg", 2, &["huge"], "lamport");
+        assert!(
+            run.stdout.contains("huge strided message: 1 sizes, ok"),
+            "bigmsg huge under {mpi:?}: {}",
+            run.stdout
+        );
+    }
+}
+
 #[test]
 fn coverage_program_traces_exactly_its_calls_at_np_2_to_8() {
     for np in 2..=8 {

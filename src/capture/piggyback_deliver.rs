@@ -15,7 +15,7 @@ use crate::large_headers;
 use crate::piggyback_header::{header_len, read_header, Got};
 use crate::piggyback_lamport::{on, receive_clock};
 use crate::piggyback_routes::{
-    bottom, copy_bytes, copy_out, free_type, struct_type, Route, COPY_MAX,
+    bottom, copy_bytes, free_type, struct_type, Elements, Route, COPY_MAX,
 };
 use crate::thread::Thread;
 use core::ffi::{c_int, c_void};
@@ -390,39 +390,27 @@ fn land_apart(land: &Landing, bytes: u64) {
 }
 
 /// `land_apart` for a non-contiguous type: the same move, in the packed
-/// form of the user's elements.
+/// form of the user's elements (those the message reached), in pieces
+/// that MPI's `int` arguments can take.
 #[cold]
 fn shift_packed(land: &Landing, bytes: u64) {
     let h = header_len();
-    let p = land.posted as usize;
-    let (Ok(count), Ok(size)) = (c_int::try_from(land.count), c_int::try_from(p)) else {
+    let n = bytes.min(land.posted) as usize;
+    let Some(all) = Elements::of(land.user, land.count, land.datatype) else {
         return;
     };
-    let Some(packed) = copy_out(land.user, land.count, land.datatype, land.posted, false) else {
-        return;
-    };
-    let n = (bytes as usize).min(p);
     if n < h {
         return;
     }
-    let mut stream = Vec::with_capacity(p);
+    let elements = all.first(n.div_ceil(all.bytes(1)) as i64);
+    let mut packed = vec![0u8; elements.packed_len()];
+    if !elements.pack(&mut packed) {
+        return;
+    }
+    packed.copy_within(0..n - h, h);
     // SAFETY: the header area holds h received bytes.
-    stream.extend_from_slice(unsafe { core::slice::from_raw_parts(land.area, h) });
-    stream.extend_from_slice(&packed[..n - h]);
-    stream.extend_from_slice(&packed[n..]);
-    let mut pos: c_int = 0;
-    // SAFETY: unpacks as many bytes as were packed into the same elements.
-    unsafe {
-        ffi::PMPI_Unpack(
-            stream.as_ptr() as *const c_void,
-            size,
-            &mut pos,
-            land.user,
-            count,
-            land.datatype,
-            ffi::world(),
-        )
-    };
+    packed[..h].copy_from_slice(unsafe { core::slice::from_raw_parts(land.area, h) });
+    elements.unpack(&packed);
 }
 
 /// A receive whose status MPI does not fill (see `ISENDRECV_BLIND`): the

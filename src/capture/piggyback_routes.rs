@@ -151,8 +151,9 @@ pub fn bottom() -> *const c_void {
     ffi::consts().bottom as *const c_void
 }
 
-/// The data of `count` elements at `buf` (`bytes` of them), in their
-/// packed form: copied when `dense`, else packed by MPI.
+/// The data of `count` elements at `buf` (`bytes` of them, at most an
+/// `int`'s worth: a replace sends it with the `int` count it was called
+/// with), in their packed form: copied when `dense`, else packed by MPI.
 pub fn copy_out(
     buf: *const c_void,
     count: i64,
@@ -160,26 +161,136 @@ pub fn copy_out(
     bytes: u64,
     dense: bool,
 ) -> Option<Vec<u8>> {
-    let size = c_int::try_from(bytes).ok()?;
+    c_int::try_from(bytes).ok()?;
     let mut copy = vec![0u8; bytes as usize];
     if dense {
         // SAFETY: the user's buffer holds `bytes` dense bytes.
         unsafe { core::ptr::copy_nonoverlapping(buf as *const u8, copy.as_mut_ptr(), copy.len()) };
         return Some(copy);
     }
-    let count = c_int::try_from(count).ok()?;
-    let mut pos: c_int = 0;
-    // SAFETY: packs the user's elements into a buffer of their size.
-    let rc = unsafe {
-        ffi::PMPI_Pack(
+    Elements::of(buf as *mut c_void, count, datatype)?
+        .pack(&mut copy)
+        .then_some(copy)
+}
+
+/// `count` elements of `datatype` at `buf`, packed and unpacked by MPI in
+/// pieces whose counts and byte sizes fit `MPI_Pack`'s `int` arguments:
+/// a large-count call may pass more elements, or more bytes, than that.
+#[derive(Clone, Copy)]
+pub struct Elements {
+    buf: *mut c_void,
+    count: i64,
+    datatype: MPI_Datatype,
+    /// Bytes of one element, packed.
+    size: u64,
+    /// From one element to the next.
+    extent: i64,
+    /// Elements in one piece.
+    per: i64,
+}
+
+impl Elements {
+    /// None when MPI cannot tell the type's size and extent, or one
+    /// element alone is more than an `int` of bytes.
+    pub fn of(buf: *mut c_void, count: i64, datatype: MPI_Datatype) -> Option<Elements> {
+        let (mut size, mut lb, mut extent): (ffi::MPI_Count, ffi::MPI_Count, ffi::MPI_Count) =
+            (0, 0, 0);
+        // SAFETY: queries on a type the application passed to MPI.
+        let asked = unsafe {
+            ffi::PMPI_Type_size_x(datatype, &mut size) == 0
+                && ffi::PMPI_Type_get_extent_x(datatype, &mut lb, &mut extent) == 0
+        };
+        let most = ffi::MPI_Count::from(c_int::MAX);
+        if !asked || size <= 0 || size > most || count < 0 {
+            return None;
+        }
+        Some(Elements {
             buf,
             count,
             datatype,
-            copy.as_mut_ptr() as *mut c_void,
-            size,
-            &mut pos,
-            ffi::world(),
-        )
-    };
-    (rc == 0 && pos == size).then_some(copy)
+            size: size as u64,
+            extent,
+            per: most / size,
+        })
+    }
+
+    /// The packed bytes of the first `n` elements.
+    pub fn bytes(&self, n: i64) -> usize {
+        n as usize * self.size as usize
+    }
+
+    /// The packed bytes of them all.
+    pub fn packed_len(&self) -> usize {
+        self.bytes(self.count)
+    }
+
+    /// The first `n` of them (at most all).
+    pub fn first(self, n: i64) -> Elements {
+        Elements {
+            count: n.min(self.count),
+            ..self
+        }
+    }
+
+    /// Packs the elements into `out`, which holds their packed bytes.
+    pub fn pack(&self, out: &mut [u8]) -> bool {
+        self.pieces(out.len(), |at, k, off| {
+            let mut pos: c_int = 0;
+            let len = self.bytes(k);
+            // SAFETY: `k` elements from the user's buffer into `len` bytes
+            // of `out`, which holds them.
+            let rc = unsafe {
+                ffi::PMPI_Pack(
+                    at,
+                    k as c_int,
+                    self.datatype,
+                    out.as_mut_ptr().add(off) as *mut c_void,
+                    len as c_int,
+                    &mut pos,
+                    ffi::world(),
+                )
+            };
+            rc == 0 && pos as usize == len
+        })
+    }
+
+    /// Unpacks `from`, the packed bytes of the elements, into them.
+    pub fn unpack(&self, from: &[u8]) -> bool {
+        self.pieces(from.len(), |at, k, off| {
+            let mut pos: c_int = 0;
+            let len = self.bytes(k);
+            // SAFETY: `len` bytes of `from` into `k` of the user's elements.
+            let rc = unsafe {
+                ffi::PMPI_Unpack(
+                    from.as_ptr().add(off) as *const c_void,
+                    len as c_int,
+                    &mut pos,
+                    at,
+                    k as c_int,
+                    self.datatype,
+                    ffi::world(),
+                )
+            };
+            rc == 0 && pos as usize == len
+        })
+    }
+
+    /// Calls `piece(first element's address, elements, packed offset)` for
+    /// each piece; false as soon as one fails, or if `len` is not the
+    /// elements' packed size.
+    fn pieces(&self, len: usize, mut piece: impl FnMut(*mut c_void, i64, usize) -> bool) -> bool {
+        if len != self.packed_len() {
+            return false;
+        }
+        let mut first = 0;
+        while first < self.count {
+            let k = self.per.min(self.count - first);
+            let at = (self.buf as *mut u8).wrapping_offset((first * self.extent) as isize);
+            if !piece(at as *mut c_void, k, self.bytes(first)) {
+                return false;
+            }
+            first += k;
+        }
+        true
+    }
 }

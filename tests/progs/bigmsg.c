@@ -56,6 +56,47 @@ static void report(const char *what, long cases) {
     if (rank == 0) printf("%s: %ld sizes, %s\n", what, cases, all ? "ERRORS" : "ok");
 }
 
+/* "huge", at np=2: one message of more than 2 GiB (more than an int of
+ * bytes, in an int count) in a strided type, from rank 0 to rank 1, whose
+ * gaps must stay as they were. */
+static void huge(void) {
+    enum { DATA = 4096, GAP = 64 };
+    const long count = (1L << 31) / DATA + 16;
+    MPI_Datatype block, strided;
+    C(MPI_Type_contiguous, DATA, MPI_BYTE, &block);
+    C(MPI_Type_create_resized, block, 0, DATA + GAP, &strided);
+    C(MPI_Type_commit, &strided);
+    unsigned char *b = malloc((size_t)count * (DATA + GAP));
+    if (!b) {
+        printf("rank %d: no memory for the huge message\n", rank);
+        errors++;
+    } else if (rank == 0) {
+        for (long i = 0; i < count; i++)
+            for (long j = 0; j < DATA; j++) b[i * (DATA + GAP) + j] = pattern(i * DATA + j, 5);
+        C(MPI_Send, b, (int)count, strided, 1, 7, MPI_COMM_WORLD);
+    } else if (rank == 1) {
+        memset(b, SENTINEL, (size_t)count * (DATA + GAP));
+        MPI_Status st;
+        C(MPI_Recv, b, (int)count, strided, 0, 7, MPI_COMM_WORLD, &st);
+        long bad = 0, first = -1;
+        for (long i = 0; i < count; i++)
+            for (long j = 0; j < DATA + GAP; j++) {
+                unsigned char want = j < DATA ? pattern(i * DATA + j, 5) : SENTINEL;
+                if (b[i * (DATA + GAP) + j] != want && bad++ == 0) first = i * DATA + j;
+            }
+        int got = -1;
+        C(MPI_Get_count, &st, strided, &got);
+        if (bad || got != (int)count) {
+            printf("rank 1 huge: %ld bytes wrong from %ld, count %d of %ld\n", bad, first, got, count);
+            errors++;
+        }
+    }
+    free(b);
+    C(MPI_Type_free, &block);
+    C(MPI_Type_free, &strided);
+    report("huge strided message", 1);
+}
+
 /* Sizes about the limit, and others. */
 static long sizes[600];
 static int nsizes;
@@ -82,6 +123,10 @@ int main(int argc, char **argv) {
      * in the trace, which has no completion for them) */
     int only_freed = argc > 1 && !strcmp(argv[1], "freed");
     if (only_freed) goto freed;
+    if (argc > 1 && !strcmp(argv[1], "huge")) {
+        huge();
+        goto done;
+    }
 
     /* Blocking Send/Recv, posted exactly and posted large. */
     for (int posted_large = 0; posted_large < 2; posted_large++) {
