@@ -649,7 +649,10 @@ impl TypeSizes {
             key,
             generation,
             size: if size_ok { size as u64 } else { 0 },
-            dense: size_ok && size > 0 && lb == 0 && tlb == 0 && extent == size && textent == size,
+            // A type of no bytes places nothing: its elements are as dense
+            // as bytes (a null buffer with them is the application's right).
+            dense: size_ok
+                && (size == 0 || (lb == 0 && tlb == 0 && extent == size && textent == size)),
             valid: ok,
             known: self.known,
             known_generation: self.known_generation,

@@ -128,6 +128,21 @@ int main(int argc, char **argv) {
         goto done;
     }
 
+    /* A type of no bytes (blocks of length 0) with a null buffer, to this
+     * rank: nothing to place, and MPI takes the null buffer. */
+    {
+        int lens[3] = {0, 0, 0};
+        MPI_Aint displs[3] = {0, 4, 16};
+        MPI_Datatype none;
+        C(MPI_Type_create_hindexed, 3, lens, displs, MPI_INT, &none);
+        C(MPI_Type_commit, &none);
+        C(MPI_Irecv, NULL, 2, none, 0, 5, MPI_COMM_SELF, &rq[0]);
+        C(MPI_Send, NULL, 1, none, 0, 5, MPI_COMM_SELF);
+        C(MPI_Wait, &rq[0], &st);
+        C(MPI_Type_free, &none);
+        report("a type of no bytes, null buffer", 1);
+    }
+
     /* Blocking Send/Recv, posted exactly and posted large. */
     for (int posted_large = 0; posted_large < 2; posted_large++) {
         for (int k = 0; k < nsizes; k++) {
