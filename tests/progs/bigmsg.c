@@ -139,6 +139,10 @@ int main(int argc, char **argv) {
         C(MPI_Irecv, NULL, 2, none, 0, 5, MPI_COMM_SELF, &rq[0]);
         C(MPI_Send, NULL, 1, none, 0, 5, MPI_COMM_SELF);
         C(MPI_Wait, &rq[0], &st);
+        int got = -1, elements = -1;
+        C(MPI_Get_count, &st, none, &got);
+        C(MPI_Get_elements, &st, none, &elements);
+        if (rank == 0) printf("a type of no bytes: count %d, elements %d\n", got, elements);
         C(MPI_Type_free, &none);
         report("a type of no bytes, null buffer", 1);
     }
