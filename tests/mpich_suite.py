@@ -65,10 +65,13 @@ def build(src, cc, out, dirs):
     dtp = [os.path.join("dtpools/src", f) for f in sorted(os.listdir(os.path.join(src, "dtpools/src")))
            if f.endswith(".c")]
     lib = []
-    for f in util + dtp:
+    for f in util + dtp + ["util/mtest_thread.c"]:
         o = os.path.join(objs, os.path.basename(f)[:-2] + ".o")
         subprocess.run([cc, "-O1", "-w", *inc, "-c", os.path.join(src, f), "-o", o], check=True)
         lib.append(o)
+    # The threads/ programs take the thread package in place of its stubs.
+    threaded = [o for o in lib if not o.endswith("mtest_single.o")]
+    lib = lib[:-1]
     runner = os.path.join(objs, "run_mpitests.o")
     subprocess.run([cc, "-O1", "-w", *inc, "-c", os.path.join(src, "util/run_mpitests.c"), "-o", runner],
                    check=True)
@@ -83,8 +86,10 @@ def build(src, cc, out, dirs):
                 built += 1
                 continue
             # Programs with a `run` function (no main) take MPICH's runner.
+            objs_d = threaded if d.startswith("threads") else lib
             for extra in ([], [runner]):
-                cmd = [cc, "-O1", "-w", *inc, os.path.join(src, d, f), *lib, *extra, "-o", exe, "-lm"]
+                cmd = [cc, "-O1", "-w", *inc, os.path.join(src, d, f), *objs_d, *extra, "-o", exe, "-lm",
+                       "-lpthread"]
                 if subprocess.run(cmd, capture_output=True).returncode == 0:
                     built += 1
                     break

@@ -926,6 +926,43 @@ fn every_thread_records_its_own_stream_under_thread_multiple() {
     }
 }
 
+/// A program that starts a thread per task: 2,000 threads, one after
+/// another, each exchange one message and end. Every call is recorded, and
+/// each ended thread leaves its trace a page or two, not its two buffers
+/// (512 KiB: 1 GB a rank before the pool of `flusher`).
+#[test]
+fn a_thread_per_task_grows_the_trace_by_pages_not_buffers() {
+    let threads = 2000;
+    let traced = check_clocked(
+        "threads-brief",
+        "threads",
+        2,
+        &["2", "10", "2000"],
+        "lamport",
+    );
+    let trace = Trace::open(&traced.trace).unwrap();
+    for r in &trace.ranks {
+        // The main thread, two workers, ten completers and the brief ones.
+        assert_eq!(r.threads.len(), 13 + threads, "rank {}", r.rank);
+        let sendrecvs = r
+            .calls()
+            .filter(|(_, c)| r.function_name(c.func) == "MPI_Sendrecv")
+            .count();
+        assert_eq!(sendrecvs, threads, "rank {}", r.rank);
+    }
+    for f in std::fs::read_dir(&traced.trace).unwrap() {
+        let f = f.unwrap();
+        if f.path().extension().is_some_and(|e| e == "pmt") {
+            let len = f.metadata().unwrap().len();
+            assert!(
+                len < 3 * 4096 * threads as u64,
+                "{}: {len} bytes for {threads} ended threads",
+                f.path().display()
+            );
+        }
+    }
+}
+
 #[test]
 fn mpi_finalize_from_a_static_destructor_is_traced() {
     check_program("late", "late_finalize", 3);

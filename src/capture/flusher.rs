@@ -24,6 +24,12 @@
 //! Buffers grow adaptively per thread: the first is 256 KiB, and each one a
 //! thread fills doubles the next, up to `PMTRACE_BUFFER_SIZE`. A thread that
 //! records little costs little; a busy one gets full-size buffers.
+//!
+//! A thread that ends gives back what it did not write: its unused spare,
+//! and the pages of its last buffer past its records, which become a chunk
+//! of their own that no thread owns. Both go to a pool that later threads
+//! take their buffers from, so a program that starts a thread per task
+//! grows its trace by a page per thread, not by two buffers.
 
 use crossbeam_channel::{Receiver, Sender};
 use memmap2::{MmapMut, MmapOptions};
@@ -40,6 +46,10 @@ use std::sync::Arc;
 pub const RECORDS_AT: usize = CHUNK_HEADER_LEN;
 
 pub const FIRST_BUFFER: usize = 256 << 10;
+
+/// The least of a buffer's room worth keeping for another thread: a
+/// smaller rest of an ended thread's buffer is given back to the disk.
+const POOLED_MIN: usize = 16 * PAGE;
 
 /// Every thread that ever recorded, for the end-of-run totals.
 static LINKS: Mutex<Vec<Arc<ThreadLink>>> = Mutex::new(Vec::new());
@@ -236,7 +246,26 @@ pub struct Flusher {
     len: u64,
     max_buffer: usize,
     threads: Vec<ThreadEntry>,
+    /// Chunks of the file that ended threads left unwritten, owned by no
+    /// thread, for the next buffers: (file offset, capacity).
+    pool: Vec<(u64, usize)>,
     totals: Totals,
+}
+
+/// The header of an events chunk of `cap` bytes that no thread owns (yet):
+/// an unused spare stays so, and is sealed empty at the end.
+fn unowned(cap: usize) -> ChunkHeader {
+    ChunkHeader {
+        kind: ChunkKind::Events,
+        thread: UNOWNED,
+        state: ChunkState::Open,
+        capacity: cap as u64,
+        used: 0,
+        base_ns: 0,
+        seq: 0,
+        crc: 0,
+        slot: 0,
+    }
 }
 
 fn io_err(what: &str, e: std::io::Error) -> String {
@@ -251,13 +280,41 @@ impl Flusher {
             len: header_len,
             max_buffer,
             threads: Vec::new(),
+            pool: Vec::new(),
             totals: Totals::default(),
+        }
+    }
+
+    /// A buffer of about `cap` bytes for a thread: a chunk of the pool if
+    /// one has at least a quarter of that room, else a fresh one.
+    fn take(&mut self, cap: usize) -> Result<Region, String> {
+        let fits = self
+            .pool
+            .iter()
+            .enumerate()
+            .filter(|(_, p)| p.1 >= cap / 4)
+            .min_by_key(|(_, p)| p.1.abs_diff(cap))
+            .map(|(i, _)| i);
+        match fits {
+            Some(i) => {
+                let (offset, cap) = self.pool.swap_remove(i);
+                self.map_chunk(offset, cap)
+            }
+            None => self.alloc(cap),
         }
     }
 
     /// Reserves and maps a fresh events chunk of `cap` bytes.
     fn alloc(&mut self, cap: usize) -> Result<Region, String> {
         let offset = self.len;
+        let region = self.map_chunk(offset, cap)?;
+        self.len += cap as u64;
+        Ok(region)
+    }
+
+    /// Maps the chunk of `cap` bytes at `offset`, owned by no thread, with
+    /// its disk blocks reserved.
+    fn map_chunk(&mut self, offset: u64, cap: usize) -> Result<Region, String> {
         // SAFETY: a valid fd; reserving blocks so that later writes through
         // the mapping cannot fail with SIGBUS on a full disk.
         let rc = unsafe { libc::posix_fallocate(self.file.as_raw_fd(), offset as i64, cap as i64) };
@@ -267,10 +324,9 @@ impl Flusher {
                 std::io::Error::from_raw_os_error(rc),
             ));
         }
-        self.len += cap as u64;
-        // SAFETY: the mapped range lies inside the file just extended; the
-        // file is private to this process (created O_EXCL, 0600) and nothing
-        // truncates it while mapped.
+        // SAFETY: the mapped range lies inside the file (just extended, or
+        // a chunk of it); the file is private to this process (created
+        // O_EXCL, 0600) and nothing truncates it while mapped.
         let mut map = unsafe {
             MmapOptions::new()
                 .offset(offset)
@@ -279,20 +335,7 @@ impl Flusher {
                 .map_mut(&self.file)
         }
         .map_err(|e| io_err("cannot map the trace file", e))?;
-        let h = ChunkHeader {
-            kind: ChunkKind::Events,
-            // Owned by no thread until one activates it; an unused spare
-            // stays so (sealed empty at the end).
-            thread: UNOWNED,
-            state: ChunkState::Open,
-            capacity: cap as u64,
-            used: 0,
-            base_ns: 0,
-            seq: 0,
-            crc: 0,
-            slot: 0,
-        };
-        map[..CHUNK_HEADER_LEN].copy_from_slice(&h.encode());
+        map[..CHUNK_HEADER_LEN].copy_from_slice(&unowned(cap).encode());
         // Write-fault every page here, not on the application thread: pages
         // of a shared file mapping start write-protected (the kernel tracks
         // their dirtying), and each first write costs a page fault into the
@@ -317,6 +360,30 @@ impl Flusher {
         Self::seal_bytes(&mut region.map, used);
         self.account(used);
         self.release_tail(region.offset, region.capacity(), used);
+    }
+
+    /// Seals the last buffer of a thread that ended. The pages past its
+    /// records, if enough, become a chunk owned by no thread, for the pool:
+    /// its header is written before this chunk's capacity shrinks to its
+    /// records' pages, so a reader (`pmtrace timeline --follow`, or one of
+    /// a crashed run) finds whole chunks before and after.
+    fn seal_last(&mut self, mut region: Region, used: usize) {
+        let cap = region.capacity();
+        let keep = (RECORDS_AT + used).div_ceil(PAGE) * PAGE;
+        if cap < keep + POOLED_MIN {
+            self.seal(region, used);
+            return;
+        }
+        Self::seal_bytes(&mut region.map, used);
+        self.account(used);
+        region.map[keep..keep + CHUNK_HEADER_LEN].copy_from_slice(&unowned(cap - keep).encode());
+        region.map[16..24].copy_from_slice(&(keep as u64).to_le_bytes());
+        self.pool.push((region.offset + keep as u64, cap - keep));
+    }
+
+    /// An ended thread's spare, never written: to the pool.
+    fn give_back(&mut self, spare: Region) {
+        self.pool.push((spare.offset, spare.capacity()));
     }
 
     fn account(&mut self, used: usize) {
@@ -406,7 +473,7 @@ impl Flusher {
                     };
                     let mut ok = true;
                     for _ in 0..2 {
-                        match self.alloc(first) {
+                        match self.take(first) {
                             Ok(r) => ok &= entry.send(r),
                             Err(e) => {
                                 self.totals.error.get_or_insert(e);
@@ -429,7 +496,7 @@ impl Flusher {
                     // The replacement first: the thread may be waiting for it.
                     if !last {
                         let size = self.grow(thread);
-                        match self.alloc(size) {
+                        match self.take(size) {
                             Ok(r) => {
                                 if let Some(t) =
                                     self.threads.iter().find(|t| t.link.index == thread)
@@ -443,13 +510,16 @@ impl Flusher {
                             }
                         }
                     }
-                    self.seal(region, used);
-                    if last {
-                        // A thread that is done: its unused spare is sealed empty.
+                    if !last {
+                        self.seal(region, used);
+                    } else {
+                        // A thread that is done: what it did not write goes
+                        // to the pool.
+                        self.seal_last(region, used);
                         if let Some(i) = self.threads.iter().position(|t| t.link.index == thread) {
                             let t = self.threads.remove(i);
                             while let Ok(spare) = t.spares.try_recv() {
-                                self.seal(spare, 0);
+                                self.give_back(spare);
                             }
                         }
                     }
@@ -474,6 +544,10 @@ impl Flusher {
             while let Ok(spare) = t.spares.try_recv() {
                 self.seal(spare, 0);
             }
+        }
+        // What no thread took: sealed empty, its blocks given back.
+        for (offset, cap) in std::mem::take(&mut self.pool) {
+            self.seal_in_place(offset, cap, 0);
         }
         for t in all_links() {
             self.totals.events += t.events.load(Relaxed);
