@@ -10,4 +10,4 @@ pub mod ends;
 pub mod matching;
 
 pub use clocks::{ClockReport, Clocks};
-pub use matching::{Message, Messages, RecvEvent, SendEvent, Violations};
+pub use matching::{IdChecks, Message, Messages, RecvEvent, SendEvent, Violations};

@@ -182,6 +182,42 @@ pub struct Message {
     pub recv: usize,
 }
 
+/// Receives against their sends by id and by the FIFO rule.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct IdChecks {
+    /// Matched to their send through the piggybacked id.
+    pub matched_by_id: u64,
+    /// Without a piggyback, or with an id no send has.
+    pub unmatched_by_id: u64,
+    /// With a piggyback whose id names another send than the FIFO rule,
+    /// on a channel MPI orders (0 on every correct run).
+    pub fifo_disagreements: u64,
+    /// The same on channels several threads use, where MPI orders nothing
+    /// and the id is the only answer.
+    pub fifo_unordered: u64,
+}
+
+impl IdChecks {
+    /// As numbers to sum across processes, in field order.
+    pub fn to_array(self) -> [u64; 4] {
+        [
+            self.matched_by_id,
+            self.unmatched_by_id,
+            self.fifo_disagreements,
+            self.fifo_unordered,
+        ]
+    }
+
+    pub fn from_array(v: [u64; 4]) -> IdChecks {
+        IdChecks {
+            matched_by_id: v[0],
+            unmatched_by_id: v[1],
+            fifo_disagreements: v[2],
+            fifo_unordered: v[3],
+        }
+    }
+}
+
 /// Timestamps that break causality, as recorded.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
 pub struct Violations {
@@ -212,6 +248,10 @@ pub struct Messages {
     /// For each receive, its send by the FIFO rule alone (what the ids
     /// are checked against), see [`Messages::send_by_fifo`].
     fifo: Vec<u32>,
+    /// The receives (sorted) of channels on which several threads send,
+    /// or several threads post receives: MPI orders no two messages of
+    /// two threads (MPI-4.1 §3.5), so the FIFO rule does not pair them.
+    unordered: Vec<u32>,
     /// Where each send and receive is in the records.
     pub ends: Ends,
     /// For each receive, the send its piggybacked id names ([`NO_SEND`]:
@@ -223,6 +263,12 @@ pub struct Messages {
     /// take ([`Messages::add_sends`]): by (sender, id), for those that
     /// carried one.
     foreign_ids: HashMap<(u32, u64), u32>,
+}
+
+/// Whether `threads` holds more than one value.
+fn several(mut threads: impl Iterator<Item = u32>) -> bool {
+    let first = threads.next();
+    threads.any(|t| Some(t) != first)
 }
 
 /// No send (in [`Messages`]' per-receive tables).
@@ -311,7 +357,7 @@ impl Messages {
                 _ => NO_SEND,
             })
             .collect();
-        self.match_fifo(|_| true, |_| true);
+        self.unordered = self.match_fifo(|_| true, |_| true);
         self.fifo = vec![NO_SEND; self.recvs.len()];
         for p in &self.matched {
             self.fifo[p.recv] = p.send as u32;
@@ -344,6 +390,36 @@ impl Messages {
         (s != NO_SEND).then_some(s as usize)
     }
 
+    /// Whether MPI orders receive `recv`'s channel, so that the FIFO rule
+    /// pairs it: one thread sends on it and one thread posts its receives.
+    pub fn fifo_applies(&self, recv: usize) -> bool {
+        self.unordered.binary_search(&(recv as u32)).is_err()
+    }
+
+    /// How receives `recvs` compare with their sends by id and by the
+    /// FIFO rule (the report's and `pmtrace-mpi`'s counts).
+    pub fn id_checks(&self, recvs: std::ops::Range<usize>) -> IdChecks {
+        let mut c = IdChecks::default();
+        for ri in recvs {
+            let found = self.send_by_id(ri);
+            if found.is_some() {
+                c.matched_by_id += 1;
+            } else {
+                c.unmatched_by_id += 1;
+            }
+            // A receive without a header (a partitioned message, an
+            // untraced sender) has no id to disagree with.
+            if self.recvs[ri].pb.is_some() && found != self.send_by_fifo(ri) {
+                if self.fifo_applies(ri) {
+                    c.fifo_disagreements += 1;
+                } else {
+                    c.fifo_unordered += 1;
+                }
+            }
+        }
+        c
+    }
+
     /// The send receive `recv` names by its piggybacked id, if any.
     pub fn send_by_id(&self, recv: usize) -> Option<usize> {
         let s = self.by_id[recv];
@@ -373,7 +449,7 @@ impl Messages {
         self.matched.clear();
         self.unmatched_sends.clear();
         self.unmatched_recvs.clear();
-        self.match_fifo(|s| !send_paired[s], |r| pair_of_recv[r].is_none());
+        let _ = self.match_fifo(|s| !send_paired[s], |r| pair_of_recv[r].is_none());
         self.matched.extend(
             pair_of_recv
                 .iter()
@@ -384,8 +460,15 @@ impl Messages {
     }
 
     /// The FIFO rule over the sends and receives that `send_ok` and
-    /// `recv_ok` keep, added to `matched` and the unmatched lists.
-    fn match_fifo(&mut self, send_ok: impl Fn(usize) -> bool, recv_ok: impl Fn(usize) -> bool) {
+    /// `recv_ok` keep, added to `matched` and the unmatched lists; returns
+    /// the receives of channels that MPI does not order (sorted, see
+    /// [`Messages::fifo_applies`]).
+    #[must_use]
+    fn match_fifo(
+        &mut self,
+        send_ok: impl Fn(usize) -> bool,
+        recv_ok: impl Fn(usize) -> bool,
+    ) -> Vec<u32> {
         let mut channels: HashMap<Channel, (Vec<usize>, Vec<usize>)> = HashMap::default();
         for (i, s) in self.sends.iter().enumerate().filter(|&(i, _)| send_ok(i)) {
             match s.dst {
@@ -407,7 +490,13 @@ impl Messages {
                 None => self.unmatched_recvs.push(i),
             }
         }
+        let mut unordered = Vec::new();
         for (mut sends, mut recvs) in channels.into_values() {
+            let sending = |&i: &usize| self.sends[i].call.thread;
+            let posting = |&i: &usize| self.recvs[i].post.thread;
+            if several(sends.iter().map(sending)) || several(recvs.iter().map(posting)) {
+                unordered.extend(recvs.iter().map(|&r| r as u32));
+            }
             sends.sort_by_key(|&i| {
                 let s = &self.sends[i];
                 (s.time, s.call, s.item)
@@ -429,6 +518,8 @@ impl Messages {
         self.matched.sort_by_key(|m| m.send);
         self.unmatched_sends.sort_unstable();
         self.unmatched_recvs.sort_unstable();
+        unordered.sort_unstable();
+        unordered
     }
 
     /// Sends and receives whose peer could not be mapped to a world rank.

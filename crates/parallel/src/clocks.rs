@@ -9,7 +9,7 @@ use rustc_hash::FxHashMap as HashMap;
 use pmtrace_matching::clocks::{
     self, ClockReport, HbCheck, Part, PartClocks, PartPlan, PartVectors, Shape,
 };
-use pmtrace_matching::Messages;
+use pmtrace_matching::{IdChecks, Messages};
 use pmtrace_trace::Trace;
 
 use crate::block::Block;
@@ -19,30 +19,16 @@ use crate::messages::BlockMessages;
 use crate::rounds::{self, Round};
 use crate::wire::{In, Out};
 
-/// Receives matched by id, without one, and disagreeing with the FIFO
-/// rule; and the decreases along senders. On every process.
+/// The receives' checks by id, and the decreases along senders. On every
+/// process.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Ids {
-    pub matched_by_id: u64,
-    pub unmatched_by_id: u64,
-    pub fifo_disagreements: u64,
+    pub checks: IdChecks,
     pub decreasing_by_sender: u64,
 }
 
 pub fn ids<F: Fabric + ?Sized>(f: &F, b: &Block, bm: &BlockMessages) -> Ids {
     let m = &bm.m;
-    let mut v = [0u64; 4];
-    for ri in 0..bm.own_recvs {
-        let found = m.send_by_id(ri);
-        if found.is_some() {
-            v[0] += 1;
-        } else {
-            v[1] += 1;
-        }
-        if m.recvs[ri].pb.is_some() && found != m.send_by_fifo(ri) {
-            v[2] += 1;
-        }
-    }
     // Each sender's receives, at its block.
     let mut out = vec![Out::default(); f.size()];
     for (src, id, lc) in clocks::by_sender(m.recvs[..bm.own_recvs].iter()) {
@@ -55,13 +41,12 @@ pub fn ids<F: Fabric + ?Sized>(f: &F, b: &Block, bm: &BlockMessages) -> Ids {
             mine.push((i.u32(), i.u64(), i.u64()));
         }
     }
-    v[3] = clocks::decreasing_by_sender(mine);
+    let [a, b, c, d] = m.id_checks(0..bm.own_recvs).to_array();
+    let mut v = [a, b, c, d, clocks::decreasing_by_sender(mine)];
     f.sum(&mut v);
     Ids {
-        matched_by_id: v[0],
-        unmatched_by_id: v[1],
-        fifo_disagreements: v[2],
-        decreasing_by_sender: v[3],
+        checks: IdChecks::from_array([v[0], v[1], v[2], v[3]]),
+        decreasing_by_sender: v[4],
     }
 }
 
@@ -318,9 +303,7 @@ pub fn report<F: Fabric + ?Sized>(f: &F, b: &Block, bm: &BlockMessages) -> Clock
     if mode == "none" {
         return report;
     }
-    report.matched_by_id = ids.matched_by_id;
-    report.unmatched_by_id = ids.unmatched_by_id;
-    report.fifo_disagreements = ids.fifo_disagreements;
+    report.set_ids(ids.checks);
     let vector = mode == "vector";
     let m = &bm.m;
     let plan = PartPlan::new(&b.trace, m);

@@ -133,11 +133,15 @@ fn receives_matched_by_id_and_senders_clocks_are_counted_as_serially() {
             for ids in got {
                 if report.mode != "none" {
                     assert_eq!(
-                        ids.matched_by_id, report.matched_by_id,
+                        ids.checks.matched_by_id, report.matched_by_id,
                         "{case} at P = {procs}"
                     );
-                    assert_eq!(ids.unmatched_by_id, report.unmatched_by_id, "{case}");
-                    assert_eq!(ids.fifo_disagreements, report.fifo_disagreements, "{case}");
+                    assert_eq!(ids.checks.unmatched_by_id, report.unmatched_by_id, "{case}");
+                    assert_eq!(
+                        ids.checks.fifo_disagreements, report.fifo_disagreements,
+                        "{case}"
+                    );
+                    assert_eq!(ids.checks.fifo_unordered, report.fifo_unordered, "{case}");
                 }
                 assert_eq!(
                     ids.decreasing_by_sender, decreasing,

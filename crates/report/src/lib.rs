@@ -881,6 +881,13 @@ impl Report {
                     "  matched by piggybacked id {}, disagreeing with FIFO matching {}, without id {}",
                     c.matched_by_id, c.fifo_disagreements, c.unmatched_by_id
                 )?;
+                if c.fifo_unordered > 0 {
+                    writeln!(
+                        w,
+                        "  differing from FIFO on channels that several threads use {} (MPI orders no two threads' messages; the ids decide)",
+                        c.fifo_unordered
+                    )?;
+                }
                 writeln!(
                     w,
                     "  clock condition broken: Lamport {}, vector {}",

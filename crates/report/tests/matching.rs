@@ -608,3 +608,62 @@ fn partitioned_channels_send_once_per_start_without_ids() {
     // Partitioned sends carry no header: no message id is spent on them.
     assert_eq!(m.send_ids, vec![0, 0, 0]);
 }
+
+/// Rank 0 sends two messages to rank 1 on one tag, posted at 100 and 110
+/// by threads `senders`; rank 1's one thread receives the second first,
+/// as the piggybacked ids say.
+fn crossed(senders: [u32; 2]) -> TraceBuilder {
+    use pmtrace_format::record::{msg_id, Pb};
+    let mut tb = two_ranks();
+    for r in 0..2 {
+        tb.rank(r).header_mut().clocks = "lamport".into();
+    }
+    let mut n = [0u64; 2];
+    let mut ids = Vec::new();
+    for (i, &t) in senders.iter().enumerate() {
+        n[t as usize] += 1;
+        ids.push(msg_id(t, n[t as usize]));
+        let at = 100 + 10 * i as u64;
+        tb.rank(0)
+            .thread(t)
+            .call("MPI_Send", at, at + 5, fixture::send(1, 7, 0, 8));
+    }
+    for (i, &id) in ids.iter().rev().enumerate() {
+        let status = Status {
+            pb: Some(Pb {
+                id,
+                lc: 1,
+                sent: 100,
+                vc: None,
+            }),
+            ..fixture::status(0, 7, 8)
+        };
+        let at = 200 + 10 * i as u64;
+        tb.rank(1)
+            .thread(0)
+            .call("MPI_Recv", at, at + 5, fixture::recv(0, 7, 0, 8, status));
+    }
+    tb
+}
+
+/// MPI orders the messages of one thread, not of two (MPI-4.1 §3.5): two
+/// threads' messages crossing on a channel are not FIFO disagreements, one
+/// thread's are.
+#[test]
+fn messages_of_two_threads_on_one_channel_are_not_held_to_fifo() {
+    let (_, two) = open(&crossed([0, 1]), "crossed-two");
+    assert_eq!(two.matched.len(), 2);
+    let c = two.id_checks(0..two.recvs.len());
+    assert_eq!(
+        (c.matched_by_id, c.fifo_disagreements, c.fifo_unordered),
+        (2, 0, 2)
+    );
+    assert!(!two.fifo_applies(0) && !two.fifo_applies(1));
+    let (_, one) = open(&crossed([0, 0]), "crossed-one");
+    let c = one.id_checks(0..one.recvs.len());
+    assert_eq!(
+        (c.matched_by_id, c.fifo_disagreements, c.fifo_unordered),
+        (2, 2, 0)
+    );
+    assert!(one.fifo_applies(0) && one.fifo_applies(1));
+}

@@ -42,7 +42,7 @@ use pmtrace_trace::{Call, Payload};
 use serde::Serialize;
 
 use crate::ends::{Cursor, End};
-use crate::matching::{Messages, RecvEvent, RecvHow};
+use crate::matching::{IdChecks, Messages, RecvEvent, RecvHow};
 use pmtrace_trace::read::{EventRef, Rank, Trace};
 
 mod parts;
@@ -95,20 +95,8 @@ pub fn compute(trace: &Trace, m: &Messages) -> Clocks {
         ..ClockReport::default()
     };
     // Matching by id.
-    for (ri, r) in m.recvs.iter().enumerate() {
-        let found = m.send_by_id(ri);
-        if mode != "none" {
-            if found.is_some() {
-                report.matched_by_id += 1;
-            } else {
-                report.unmatched_by_id += 1;
-            }
-            // A receive without a header (a partitioned message, an
-            // untraced sender) has no id to disagree with.
-            if r.pb.is_some() && found != m.send_by_fifo(ri) {
-                report.fifo_disagreements += 1;
-            }
-        }
+    if mode != "none" {
+        report.set_ids(m.id_checks(0..m.recvs.len()));
     }
     if mode == "none" {
         return Clocks {

@@ -12,6 +12,10 @@ pub struct ClockReport {
     /// Receives with a piggyback whose id matching differs from the
     /// FIFO-rule matching.
     pub fifo_disagreements: u64,
+    /// The same on channels several threads use (sending or posting
+    /// receives), which MPI does not order; absent from the JSON when 0.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub fifo_unordered: u64,
     /// Receives that carried no piggyback, or an id no send has.
     pub unmatched_by_id: u64,
     /// Matched pairs with send.lc >= recv.lc (after the merge).
@@ -35,6 +39,16 @@ pub struct ClockReport {
     /// Events whose dependencies could not be resolved (a trace with lost
     /// events); their clocks use what was known.
     pub forced: u64,
+}
+
+impl ClockReport {
+    /// The receives' checks by id ([`Messages::id_checks`]).
+    pub fn set_ids(&mut self, c: IdChecks) {
+        self.matched_by_id = c.matched_by_id;
+        self.unmatched_by_id = c.unmatched_by_id;
+        self.fifo_disagreements = c.fifo_disagreements;
+        self.fifo_unordered = c.fifo_unordered;
+    }
 }
 
 fn is_zero(n: &u64) -> bool {
