@@ -110,9 +110,7 @@ fn thread_spans(
             user,
         });
     };
-    let calls = rank
-        .payload_calls_of(|k| matches!(k, Kind::Phase | Kind::Pcontrol))
-        .filter(|(at, _)| at.thread == th.index);
+    let calls = rank.thread_payload_calls_of(th, |k| matches!(k, Kind::Phase | Kind::Pcontrol));
     for (at, call) in calls {
         let (a, b) = time(at).unwrap_or((call.t_start, call.t_end));
         let here = at.index;

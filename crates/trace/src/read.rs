@@ -201,25 +201,32 @@ impl Rank {
 
     /// The calls with a payload whose function's kind passes `keep`, each
     /// decoded only if it does.
-    pub fn payload_calls_of(
-        &self,
-        keep: impl Fn(Kind) -> bool + Copy,
-    ) -> impl Iterator<Item = (EventRef, Call<'_>)> {
-        self.threads.iter().flat_map(move |th| {
-            let ev = &th.records;
-            (0..ev.len())
-                .filter(move |&i| {
-                    ev.has_payload(i) && ev.func(i).is_some_and(|f| keep(self.kind(f)))
-                })
-                .map(move |index| {
-                    let at = EventRef {
-                        rank: self.rank,
-                        thread: th.index,
-                        index: index as u32,
-                    };
-                    (at, ev.call(index).expect("a call"))
-                })
-        })
+    pub fn payload_calls_of<'a>(
+        &'a self,
+        keep: impl Fn(Kind) -> bool + Copy + 'a,
+    ) -> impl Iterator<Item = (EventRef, Call<'a>)> + 'a {
+        self.threads
+            .iter()
+            .flat_map(move |th| self.thread_payload_calls_of(th, keep))
+    }
+
+    /// [`Rank::payload_calls_of`] of one of this rank's threads.
+    pub fn thread_payload_calls_of<'a>(
+        &'a self,
+        th: &'a Thread,
+        keep: impl Fn(Kind) -> bool + Copy + 'a,
+    ) -> impl Iterator<Item = (EventRef, Call<'a>)> + 'a {
+        let ev = &th.records;
+        (0..ev.len())
+            .filter(move |&i| ev.has_payload(i) && ev.func(i).is_some_and(|f| keep(self.kind(f))))
+            .map(move |index| {
+                let at = EventRef {
+                    rank: self.rank,
+                    thread: th.index,
+                    index: index as u32,
+                };
+                (at, ev.call(index).expect("a call"))
+            })
     }
 
     /// Number of MPI calls recorded.
