@@ -72,15 +72,24 @@ pub fn each_link(mut f: impl FnMut(&ThreadLink)) {
 }
 use pmtrace_format::UNOWNED_THREAD as UNOWNED;
 
-/// A mapped region of the trace file: one chunk.
+/// A mapped region of the trace file: one chunk, from `start` to the end
+/// of its mapping (the rest of an ended thread's buffer keeps the mapping
+/// whose front the sealed chunk holds).
 pub struct Region {
-    pub map: MmapMut,
+    map: MmapMut,
+    start: usize,
+    /// The file offset of the chunk.
     pub offset: u64,
 }
 
 impl Region {
     pub fn capacity(&self) -> usize {
-        self.map.len()
+        self.map.len() - self.start
+    }
+
+    /// The chunk's bytes.
+    pub fn bytes(&mut self) -> &mut [u8] {
+        &mut self.map[self.start..]
     }
 }
 
@@ -247,8 +256,8 @@ pub struct Flusher {
     max_buffer: usize,
     threads: Vec<ThreadEntry>,
     /// Chunks of the file that ended threads left unwritten, owned by no
-    /// thread, for the next buffers: (file offset, capacity).
-    pool: Vec<(u64, usize)>,
+    /// thread, still mapped, for the next buffers.
+    pool: Vec<Region>,
     totals: Totals,
 }
 
@@ -292,14 +301,11 @@ impl Flusher {
             .pool
             .iter()
             .enumerate()
-            .filter(|(_, p)| p.1 >= cap / 4)
-            .min_by_key(|(_, p)| p.1.abs_diff(cap))
+            .filter(|(_, p)| p.capacity() >= cap / 4)
+            .min_by_key(|(_, p)| p.capacity().abs_diff(cap))
             .map(|(i, _)| i);
         match fits {
-            Some(i) => {
-                let (offset, cap) = self.pool.swap_remove(i);
-                self.map_chunk(offset, cap)
-            }
+            Some(i) => Ok(self.pool.swap_remove(i)),
             None => self.alloc(cap),
         }
     }
@@ -314,7 +320,7 @@ impl Flusher {
 
     /// Maps the chunk of `cap` bytes at `offset`, owned by no thread, with
     /// its disk blocks reserved.
-    fn map_chunk(&mut self, offset: u64, cap: usize) -> Result<Region, String> {
+    fn map_chunk(&self, offset: u64, cap: usize) -> Result<Region, String> {
         // SAFETY: a valid fd; reserving blocks so that later writes through
         // the mapping cannot fail with SIGBUS on a full disk.
         let rc = unsafe { libc::posix_fallocate(self.file.as_raw_fd(), offset as i64, cap as i64) };
@@ -344,7 +350,11 @@ impl Flusher {
             // SAFETY: inside the mapping; rewrites the zero already there.
             unsafe { core::ptr::write_volatile(map.as_mut_ptr().add(page), map[page]) };
         }
-        Ok(Region { map, offset })
+        Ok(Region {
+            map,
+            start: 0,
+            offset,
+        })
     }
 
     /// Stores fill and checksum, then marks the chunk sealed.
@@ -357,7 +367,7 @@ impl Flusher {
     }
 
     fn seal(&mut self, mut region: Region, used: usize) {
-        Self::seal_bytes(&mut region.map, used);
+        Self::seal_bytes(region.bytes(), used);
         self.account(used);
         self.release_tail(region.offset, region.capacity(), used);
     }
@@ -374,16 +384,20 @@ impl Flusher {
             self.seal(region, used);
             return;
         }
-        Self::seal_bytes(&mut region.map, used);
+        let chunk = region.bytes();
+        Self::seal_bytes(chunk, used);
+        chunk[keep..keep + CHUNK_HEADER_LEN].copy_from_slice(&unowned(cap - keep).encode());
+        chunk[16..24].copy_from_slice(&(keep as u64).to_le_bytes());
         self.account(used);
-        region.map[keep..keep + CHUNK_HEADER_LEN].copy_from_slice(&unowned(cap - keep).encode());
-        region.map[16..24].copy_from_slice(&(keep as u64).to_le_bytes());
-        self.pool.push((region.offset + keep as u64, cap - keep));
+        // The rest keeps the mapping, its pages already writable.
+        region.start += keep;
+        region.offset += keep as u64;
+        self.pool.push(region);
     }
 
     /// An ended thread's spare, never written: to the pool.
     fn give_back(&mut self, spare: Region) {
-        self.pool.push((spare.offset, spare.capacity()));
+        self.pool.push(spare);
     }
 
     fn account(&mut self, used: usize) {
@@ -546,8 +560,8 @@ impl Flusher {
             }
         }
         // What no thread took: sealed empty, its blocks given back.
-        for (offset, cap) in std::mem::take(&mut self.pool) {
-            self.seal_in_place(offset, cap, 0);
+        for region in std::mem::take(&mut self.pool) {
+            self.seal(region, 0);
         }
         for t in all_links() {
             self.totals.events += t.events.load(Relaxed);
@@ -662,6 +676,7 @@ mod tests {
     fn region(offset: u64) -> Region {
         Region {
             map: MmapOptions::new().len(PAGE).map_anon().unwrap(),
+            start: 0,
             offset,
         }
     }

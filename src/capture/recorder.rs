@@ -291,7 +291,8 @@ impl Recorder {
 
     fn activate(&mut self, mut region: Region) {
         let link = self.link.as_ref().unwrap();
-        let map = &mut region.map;
+        let offset = region.offset;
+        let map = region.bytes();
         map[8..12].copy_from_slice(&link.index.to_le_bytes());
         map[32..40].copy_from_slice(&self.prev_end.to_le_bytes());
         map[40..48].copy_from_slice(&self.seq.to_le_bytes());
@@ -301,7 +302,7 @@ impl Recorder {
         self.pos = 0;
         self.fixed_end = fixed_end(self.cap, self.attention);
         link.pos.store(0, Relaxed);
-        *link.active.lock() = Some((region.offset, map.len()));
+        *link.active.lock() = Some((offset, map.len()));
         self.region = Some(region);
     }
 
