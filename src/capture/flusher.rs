@@ -70,7 +70,6 @@ pub fn each_link(mut f: impl FnMut(&ThreadLink)) {
         f(l);
     }
 }
-use pmtrace_format::UNOWNED_THREAD as UNOWNED;
 
 /// A mapped region of the trace file: one chunk, from `start` to the end
 /// of its mapping (the rest of an ended thread's buffer keeps the mapping
@@ -264,17 +263,7 @@ pub struct Flusher {
 /// The header of an events chunk of `cap` bytes that no thread owns (yet):
 /// an unused spare stays so, and is sealed empty at the end.
 fn unowned(cap: usize) -> ChunkHeader {
-    ChunkHeader {
-        kind: ChunkKind::Events,
-        thread: UNOWNED,
-        state: ChunkState::Open,
-        capacity: cap as u64,
-        used: 0,
-        base_ns: 0,
-        seq: 0,
-        crc: 0,
-        slot: 0,
-    }
+    ChunkHeader::unowned(cap as u64, 0)
 }
 
 fn io_err(what: &str, e: std::io::Error) -> String {

@@ -42,6 +42,22 @@ pub struct ChunkHeader {
 }
 
 impl ChunkHeader {
+    /// An events chunk of `capacity` bytes that no thread owns (yet), open
+    /// and empty: a buffer the runtime has not handed out, or gave back.
+    pub fn unowned(capacity: u64, slot: u32) -> ChunkHeader {
+        ChunkHeader {
+            kind: ChunkKind::Events,
+            thread: UNOWNED_THREAD,
+            state: ChunkState::Open,
+            capacity,
+            used: 0,
+            base_ns: 0,
+            seq: 0,
+            crc: 0,
+            slot,
+        }
+    }
+
     pub fn encode(&self) -> [u8; CHUNK_HEADER_LEN] {
         let mut b = [0u8; CHUNK_HEADER_LEN];
         b[0..4].copy_from_slice(CHUNK_MAGIC);

@@ -500,17 +500,7 @@ impl RankBuilder {
         }
         // A pooled buffer never handed to a thread, as the runtime leaves
         // it: open, empty, thread index u32::MAX.
-        let unassigned = ChunkHeader {
-            kind: ChunkKind::Events,
-            thread: u32::MAX,
-            state: ChunkState::Open,
-            capacity: cap as u64,
-            used: 0,
-            base_ns: 0,
-            seq: 0,
-            crc: 0,
-            slot: PENDING_LEN as u32,
-        };
+        let unassigned = ChunkHeader::unowned(cap as u64, PENDING_LEN as u32);
         push_chunk(&mut out, unassigned, &[]);
         chunks += 1;
         if !self.finalized {
