@@ -260,12 +260,6 @@ pub struct Flusher {
     totals: Totals,
 }
 
-/// The header of an events chunk of `cap` bytes that no thread owns (yet):
-/// an unused spare stays so, and is sealed empty at the end.
-fn unowned(cap: usize) -> ChunkHeader {
-    ChunkHeader::unowned(cap as u64, 0)
-}
-
 fn io_err(what: &str, e: std::io::Error) -> String {
     format!("{what}: {e}")
 }
@@ -302,14 +296,6 @@ impl Flusher {
     /// Reserves and maps a fresh events chunk of `cap` bytes.
     fn alloc(&mut self, cap: usize) -> Result<Region, String> {
         let offset = self.len;
-        let region = self.map_chunk(offset, cap)?;
-        self.len += cap as u64;
-        Ok(region)
-    }
-
-    /// Maps the chunk of `cap` bytes at `offset`, owned by no thread, with
-    /// its disk blocks reserved.
-    fn map_chunk(&self, offset: u64, cap: usize) -> Result<Region, String> {
         // SAFETY: a valid fd; reserving blocks so that later writes through
         // the mapping cannot fail with SIGBUS on a full disk.
         let rc = unsafe { libc::posix_fallocate(self.file.as_raw_fd(), offset as i64, cap as i64) };
@@ -319,9 +305,10 @@ impl Flusher {
                 std::io::Error::from_raw_os_error(rc),
             ));
         }
-        // SAFETY: the mapped range lies inside the file (just extended, or
-        // a chunk of it); the file is private to this process (created
-        // O_EXCL, 0600) and nothing truncates it while mapped.
+        self.len += cap as u64;
+        // SAFETY: the mapped range lies inside the file just extended; the
+        // file is private to this process (created O_EXCL, 0600) and nothing
+        // truncates it while mapped.
         let mut map = unsafe {
             MmapOptions::new()
                 .offset(offset)
@@ -330,7 +317,7 @@ impl Flusher {
                 .map_mut(&self.file)
         }
         .map_err(|e| io_err("cannot map the trace file", e))?;
-        map[..CHUNK_HEADER_LEN].copy_from_slice(&unowned(cap).encode());
+        map[..CHUNK_HEADER_LEN].copy_from_slice(&ChunkHeader::unowned(cap as u64, 0).encode());
         // Write-fault every page here, not on the application thread: pages
         // of a shared file mapping start write-protected (the kernel tracks
         // their dirtying), and each first write costs a page fault into the
@@ -375,7 +362,8 @@ impl Flusher {
         }
         let chunk = region.bytes();
         Self::seal_bytes(chunk, used);
-        chunk[keep..keep + CHUNK_HEADER_LEN].copy_from_slice(&unowned(cap - keep).encode());
+        chunk[keep..keep + CHUNK_HEADER_LEN]
+            .copy_from_slice(&ChunkHeader::unowned((cap - keep) as u64, 0).encode());
         chunk[16..24].copy_from_slice(&(keep as u64).to_le_bytes());
         self.account(used);
         // The rest keeps the mapping, its pages already writable.
