@@ -701,6 +701,82 @@ fn collective_sequence_numbers_count_per_communicator() {
     }
 }
 
+/// Every communicator commids.c makes has one global id on all its members,
+/// and no two share one: an intracommunicator's id is defined by exactly
+/// its members, each at its own rank, as its rank 0 lists them (an
+/// intercommunicator's by both groups). The constructors that every member
+/// of the parent calls derive the id with no collective (bit 62); the
+/// others agree on it by one (no bit 62). At np=5 a split leaves rank 0
+/// out and the grid the last rank: the dup after them must still agree.
+#[test]
+fn communicators_get_one_id_on_their_members_and_no_two_share_one() {
+    const DERIVED: u64 = 1 << 62;
+    for np in [4u32, 5] {
+        let traced = check_program("commids", "commids", np);
+        let trace = Trace::open(&traced.trace).unwrap();
+        let mut by_id: std::collections::BTreeMap<
+            u64,
+            Vec<(u32, &pmtrace_format::record::CommDef)>,
+        > = Default::default();
+        for r in &trace.ranks {
+            for d in r.comm_defs() {
+                by_id.entry(d.global_id).or_default().push((r.rank, d));
+            }
+        }
+        let mut made = 0;
+        for (&id, defs) in &by_id {
+            if id == 0 || (id & 0xffff_ffff == 1 && defs.len() == 1 && defs[0].1.size == 1) {
+                continue; // world, and each rank's MPI_COMM_SELF
+            }
+            made += 1;
+            let (first, list) = defs
+                .iter()
+                .find(|(_, d)| d.rank == 0 && !d.members.is_empty())
+                .unwrap_or_else(|| panic!("np={np}: no member list for {id:#x}"));
+            let inter = defs[0].1.inter;
+            let expect = if inter {
+                (list.size + list.remote_size) as usize
+            } else {
+                list.size as usize
+            };
+            assert_eq!(defs.len(), expect, "np={np}: {id:#x} defined by {defs:?}");
+            for (writer, d) in defs {
+                assert_eq!(d.inter, inter, "np={np}: {id:#x}");
+                if !inter || list.members.contains(writer) {
+                    assert_eq!(d.size, list.size, "np={np}: {id:#x}");
+                    assert_eq!(
+                        list.members[d.rank as usize], *writer,
+                        "np={np}: {id:#x}: rank {} of {:?} (listed by world rank {first})",
+                        d.rank, list.members
+                    );
+                }
+            }
+        }
+        // Two dups of world, the halves (2), the split without rank 0,
+        // the shared split, the parity groups (2), the grid and its two
+        // rows, two graphs, the evens, the intercommunicator, its merge,
+        // the dup of a dup, the idup, and a dup of self per rank.
+        let ids = 2 + 2 + 1 + 1 + 2 + 3 + 2 + 1 + 1 + 1 + 1 + 1 + np as usize;
+        assert_eq!(made, ids, "np={np}: {by_id:#?}");
+        for r in &trace.ranks {
+            for (_, c) in r.calls() {
+                let Payload::CommNew { comm: Some(ix), .. } = c.payload else {
+                    continue;
+                };
+                let name = r.function_name(c.func);
+                let id = r.comm_at(ix, c.t_end).unwrap().global_id;
+                let agreed = matches!(name, "MPI_Comm_create_group" | "MPI_Intercomm_create");
+                assert_eq!(
+                    id & DERIVED == 0,
+                    agreed,
+                    "np={np} rank {}: {name} gave {id:#x}",
+                    r.rank
+                );
+            }
+        }
+    }
+}
+
 /// Builds `ring` linked with pmtrace, dynamically or statically.
 fn link_ring(dir: &std::path::Path, static_link: bool) -> std::path::PathBuf {
     let out = dir.join(if static_link {

@@ -143,7 +143,7 @@ fn format_kind(kind: &str, name: &str) -> Result<&'static str, String> {
         "precv_init" => "PrecvInit",
         "buffer_attach" | "buffer_detach" => "Plain",
         "request_free" => "Freed",
-        "comm_new" | "comm_dynamic" | "comm_parent" => "CommNew",
+        "comm_new" | "comm_agreed" | "comm_dynamic" | "comm_parent" => "CommNew",
         "comm_idup" => "Icoll",
         "comm_free" => "CommFree",
         k if k.starts_with("coll:") => "Coll",
@@ -567,12 +567,12 @@ fn body(e: &Entry) -> Result<(Vec<String>, String), String> {
             let req = single_request_in(&mut prep)?;
             format!("hooks::{}({call}, {req}, {})", e.kind, r("request")?)
         }
-        "comm_new" | "comm_dynamic" => {
+        "comm_new" | "comm_agreed" | "comm_dynamic" => {
             let parent = opt_role(e, "comm").map_or("None".to_string(), |c| format!("Some({c})"));
-            let origin = if e.kind == "comm_new" {
-                "Constructed"
-            } else {
-                "Dynamic"
+            let origin = match e.kind.as_str() {
+                "comm_new" if parent != "None" => "Collective",
+                "comm_new" | "comm_agreed" => "Agreed",
+                _ => "Dynamic",
             };
             format!(
                 "hooks::comm_new({call}, {parent}, {}, Origin::{origin})",

@@ -7,13 +7,18 @@ use crate::ffi::{self, MPI_Comm, MPI_Request};
 use crate::hooks_call::{comm_info, guarded, register, Call};
 use crate::hooks_colls::{next_seq, put_coll};
 use crate::requests::OpKind;
+use core::sync::atomic::Ordering::Relaxed;
 use pmtrace_format::varint::Sink;
 
 /// How a new communicator came about, which decides how its id is found.
 pub enum Origin {
-    /// A collective constructor over the members (dup, split, create, ...):
-    /// they agree on the id.
-    Constructed,
+    /// A constructor every member of the parent calls, in the order of the
+    /// parent's other collectives (dup, split, create, cart, graph, merge):
+    /// the id is derived from the parent's, with no communication.
+    Collective,
+    /// A constructor a subset of the parent calls (`MPI_Comm_create_group`),
+    /// or one without a parent (from groups): the members agree on the id.
+    Agreed,
     /// Spawn, accept, connect, join: the other side may be untraced, so
     /// the id is local.
     Dynamic,
@@ -23,7 +28,14 @@ pub enum Origin {
 
 pub fn comm_new(call: Call, parent: Option<MPI_Comm>, newcomm: *mut MPI_Comm, origin: Origin) {
     guarded(|| {
-        let parent = parent.map(|p| comm_info(&call, p).index);
+        let parent = parent.map(|p| comm_info(&call, p));
+        // Counted whatever the call returns, as on every other member: a
+        // rank left out of a split (MPI_COMM_NULL) still counts it.
+        let nth = match (&origin, parent) {
+            (Origin::Collective, Some(p)) => Some((p, p.constructs.fetch_add(1, Relaxed))),
+            _ => None,
+        };
+        let parent = parent.map(|p| p.index);
         let new = if call.ok() {
             // SAFETY: MPI stored the new communicator there.
             let c = unsafe { *newcomm };
@@ -33,7 +45,11 @@ pub fn comm_new(call: Call, parent: Option<MPI_Comm>, newcomm: *mut MPI_Comm, or
             } else {
                 let t = call.t0;
                 Some(match origin {
-                    Origin::Constructed => comms::define_constructed(c, call.rec(), t),
+                    Origin::Collective => match nth {
+                        Some((p, n)) => comms::define_collective(c, p, n, call.rec(), t),
+                        None => comms::define_agreed(c, call.rec(), t),
+                    },
+                    Origin::Agreed => comms::define_agreed(c, call.rec(), t),
                     Origin::Dynamic => comms::define_dynamic(c, call.rec(), t),
                     Origin::Parent => comms::resolve(c, call.thread(), t),
                 })
@@ -53,9 +69,7 @@ pub fn comm_idup(call: Call, comm: MPI_Comm, newcomm: *mut MPI_Comm, request: *m
     guarded(|| {
         let info = comm_info(&call, comm);
         let seq = next_seq(info);
-        let nth = info
-            .idups
-            .fetch_add(1, core::sync::atomic::Ordering::Relaxed);
+        let nth = info.idups.fetch_add(1, Relaxed);
         let Some(mut r) = call.begin() else { return };
         put_coll(&mut r, info, seq, None, 0, 0);
         if call.ok() {

@@ -23,6 +23,9 @@ pub struct CommInfo {
     pub seq: AtomicU64,
     /// `MPI_Comm_idup`s on this communicator.
     pub idups: AtomicU64,
+    /// Collective constructors called on this communicator (`Origin::
+    /// Collective`), whatever they returned.
+    pub constructs: AtomicU64,
     /// World rank of each (remote) rank, -1 outside this world; made when
     /// a large message first needs it (`large_headers`).
     pub world_ranks: std::sync::OnceLock<Box<[core::ffi::c_int]>>,
@@ -41,6 +44,7 @@ impl CommInfo {
             remote_size: 0,
             seq: AtomicU64::new(0),
             idups: AtomicU64::new(0),
+            constructs: AtomicU64::new(0),
             world_ranks: std::sync::OnceLock::new(),
         }
     }

@@ -25,6 +25,9 @@ fn setup_checks(mpi: Mpi) {
     check_on(mpi, "matrix", "bytes", 3, &[], "lamport");
     check_on(mpi, "matrix", "bigmsg", 3, &[], "lamport");
     check_on(mpi, "matrix", "threads", 2, &[], "lamport");
+    // Every communicator's id agreed with no hidden collective: a rank
+    // that disagreed would leave its messages unmatched.
+    check_on(mpi, "matrix", "commids", 5, &[], "lamport");
     check_on(mpi, "matrix", "coverage", 3, &[], "vector");
     check_on(mpi, "matrix", "halo2d", 4, &[], "none");
     let traffic = check_on(mpi, "matrix", "traffic", 4, &[], "lamport");
