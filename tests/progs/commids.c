@@ -141,9 +141,9 @@ int main(int argc, char **argv)
     left = (rank + size - 1) % size;
     right = (rank + 1) % size;
     {
-        int sources[2] = {left, right}, targets[2] = {left, right};
-        C(MPI_Dist_graph_create_adjacent, W, 2, sources, MPI_UNWEIGHTED, 2, targets,
-          MPI_UNWEIGHTED, MPI_INFO_NULL, 0, &dist);
+        int sources[2] = {left, right}, targets[2] = {left, right}, weights[2] = {1, 1};
+        C(MPI_Dist_graph_create_adjacent, W, 2, sources, weights, 2, targets, weights,
+          MPI_INFO_NULL, 0, &dist);
     }
     use(dist, 10);
 
