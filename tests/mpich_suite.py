@@ -8,7 +8,10 @@ SRC is a `test/mpi` directory (from an MPICH source tree); MPI is `ompi`
 (Debian's Open MPI: mpicc, mpirun) or `mpich` (mpicc.mpich,
 mpirun.mpich); DIRs default to pt2pt coll comm datatype topo part. The
 programs are built into target/mpich-suite/MPI (util and dtpools by hand,
-with a minimal configuration header in place of configure's). Each line
+with a minimal configuration header in place of configure's). Fortran
+directories (`f77/pt2pt`, `f08/coll`, ...) are built as their Makefile.am
+lists them, with mpifort (mpifort.mpich) and MPICH's `util/mtest_f77.f` or
+`util/mtest_f08.f90`. Each line
 of each directory's testlist runs untraced and then traced; a line is
 printed for each: `ok`, or `DIFF` (`XFAIL DIFF` where MPICH expects it
 to fail) with what differed:
@@ -36,6 +39,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LIB = os.environ.get("LIB", os.path.join(ROOT, "target/release/libpmtrace.so"))
 CLI = os.path.join(ROOT, "target/release/pmtrace")
 MPIS = {"ompi": ("mpicc", "mpirun"), "mpich": ("mpicc.mpich", "mpirun.mpich")}
+FORTRAN = {"ompi": "mpifort", "mpich": "mpifort.mpich"}
+# What configure would write into the Fortran directories' `*.h.in`.
+FORTRAN_KINDS = {"@F77_MPI_ADDRESS@": "integer*8", "@F77_MPI_OFFSET@": "integer*8"}
 CONF = {
     "include/mpitestconf.h": [
         "HAVE_STDLIB_H", "HAVE_STRING_H", "HAVE_UNISTD_H", "HAVE_SYS_TIME_H", "HAVE_STDARG_H",
@@ -78,6 +84,9 @@ def build(src, cc, out, dirs):
     built = 0
     for d in dirs:
         os.makedirs(os.path.join(out, d), exist_ok=True)
+        if d.split("/")[0] in ("f77", "f08"):
+            built += build_fortran(src, cc, out, d)
+            continue
         for f in sorted(os.listdir(os.path.join(src, d))):
             if not f.endswith(".c"):
                 continue
@@ -93,6 +102,57 @@ def build(src, cc, out, dirs):
                 if subprocess.run(cmd, capture_output=True).returncode == 0:
                     built += 1
                     break
+    return built
+
+
+def build_fortran(src, cc, out, d):
+    """Builds the programs of a Fortran directory (f77/..., f08/...) as
+    its Makefile.am lists them, with MPICH's Fortran test utilities."""
+    mpi = next(k for k, v in MPIS.items() if v[0] == cc)
+    fc, lang = FORTRAN[mpi], d.split("/")[0]
+    here = os.path.join(src, d)
+    for f in os.listdir(here):
+        if f.endswith(".h.in"):
+            text = open(os.path.join(here, f)).read()
+            for k, v in FORTRAN_KINDS.items():
+                text = text.replace(k, v)
+            with open(os.path.join(here, f[:-3]), "w") as h:
+                h.write(text)
+    objs = os.path.join(out, "obj", lang)
+    os.makedirs(objs, exist_ok=True)
+    util = os.path.join(objs, "mtest.o")
+    if not os.path.exists(util):
+        name = {"f77": "util/mtest_f77.f", "f08": "util/mtest_f08.f90"}[lang]
+        subprocess.run([fc, "-O1", "-w", "-c", os.path.join(src, name), "-o", util], check=True, cwd=objs)
+    am = open(os.path.join(here, "Makefile.am")).read().replace("\\\n", " ")
+    m = re.search(r"noinst_PROGRAMS\s*=([^\n]*)", am)
+    ext = ".f" if lang == "f77" else ".f90"
+    built = 0
+    for prog in (m.group(1).split() if m else []):
+        srcs = re.search(rf"^{re.escape(prog)}_SOURCES\s*=([^\n]*)", am, re.M)
+        files = srcs.group(1).split() if srcs else [prog + ext]
+        exe = os.path.join(out, d, prog)
+        if os.path.exists(exe):
+            built += 1
+            continue
+        # C parts (mixed-language tests) are compiled apart, then linked in.
+        parts = []
+        for f in files:
+            if f.endswith(".c"):
+                o = os.path.join(objs, prog + "-" + f[:-2] + ".o")
+                subprocess.run([cc, "-O1", "-w", "-I" + os.path.join(src, "include"), "-c",
+                                os.path.join(here, f), "-o", o], capture_output=True)
+                parts.append(o)
+            else:
+                parts.append(os.path.join(here, f))
+        # gfortran 10 and later reject the old interface's differing
+        # argument types unless told to allow them.
+        loose = ["-fallow-argument-mismatch"] if lang == "f77" else []
+        cmd = [fc, "-O1", "-w", *loose, "-I" + here, "-I" + objs, "-J" + os.path.join(objs, prog), *parts,
+               util, "-o", exe]
+        os.makedirs(os.path.join(objs, prog), exist_ok=True)
+        if subprocess.run(cmd, capture_output=True, cwd=objs).returncode == 0:
+            built += 1
     return built
 
 
