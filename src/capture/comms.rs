@@ -11,10 +11,9 @@
 //!   rank of the new communicator's rank 0. All members agree on each,
 //!   because collectives on a communicator are ordered (MPI-4.1 §6.4) and a
 //!   rank left out of a split counts the call too; the world rank of rank 0
-//!   tells apart the disjoint communicators one split makes. A hidden
-//!   collective here cost a job that makes many communicators up to 40% of
-//!   its run time (MPICH's `comm/dup_leak_test`), and `MPI_Comm_idup`
-//!   completes where one could deadlock.
+//!   tells apart the disjoint communicators one split makes. So no
+//!   collective the application did not ask for runs in its constructors,
+//!   and none where `MPI_Comm_idup` completes, where one could deadlock.
 //! - *Agreed*, by one small allreduce on the new communicator before the
 //!   application has its handle: the maximum over its members of
 //!   `world_rank << 32 | n` (n counts this rank's constructions from 2).
