@@ -54,7 +54,8 @@ CONF = {
 }
 
 
-def build(src, cc, out, dirs):
+def build(src, mpi, out, dirs):
+    cc = MPIS[mpi][0]
     """Builds every program of `dirs` it can; returns how many."""
     for name, macros in CONF.items():
         path = os.path.join(src, name)
@@ -85,7 +86,7 @@ def build(src, cc, out, dirs):
     for d in dirs:
         os.makedirs(os.path.join(out, d), exist_ok=True)
         if d.split("/")[0] in ("f77", "f08"):
-            built += build_fortran(src, cc, out, d)
+            built += build_fortran(src, mpi, out, d)
             continue
         for f in sorted(os.listdir(os.path.join(src, d))):
             if not f.endswith(".c"):
@@ -105,11 +106,10 @@ def build(src, cc, out, dirs):
     return built
 
 
-def build_fortran(src, cc, out, d):
+def build_fortran(src, mpi, out, d):
     """Builds the programs of a Fortran directory (f77/..., f08/...) as
     its Makefile.am lists them, with MPICH's Fortran test utilities."""
-    mpi = next(k for k, v in MPIS.items() if v[0] == cc)
-    fc, lang = FORTRAN[mpi], d.split("/")[0]
+    cc, fc, lang = MPIS[mpi][0], FORTRAN[mpi], d.split("/")[0]
     here = os.path.join(src, d)
     for f in os.listdir(here):
         if f.endswith(".h.in"):
@@ -168,12 +168,18 @@ def launch(mpi, np, prog, args, env, trace, timeout):
             cmd += ["-x", k]
         else:
             cmd += ["-genv", k, v]
+    # A working directory of its own: the MPI-IO tests write their files
+    # (testfile, ...) where they run.
+    here = tempfile.mkdtemp(prefix="pmtrace-suite-cwd-")
     try:
-        p = subprocess.run(cmd + [prog] + args, env=e, capture_output=True, text=True, timeout=timeout)
+        p = subprocess.run(cmd + [prog] + args, env=e, capture_output=True, text=True, timeout=timeout,
+                           cwd=here)
         return p.returncode, p.stdout, p.stderr
     except subprocess.TimeoutExpired:
         subprocess.run(["pkill", "-9", "-f", prog])
         return "timeout", "", ""
+    finally:
+        shutil.rmtree(here, ignore_errors=True)
 
 
 def trace_notes(trace):
@@ -203,7 +209,7 @@ def main():
     src, mpi = os.path.abspath(sys.argv[1]), sys.argv[2]
     dirs = sys.argv[3:] or ["pt2pt", "coll", "comm", "datatype", "topo", "part"]
     out = os.path.join(ROOT, "target/mpich-suite", mpi)
-    print(f"built {build(src, MPIS[mpi][0], out, dirs)} programs", flush=True)
+    print(f"built {build(src, mpi, out, dirs)} programs", flush=True)
     maxnp, timeout, only = int(os.environ.get("MAXNP", "8")), int(os.environ.get("TMO", "120")), os.environ.get("ONLY")
     for d in dirs:
         tl = next((p for p in (os.path.join(src, d, "testlist.in"), os.path.join(src, d, "testlist"))
